@@ -1,0 +1,2 @@
+//! ACPI tables for pmemvm guests (placeholder, being written).
+#![forbid(unsafe_code)]

@@ -1,0 +1,1 @@
+//! Devices of pmemvm (placeholder, being written).

@@ -1,0 +1,4 @@
+//! Shared test infrastructure for pmemvm's integration tests.
+//!
+//! Every harness here skips with a visible reason when the tier it needs
+//! (KVM, QEMU, a built guest image) is missing on the machine.

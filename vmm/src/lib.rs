@@ -1,0 +1,1 @@
+//! pmemvm's VMM library (placeholder, being written).
