@@ -1,1 +1,5 @@
-//! pmemvm's VMM library (placeholder, being written).
+//! pmemvm's VMM library (being written).
+
+pub mod fio;
+pub mod layout;
+pub mod report;

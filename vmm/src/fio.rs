@@ -1,0 +1,1 @@
+//! fio JSON output parsing (being written).
