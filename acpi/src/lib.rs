@@ -1,2 +1,307 @@
-//! ACPI tables for pmemvm guests (placeholder, being written).
+//! ACPI tables for pmemvm guests.
+//!
+//! Pure table builders: a [`MachineDescription`] goes in, table bytes and
+//! their guest addresses come out ([`build_tables`]). No KVM, no I/O: the VMM
+//! copies [`AcpiTables`] into guest memory, and `pmemvm acpi --out DIR`
+//! writes the same bytes to files for `iasl -d`.
+//!
+//! Tables built: RSDP (revision 2) → XSDT → FADT (hardware-reduced),
+//! MADT, NFIT (when there are NVDIMMs) and the NVDIMM SSDT (`\_SB.NVDR`,
+//! `ACPI0012`), with the DSDT referenced from the FADT. See `docs/acpi.md`
+//! and `docs/nvdimm.md`.
 #![forbid(unsafe_code)]
+
+pub mod aml;
+pub mod dsdt;
+pub mod fadt;
+pub mod madt;
+pub mod nfit;
+pub mod nvdimm_ssdt;
+pub mod sdt;
+
+pub use nfit::nfit_handle;
+
+/// What the guest machine looks like, as far as ACPI is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineDescription {
+    /// Number of vCPUs; local APIC ids are `0..cpus`.
+    pub cpus: u32,
+    /// Local APIC base address (normally 0xFEE0_0000).
+    pub lapic_addr: u32,
+    /// I/O APIC base address (normally 0xFEC0_0000).
+    pub ioapic_addr: u32,
+    /// I/O APIC id (the first id after the local APICs is fine).
+    pub ioapic_id: u8,
+    /// FADT `SLEEP_CONTROL_REG`: an 8-bit I/O port.
+    pub sleep_control_port: u16,
+    /// FADT `SLEEP_STATUS_REG`: an 8-bit I/O port.
+    pub sleep_status_port: u16,
+    /// FADT `RESET_REG`: an 8-bit I/O port.
+    pub reset_port: u16,
+    /// Value the guest writes to `RESET_REG` to reset.
+    pub reset_value: u8,
+    /// SLP_TYP of the DSDT's `_S5_` package (soft-off).
+    pub s5_slp_typ: u8,
+    /// 16550 serial ports as (base I/O port, ISA IRQ): `PNP0501` devices.
+    pub serial_ports: Vec<(u16, u8)>,
+    /// NVDIMMs, in NFIT order.
+    pub nvdimms: Vec<NvdimmDescription>,
+    /// Label transport; `None` emits no `_DSM` methods (all DIMMs label-less).
+    pub dsm: Option<DsmTransport>,
+}
+
+/// One NVDIMM as the guest sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvdimmDescription {
+    /// NFIT device handle, equal to the ACPI child's `_ADR` (see [`nfit_handle`]).
+    pub handle: u32,
+    /// Guest physical base of the persistent-memory range.
+    pub spa_base: u64,
+    /// Length of the range (the label area is not part of it).
+    pub spa_size: u64,
+    /// One flush-hint address, on an unmapped MMIO page.
+    pub flush_hint_addr: Option<u64>,
+    /// Read-only DIMM: the region mapping says "not armed" (flags bit 3).
+    pub readonly: bool,
+    /// Serial number in the NFIT control region.
+    pub serial: u32,
+    /// Size of the label area; 0 = label-less (the `_DSM` reports no label functions).
+    pub label_size: u32,
+}
+
+/// Where the NVDIMM `_DSM` AML and pmemvm exchange requests (docs/nvdimm.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DsmTransport {
+    /// Guest physical address of a reserved 4 KiB RAM page (below 4 GiB).
+    pub page_addr: u64,
+    /// I/O port the AML writes the page address (u32) to, trapping to pmemvm.
+    pub doorbell_port: u16,
+}
+
+/// One built table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    /// File stem for dumps: "DSDT", "FACP", "APIC", "NFIT", "SSDT-1", "XSDT".
+    pub name: String,
+    /// The table signature.
+    pub signature: [u8; 4],
+    /// Guest physical address of the table.
+    pub addr: u64,
+    /// The table bytes (checksummed).
+    pub bytes: Vec<u8>,
+}
+
+/// All tables of a guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcpiTables {
+    /// Guest physical address of the RSDP.
+    pub rsdp_addr: u64,
+    /// The 36-byte revision 2 RSDP.
+    pub rsdp: Vec<u8>,
+    /// The tables in address order; the XSDT is last.
+    pub tables: Vec<Table>,
+}
+
+/// Why the tables could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AcpiBuildError {
+    /// No vCPU.
+    #[error("the guest needs at least one vCPU, got 0")]
+    NoCpus,
+    /// More vCPUs than 8-bit xAPIC ids allow.
+    #[error("{0} vCPUs requested; the MADT describes at most {MAX_CPUS} (8-bit APIC ids)")]
+    TooManyCpus(u32),
+    /// The I/O APIC id collides with a local APIC id.
+    #[error("I/O APIC id {ioapic_id} collides with the local APIC ids 0..{cpus}")]
+    IoapicIdCollision {
+        /// The requested I/O APIC id.
+        ioapic_id: u8,
+        /// Number of vCPUs.
+        cpus: u32,
+    },
+    /// Too many serial ports.
+    #[error("{0} serial ports requested; at most {MAX_SERIAL_PORTS} are described")]
+    TooManySerialPorts(usize),
+    /// A serial port IRQ outside the ISA range.
+    #[error("serial port {port:#x} uses IRQ {irq}; ISA IRQs are 0..=15")]
+    BadSerialIrq {
+        /// Base port.
+        port: u16,
+        /// The IRQ.
+        irq: u8,
+    },
+    /// Too many NVDIMMs.
+    #[error("{0} NVDIMMs requested; at most {MAX_NVDIMMS} are supported")]
+    TooManyNvdimms(usize),
+    /// Two NVDIMMs with the same handle.
+    #[error("two NVDIMMs share the NFIT device handle {0:#x}")]
+    DuplicateNvdimmHandle(u32),
+    /// An NVDIMM of size 0, or one whose range wraps around the address space.
+    #[error("NVDIMM {index} has an invalid range: base {base:#x}, size {size:#x}")]
+    BadNvdimmRange {
+        /// Position in `nvdimms`.
+        index: usize,
+        /// Base address.
+        base: u64,
+        /// Size.
+        size: u64,
+    },
+    /// The DSM page is not a 4 KiB aligned page below 4 GiB.
+    #[error("the NVDIMM DSM page at {0:#x} must be 4 KiB aligned and below 4 GiB")]
+    BadDsmPage(u64),
+    /// The tables do not fit the reserved area.
+    #[error("the ACPI tables need {needed} bytes but only {available} are reserved at {addr:#x}")]
+    TablesTooLarge {
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes available.
+        available: u64,
+        /// Start of the area.
+        addr: u64,
+    },
+}
+
+/// Most vCPUs (local APIC ids 0..=253; 0xff is the broadcast id and one id
+/// is left for the I/O APIC).
+pub const MAX_CPUS: u32 = 254;
+/// Most NVDIMMs (child names `NV00`..`NVFF`).
+pub const MAX_NVDIMMS: usize = 256;
+/// Most serial ports (`COM1`..`COM9`).
+pub const MAX_SERIAL_PORTS: usize = 9;
+/// Alignment of each table in guest memory.
+pub const TABLE_ALIGN: u64 = 16;
+
+/// Length of a revision 2 RSDP.
+pub const RSDP_LEN: usize = 36;
+
+fn validate(desc: &MachineDescription) -> Result<(), AcpiBuildError> {
+    if desc.cpus == 0 {
+        return Err(AcpiBuildError::NoCpus);
+    }
+    if desc.cpus > MAX_CPUS {
+        return Err(AcpiBuildError::TooManyCpus(desc.cpus));
+    }
+    if u32::from(desc.ioapic_id) < desc.cpus {
+        return Err(AcpiBuildError::IoapicIdCollision {
+            ioapic_id: desc.ioapic_id,
+            cpus: desc.cpus,
+        });
+    }
+    if desc.serial_ports.len() > MAX_SERIAL_PORTS {
+        return Err(AcpiBuildError::TooManySerialPorts(desc.serial_ports.len()));
+    }
+    if let Some((port, irq)) = desc.serial_ports.iter().find(|(_, irq)| *irq > 15) {
+        return Err(AcpiBuildError::BadSerialIrq {
+            port: *port,
+            irq: *irq,
+        });
+    }
+    if desc.nvdimms.len() > MAX_NVDIMMS {
+        return Err(AcpiBuildError::TooManyNvdimms(desc.nvdimms.len()));
+    }
+    let mut handles = std::collections::BTreeSet::new();
+    for (index, d) in desc.nvdimms.iter().enumerate() {
+        if !handles.insert(d.handle) {
+            return Err(AcpiBuildError::DuplicateNvdimmHandle(d.handle));
+        }
+        if d.spa_size == 0 || d.spa_base.checked_add(d.spa_size).is_none() {
+            return Err(AcpiBuildError::BadNvdimmRange {
+                index,
+                base: d.spa_base,
+                size: d.spa_size,
+            });
+        }
+    }
+    if let Some(t) = &desc.dsm {
+        if t.page_addr % 4096 != 0 || t.page_addr + 4096 > 1 << 32 {
+            return Err(AcpiBuildError::BadDsmPage(t.page_addr));
+        }
+    }
+    Ok(())
+}
+
+fn align_up(v: u64, a: u64) -> u64 {
+    v.div_ceil(a) * a
+}
+
+/// Builds the RSDP pointing at the XSDT.
+pub fn build_rsdp(xsdt_addr: u64) -> Vec<u8> {
+    let mut r = Vec::with_capacity(RSDP_LEN);
+    r.extend_from_slice(b"RSD PTR "); // 0 signature
+    r.push(0); // 8 checksum (first 20 bytes)
+    r.extend_from_slice(&sdt::OEM_ID); // 9 OEM id
+    r.push(2); // 15 revision
+    r.extend_from_slice(&0u32.to_le_bytes()); // 16 RSDT address (none)
+    r.extend_from_slice(&36u32.to_le_bytes()); // 20 length
+    r.extend_from_slice(&xsdt_addr.to_le_bytes()); // 24 XSDT address
+    r.push(0); // 32 extended checksum
+    r.extend_from_slice(&[0; 3]); // 33 reserved
+    r[8] = sdt::checksum(&r[..20]);
+    r[32] = sdt::checksum(&r);
+    r
+}
+
+/// Builds the XSDT listing `entries`.
+pub fn build_xsdt(entries: &[u64]) -> Vec<u8> {
+    let mut t = sdt::Sdt::new(*b"XSDT", 1, sdt::OEM_TABLE_ID);
+    for e in entries {
+        t.u64(*e);
+    }
+    t.finish()
+}
+
+/// Builds every table for `desc`: the tables are laid out one after another
+/// from `tables_addr` (each 16-byte aligned) in the order DSDT, FACP, APIC,
+/// NFIT, SSDT-1, XSDT, and must end within `tables_max_size` bytes; the RSDP
+/// goes to `rsdp_addr` (the caller keeps it outside the tables area).
+pub fn build_tables(
+    desc: &MachineDescription,
+    rsdp_addr: u64,
+    tables_addr: u64,
+    tables_max_size: u64,
+) -> Result<AcpiTables, AcpiBuildError> {
+    validate(desc)?;
+    let mut tables: Vec<Table> = Vec::new();
+    let mut next = align_up(tables_addr, TABLE_ALIGN);
+    let mut place = |tables: &mut Vec<Table>, name: &str, bytes: Vec<u8>| -> u64 {
+        let addr = next;
+        next = align_up(addr + bytes.len() as u64, TABLE_ALIGN);
+        let mut signature = [0u8; 4];
+        signature.copy_from_slice(&bytes[..4]);
+        tables.push(Table {
+            name: name.to_string(),
+            signature,
+            addr,
+            bytes,
+        });
+        addr
+    };
+    let dsdt_addr = place(&mut tables, "DSDT", dsdt::build(desc));
+    let mut xsdt_entries = vec![place(&mut tables, "FACP", fadt::build(desc, dsdt_addr))];
+    xsdt_entries.push(place(&mut tables, "APIC", madt::build(desc)));
+    if !desc.nvdimms.is_empty() {
+        xsdt_entries.push(place(&mut tables, "NFIT", nfit::build(&desc.nvdimms)));
+        xsdt_entries.push(place(
+            &mut tables,
+            "SSDT-1",
+            nvdimm_ssdt::build(&desc.nvdimms, desc.dsm.as_ref()),
+        ));
+    }
+    let xsdt_addr = place(&mut tables, "XSDT", build_xsdt(&xsdt_entries));
+    let end = tables
+        .last()
+        .map_or(tables_addr, |t| t.addr + t.bytes.len() as u64);
+    let needed = end - tables_addr;
+    if needed > tables_max_size {
+        return Err(AcpiBuildError::TablesTooLarge {
+            needed,
+            available: tables_max_size,
+            addr: tables_addr,
+        });
+    }
+    Ok(AcpiTables {
+        rsdp_addr,
+        rsdp: build_rsdp(xsdt_addr),
+        tables,
+    })
+}

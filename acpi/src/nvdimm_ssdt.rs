@@ -1,0 +1,188 @@
+//! The NVDIMM SSDT: `\_SB.NVDR` (`_HID "ACPI0012"`, the device Linux's nfit
+//! driver binds to) with one child per DIMM whose `_ADR` is the DIMM's NFIT
+//! device handle, plus (optionally) the `_DSM` methods that carry the Intel
+//! NVDIMM label commands to pmemvm.
+//!
+//! With a [`DsmTransport`] the SSDT is, in ASL:
+//!
+//! ```text
+//! Scope (\_SB) {
+//!   Device (NVDR) {
+//!     Name (_HID, "ACPI0012")
+//!     Method (_DSM, 4) { Return (Buffer (One) { 0x00 }) }   // no root functions
+//!     OperationRegion (NPAG, SystemMemory, page_addr, 0x1000)
+//!     Field (NPAG, DWordAcc, NoLock, Preserve) {            // request
+//!       NHDL, 32, NREV, 32, NFUN, 32, NLEN, 32, NDAT, 32640 }
+//!     Field (NPAG, DWordAcc, NoLock, Preserve) {            // response
+//!       RLEN, 32, RDAT, 32736 }
+//!     OperationRegion (NDBL, SystemIO, doorbell_port, 4)
+//!     Field (NDBL, DWordAcc, NoLock, Preserve) { NDBR, 32 }
+//!     Method (NCAL, 5, Serialized) {   // Arg0-3 as _DSM, Arg4 NFIT handle
+//!       If (LNot (LEqual (Arg0, ToUUID ("4309ac30-0d11-11e4-9191-0800200c9a66")))) {
+//!         Return (Buffer (One) { 0x00 })
+//!       }
+//!       NHDL = Arg4;  NREV = Arg1;  NFUN = Arg2;  NLEN = Zero
+//!       If (LEqual (ObjectType (Arg3), 4)) {                // Package
+//!         If (LGreater (SizeOf (Arg3), Zero)) {
+//!           Local0 = DerefOf (Index (Arg3, Zero))
+//!           If (LEqual (ObjectType (Local0), 3)) {          // Buffer
+//!             NLEN = SizeOf (Local0)
+//!             NDAT = Local0                                 // truncated to the page
+//!           }
+//!         }
+//!       }
+//!       NDBR = page_addr                                    // traps to pmemvm
+//!       Local1 = RLEN
+//!       If (LGreater (Local1, 4092)) { Local1 = 4092 }
+//!       Local2 = RDAT
+//!       Return (Mid (Local2, Zero, Local1))
+//!     }
+//!     Device (NV00) {                                       // one per DIMM
+//!       Name (_ADR, handle)
+//!       Method (_DSM, 4) { Return (NCAL (Arg0, Arg1, Arg2, Arg3, handle)) }
+//!     }
+//!   }
+//! }
+//! ```
+//! Without a transport only `_HID`, the children and their `_ADR` are
+//! emitted. `NCAL` is `Serialized`, so two CPUs never share the page.
+
+use crate::aml::{self, FieldAccess, RegionSpace};
+use crate::sdt::{Sdt, NVDIMM_SSDT_OEM_TABLE_ID};
+use crate::{DsmTransport, NvdimmDescription};
+
+/// SSDT revision 2: 64-bit AML integers.
+const SSDT_REVISION: u8 = 2;
+/// Intel NVDIMM DSM family UUID.
+pub const INTEL_DSM_UUID: &str = "4309ac30-0d11-11e4-9191-0800200c9a66";
+/// Size of the DSM page.
+pub const DSM_PAGE_SIZE: usize = 4096;
+/// Offset of the request's input bytes in the page.
+pub const DSM_IN_DATA_OFFSET: usize = 16;
+/// Most input bytes a request can carry.
+pub const DSM_IN_DATA_MAX: usize = DSM_PAGE_SIZE - DSM_IN_DATA_OFFSET;
+/// Offset of the response's output bytes in the page.
+pub const DSM_OUT_DATA_OFFSET: usize = 4;
+/// Most output bytes a response can carry.
+pub const DSM_OUT_DATA_MAX: usize = DSM_PAGE_SIZE - DSM_OUT_DATA_OFFSET;
+
+/// The child device name of the DIMM at `index` (`NV00` .. `NVFF`).
+pub fn child_name(index: usize) -> String {
+    format!("NV{index:02X}")
+}
+
+/// `NCAL`: the shared `_DSM` worker (see the module docs).
+fn ncal(t: &DsmTransport) -> Vec<u8> {
+    let uuid = aml::uuid(INTEL_DSM_UUID).unwrap_or([0; 16]);
+    let page = aml::integer(t.page_addr);
+    let body = vec![
+        aml::if_(
+            &aml::lnot(&aml::lequal(&aml::arg(0), &aml::buffer(&uuid))),
+            &[aml::ret(&aml::buffer(&[0]))],
+        ),
+        aml::store(&aml::arg(4), &aml::path("NHDL")),
+        aml::store(&aml::arg(1), &aml::path("NREV")),
+        aml::store(&aml::arg(2), &aml::path("NFUN")),
+        aml::store(&aml::integer(0), &aml::path("NLEN")),
+        aml::if_(
+            &aml::lequal(&aml::object_type(&aml::arg(3)), &aml::integer(4)),
+            &[aml::if_(
+                &aml::lgreater(&aml::size_of(&aml::arg(3)), &aml::integer(0)),
+                &[
+                    aml::store(
+                        &aml::deref_of(&aml::index(&aml::arg(3), &aml::integer(0))),
+                        &aml::local(0),
+                    ),
+                    aml::if_(
+                        &aml::lequal(&aml::object_type(&aml::local(0)), &aml::integer(3)),
+                        &[
+                            aml::store(&aml::size_of(&aml::local(0)), &aml::path("NLEN")),
+                            aml::store(&aml::local(0), &aml::path("NDAT")),
+                        ],
+                    ),
+                ],
+            )],
+        ),
+        aml::store(&page, &aml::path("NDBR")),
+        aml::store(&aml::path("RLEN"), &aml::local(1)),
+        aml::if_(
+            &aml::lgreater(&aml::local(1), &aml::integer(DSM_OUT_DATA_MAX as u64)),
+            &[aml::store(
+                &aml::integer(DSM_OUT_DATA_MAX as u64),
+                &aml::local(1),
+            )],
+        ),
+        aml::store(&aml::path("RDAT"), &aml::local(2)),
+        aml::ret(&aml::mid(&aml::local(2), &aml::integer(0), &aml::local(1))),
+    ];
+    aml::method("NCAL", 5, true, &body)
+}
+
+/// Builds the NVDIMM SSDT.
+pub fn build(dimms: &[NvdimmDescription], dsm: Option<&DsmTransport>) -> Vec<u8> {
+    let mut t = Sdt::new(*b"SSDT", SSDT_REVISION, NVDIMM_SSDT_OEM_TABLE_ID);
+    let mut root = vec![aml::name("_HID", &aml::string("ACPI0012"))];
+    if let Some(tr) = dsm {
+        let page_bits = DSM_PAGE_SIZE * 8;
+        root.push(aml::method(
+            "_DSM",
+            4,
+            false,
+            &[aml::ret(&aml::buffer(&[0]))],
+        ));
+        root.push(aml::op_region(
+            "NPAG",
+            RegionSpace::SystemMemory,
+            tr.page_addr,
+            DSM_PAGE_SIZE as u64,
+        ));
+        root.push(aml::field(
+            "NPAG",
+            FieldAccess::DWord,
+            &[
+                ("NHDL", 32),
+                ("NREV", 32),
+                ("NFUN", 32),
+                ("NLEN", 32),
+                ("NDAT", page_bits - DSM_IN_DATA_OFFSET * 8),
+            ],
+        ));
+        root.push(aml::field(
+            "NPAG",
+            FieldAccess::DWord,
+            &[("RLEN", 32), ("RDAT", page_bits - DSM_OUT_DATA_OFFSET * 8)],
+        ));
+        root.push(aml::op_region(
+            "NDBL",
+            RegionSpace::SystemIo,
+            u64::from(tr.doorbell_port),
+            4,
+        ));
+        root.push(aml::field("NDBL", FieldAccess::DWord, &[("NDBR", 32)]));
+        root.push(ncal(tr));
+    }
+    for (i, d) in dimms.iter().enumerate() {
+        let handle = aml::integer(u64::from(d.handle));
+        let mut body = vec![aml::name("_ADR", &handle)];
+        if dsm.is_some() {
+            body.push(aml::method(
+                "_DSM",
+                4,
+                false,
+                &[aml::ret(&aml::call(
+                    "NCAL",
+                    &[
+                        aml::arg(0),
+                        aml::arg(1),
+                        aml::arg(2),
+                        aml::arg(3),
+                        handle.clone(),
+                    ],
+                ))],
+            ));
+        }
+        root.push(aml::device(&child_name(i), &body));
+    }
+    t.append(&aml::scope("\\_SB", &[aml::device("NVDR", &root)]));
+    t.finish()
+}

@@ -1,0 +1,259 @@
+//! Disassembles every table pmemvm builds with the real ACPICA `iasl -d`
+//! (Debian package `acpica-tools`) and checks the output.
+//!
+//! Skips with `SKIP:` on stderr when `iasl` is not installed.
+#![allow(clippy::unwrap_used)] // a failed step fails the test with its message
+
+use acpi::{
+    build_tables, nfit_handle, AcpiTables, DsmTransport, MachineDescription, NvdimmDescription,
+};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const RSDP_ADDR: u64 = 0xe_0000;
+const TABLES_ADDR: u64 = 0xe_1000;
+const TABLES_MAX: u64 = 0xf_f000 - 0xe_1000;
+
+fn iasl_available() -> bool {
+    match Command::new("iasl").arg("-v").output() {
+        Ok(o) => o.status.success(),
+        Err(_) => false,
+    }
+}
+
+fn machine(cpus: u32, nvdimms: Vec<NvdimmDescription>) -> MachineDescription {
+    MachineDescription {
+        cpus,
+        lapic_addr: 0xfee0_0000,
+        ioapic_addr: 0xfec0_0000,
+        ioapic_id: u8::try_from(cpus).unwrap(),
+        sleep_control_port: 0x600,
+        sleep_status_port: 0x601,
+        reset_port: 0x602,
+        reset_value: 1,
+        s5_slp_typ: 5,
+        serial_ports: vec![(0x3f8, 4), (0x2f8, 3)],
+        nvdimms,
+        dsm: Some(DsmTransport {
+            page_addr: 0xf_f000,
+            doorbell_port: 0x510,
+        }),
+    }
+}
+
+fn dimm(i: u32, readonly: bool, label_size: u32) -> NvdimmDescription {
+    NvdimmDescription {
+        handle: nfit_handle(i),
+        spa_base: (4 + u64::from(i)) << 30,
+        spa_size: 256 << 20,
+        flush_hint_addr: Some(0xfe00_0000 + u64::from(i) * 0x1000),
+        readonly,
+        serial: 0x1000 + i,
+        label_size,
+    }
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pmemvm-iasl-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `iasl -d` on `file` in `dir`, asserts success and returns the `.dsl` text.
+fn disassemble(dir: &Path, file: &str) -> String {
+    let out = Command::new("iasl")
+        .arg("-d")
+        .arg(file)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "iasl -d {file} failed:\n{stdout}\n{stderr}"
+    );
+    for line in stdout.lines().chain(stderr.lines()) {
+        let l = line.to_ascii_lowercase();
+        assert!(
+            (!l.contains("error") || l.contains("0 errors")) && !l.contains("warning"),
+            "iasl -d {file} complained: {line}\n{stdout}\n{stderr}"
+        );
+    }
+    let dsl = dir.join(Path::new(file).with_extension("dsl"));
+    std::fs::read_to_string(&dsl).unwrap_or_else(|e| panic!("no {}: {e}", dsl.display()))
+}
+
+fn write_all(t: &AcpiTables, dir: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    for table in &t.tables {
+        let f = format!("{}.aml", table.name);
+        std::fs::write(dir.join(&f), &table.bytes).unwrap();
+        files.push(f);
+    }
+    files
+}
+
+/// Disassembles every table; returns (file, dsl) pairs.
+fn check_all(tag: &str, desc: &MachineDescription) -> Vec<(String, String)> {
+    let t = build_tables(desc, RSDP_ADDR, TABLES_ADDR, TABLES_MAX).unwrap();
+    let dir = tmpdir(tag);
+    let files = write_all(&t, &dir);
+    let out: Vec<(String, String)> = files
+        .iter()
+        .map(|f| (f.clone(), disassemble(&dir, f)))
+        .collect();
+    // Every disassembly reports a correct checksum (iasl prints "Incorrect checksum" otherwise).
+    for (f, dsl) in &out {
+        assert!(!dsl.contains("Incorrect"), "{f}: {dsl}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+fn get<'a>(all: &'a [(String, String)], file: &str) -> &'a str {
+    &all.iter()
+        .find(|(f, _)| f == file)
+        .unwrap_or_else(|| panic!("no {file}"))
+        .1
+}
+
+#[test]
+fn one_cpu_no_dimms() {
+    if !iasl_available() {
+        eprintln!("SKIP: iasl not found (install acpica-tools)");
+        return;
+    }
+    let all = check_all("1cpu", &machine(1, vec![]));
+    let names: Vec<&str> = all.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(names, ["DSDT.aml", "FACP.aml", "APIC.aml", "XSDT.aml"]);
+    let facp = get(&all, "FACP.aml");
+    assert!(facp.contains("Hardware Reduced (V5) : 1"), "{facp}");
+    assert!(facp.contains("Reset Register Supported (V2) : 1"), "{facp}");
+    assert!(
+        facp.contains("[08Ch 0140   8]                 DSDT Address : 00000000000E1000"),
+        "{facp}"
+    );
+    let apic = get(&all, "APIC.aml");
+    assert_eq!(
+        apic.matches("Subtable Type : 00 [Processor Local APIC]")
+            .count(),
+        1,
+        "{apic}"
+    );
+    assert!(apic.contains("Subtable Type : 01 [I/O APIC]"), "{apic}");
+    assert!(apic.contains("Interrupt : 00000002"), "{apic}");
+    let dsdt = get(&all, "DSDT.aml");
+    assert!(dsdt.contains("EisaId (\"PNP0501\")"), "{dsdt}");
+    assert!(dsdt.contains("0x03F8"), "{dsdt}");
+    assert!(dsdt.contains("IRQNoFlags ()"), "{dsdt}");
+    assert!(dsdt.contains("Name (_S5, Package"), "{dsdt}");
+}
+
+#[test]
+fn two_cpus_one_dimm() {
+    if !iasl_available() {
+        eprintln!("SKIP: iasl not found (install acpica-tools)");
+        return;
+    }
+    let all = check_all("2cpu", &machine(2, vec![dimm(0, false, 128 << 10)]));
+    let names: Vec<&str> = all.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "DSDT.aml",
+            "FACP.aml",
+            "APIC.aml",
+            "NFIT.aml",
+            "SSDT-1.aml",
+            "XSDT.aml"
+        ]
+    );
+    let nfit = get(&all, "NFIT.aml");
+    assert!(
+        nfit.contains("Subtable Type : 0000 [System Physical Address Range]"),
+        "{nfit}"
+    );
+    assert!(
+        nfit.contains("[048h 0072   8]           Address Range Base : 0000000100000000"),
+        "{nfit}"
+    );
+    assert!(
+        nfit.contains("Address Range Length : 0000000010000000"),
+        "{nfit}"
+    );
+    assert!(
+        nfit.contains("66F0D379-B4F3-4074-AC43-0D3318B78CDB"),
+        "{nfit}"
+    );
+    assert!(
+        nfit.contains("Subtable Type : 0006 [Flush Hint Address]"),
+        "{nfit}"
+    );
+    assert!(
+        nfit.contains("[0F0h 0240   8]                 Hint Address : 00000000FE000000"),
+        "{nfit}"
+    );
+    assert!(
+        nfit.contains("Subtable Type : 0007 [Platform Capabilities]"),
+        "{nfit}"
+    );
+    let ssdt = get(&all, "SSDT-1.aml");
+    assert!(ssdt.contains("\"ACPI0012\""), "{ssdt}");
+    assert!(
+        ssdt.contains("4309ac30-0d11-11e4-9191-0800200c9a66"),
+        "{ssdt}"
+    );
+    assert!(ssdt.contains("Device (NV00)"), "{ssdt}");
+    assert!(ssdt.contains("Method (NCAL, 5, Serialized)"), "{ssdt}");
+    assert!(
+        ssdt.contains("OperationRegion (NPAG, SystemMemory, 0x000FF000, 0x1000)"),
+        "{ssdt}"
+    );
+    assert!(
+        ssdt.contains("OperationRegion (NDBL, SystemIO, 0x0510, 0x04)"),
+        "{ssdt}"
+    );
+    assert!(
+        ssdt.contains("Return (NCAL (Arg0, Arg1, Arg2, Arg3, One))"),
+        "{ssdt}"
+    );
+    let xsdt = get(&all, "XSDT.aml");
+    assert_eq!(xsdt.matches("ACPI Table Address").count(), 4, "{xsdt}");
+}
+
+#[test]
+fn four_cpus_three_dimms() {
+    if !iasl_available() {
+        eprintln!("SKIP: iasl not found (install acpica-tools)");
+        return;
+    }
+    let dimms = vec![
+        dimm(0, false, 128 << 10),
+        dimm(1, true, 128 << 10),
+        dimm(2, false, 0),
+    ];
+    let all = check_all("4cpu", &machine(4, dimms));
+    let apic = get(&all, "APIC.aml");
+    assert_eq!(apic.matches("[Processor Local APIC]").count(), 4, "{apic}");
+    assert!(
+        apic.contains("[04Eh 0078   1]                  I/O Apic ID : 04"),
+        "{apic}"
+    );
+    let nfit = get(&all, "NFIT.aml");
+    assert_eq!(
+        nfit.matches("[System Physical Address Range]").count(),
+        3,
+        "{nfit}"
+    );
+    assert_eq!(nfit.matches("[Memory Range Map]").count(), 3, "{nfit}");
+    assert_eq!(nfit.matches("[NVDIMM Control Region]").count(), 3, "{nfit}");
+    assert_eq!(nfit.matches("Device not armed : 1").count(), 1, "{nfit}");
+    assert!(nfit.contains("Memory Flush to NVDIMM : 1"), "{nfit}");
+    assert!(nfit.contains("Cache Flush to NVDIMM : 0"), "{nfit}");
+    let ssdt = get(&all, "SSDT-1.aml");
+    for n in ["NV00", "NV01", "NV02"] {
+        assert!(ssdt.contains(&format!("Device ({n})")), "{ssdt}");
+    }
+}
