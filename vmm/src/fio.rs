@@ -545,7 +545,7 @@ pub struct DirectionSummary {
 }
 
 impl DirectionSummary {
-    fn merge<'a>(parts: &[&'a IoStats]) -> Option<Self> {
+    fn merge(parts: &[&IoStats]) -> Option<Self> {
         let active: Vec<&&IoStats> = parts
             .iter()
             .filter(|s| s.total_ios > 0 || s.io_bytes > 0)
