@@ -8,5 +8,6 @@
 pub mod bus;
 pub mod exit;
 pub mod nvdimm;
+pub mod nvdimm_dsm;
 pub mod power;
 pub mod serial;
