@@ -1,0 +1,219 @@
+//! Runs the NVDIMM SSDT's `_DSM` AML in ACPICA's user-space interpreter
+//! (`acpiexec`, Debian package `acpica-tools`) and checks what it stores into
+//! the DSM page and what it returns.
+//!
+//! acpiexec simulates the SystemMemory region and ignores the doorbell I/O
+//! write, so after a call the page still holds the request: the "response
+//! length" (offset 0) then reads back as the NFIT handle and the returned
+//! buffer is that many bytes from offset 4 (the revision field). That is
+//! enough to check the marshalling, the length clamp and the return path
+//! with the same interpreter Linux uses.
+//!
+//! Skips with `SKIP:` on stderr when `acpiexec` is not installed.
+#![allow(clippy::unwrap_used)] // a failed step fails the test with its message
+
+use acpi::{build_tables, nfit_handle, DsmTransport, MachineDescription, NvdimmDescription};
+use std::path::PathBuf;
+use std::process::Command;
+
+const INTEL_UUID: &str = "(30 ac 09 43 11 0d e4 11 91 91 08 00 20 0c 9a 66)";
+
+fn acpiexec_available() -> bool {
+    Command::new("acpiexec").arg("-v").output().is_ok()
+}
+
+/// Writes the SSDT of a machine with DIMMs whose handles are `handles`
+/// and returns its path.
+fn ssdt_file(tag: &str, handles: &[u32]) -> PathBuf {
+    let nvdimms = handles
+        .iter()
+        .enumerate()
+        .map(|(i, h)| NvdimmDescription {
+            handle: *h,
+            spa_base: (4 + i as u64) << 30,
+            spa_size: 1 << 30,
+            flush_hint_addr: None,
+            readonly: false,
+            serial: 1,
+            label_size: 128 << 10,
+        })
+        .collect();
+    let desc = MachineDescription {
+        cpus: 1,
+        lapic_addr: 0xfee0_0000,
+        ioapic_addr: 0xfec0_0000,
+        ioapic_id: 1,
+        sleep_control_port: 0x600,
+        sleep_status_port: 0x601,
+        reset_port: 0x602,
+        reset_value: 1,
+        s5_slp_typ: 5,
+        serial_ports: vec![],
+        nvdimms,
+        dsm: Some(DsmTransport {
+            page_addr: 0xf_f000,
+            doorbell_port: 0x510,
+        }),
+    };
+    let t = build_tables(&desc, 0xe_0000, 0xe_1000, 0x1_e000).unwrap();
+    let ssdt = t.tables.iter().find(|t| t.name == "SSDT-1").unwrap();
+    let dir = std::env::temp_dir().join(format!("pmemvm-acpiexec-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("SSDT-1.aml");
+    std::fs::write(&path, &ssdt.bytes).unwrap();
+    path
+}
+
+/// Runs acpiexec in batch mode with `commands` (separated by `;`) and
+/// returns the printed results, in order: `Integer(v)` or `Buffer(bytes)`.
+fn run(ssdt: &PathBuf, commands: &[String]) -> Vec<Result<Vec<u8>, u64>> {
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg("acpiexec")
+        .arg("-b")
+        .arg(commands.join("; "))
+        .arg(ssdt)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "acpiexec failed:\n{text}");
+    assert!(!text.contains("AE_"), "ACPICA exception:\n{text}");
+    assert!(!text.contains("ACPI Error"), "ACPICA error:\n{text}");
+    assert!(!text.contains("ACPI Warning"), "ACPICA warning:\n{text}");
+    let mut results = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let l = line.trim();
+        if let Some(v) = l.strip_prefix("[Integer] = ") {
+            results.push(Err(u64::from_str_radix(v.trim(), 16).unwrap()));
+        } else if let Some(rest) = l.strip_prefix("[Buffer] Length ") {
+            // "[Buffer] Length 02 =     0000: 01 00    // .." and maybe more hex lines.
+            let (len_hex, dump) = rest.split_once('=').unwrap();
+            let len = usize::from_str_radix(len_hex.trim(), 16).unwrap();
+            let mut bytes = Vec::new();
+            parse_hex_line(dump, &mut bytes);
+            while bytes.len() < len {
+                parse_hex_line(lines.next().unwrap(), &mut bytes);
+            }
+            assert_eq!(bytes.len(), len, "{text}");
+            results.push(Ok(bytes));
+        }
+    }
+    results
+}
+
+/// Appends the bytes of one acpiexec hex-dump line (`0000: 01 02 ... // ..`).
+fn parse_hex_line(line: &str, bytes: &mut Vec<u8>) {
+    let line = line.split("//").next().unwrap_or("");
+    if let Some((_, hex)) = line.split_once(':') {
+        for b in hex.split_whitespace() {
+            bytes.push(u8::from_str_radix(b, 16).unwrap());
+        }
+    }
+}
+
+fn ex(dimm: &str, uuid: &str, rev: u32, func: u32, arg3: &str) -> String {
+    format!("execute \\_SB.NVDR.{dimm}._DSM {uuid} {rev} {func} {arg3}")
+}
+
+fn ev(name: &str) -> String {
+    format!("evaluate \\_SB.NVDR.{name}")
+}
+
+#[test]
+fn dsm_marshals_request_into_page() {
+    if !acpiexec_available() {
+        eprintln!("SKIP: acpiexec not found (install acpica-tools)");
+        return;
+    }
+    let ssdt = ssdt_file("marshal", &[nfit_handle(0), nfit_handle(1)]);
+    // Function 5 (get label data) for NV01, offset 0x10, length 8.
+    let r = run(
+        &ssdt,
+        &[
+            ex("NV01", INTEL_UUID, 1, 5, "[(10 00 00 00 08 00 00 00)]"),
+            ev("NHDL"),
+            ev("NREV"),
+            ev("NFUN"),
+            ev("NLEN"),
+            ev("NDAT"),
+        ],
+    );
+    assert_eq!(r.len(), 6, "{r:?}");
+    // Page unchanged by a VMM: "length" = handle 2, data = revision bytes.
+    assert_eq!(r[0], Ok(vec![1, 0]));
+    assert_eq!(r[1], Err(2)); // NHDL = NV01's handle
+    assert_eq!(r[2], Err(1)); // NREV
+    assert_eq!(r[3], Err(5)); // NFUN
+    assert_eq!(r[4], Err(8)); // NLEN
+    let ndat = r[5].clone().unwrap();
+    assert_eq!(ndat.len(), 4080);
+    assert_eq!(&ndat[..8], &[0x10, 0, 0, 0, 8, 0, 0, 0]);
+    assert!(ndat[8..].iter().all(|b| *b == 0));
+}
+
+#[test]
+fn dsm_other_uuid_empty_package_and_root() {
+    if !acpiexec_available() {
+        eprintln!("SKIP: acpiexec not found (install acpica-tools)");
+        return;
+    }
+    let ssdt = ssdt_file("uuid", &[nfit_handle(0)]);
+    let other = "(a4 e7 10 2f 91 9e e4 11 89 d3 12 3b 93 f7 5c ba)"; // NFIT root UUID
+    let r = run(
+        &ssdt,
+        &[
+            // Another family's UUID: "no functions", page untouched.
+            ex("NV00", other, 1, 0, "[0]"),
+            ev("NFUN"),
+            // Function 0 with a package of one integer (acpiexec cannot pass
+            // the empty package Linux uses): no input.
+            ex("NV00", INTEL_UUID, 1, 0, "[0]"),
+            ev("NFUN"),
+            ev("NLEN"),
+            // A package whose element is not a buffer: no input either.
+            ex("NV00", INTEL_UUID, 1, 4, "[7]"),
+            ev("NFUN"),
+            ev("NLEN"),
+            // The root device's _DSM: no functions.
+            format!("execute \\_SB.NVDR._DSM {other} 1 0 [0]"),
+        ],
+    );
+    assert_eq!(r.len(), 9, "{r:?}");
+    assert_eq!(r[0], Ok(vec![0]));
+    assert_eq!(r[1], Err(0)); // never written
+    assert_eq!(r[2], Ok(vec![1])); // 1 byte (RLEN = handle 1) = low byte of NREV
+    assert_eq!(r[3], Err(0));
+    assert_eq!(r[4], Err(0));
+    assert_eq!(r[5], Ok(vec![1]));
+    assert_eq!(r[6], Err(4));
+    assert_eq!(r[7], Err(0));
+    assert_eq!(r[8], Ok(vec![0]));
+}
+
+#[test]
+fn dsm_clamps_response_length_to_page() {
+    if !acpiexec_available() {
+        eprintln!("SKIP: acpiexec not found (install acpica-tools)");
+        return;
+    }
+    // A handle above 4092 makes the "response length" exceed the page: the
+    // AML must clamp it to the 4092 bytes after the length field.
+    let ssdt = ssdt_file("clamp", &[0x0001_2345]);
+    let r = run(
+        &ssdt,
+        &[
+            ex("NV00", INTEL_UUID, 1, 4, "[(ee)]"),
+            ev("NHDL"),
+            ev("NLEN"),
+        ],
+    );
+    assert_eq!(r.len(), 3, "{r:?}");
+    let out = r[0].clone().unwrap();
+    assert_eq!(out.len(), 4092);
+    assert_eq!(&out[..12], &[1, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0]); // NREV, NFUN, NLEN
+    assert_eq!(out[12], 0xee); // the input byte
+    assert_eq!(r[1], Err(0x1_2345));
+    assert_eq!(r[2], Err(1));
+}
