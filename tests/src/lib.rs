@@ -2,3 +2,6 @@
 //!
 //! Every harness here skips with a visible reason when the tier it needs
 //! (KVM, QEMU, a built guest image) is missing on the machine.
+
+pub mod nested;
+pub mod skip;

@@ -1,0 +1,127 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# Prepare the L1 VM of the nested test harness: Debian's stock 6.1 kernel
+# (downloaded with `apt-get download`, unpacked, never installed) and an
+# initramfs with busybox-static, the KVM + virtio-9p modules and tests/l1/init.
+#
+# Usage: prepare.sh CACHE_DIR
+# Prints the directory holding vmlinuz, initramfs.cpio.gz and
+# kernel-package.txt as its last line of stdout. Cached by a hash of this
+# script, init and $PMEMVM_L1_KERNEL_PKG: a second run only hashes and exits.
+# Needs: apt-get, apt-cache, dpkg-deb, depmod (kmod), cpio, gzip, xz-utils,
+# zstd, busybox-static.
+set -eu -o pipefail
+
+if [ $# -ne 1 ]; then
+    echo "usage: $0 CACHE_DIR" >&2
+    exit 2
+fi
+cache=$1
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$cache"
+cache=$(cd "$cache" && pwd)
+
+key=$( (cat "$here/prepare.sh" "$here/init"; echo "pkg=${PMEMVM_L1_KERNEL_PKG:-}") \
+    | sha256sum | cut -c1-16)
+out="$cache/l1-$key"
+if [ -f "$out/ready" ]; then
+    echo "$out"
+    exit 0
+fi
+
+# One preparation at a time (tests run in parallel threads and processes).
+exec 9>"$cache/l1.lock"
+flock 9
+if [ -f "$out/ready" ]; then
+    echo "$out"
+    exit 0
+fi
+
+for tool in apt-get apt-cache dpkg-deb depmod cpio gzip xz zstd busybox; do
+    command -v "$tool" >/dev/null || { echo "prepare.sh: '$tool' not found" >&2; exit 3; }
+done
+if ldd "$(command -v busybox)" >/dev/null 2>&1; then
+    echo "prepare.sh: busybox is dynamically linked; install busybox-static" >&2
+    exit 3
+fi
+
+pkg=${PMEMVM_L1_KERNEL_PKG:-}
+if [ -z "$pkg" ]; then
+    pkg=$(apt-cache search --names-only '^linux-image-6\.1\.0-[0-9]+-amd64$' \
+        | cut -d' ' -f1 | sort -V | tail -n1)
+fi
+if [ -z "$pkg" ]; then
+    echo "prepare.sh: apt knows no linux-image-6.1.0-*-amd64 package (run apt-get update)" >&2
+    exit 3
+fi
+
+mkdir -p "$cache/debs"
+deb=$(ls "$cache/debs/${pkg}_"*_amd64.deb 2>/dev/null | sort -V | tail -n1 || true)
+if [ -z "$deb" ]; then
+    echo "prepare.sh: downloading $pkg" >&2
+    (cd "$cache/debs" && apt-get download "$pkg" >&2) || {
+        echo "prepare.sh: 'apt-get download $pkg' failed (no access to the Debian archive?)" >&2
+        exit 3
+    }
+    deb=$(ls "$cache/debs/${pkg}_"*_amd64.deb | sort -V | tail -n1)
+fi
+
+work=$(mktemp -d "$cache/tmp.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+echo "prepare.sh: unpacking $(basename "$deb")" >&2
+dpkg-deb -x "$deb" "$work/pkg"
+kver=$(ls "$work/pkg/lib/modules" | head -n1)
+moddir="$work/pkg/lib/modules/$kver"
+if [ ! -f "$moddir/modules.dep" ]; then
+    depmod -b "$work/pkg" "$kver"
+fi
+
+root="$work/root"
+mkdir -p "$root/bin" "$root/lib/modules" "$root/dev"
+: >"$root/lib/modules/load-order"
+loaded=" "
+add_module() { # $1: path relative to $moddir, as in modules.dep
+    local rel=$1 name base
+    name=$(basename "$rel")
+    base=${name%%.ko*}.ko
+    case "$loaded" in *" $base "*) return 0 ;; esac
+    case "$name" in
+    *.ko.xz) xz -dc "$moddir/$rel" >"$root/lib/modules/$base" ;;
+    *.ko.zst) zstd -qdc "$moddir/$rel" >"$root/lib/modules/$base" ;;
+    *.ko.gz) gzip -dc "$moddir/$rel" >"$root/lib/modules/$base" ;;
+    *) cp "$moddir/$rel" "$root/lib/modules/$base" ;;
+    esac
+    echo "$base" >>"$root/lib/modules/load-order"
+    loaded="$loaded$base "
+}
+for want in irqbypass ccp kvm kvm-amd virtio_ring virtio virtio_pci_modern_dev \
+    virtio_pci_legacy_dev virtio_pci 9pnet 9pnet_virtio netfs fscache 9p; do
+    line=$(grep -E "(^|/)$want\.ko(\.xz|\.zst|\.gz)?:" "$moddir/modules.dep" || true)
+    if [ -z "$line" ]; then
+        echo "prepare.sh: module $want not found in $pkg" >&2
+        exit 3
+    fi
+    # modules.dep lists dependencies so that the last one must load first.
+    read -r -a deps <<<"${line#*:}"
+    for ((i = ${#deps[@]} - 1; i >= 0; i--)); do
+        add_module "${deps[i]}"
+    done
+    add_module "${line%%:*}"
+done
+
+cp "$(command -v busybox)" "$root/bin/busybox"
+cp "$here/init" "$root/init"
+chmod 755 "$root/init" "$root/bin/busybox"
+
+stage="$work/out"
+mkdir -p "$stage"
+(cd "$root" && find . | sort | cpio -o -H newc -R 0:0 --quiet) | gzip -6 >"$stage/initramfs.cpio.gz"
+cp "$work/pkg/boot/vmlinuz-$kver" "$stage/vmlinuz"
+version=$(dpkg-deb -f "$deb" Version)
+printf 'package=%s\nversion=%s\nkernel=%s\n' "$pkg" "$version" "$kver" >"$stage/kernel-package.txt"
+rm -rf "$out"
+mv "$stage" "$out"
+touch "$out/ready"
+echo "prepare.sh: L1 ready: $pkg $version" >&2
+echo "$out"
