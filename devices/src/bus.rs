@@ -147,13 +147,28 @@ mod tests {
         let mut bus = Bus::new();
         let d = || Arc::new(Mutex::new(Recorder::default())) as SharedDevice;
         bus.insert(d(), 0x100, 0x10).unwrap();
-        assert!(matches!(bus.insert(d(), 0x10f, 1), Err(BusError::Overlap { .. })));
-        assert!(matches!(bus.insert(d(), 0xf8, 0x9), Err(BusError::Overlap { .. })));
-        assert!(matches!(bus.insert(d(), 0x0, 0x1000), Err(BusError::Overlap { .. })));
+        assert!(matches!(
+            bus.insert(d(), 0x10f, 1),
+            Err(BusError::Overlap { .. })
+        ));
+        assert!(matches!(
+            bus.insert(d(), 0xf8, 0x9),
+            Err(BusError::Overlap { .. })
+        ));
+        assert!(matches!(
+            bus.insert(d(), 0x0, 0x1000),
+            Err(BusError::Overlap { .. })
+        ));
         bus.insert(d(), 0x110, 1).unwrap();
         bus.insert(d(), 0xf0, 0x10).unwrap();
-        assert!(matches!(bus.insert(d(), 0x200, 0), Err(BusError::InvalidRange { .. })));
-        assert!(matches!(bus.insert(d(), u64::MAX, 2), Err(BusError::InvalidRange { .. })));
+        assert!(matches!(
+            bus.insert(d(), 0x200, 0),
+            Err(BusError::InvalidRange { .. })
+        ));
+        assert!(matches!(
+            bus.insert(d(), u64::MAX, 2),
+            Err(BusError::InvalidRange { .. })
+        ));
     }
 
     #[test]

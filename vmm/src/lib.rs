@@ -1,5 +1,25 @@
-//! pmemvm's VMM library (being written).
+//! pmemvm's VMM library: from a validated configuration to a running KVM
+//! guest with file-backed NVDIMMs described by ACPI.
+//!
+//! The flow (see docs/design.md): [`config`] → [`memory`] layout →
+//! [`backing`] files → [`boot`] (kernel, initrd, boot params) → [`acpi_setup`]
+//! → [`cpu`] setup → [`vm`] run loop → [`exit_status`].
 
+pub mod acpi_setup;
+pub mod backing;
+pub mod boot;
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod console;
+pub mod cpu;
+pub mod exit_status;
 pub mod fio;
+pub mod guest_job;
+pub mod host;
 pub mod layout;
+pub mod memory;
 pub mod report;
+pub mod signals;
+pub mod stats;
+pub mod vm;

@@ -1,1 +1,74 @@
-fn main() {}
+//! The `pmemvm` command: argument parsing and exit statuses only; the work is
+//! in the `vmm` library.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use vmm::cli::{AcpiArgs, BootArgs, Cli, Command};
+use vmm::exit_status;
+
+/// A failure with the exit status it maps to.
+struct Failure {
+    status: u8,
+    error: Box<dyn std::error::Error>,
+}
+
+impl<E: Into<vmm::commands::CommandError>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        let e: vmm::commands::CommandError = e.into();
+        Failure {
+            status: if e.is_usage() {
+                exit_status::USAGE
+            } else {
+                exit_status::RUNTIME_ERROR
+            },
+            error: Box::new(e),
+        }
+    }
+}
+
+/// Prints the error and its causes once, Cloud Hypervisor style.
+fn report(error: &dyn std::error::Error) {
+    eprintln!("pmemvm: error: {error}");
+    let mut source = error.source();
+    let mut n = 1;
+    while let Some(s) = source {
+        eprintln!("  {n}: {s}");
+        source = s.source();
+        n += 1;
+    }
+}
+
+fn boot(args: &BootArgs) -> Result<u8, Failure> {
+    Ok(vmm::commands::boot(args)?)
+}
+
+fn acpi(args: &AcpiArgs) -> Result<u8, Failure> {
+    vmm::commands::acpi(args)?;
+    Ok(0)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
+        .format_timestamp_millis()
+        .init();
+    let result = match &cli.command {
+        Command::Boot(a) => boot(a),
+        Command::Acpi(a) => acpi(a),
+    };
+    match result {
+        Ok(status) => ExitCode::from(status),
+        Err(f) => {
+            vmm::console::restore_terminal();
+            report(f.error.as_ref());
+            ExitCode::from(f.status)
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! From a VM's configuration to the ACPI description of its machine
+//! (`acpi::MachineDescription`), the tables in guest memory, and the NVDIMM
+//! `_DSM` doorbell that serves label requests from the guest's AML.
+
+use std::sync::Arc;
+
+use acpi::{AcpiTables, DsmTransport, MachineDescription, NvdimmDescription};
+use devices::bus::{Bus, BusDevice};
+use devices::nvdimm_dsm::{DsmHandler, FileLabels, DSM_PAGE_SIZE};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use crate::config::NvdimmSpec;
+use crate::layout;
+use crate::vm::{Nvdimm, VmError};
+
+/// One DIMM as placed: spec, guest base.
+#[derive(Debug, Clone, Copy)]
+pub struct PlacedNvdimm<'a> {
+    /// What the user asked for.
+    pub spec: &'a NvdimmSpec,
+    /// Guest physical base.
+    pub base: u64,
+}
+
+/// NFIT serial number of DIMM `index` (stable across runs).
+pub fn nvdimm_serial(index: u32) -> u32 {
+    0x504d_0000 | index
+}
+
+/// The machine as ACPI describes it.
+pub fn describe(cpus: u8, dimms: &[PlacedNvdimm]) -> MachineDescription {
+    let nvdimms: Vec<NvdimmDescription> = dimms
+        .iter()
+        .zip(0u32..)
+        .map(|(d, i)| NvdimmDescription {
+            handle: acpi::nfit_handle(i),
+            spa_base: d.base,
+            spa_size: d.spec.spa_size(),
+            flush_hint_addr: Some(
+                layout::NVDIMM_FLUSH_HINT_START.0 + u64::from(i) * layout::NVDIMM_FLUSH_HINT_SIZE,
+            ),
+            readonly: d.spec.readonly,
+            serial: nvdimm_serial(i),
+            label_size: u32::try_from(d.spec.label_size).unwrap_or(0),
+        })
+        .collect();
+    let dsm = nvdimms
+        .iter()
+        .any(|n| n.label_size > 0)
+        .then_some(DsmTransport {
+            page_addr: layout::NVDIMM_DSM_PAGE_START.0,
+            doorbell_port: layout::NVDIMM_DSM_PORT,
+        });
+    MachineDescription {
+        cpus: u32::from(cpus),
+        lapic_addr: u32::try_from(layout::LAPIC_START.0).unwrap_or(0),
+        ioapic_addr: u32::try_from(layout::IOAPIC_START.0).unwrap_or(0),
+        ioapic_id: cpus,
+        sleep_control_port: layout::ACPI_SLEEP_CONTROL_PORT,
+        sleep_status_port: layout::ACPI_SLEEP_STATUS_PORT,
+        reset_port: layout::ACPI_RESET_PORT,
+        reset_value: layout::ACPI_RESET_VALUE,
+        s5_slp_typ: layout::ACPI_S5_SLP_TYP,
+        serial_ports: vec![
+            (
+                layout::COM1_PORT,
+                u8::try_from(layout::COM1_IRQ).unwrap_or(4),
+            ),
+            (
+                layout::COM2_PORT,
+                u8::try_from(layout::COM2_IRQ).unwrap_or(3),
+            ),
+        ],
+        nvdimms,
+        dsm,
+    }
+}
+
+/// Builds the tables at pmemvm's fixed addresses.
+pub fn build(desc: &MachineDescription) -> Result<AcpiTables, VmError> {
+    acpi::build_tables(
+        desc,
+        layout::RSDP_ADDR.0,
+        layout::ACPI_TABLES_START.0,
+        layout::ACPI_TABLES_MAX_SIZE,
+    )
+    .map_err(|e| VmError::Acpi(e.to_string()))
+}
+
+/// Serves `_DSM` calls: the guest's AML writes the DSM page address here.
+struct DsmDoorbell {
+    mem: GuestMemoryMmap,
+    handler: Arc<DsmHandler>,
+}
+
+impl BusDevice for DsmDoorbell {
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        let addr = match (offset, <[u8; 4]>::try_from(data)) {
+            (0, Ok(b)) => u64::from(u32::from_le_bytes(b)),
+            _ => return,
+        };
+        // Only the reserved page is ever used: a guest naming another address is ignored.
+        if addr != layout::NVDIMM_DSM_PAGE_START.0 {
+            log::debug!("DSM doorbell with unexpected page address {addr:#x} ignored");
+            return;
+        }
+        let mut page = [0u8; DSM_PAGE_SIZE];
+        if self.mem.read_slice(&mut page, GuestAddress(addr)).is_err() {
+            return;
+        }
+        self.handler.handle(&mut page);
+        let _ = self.mem.write_slice(&page, GuestAddress(addr));
+    }
+}
+
+/// Writes the tables into guest memory and puts the DSM doorbell on the bus.
+/// Returns the DSM handler (for its counters) when any DIMM has labels.
+pub fn install(
+    cpus: u8,
+    mem: &GuestMemoryMmap,
+    nvdimms: &[Nvdimm],
+    pio: &mut Bus,
+) -> Result<Option<Arc<DsmHandler>>, VmError> {
+    let placed: Vec<PlacedNvdimm> = nvdimms
+        .iter()
+        .map(|n| PlacedNvdimm {
+            spec: &n.backing.spec,
+            base: n.base,
+        })
+        .collect();
+    let desc = describe(cpus, &placed);
+    let tables = build(&desc)?;
+    let write = |bytes: &[u8], addr: u64| {
+        mem.write_slice(bytes, GuestAddress(addr))
+            .map_err(|e| VmError::Acpi(format!("writing tables into guest memory: {e}")))
+    };
+    write(&tables.rsdp, tables.rsdp_addr)?;
+    for t in &tables.tables {
+        write(&t.bytes, t.addr)?;
+    }
+    if desc.dsm.is_none() {
+        return Ok(None);
+    }
+    let mut handler = DsmHandler::new();
+    for (n, d) in nvdimms.iter().zip(&desc.nvdimms) {
+        if d.label_size == 0 {
+            continue;
+        }
+        let file = n.backing.file.try_clone().map_err(|source| VmError::Io {
+            what: format!("duplicating the fd of {}", n.backing.display),
+            source,
+        })?;
+        handler.add_dimm(
+            d.handle,
+            FileLabels::new(
+                file,
+                n.backing.spec.label_offset(),
+                d.label_size,
+                d.readonly,
+            ),
+        );
+    }
+    let handler = Arc::new(handler);
+    pio.insert(
+        Arc::new(std::sync::Mutex::new(DsmDoorbell {
+            mem: mem.clone(),
+            handler: handler.clone(),
+        })),
+        layout::NVDIMM_DSM_PORT.into(),
+        4,
+    )?;
+    Ok(Some(handler))
+}

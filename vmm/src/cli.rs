@@ -1,0 +1,117 @@
+//! The command line of `pmemvm` (clap), turned into validated configurations.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{self, ConsoleMode, NvdimmSpec, VmConfig};
+
+/// pmemvm: a small KVM VMM that gives Linux guests ACPI NFIT-described NVDIMMs backed by host files.
+#[derive(Debug, Parser)]
+#[command(name = "pmemvm", version, about, long_about = None)]
+pub struct Cli {
+    /// More log output (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Boot a guest kernel with the console on this terminal.
+    Boot(BootArgs),
+    /// Write the ACPI tables pmemvm would give a guest, one file per table.
+    Acpi(AcpiArgs),
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    config::parse_size(s).map_err(|e| e.to_string())
+}
+
+fn parse_cpus(s: &str) -> Result<u8, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err(format!(
+            "--cpus '{s}' is not valid: a guest needs at least 1 vCPU; use 1 to 255"
+        )),
+        Ok(n) => u8::try_from(n).map_err(|_| format!("--cpus '{s}' is too large; use 1 to 255")),
+        Err(_) => Err(format!("--cpus '{s}' is not a whole number; use 1 to 255")),
+    }
+}
+
+fn parse_nvdimm(s: &str) -> Result<NvdimmSpec, String> {
+    s.parse::<NvdimmSpec>().map_err(|e| e.to_string())
+}
+
+/// Options shared by every command that describes a machine.
+#[derive(Debug, Args, Clone)]
+pub struct MachineArgs {
+    /// Number of vCPUs.
+    #[arg(long, default_value = "1", value_parser = parse_cpus, value_name = "N")]
+    pub cpus: u8,
+    /// Guest RAM (K, M, G, T suffixes).
+    #[arg(long, default_value = "512M", value_parser = parse_size_arg, value_name = "SIZE")]
+    pub memory: u64,
+    /// An NVDIMM: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc]. Repeat for more.
+    #[arg(long, value_parser = parse_nvdimm, value_name = "SPEC")]
+    pub nvdimm: Vec<NvdimmSpec>,
+}
+
+/// `pmemvm boot`.
+#[derive(Debug, Args)]
+pub struct BootArgs {
+    /// Guest kernel: ELF vmlinux (PVH) or bzImage. Default: the project's guest image.
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+    /// Initial ramdisk.
+    #[arg(long, value_name = "PATH")]
+    pub initrd: Option<PathBuf>,
+    /// Kernel command line.
+    #[arg(long, value_name = "STR")]
+    pub cmdline: Option<String>,
+    /// The machine.
+    #[command(flatten)]
+    pub machine: MachineArgs,
+    /// Write the guest console (COM1) to this file instead of the terminal.
+    #[arg(long, value_name = "PATH")]
+    pub console_log: Option<PathBuf>,
+    /// Write the guest's data channel (COM2) to this file.
+    #[arg(long, value_name = "PATH")]
+    pub channel: Option<PathBuf>,
+}
+
+/// `pmemvm acpi`.
+#[derive(Debug, Args)]
+pub struct AcpiArgs {
+    /// The machine.
+    #[command(flatten)]
+    pub machine: MachineArgs,
+    /// Directory to write `<NAME>.aml` files into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+impl BootArgs {
+    /// The VM configuration (kernel already resolved by the caller).
+    pub fn to_config(&self, kernel: PathBuf, initrd: Option<PathBuf>) -> VmConfig {
+        VmConfig {
+            kernel,
+            initrd,
+            initrd_append: Vec::new(),
+            cmdline: self
+                .cmdline
+                .clone()
+                .unwrap_or_else(|| config::DEFAULT_CMDLINE.to_string()),
+            cpus: self.machine.cpus,
+            memory: self.machine.memory,
+            nvdimms: self.machine.nvdimm.clone(),
+            console: self
+                .console_log
+                .clone()
+                .map_or(ConsoleMode::Stdio, ConsoleMode::File),
+            channel: self.channel.clone(),
+        }
+    }
+}

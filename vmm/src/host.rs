@@ -1,0 +1,75 @@
+//! Facts about the host that decide what a guest can do here: hardware
+//! virtualization flags, and whether /dev/kvm is PVM (pagetable-based
+//! virtualization, which emulates guest kernel code and cannot run an
+//! unmodified Linux kernel).
+
+use std::path::Path;
+
+/// What pmemvm knows about the host's KVM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostKvm {
+    /// `vmx` or `svm` present in /proc/cpuinfo.
+    pub hw_virt: bool,
+    /// The `kvm_pvm` module is loaded.
+    pub pvm: bool,
+}
+
+impl HostKvm {
+    /// Reads /proc/cpuinfo and /sys/module.
+    pub fn probe() -> Self {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        Self::from_sources(&cpuinfo, Path::new("/sys/module/kvm_pvm").exists())
+    }
+
+    /// Decides from the text of /proc/cpuinfo and whether kvm_pvm is loaded.
+    pub fn from_sources(cpuinfo: &str, pvm_module: bool) -> Self {
+        let hw_virt = cpuinfo
+            .lines()
+            .filter(|l| l.starts_with("flags"))
+            .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
+        Self {
+            hw_virt,
+            pvm: pvm_module,
+        }
+    }
+
+    /// True when an unmodified Linux kernel cannot be expected to boot on this KVM.
+    pub fn cannot_run_linux(&self) -> bool {
+        self.pvm || !self.hw_virt
+    }
+
+    /// The sentence pmemvm adds when a guest dies in KVM's instruction emulator here.
+    pub fn explanation(&self) -> Option<String> {
+        self.cannot_run_linux().then(|| {
+            format!(
+                "this host's KVM cannot run an unmodified kernel: {} — guest kernel code is \
+                 emulated instruction by instruction and Linux stops in that emulator; use a \
+                 host with hardware virtualization, or run pmemvm nested under QEMU TCG (see \
+                 docs/testing.md)",
+                match (self.pvm, self.hw_virt) {
+                    (true, false) => "it is PVM (kvm_pvm loaded, no vmx/svm in /proc/cpuinfo)",
+                    (true, true) => "it is PVM (kvm_pvm loaded)",
+                    _ => "/proc/cpuinfo has no vmx/svm flag",
+                }
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_hosts() {
+        let intel = "processor : 0\nflags : fpu vme vmx sse2\n";
+        let plain = "processor : 0\nflags : fpu vme sse2 hypervisor\n";
+        assert!(!HostKvm::from_sources(intel, false).cannot_run_linux());
+        assert!(HostKvm::from_sources(intel, false).explanation().is_none());
+        let pvm = HostKvm::from_sources(plain, true);
+        assert!(pvm.cannot_run_linux());
+        assert!(pvm.explanation().unwrap().contains("PVM"));
+        assert!(HostKvm::from_sources("flags : svm\n", false).hw_virt);
+        assert!(!HostKvm::from_sources("flags : svmx\n", false).hw_virt);
+    }
+}

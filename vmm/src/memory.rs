@@ -1,0 +1,203 @@
+//! Guest physical memory arrangement: RAM split around the 32-bit MMIO hole,
+//! NVDIMM placement above it, and the E820 map the guest is given.
+//! Pure arithmetic, unit tested; mapping happens in `vm.rs` and `backing.rs`.
+
+use crate::layout;
+
+/// Errors in the memory arrangement.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum MemoryLayoutError {
+    /// RAM smaller than what pmemvm needs below 1 MiB plus a little.
+    #[error("--memory {0} bytes is too small; at least 16M is needed")]
+    RamTooSmall(u64),
+    /// RAM larger than this layout supports.
+    #[error("--memory {0} bytes is too large; at most 1T is supported")]
+    RamTooLarge(u64),
+    /// NVDIMMs reaching beyond the physical address space.
+    #[error("the NVDIMMs do not fit below the {bits}-bit guest physical address limit; use fewer or smaller DIMMs")]
+    AddressSpace {
+        /// Guest physical address bits.
+        bits: u8,
+    },
+}
+
+/// Smallest RAM accepted.
+pub const MIN_RAM: u64 = 16 << 20;
+/// Largest RAM accepted.
+pub const MAX_RAM: u64 = 1 << 40;
+/// Guest physical address bits assumed for placement checks (x86-64 with 4-level paging
+/// supports 46 bits in hardware; KVM guests commonly get 40+). Kept conservative.
+pub const PHYS_ADDR_BITS: u8 = 46;
+
+/// A RAM region: guest address and length.
+pub type RamRegion = (u64, u64);
+
+/// RAM regions for `ram` bytes: below the MMIO hole, and the rest above 4 GiB.
+pub fn ram_regions(ram: u64) -> Result<Vec<RamRegion>, MemoryLayoutError> {
+    if ram < MIN_RAM {
+        return Err(MemoryLayoutError::RamTooSmall(ram));
+    }
+    if ram > MAX_RAM {
+        return Err(MemoryLayoutError::RamTooLarge(ram));
+    }
+    let low_end = layout::MMIO_HOLE_START.0;
+    if ram <= low_end {
+        Ok(vec![(0, ram)])
+    } else {
+        Ok(vec![
+            (0, low_end),
+            (layout::RAM_64BIT_START.0, ram - low_end),
+        ])
+    }
+}
+
+/// End (exclusive) of the highest RAM region.
+pub fn ram_end(regions: &[RamRegion]) -> u64 {
+    regions.iter().map(|(a, l)| a + l).max().unwrap_or(0)
+}
+
+fn align_up(v: u64, align: u64) -> Option<u64> {
+    v.checked_add(align - 1).map(|x| x & !(align - 1))
+}
+
+/// Guest base address of each NVDIMM range of the given lengths: the first at
+/// the first 1 GiB boundary at or above max(4 GiB, end of RAM), each next one
+/// at the 1 GiB boundary after its predecessor.
+pub fn nvdimm_bases(ram: &[RamRegion], lengths: &[u64]) -> Result<Vec<u64>, MemoryLayoutError> {
+    let limit = 1u64 << PHYS_ADDR_BITS;
+    let err = MemoryLayoutError::AddressSpace {
+        bits: PHYS_ADDR_BITS,
+    };
+    let mut next = ram_end(ram).max(layout::RAM_64BIT_START.0);
+    let mut bases = Vec::with_capacity(lengths.len());
+    for &len in lengths {
+        let base = align_up(next, layout::NVDIMM_ALIGN).ok_or(err.clone())?;
+        let end = base.checked_add(len).ok_or(err.clone())?;
+        if end > limit {
+            return Err(err);
+        }
+        bases.push(base);
+        next = end;
+    }
+    Ok(bases)
+}
+
+/// E820 entry types used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum E820Type {
+    /// Usable RAM.
+    Ram = 1,
+    /// Reserved.
+    Reserved = 2,
+}
+
+/// One E820 entry: address, length, type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct E820Entry {
+    /// Start.
+    pub addr: u64,
+    /// Length.
+    pub size: u64,
+    /// Kind.
+    pub kind: E820Type,
+}
+
+/// The E820 map: RAM below the EBDA, the reserved BIOS area (ACPI tables and
+/// the DSM page live there), RAM above 1 MiB and above 4 GiB. NVDIMM ranges
+/// are deliberately absent (as with QEMU): the NFIT alone describes them.
+pub fn e820_map(ram: &[RamRegion]) -> Vec<E820Entry> {
+    let mut map = Vec::new();
+    let mut push = |addr, size, kind| {
+        if size > 0 {
+            map.push(E820Entry { addr, size, kind });
+        }
+    };
+    for &(addr, len) in ram {
+        let end = addr + len;
+        if addr == 0 {
+            let ebda = layout::EBDA_START.0;
+            let high = layout::HIGH_RAM_START.0;
+            push(0, ebda.min(end), E820Type::Ram);
+            push(ebda, high - ebda, E820Type::Reserved);
+            push(high, end.saturating_sub(high), E820Type::Ram);
+        } else {
+            push(addr, len, E820Type::Ram);
+        }
+    }
+    map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: u64 = 1 << 30;
+    const M: u64 = 1 << 20;
+
+    #[test]
+    fn ram_split_around_the_hole() {
+        assert_eq!(ram_regions(512 * M).unwrap(), vec![(0, 512 * M)]);
+        assert_eq!(ram_regions(3 * G).unwrap(), vec![(0, 3 * G)]);
+        assert_eq!(
+            ram_regions(5 * G).unwrap(),
+            vec![(0, 3 * G), (4 * G, 2 * G)]
+        );
+        assert_eq!(ram_regions(M), Err(MemoryLayoutError::RamTooSmall(M)));
+        assert!(ram_regions(2 << 40).is_err());
+    }
+
+    #[test]
+    fn nvdimm_placement() {
+        let ram = ram_regions(512 * M).unwrap();
+        assert_eq!(nvdimm_bases(&ram, &[G]).unwrap(), vec![4 * G]);
+        assert_eq!(
+            nvdimm_bases(&ram, &[G - 2 * M, 2 * M, 128 * G]).unwrap(),
+            vec![4 * G, 5 * G, 6 * G]
+        );
+        let ram = ram_regions(5 * G).unwrap(); // RAM ends at 6 GiB
+        assert_eq!(nvdimm_bases(&ram, &[G, G]).unwrap(), vec![6 * G, 7 * G]);
+        let ram = ram_regions(5 * G + 1).unwrap();
+        assert_eq!(nvdimm_bases(&ram, &[2 * M]).unwrap(), vec![7 * G]);
+        assert!(nvdimm_bases(&ram, &[1 << 46]).is_err());
+        assert!(nvdimm_bases(&ram, &[u64::MAX - G]).is_err());
+    }
+
+    #[test]
+    fn e820_contents() {
+        let map = e820_map(&ram_regions(512 * M).unwrap());
+        assert_eq!(
+            map,
+            vec![
+                E820Entry {
+                    addr: 0,
+                    size: 0x9fc00,
+                    kind: E820Type::Ram
+                },
+                E820Entry {
+                    addr: 0x9fc00,
+                    size: 0x100000 - 0x9fc00,
+                    kind: E820Type::Reserved
+                },
+                E820Entry {
+                    addr: 0x100000,
+                    size: 512 * M - 0x100000,
+                    kind: E820Type::Ram
+                },
+            ]
+        );
+        let map = e820_map(&ram_regions(4 * G).unwrap());
+        assert_eq!(map.len(), 4);
+        assert_eq!(
+            map[3],
+            E820Entry {
+                addr: 4 * G,
+                size: G,
+                kind: E820Type::Ram
+            }
+        );
+        // No entry touches the NVDIMM area or the MMIO hole.
+        assert!(map
+            .iter()
+            .all(|e| e.addr + e.size <= 3 * G || e.addr >= 4 * G));
+    }
+}

@@ -1,0 +1,695 @@
+//! Building a VM from a validated [`VmConfig`] and running it to its end.
+//!
+//! Order matters for the "nothing changed on disk" promise: everything that
+//! can be checked without touching the user's files (KVM, sizes, layout,
+//! kernel and initrd) is checked before any backing file is created, and a
+//! file created here is removed again if a later step fails.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::thread::JoinHandleExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use devices::bus::{Bus, BusError};
+use devices::exit::{ExitNotifier, ExitRequest};
+use devices::nvdimm::{FlushHintDevice, FlushStats, FlushTarget};
+use devices::power::{AcpiPowerDevice, GuestExitDevice, I8042ResetDevice};
+use devices::serial::SerialDevice;
+use kvm_bindings::{
+    kvm_pit_config, kvm_userspace_memory_region, KVM_MAX_CPUID_ENTRIES, KVM_MEM_READONLY,
+    KVM_PIT_SPEAKER_DUMMY,
+};
+use kvm_ioctls::{Kvm, VcpuExit, VcpuFd, VmFd};
+use vm_memory::{
+    Address, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MmapRegion,
+};
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::backing::{self, BackingError, NvdimmBacking};
+use crate::boot::{self, BootError, BootInputs};
+use crate::config::{ConsoleMode, VmConfig};
+use crate::cpu::{self, CpuSetupError};
+use crate::host::HostKvm;
+use crate::layout;
+use crate::memory::{self, MemoryLayoutError};
+use crate::stats::{ExitCounts, ExitStats, NvdimmCounts};
+
+/// Errors building or running a VM.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    /// /dev/kvm missing.
+    #[error("/dev/kvm does not exist: this host has no KVM (load the kvm module, or use a machine with virtualization)")]
+    NoKvm,
+    /// /dev/kvm not accessible.
+    #[error("/dev/kvm cannot be opened: permission denied (run as root or join the 'kvm' group)")]
+    KvmPermission,
+    /// Other failure opening /dev/kvm.
+    #[error("/dev/kvm cannot be opened: {0}")]
+    KvmOpen(#[source] kvm_ioctls::Error),
+    /// vCPU count above KVM's limit.
+    #[error("--cpus {asked} is more than this host's KVM allows ({max}); use 1 to {max}")]
+    TooManyCpus {
+        /// Requested.
+        asked: u8,
+        /// KVM's limit.
+        max: usize,
+    },
+    /// Too many DIMMs for memslots or the flush-hint window.
+    #[error("{asked} NVDIMMs are more than pmemvm can give a guest here (at most {max})")]
+    TooManyNvdimms {
+        /// Requested.
+        asked: usize,
+        /// Limit.
+        max: usize,
+    },
+    /// Memory layout.
+    #[error(transparent)]
+    Layout(#[from] MemoryLayoutError),
+    /// Kernel/initrd loading.
+    #[error(transparent)]
+    Boot(#[from] BootError),
+    /// Backing files.
+    #[error(transparent)]
+    Backing(#[from] BackingError),
+    /// A KVM call failed.
+    #[error("KVM {step} failed: {source}")]
+    Kvm {
+        /// What was being done.
+        step: &'static str,
+        /// Cause.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+    /// vCPU setup.
+    #[error(transparent)]
+    Cpu(#[from] CpuSetupError),
+    /// Guest RAM allocation.
+    #[error("allocating {0} bytes of guest RAM failed")]
+    RamAlloc(u64, #[source] vm_memory::mmap::FromRangesError),
+    /// Device wiring.
+    #[error("placing devices failed: {0}")]
+    Bus(#[from] BusError),
+    /// ACPI tables.
+    #[error("building the ACPI tables failed: {0}")]
+    Acpi(String),
+    /// Host I/O (console file, eventfds, threads).
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl VmError {
+    /// True when the user's input is at fault (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Self::NoKvm | Self::KvmPermission | Self::TooManyCpus { .. } => true,
+            Self::TooManyNvdimms { .. } | Self::Layout(_) => true,
+            Self::Boot(e) => e.is_usage(),
+            Self::Backing(e) => e.is_usage(),
+            _ => false,
+        }
+    }
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> VmError {
+    let what = what.into();
+    move |source| VmError::Io { what, source }
+}
+
+fn kvm_err(step: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmError {
+    move |source| VmError::Kvm { step, source }
+}
+
+/// One NVDIMM: its file, its mapping and where the guest sees it.
+#[derive(Debug)]
+pub struct Nvdimm {
+    /// Backing file.
+    pub backing: NvdimmBacking,
+    /// The `MAP_SHARED` mapping registered as a memslot.
+    pub mapping: MmapRegion,
+    /// Guest physical base.
+    pub base: u64,
+    /// Flush counters.
+    pub flush_stats: Arc<FlushStats>,
+}
+
+impl Nvdimm {
+    /// Guest physical range length.
+    pub fn size(&self) -> u64 {
+        self.mapping.size() as u64
+    }
+}
+
+/// How a VM ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutcome {
+    /// The exit request that ended it.
+    pub reason: ExitRequest,
+    /// Exit counters.
+    pub exits: ExitCounts,
+    /// Per-DIMM counters.
+    pub nvdimms: Vec<NvdimmCounts>,
+    /// A sentence explaining why the host cannot run this guest, when that is the likely cause.
+    pub host_hint: Option<String>,
+}
+
+/// A VM ready to run.
+pub struct Vm {
+    vm_fd: VmFd,
+    mem: GuestMemoryMmap,
+    nvdimms: Vec<Nvdimm>,
+    vcpus: Vec<VcpuFd>,
+    pio: Arc<Bus>,
+    mmio: Arc<Bus>,
+    exit: Arc<ExitNotifier>,
+    stats: Arc<ExitStats>,
+    console_in: Option<Arc<Mutex<SerialDevice>>>,
+    host: HostKvm,
+    dsm: Option<Arc<devices::nvdimm_dsm::DsmHandler>>,
+}
+
+impl std::fmt::Debug for Vm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vm")
+            .field("vcpus", &self.vcpus.len())
+            .field("nvdimms", &self.nvdimms)
+            .finish_non_exhaustive()
+    }
+}
+
+fn open_kvm() -> Result<Kvm, VmError> {
+    if !std::path::Path::new("/dev/kvm").exists() {
+        return Err(VmError::NoKvm);
+    }
+    Kvm::new().map_err(|e| match e.errno() {
+        libc::EACCES | libc::EPERM => VmError::KvmPermission,
+        libc::ENOENT => VmError::NoKvm,
+        _ => VmError::KvmOpen(e),
+    })
+}
+
+/// Registers a host mapping as guest memory.
+fn add_memslot(
+    vm: &VmFd,
+    slot: u32,
+    guest: u64,
+    host: *mut u8,
+    size: u64,
+    readonly: bool,
+) -> Result<(), VmError> {
+    let region = kvm_userspace_memory_region {
+        slot,
+        flags: if readonly { KVM_MEM_READONLY } else { 0 },
+        guest_phys_addr: guest,
+        memory_size: size,
+        userspace_addr: host as u64,
+    };
+    // SAFETY: `host..host+size` is a live mapping owned by the `Vm` (guest RAM
+    // or an NVDIMM `MmapRegion`), kept alive as long as the VM fd exists; the
+    // guest range does not overlap another slot (layout module).
+    unsafe { vm.set_user_memory_region(region) }.map_err(kvm_err("memory slot registration"))
+}
+
+/// The console writer for COM1.
+fn console_writer(mode: &ConsoleMode) -> Result<Box<dyn Write + Send>, VmError> {
+    Ok(match mode {
+        ConsoleMode::Stdio => Box::new(std::io::stdout()),
+        ConsoleMode::Null => Box::new(std::io::sink()),
+        ConsoleMode::File(p) => Box::new(File::create(p).map_err(io_err(format!(
+            "cannot create console file {}",
+            p.display()
+        )))?),
+    })
+}
+
+impl Vm {
+    /// Builds the VM. See the module docs for the order of checks.
+    pub fn build(config: &VmConfig) -> Result<Self, VmError> {
+        let host = HostKvm::probe();
+        let kvm = open_kvm()?;
+        let max_cpus = kvm.get_max_vcpus();
+        if usize::from(config.cpus) > max_cpus || config.cpus == 0 {
+            return Err(VmError::TooManyCpus {
+                asked: config.cpus,
+                max: max_cpus,
+            });
+        }
+        let ram = memory::ram_regions(config.memory)?;
+        let slots_max = kvm.get_nr_memslots().saturating_sub(ram.len());
+        let dimm_max = slots_max.min(usize::try_from(layout::NVDIMM_FLUSH_HINT_MAX).unwrap_or(0));
+        if config.nvdimms.len() > dimm_max {
+            return Err(VmError::TooManyNvdimms {
+                asked: config.nvdimms.len(),
+                max: dimm_max,
+            });
+        }
+        let spa_sizes: Vec<u64> = config.nvdimms.iter().map(|n| n.spa_size()).collect();
+        let bases = memory::nvdimm_bases(&ram, &spa_sizes)?;
+        boot::detect_format(&config.kernel)?;
+
+        let vm_fd = kvm.create_vm().map_err(kvm_err("VM creation"))?;
+        vm_fd
+            .set_tss_address(0xfffb_d000)
+            .map_err(kvm_err("TSS address"))?;
+        vm_fd
+            .create_irq_chip()
+            .map_err(kvm_err("IRQ chip creation"))?;
+        vm_fd
+            .create_pit2(kvm_pit_config {
+                flags: KVM_PIT_SPEAKER_DUMMY,
+                ..Default::default()
+            })
+            .map_err(kvm_err("PIT creation"))?;
+
+        let ranges: Vec<(GuestAddress, usize)> = ram
+            .iter()
+            .map(|&(a, l)| (GuestAddress(a), usize::try_from(l).unwrap_or(usize::MAX)))
+            .collect();
+        let mem = GuestMemoryMmap::from_ranges(&ranges)
+            .map_err(|e| VmError::RamAlloc(config.memory, e))?;
+        let mut slot = 0u32;
+        for region in mem.iter() {
+            let host = mem
+                .get_host_address(region.start_addr())
+                .map_err(|_| VmError::Acpi("guest RAM has no host mapping".into()))?;
+            add_memslot(
+                &vm_fd,
+                slot,
+                region.start_addr().raw_value(),
+                host,
+                region.len(),
+                false,
+            )?;
+            slot += 1;
+        }
+
+        let e820 = memory::e820_map(&ram);
+        let low_ram_end = ram.first().map_or(0, |&(a, l)| a + l);
+        let entry = boot::load(
+            &mem,
+            &BootInputs {
+                kernel: &config.kernel,
+                initrd: config.initrd.as_deref(),
+                initrd_append: &config.initrd_append,
+                cmdline: &config.cmdline,
+                e820: &e820,
+                low_ram_end,
+            },
+        )?;
+
+        // From here on the user's files may be created.
+        let backings = backing::open_all(&config.nvdimms)?;
+        let mut nvdimms = Vec::with_capacity(backings.len());
+        for (b, base) in backings.into_iter().zip(bases) {
+            let mapping = b.map()?;
+            add_memslot(
+                &vm_fd,
+                slot,
+                base,
+                mapping.as_ptr(),
+                mapping.size() as u64,
+                b.spec.readonly,
+            )?;
+            slot += 1;
+            nvdimms.push(Nvdimm {
+                backing: b,
+                mapping,
+                base,
+                flush_stats: Arc::new(FlushStats::default()),
+            });
+        }
+
+        let exit = Arc::new(ExitNotifier::new().map_err(io_err("creating the exit eventfd"))?);
+        let mut pio = Bus::new();
+        let mut mmio = Bus::new();
+        let irq = |gsi: u32| -> Result<EventFd, VmError> {
+            let evt =
+                EventFd::new(libc::EFD_NONBLOCK).map_err(io_err("creating an IRQ eventfd"))?;
+            vm_fd
+                .register_irqfd(&evt, gsi)
+                .map_err(kvm_err("irqfd registration"))?;
+            evt.try_clone().map_err(io_err("cloning an IRQ eventfd"))
+        };
+        let com1 = Arc::new(Mutex::new(SerialDevice::new(
+            irq(layout::COM1_IRQ)?,
+            console_writer(&config.console)?,
+        )));
+        pio.insert(
+            com1.clone(),
+            layout::COM1_PORT.into(),
+            layout::SERIAL_PORT_SIZE.into(),
+        )?;
+        let channel: Box<dyn Write + Send> = match &config.channel {
+            Some(p) => Box::new(File::create(p).map_err(io_err(format!(
+                "cannot create channel file {}",
+                p.display()
+            )))?),
+            None => Box::new(std::io::sink()),
+        };
+        let com2 = Arc::new(Mutex::new(SerialDevice::new(
+            irq(layout::COM2_IRQ)?,
+            channel,
+        )));
+        pio.insert(
+            com2,
+            layout::COM2_PORT.into(),
+            layout::SERIAL_PORT_SIZE.into(),
+        )?;
+        pio.insert(
+            Arc::new(Mutex::new(AcpiPowerDevice::new(
+                exit.clone(),
+                layout::ACPI_S5_SLP_TYP,
+                layout::ACPI_RESET_VALUE,
+            ))),
+            layout::ACPI_SLEEP_CONTROL_PORT.into(),
+            AcpiPowerDevice::LEN,
+        )?;
+        pio.insert(
+            Arc::new(Mutex::new(I8042ResetDevice::new(exit.clone()))),
+            layout::I8042_PORT.into(),
+            1,
+        )?;
+        pio.insert(
+            Arc::new(Mutex::new(GuestExitDevice::new(exit.clone()))),
+            layout::GUEST_EXIT_PORT.into(),
+            1,
+        )?;
+        if !nvdimms.is_empty() {
+            let targets = nvdimms
+                .iter()
+                .map(|n| FlushTarget {
+                    file: n.backing.file.clone(),
+                    path: n.backing.display.clone(),
+                    stats: n.flush_stats.clone(),
+                })
+                .collect();
+            let dev = FlushHintDevice::new(targets, layout::NVDIMM_FLUSH_HINT_SIZE, exit.clone());
+            let len = dev.len();
+            mmio.insert(
+                Arc::new(Mutex::new(dev)),
+                layout::NVDIMM_FLUSH_HINT_START.0,
+                len,
+            )?;
+        }
+        let dsm = crate::acpi_setup::install(config.cpus, &mem, &nvdimms, &mut pio)?;
+
+        let cpuid = kvm
+            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+            .map_err(kvm_err("supported CPUID query"))?;
+        let mut vcpus = Vec::with_capacity(config.cpus.into());
+        for i in 0..config.cpus {
+            let vcpu = vm_fd
+                .create_vcpu(i.into())
+                .map_err(kvm_err("vCPU creation"))?;
+            cpu::configure(&vcpu, &mem, cpuid.clone(), i, config.cpus, entry)?;
+            vcpus.push(vcpu);
+        }
+        for n in &mut nvdimms {
+            n.backing.keep();
+        }
+        let console_in = matches!(config.console, ConsoleMode::Stdio).then_some(com1);
+        Ok(Self {
+            vm_fd,
+            mem,
+            nvdimms,
+            vcpus,
+            pio: Arc::new(pio),
+            mmio: Arc::new(mmio),
+            exit,
+            stats: Arc::new(ExitStats::default()),
+            console_in,
+            host,
+            dsm,
+        })
+    }
+
+    /// The exit notifier (signal handlers post to it).
+    pub fn exit_notifier(&self) -> Arc<ExitNotifier> {
+        self.exit.clone()
+    }
+
+    /// The NVDIMMs.
+    pub fn nvdimms(&self) -> &[Nvdimm] {
+        &self.nvdimms
+    }
+
+    /// Guest RAM.
+    pub fn memory(&self) -> &GuestMemoryMmap {
+        &self.mem
+    }
+
+    /// Runs the vCPUs until the guest or the host ends the VM; syncs every
+    /// writable backing file before returning.
+    pub fn run(mut self) -> Result<RunOutcome, VmError> {
+        crate::signals::install_kick_handler()
+            .map_err(io_err("installing the vCPU kick signal"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let readonly_ranges: Arc<Vec<(u64, u64)>> = Arc::new(
+            self.nvdimms
+                .iter()
+                .filter(|n| n.backing.spec.readonly)
+                .map(|n| (n.base, n.size()))
+                .collect(),
+        );
+        let mut threads: Vec<JoinHandle<()>> = Vec::new();
+        for (i, vcpu) in std::mem::take(&mut self.vcpus).into_iter().enumerate() {
+            let ctx = VcpuContext {
+                index: i,
+                vcpu,
+                pio: self.pio.clone(),
+                mmio: self.mmio.clone(),
+                exit: self.exit.clone(),
+                stats: self.stats.clone(),
+                stop: stop.clone(),
+                readonly: readonly_ranges.clone(),
+                mem: self.mem.clone(),
+                host: self.host.clone(),
+            };
+            let t = std::thread::Builder::new()
+                .name(format!("vcpu{i}"))
+                .spawn(move || ctx.run())
+                .map_err(io_err("starting a vCPU thread"))?;
+            threads.push(t);
+        }
+        if let Some(com1) = self.console_in.clone() {
+            let exit = self.exit.clone();
+            crate::console::spawn_input_thread(com1, stop.clone(), move || {
+                exit.request(ExitRequest::Signal(libc::SIGINT));
+            });
+        }
+        crate::signals::install_stop_handlers(&self.exit)
+            .map_err(io_err("installing SIGINT/SIGTERM handlers"))?;
+
+        let reason = loop {
+            if let Some(r) = self.exit.get() {
+                break r;
+            }
+            if let Some(sig) = crate::signals::pending() {
+                self.exit.request(ExitRequest::Signal(sig));
+                continue;
+            }
+            // EINTR (a signal) just loops back to the checks.
+            let _ = self.exit.event().read();
+        };
+        stop.store(true, Ordering::SeqCst);
+        kick_and_join(threads);
+
+        let mut sync_error = None;
+        for n in &self.nvdimms {
+            if let Err(e) = n.backing.sync() {
+                sync_error.get_or_insert(format!(
+                    "fdatasync of NVDIMM backing file {} failed at exit: {e}",
+                    n.backing.display
+                ));
+            }
+        }
+        let reason = match (reason, sync_error) {
+            (r @ ExitRequest::StorageFailure(_), _) => r,
+            (_, Some(e)) => ExitRequest::StorageFailure(e),
+            (r, None) => r,
+        };
+        let host_hint = match &reason {
+            ExitRequest::Fatal(_) | ExitRequest::TripleFault => self.host.explanation(),
+            _ => None,
+        };
+        Ok(RunOutcome {
+            reason,
+            exits: self.stats.snapshot(),
+            nvdimms: self
+                .nvdimms
+                .iter()
+                .map(|n| NvdimmCounts {
+                    file: n.backing.display.clone(),
+                    base: n.base,
+                    size: n.size(),
+                    flushes: n.flush_stats.flushes.load(Ordering::Relaxed),
+                    flush_failures: n.flush_stats.failures.load(Ordering::Relaxed),
+                    label_calls: self
+                        .dsm
+                        .as_ref()
+                        .map_or(0, |d| d.stats().calls.load(Ordering::Relaxed)),
+                })
+                .collect(),
+            host_hint,
+        })
+    }
+
+    /// The VM fd (for tests and tools).
+    pub fn vm_fd(&self) -> &VmFd {
+        &self.vm_fd
+    }
+}
+
+/// Interrupts every vCPU thread until it has left KVM_RUN and returned.
+fn kick_and_join(threads: Vec<JoinHandle<()>>) {
+    let mut threads = threads;
+    while !threads.is_empty() {
+        for t in &threads {
+            if !t.is_finished() {
+                // SAFETY: the pthread id belongs to a thread we spawned and have
+                // not joined yet; the kick signal's handler does nothing.
+                unsafe {
+                    libc::pthread_kill(t.as_pthread_t(), crate::signals::kick_signal());
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        let (done, running): (Vec<_>, Vec<_>) = threads.into_iter().partition(|t| t.is_finished());
+        for t in done {
+            let _ = t.join();
+        }
+        threads = running;
+    }
+}
+
+struct VcpuContext {
+    index: usize,
+    vcpu: VcpuFd,
+    pio: Arc<Bus>,
+    mmio: Arc<Bus>,
+    exit: Arc<ExitNotifier>,
+    stats: Arc<ExitStats>,
+    stop: Arc<AtomicBool>,
+    readonly: Arc<Vec<(u64, u64)>>,
+    mem: GuestMemoryMmap,
+    host: HostKvm,
+}
+
+impl VcpuContext {
+    fn run(mut self) {
+        while !self.stop.load(Ordering::SeqCst) {
+            if let Some(request) = self.run_once() {
+                self.exit.request(request);
+                return;
+            }
+        }
+    }
+
+    /// One KVM_RUN; returns a request when the VM must end.
+    fn run_once(&mut self) -> Option<ExitRequest> {
+        let stats = &self.stats;
+        match self.vcpu.run() {
+            Ok(VcpuExit::IoIn(port, data)) => {
+                ExitStats::bump(&stats.io_in);
+                if self.pio.read(port.into(), data).is_err() {
+                    ExitStats::bump(&stats.unhandled);
+                }
+                None
+            }
+            Ok(VcpuExit::IoOut(port, data)) => {
+                ExitStats::bump(&stats.io_out);
+                if self.pio.write(port.into(), data).is_err() {
+                    ExitStats::bump(&stats.unhandled);
+                }
+                None
+            }
+            Ok(VcpuExit::MmioRead(addr, data)) => {
+                ExitStats::bump(&stats.mmio_read);
+                if self.mmio.read(addr, data).is_err() {
+                    ExitStats::bump(&stats.unhandled);
+                }
+                None
+            }
+            Ok(VcpuExit::MmioWrite(addr, data)) => {
+                ExitStats::bump(&stats.mmio_write);
+                if self.readonly.iter().any(|&(b, l)| addr >= b && addr - b < l) {
+                    ExitStats::bump(&stats.readonly_writes);
+                } else if self.mmio.write(addr, data).is_err() {
+                    ExitStats::bump(&stats.unhandled);
+                }
+                None
+            }
+            Ok(VcpuExit::Hlt) => {
+                ExitStats::bump(&stats.hlt);
+                None
+            }
+            Ok(VcpuExit::Shutdown) => Some(ExitRequest::TripleFault),
+            Ok(VcpuExit::SystemEvent(kind, _)) => Some(match kind {
+                kvm_bindings::KVM_SYSTEM_EVENT_SHUTDOWN => ExitRequest::PowerOff,
+                kvm_bindings::KVM_SYSTEM_EVENT_RESET => ExitRequest::Reset,
+                other => ExitRequest::Fatal(format!("vCPU {} reported system event {other}", self.index)),
+            }),
+            Ok(VcpuExit::InternalError) => Some(ExitRequest::Fatal(self.internal_error())),
+            Ok(VcpuExit::FailEntry(reason, cpu)) => Some(ExitRequest::Fatal(format!(
+                "vCPU {} could not enter the guest (hardware entry failure reason {reason:#x} on host CPU {cpu})",
+                self.index
+            ))),
+            Ok(other) => {
+                ExitStats::bump(&stats.other);
+                Some(ExitRequest::Fatal(format!(
+                    "vCPU {} stopped on an exit pmemvm does not handle: {other:?}",
+                    self.index
+                )))
+            }
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                ExitStats::bump(&stats.interrupted);
+                None
+            }
+            Err(e) if e.errno() == libc::EFAULT => Some(ExitRequest::StorageFailure(format!(
+                "vCPU {} could not access guest memory ({e}); an NVDIMM backing file may have \
+                 failed to grow (host disk full?) — use ',prealloc' to allocate it up front",
+                self.index
+            ))),
+            Err(e) => Some(ExitRequest::Fatal(format!("vCPU {} KVM_RUN failed: {e}", self.index))),
+        }
+    }
+
+    /// "KVM internal error" with the vCPU's RIP and the instruction bytes there.
+    fn internal_error(&self) -> String {
+        let mut msg = format!(
+            "vCPU {} hit a KVM internal error (emulation failure)",
+            self.index
+        );
+        if let Ok(regs) = self.vcpu.get_regs() {
+            msg.push_str(&format!(" at RIP {:#x}", regs.rip));
+            let linear = self
+                .vcpu
+                .get_sregs()
+                .map(|s| s.cs.base.wrapping_add(regs.rip))
+                .unwrap_or(regs.rip);
+            let phys = match self.vcpu.translate_gva(linear) {
+                Ok(t) if t.valid != 0 => Some(t.physical_address),
+                _ => None,
+            };
+            if let Some(pa) = phys {
+                let mut bytes = [0u8; 16];
+                if vm_memory::Bytes::read_slice(&self.mem, &mut bytes, GuestAddress(pa)).is_ok() {
+                    let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                    msg.push_str(&format!(", instruction bytes {}", hex.join(" ")));
+                }
+            }
+        }
+        if self.host.cannot_run_linux() {
+            log::debug!("internal error on a host that cannot run unmodified kernels");
+        }
+        msg
+    }
+}
