@@ -302,10 +302,10 @@ pub fn find_pmemvm() -> Result<PathBuf, Skip> {
         })
 }
 
-/// A file of the project's guest image: `$PMEMVM_GUEST_IMAGES/NAME` or
+/// A file of the project's guest image: `$PMEMVM_IMAGE_DIR/NAME` or
 /// `guest-images/out/NAME` (e.g. `bzImage`, `vmlinux`, `initramfs.cpio.gz`).
 pub fn guest_image(name: &str) -> Result<PathBuf, Skip> {
-    let dir = match std::env::var_os("PMEMVM_GUEST_IMAGES") {
+    let dir = match std::env::var_os("PMEMVM_IMAGE_DIR") {
         Some(d) if !d.is_empty() => PathBuf::from(d),
         _ => workspace_root().join("guest-images").join("out"),
     };

@@ -122,3 +122,147 @@ fn hung_command_is_killed_at_the_deadline() {
     }
     let _ = fs::remove_dir_all(run_dir);
 }
+
+// ---- pmemvm boots the project's guest image (tier 5 proper) -------------
+//
+// These need the pmemvm binary (target/{release,debug}/pmemvm or
+// PMEMVM_BIN) and the guest image (guest-images/out or PMEMVM_IMAGE_DIR);
+// they skip with a reason until both exist.
+
+use vmm::guest_job::{append_to_initrd, parse_channel, GuestJob};
+
+/// A fio job that touches no device: the tests below are about boot, exit
+/// status and the NVDIMM, which `setup.sh` exercises before fio runs.
+const NULL_FIO_JOB: &str = "[null]\nioengine=null\nsize=1M\nbs=4k\nrw=write\n";
+
+/// Everything a `pmemvm boot` of the guest image needs, in the share.
+struct GuestRun {
+    vm: NestedVm,
+    kernel_name: &'static str,
+}
+
+/// Prepares a run of the guest image with `setup` as the job's setup.sh.
+fn guest_run(setup: &str) -> Result<GuestRun, NestedError> {
+    let vm = NestedVm::new()?.with_pmemvm()?;
+    let (kernel_name, kernel) = match pmemvm_tests::nested::guest_image("bzImage") {
+        Ok(k) => ("bzImage", k),
+        Err(_) => (
+            "vmlinux",
+            pmemvm_tests::nested::guest_image("vmlinux").map_err(NestedError::Unavailable)?,
+        ),
+    };
+    let initrd =
+        pmemvm_tests::nested::guest_image("initramfs.cpio.gz").map_err(NestedError::Unavailable)?;
+    let base = fs::read(&initrd).expect("read the guest initramfs");
+    let job = GuestJob {
+        fio_job: NULL_FIO_JOB.to_string(),
+        setup: Some(setup.to_string()),
+        args: None,
+    }
+    .archive()
+    .expect("build the job archive");
+    let vm = vm
+        .deadline(Duration::from_secs(400))
+        .file(kernel_name, kernel)
+        .bytes("initrd.img", append_to_initrd(&base, &job));
+    Ok(GuestRun { vm, kernel_name })
+}
+
+impl GuestRun {
+    /// `pmemvm boot` with one 64 MiB NVDIMM backed by `pm0.img` in the share.
+    fn boot(&self) -> pmemvm_tests::nested::RunOutput {
+        let out = self
+            .vm
+            .run(&[
+                "pmemvm",
+                "boot",
+                "--kernel",
+                self.kernel_name,
+                "--initrd",
+                "initrd.img",
+                "--memory",
+                "512M",
+                "--nvdimm",
+                "64M,file=pm0.img",
+                "--console-log",
+                "console.txt",
+                "--channel",
+                "channel.bin",
+            ])
+            .expect("run pmemvm in the harness");
+        let console = fs::read_to_string(out.path("console.txt")).unwrap_or_default();
+        eprintln!(
+            "{}: pmemvm exited {} after {:.1?} (L1 ran it {:.2} s after boot); guest console:\n{}",
+            out.mode,
+            out.status,
+            out.elapsed,
+            out.l1_uptime_at_run.unwrap_or(f64::NAN),
+            tail_lines(&console, 25)
+        );
+        out
+    }
+}
+
+fn tail_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[test]
+fn guest_boots_and_its_pmem_writes_reach_the_backing_file() {
+    // A marker that cannot be in the file by accident (time-dependent).
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let pattern = format!("PMEMVM-E2E-PATTERN-{nanos:x}-");
+    let pattern = pattern.repeat(4096 / pattern.len() + 1)[..4096].to_string();
+    let setup = format!(
+        "test -b /dev/pmem0\n\
+         echo \"guest user space: $(uname -r)\"\n\
+         printf '%s' '{pattern}' > /tmp/pattern\n\
+         dd if=/tmp/pattern of=/dev/pmem0 bs=4096 seek=3 count=1 conv=fsync\n\
+         sync\n"
+    );
+    let run = require!(guest_run(&setup));
+    let out = run.boot();
+    let console = fs::read_to_string(out.path("console.txt")).unwrap_or_default();
+    assert!(
+        console.contains("pmemvm-init: up after"),
+        "the guest did not reach user space\n{}\nguest console:\n{}",
+        out.dump(),
+        tail_lines(&console, 60)
+    );
+    assert_eq!(
+        out.status,
+        0,
+        "{}\nguest console:\n{}",
+        out.dump(),
+        tail_lines(&console, 60)
+    );
+    let channel = fs::read(out.path("channel.bin")).expect("channel file on the host");
+    let report = parse_channel(&channel).expect("parse the guest channel");
+    assert_eq!(report.status, Some(0), "{}", out.dump());
+
+    let backing = fs::read(out.path("pm0.img")).expect("backing file on the host");
+    assert_eq!(backing.len(), 64 << 20);
+    let found = backing
+        .windows(pattern.len())
+        .step_by(512)
+        .position(|w| w == pattern.as_bytes());
+    assert!(
+        found.is_some(),
+        "the pattern the guest wrote to /dev/pmem0 is not in the host backing file\n{}",
+        out.dump()
+    );
+}
+
+#[test]
+fn guest_exit_status_reaches_the_host() {
+    let run = require!(guest_run("echo failing on purpose\nexit 42\n"));
+    let out = run.boot();
+    assert_eq!(out.status, 42, "{}", out.dump());
+    let channel = fs::read(out.path("channel.bin")).expect("channel file on the host");
+    let report = parse_channel(&channel).expect("parse the guest channel");
+    assert_eq!(report.status, Some(42), "{}", out.dump());
+}
