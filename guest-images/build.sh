@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# Builds the pmemvm guest image: a patched Debian linux-source-6.1 kernel
+# (vmlinux with a PVH note, bzImage) and an initramfs with busybox, a static
+# fio, ndctl, mkfs.xfs, make-bcache and the pmemvm /init.
+#
+#   guest-images/build.sh [--out DIR] [--jobs N] [--force]
+#
+# Outputs (default DIR: guest-images/out/): vmlinux, bzImage,
+# initramfs.cpio.gz, manifest.json.  Everything is cached by a hash of all
+# inputs; an unchanged rebuild prints "cached" and takes seconds.
+# See docs/guest-image.md.
+set -eu -o pipefail
+
+GI_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+OUT="$GI_DIR/out"
+WORK="${PMEMVM_IMAGE_WORK:-$GI_DIR/build}"
+JOBS=$(nproc)
+FORCE=0
+
+log() { printf '[guest-image %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[guest-image] ERROR: %s\n' "$*" >&2; exit 1; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) OUT="${2:?--out needs a directory}"; shift 2 ;;
+        --out=*) OUT="${1#--out=}"; shift ;;
+        --jobs) JOBS="${2:?--jobs needs a number}"; shift 2 ;;
+        --force) FORCE=1; shift ;;
+        -h|--help) sed -n '3,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument: $1 (see --help)" ;;
+    esac
+done
+mkdir -p "$OUT" "$WORK"
+OUT=$(cd "$OUT" && pwd)
+
+# shellcheck source=lib/kernel.sh
+. "$GI_DIR/lib/kernel.sh"
+# shellcheck source=lib/initramfs.sh
+. "$GI_DIR/lib/initramfs.sh"
+
+# ---- host packages --------------------------------------------------------
+# Kernel build, initramfs contents and fio's (static) build dependencies.
+HOST_PACKAGES="linux-source-6.1 build-essential flex bison bc libelf-dev libssl-dev
+    busybox-static ndctl xfsprogs bcache-tools cpio zstd xz-utils patch
+    dpkg-dev libaio-dev zlib1g-dev pkg-config python3"
+# Packages whose exact versions feed the cache key.
+KERNEL_KEY_PACKAGES="linux-source-6.1 gcc-12 binutils flex bison libelf-dev libssl-dev"
+INITRAMFS_KEY_PACKAGES="busybox-static ndctl xfsprogs bcache-tools libaio-dev zlib1g-dev gcc-12 libc6-dev libc6"
+
+ensure_deb_src() {
+    if apt-cache showsrc fio 2>/dev/null | grep -q '^Version:'; then
+        return 0
+    fi
+    log "adding a deb-src entry for Debian bookworm (needed for 'apt-get source fio')"
+    cat > /etc/apt/sources.list.d/pmemvm-deb-src.sources <<'EOF'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    apt-get update -qq
+    apt-cache showsrc fio 2>/dev/null | grep -q '^Version:' \
+        || die "apt-get source fio is not available even with deb-src"
+}
+
+ensure_packages() {
+    local missing="" p
+    for p in $HOST_PACKAGES; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
+            || missing="$missing $p"
+    done
+    if [ -n "$missing" ]; then
+        [ "$(id -u)" -eq 0 ] || die "missing packages:$missing (run as root or apt-get install them)"
+        log "apt-get install:$missing"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    fi
+    ensure_deb_src
+}
+
+pkg_versions() {
+    local p
+    for p in "$@"; do
+        printf '%s=%s\n' "$p" "$(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || echo none)"
+    done
+}
+
+fio_src_version() {
+    apt-cache showsrc fio | sed -n 's/^Version: //p' | sort -V | tail -1
+}
+
+sha() { sha256sum "$@" | cut -d' ' -f1; }
+
+# ---- cache keys -------------------------------------------------------------
+ensure_packages
+
+FIO_VERSION=$(fio_src_version)
+kernel_inputs() {
+    echo "recipe $(sha "$GI_DIR/lib/kernel.sh")"
+    echo "config $(sha "$GI_DIR/config/pmemvm.config")"
+    local p
+    for p in "$GI_DIR"/patches/*.patch; do echo "patch $(basename "$p") $(sha "$p")"; done
+    pkg_versions $KERNEL_KEY_PACKAGES
+}
+initramfs_inputs() {
+    echo "recipe $(sha "$GI_DIR/lib/initramfs.sh")"
+    local f
+    for f in "$GI_DIR"/rootfs/*; do echo "rootfs $(basename "$f") $(sha "$f")"; done
+    echo "fio-source=$FIO_VERSION"
+    pkg_versions $INITRAMFS_KEY_PACKAGES
+}
+KERNEL_KEY=$(kernel_inputs | sha256sum | cut -c1-16)
+INITRAMFS_KEY=$(initramfs_inputs | sha256sum | cut -c1-16)
+INPUT_HASH=$( { sha "$GI_DIR/build.sh"; echo "$KERNEL_KEY $INITRAMFS_KEY"; } | sha256sum | cut -d' ' -f1)
+
+if [ "$FORCE" -eq 0 ] && [ -f "$OUT/manifest.json" ] \
+    && python3 "$GI_DIR/lib/manifest.py" check "$OUT" "$INPUT_HASH"; then
+    log "cached: $OUT is up to date (input hash ${INPUT_HASH:0:16})"
+    exit 0
+fi
+
+T_START=$(date +%s)
+KDIR="$WORK/cache/kernel-$KERNEL_KEY"
+IDIR="$WORK/cache/initramfs-$INITRAMFS_KEY"
+
+if [ "$FORCE" -eq 0 ] && [ -f "$KDIR/build-seconds" ]; then
+    log "kernel: cached ($KDIR)"
+else
+    rm -rf "$KDIR"
+    kernel_build "$KDIR.tmp"
+    mv "$KDIR.tmp" "$KDIR"
+fi
+kernel_check_pvh "$KDIR/vmlinux"
+
+if [ "$FORCE" -eq 0 ] && [ -f "$IDIR/build-seconds" ]; then
+    log "initramfs: cached ($IDIR)"
+else
+    rm -rf "$IDIR"
+    initramfs_build "$IDIR.tmp"
+    mv "$IDIR.tmp" "$IDIR"
+fi
+
+log "writing $OUT"
+for f in vmlinux bzImage; do cp "$KDIR/$f" "$OUT/$f.tmp" && mv "$OUT/$f.tmp" "$OUT/$f"; done
+cp "$IDIR/initramfs.cpio.gz" "$OUT/initramfs.cpio.gz.tmp" && mv "$OUT/initramfs.cpio.gz.tmp" "$OUT/initramfs.cpio.gz"
+
+{
+    echo "input_hash=$INPUT_HASH"
+    echo "kernel_key=$KERNEL_KEY"
+    echo "initramfs_key=$INITRAMFS_KEY"
+    echo "kernel_release=$(cat "$KDIR/kernelrelease")"
+    echo "kernel_build_seconds=$(cat "$KDIR/build-seconds")"
+    echo "initramfs_build_seconds=$(cat "$IDIR/build-seconds")"
+    echo "total_seconds=$(( $(date +%s) - T_START ))"
+    echo "fio_version=$(cat "$IDIR/fio-version")"
+    echo "fio_source=$FIO_VERSION"
+    echo "config=$KDIR/config"
+} > "$WORK/manifest.env"
+{ kernel_inputs; initramfs_inputs; sha "$GI_DIR/build.sh" | sed 's/^/build.sh /'; } > "$WORK/manifest.inputs"
+python3 "$GI_DIR/lib/manifest.py" write "$OUT" "$GI_DIR" "$WORK/manifest.env" "$IDIR/contents.txt"
+log "done in $(( $(date +%s) - T_START )) s: $OUT/{vmlinux,bzImage,initramfs.cpio.gz,manifest.json}"
