@@ -67,6 +67,50 @@ const PNP0501: u32 = 0x0105_d041;
 mod tests {
     use super::*;
 
+    use crate::sdt::checksum;
+
+    #[test]
+    fn one_serial_port_golden() {
+        let desc = MachineDescription {
+            cpus: 1,
+            lapic_addr: 0xfee0_0000,
+            ioapic_addr: 0xfec0_0000,
+            ioapic_id: 1,
+            sleep_control_port: 0x600,
+            sleep_status_port: 0x601,
+            reset_port: 0x602,
+            reset_value: 1,
+            s5_slp_typ: 5,
+            serial_ports: vec![(0x3f8, 4)],
+            nvdimms: vec![],
+            dsm: None,
+        };
+        let t = build(&desc);
+        assert_eq!(checksum(&t), 0);
+        assert_eq!(&t[0..4], b"DSDT");
+        assert_eq!(t[8], 2);
+        #[rustfmt::skip]
+        let body: Vec<u8> = vec![
+            // Name (_S5, Package (0x04) { 0x05, 0x05, Zero, Zero })
+            0x08, b'_', b'S', b'5', b'_', 0x12, 0x08, 0x04, 0x0a, 0x05, 0x0a, 0x05, 0x00, 0x00,
+            // Scope (\_SB) {
+            0x10, 0x33, b'\\', b'_', b'S', b'B', b'_',
+            //   Device (COM1) {
+            0x5b, 0x82, 0x2b, b'C', b'O', b'M', b'1',
+            //     Name (_HID, EisaId ("PNP0501"))
+            0x08, b'_', b'H', b'I', b'D', 0x0c, 0x41, 0xd0, 0x05, 0x01,
+            //     Name (_UID, One)
+            0x08, b'_', b'U', b'I', b'D', 0x01,
+            //     Name (_CRS, ResourceTemplate () {
+            //       IO (Decode16, 0x03F8, 0x03F8, 0x01, 0x08)  IRQNoFlags () {4} })
+            0x08, b'_', b'C', b'R', b'S', 0x11, 0x10, 0x0a, 0x0d,
+            0x47, 0x01, 0xf8, 0x03, 0xf8, 0x03, 0x01, 0x08,
+            0x22, 0x10, 0x00,
+            0x79, 0x00,
+        ];
+        assert_eq!(t[36..], body[..]);
+    }
+
     #[test]
     fn pnp0501_constant_matches_encoder() {
         assert_eq!(aml::eisa_id("PNP0501"), Some(PNP0501));

@@ -53,3 +53,59 @@ pub fn build(desc: &MachineDescription, dsdt_addr: u64) -> Vec<u8> {
     debug_assert_eq!(t.current_len(), FADT_LEN);
     t.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sdt::checksum;
+
+    fn desc() -> MachineDescription {
+        MachineDescription {
+            cpus: 1,
+            lapic_addr: 0xfee0_0000,
+            ioapic_addr: 0xfec0_0000,
+            ioapic_id: 1,
+            sleep_control_port: 0x600,
+            sleep_status_port: 0x601,
+            reset_port: 0x602,
+            reset_value: 0x1,
+            s5_slp_typ: 5,
+            serial_ports: vec![],
+            nvdimms: vec![],
+            dsm: None,
+        }
+    }
+
+    #[test]
+    fn fields_at_their_offsets() {
+        let t = build(&desc(), 0xe_1000);
+        assert_eq!(t.len(), FADT_LEN);
+        assert_eq!(&t[0..4], b"FACP");
+        assert_eq!(t[8], 6); // revision
+        assert_eq!(checksum(&t), 0);
+        // [070h 0112 4] Flags : 00100400 (HW_REDUCED_ACPI, RESET_REG_SUP)
+        assert_eq!(t[112..116], [0x00, 0x04, 0x10, 0x00]);
+        // [06Dh 0109 2] Boot Flags : 0024 (no VGA, no CMOS RTC, no 8042)
+        assert_eq!(t[109..111], [0x24, 0x00]);
+        // [074h 0116 12] Reset Register: SystemIO, 8 bit, byte access, 0x602
+        assert_eq!(t[116..128], [1, 8, 0, 1, 0x02, 0x06, 0, 0, 0, 0, 0, 0]);
+        // [080h 0128 1] Value to cause reset : 01
+        assert_eq!(t[128], 1);
+        // [083h 0131 1] FADT Minor Revision : 05
+        assert_eq!(t[131], 5);
+        // [08Ch 0140 8] DSDT Address : 00000000000E1000; 32-bit DSDT 0
+        assert_eq!(t[140..148], 0xe_1000u64.to_le_bytes());
+        assert_eq!(t[40..44], [0; 4]);
+        // [0F4h 0244 12] Sleep Control Register, [100h 0256 12] Sleep Status Register
+        assert_eq!(t[244..256], [1, 8, 0, 1, 0x00, 0x06, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(t[256..268], [1, 8, 0, 1, 0x01, 0x06, 0, 0, 0, 0, 0, 0]);
+        // Everything else in the body is zero.
+        for (i, b) in t.iter().enumerate().skip(36) {
+            let known = matches!(i, 109 | 112..=114 | 116..=119 | 120..=121 | 128 | 131
+                | 140..=142 | 244..=249 | 256..=261);
+            if !known {
+                assert_eq!(*b, 0, "byte {i}");
+            }
+        }
+    }
+}

@@ -34,3 +34,47 @@ pub fn build(desc: &MachineDescription) -> Vec<u8> {
     t.u16(0);
     t.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sdt::checksum;
+
+    #[test]
+    fn two_cpus_golden() {
+        let desc = MachineDescription {
+            cpus: 2,
+            lapic_addr: 0xfee0_0000,
+            ioapic_addr: 0xfec0_0000,
+            ioapic_id: 2,
+            sleep_control_port: 0x600,
+            sleep_status_port: 0x601,
+            reset_port: 0x602,
+            reset_value: 1,
+            s5_slp_typ: 5,
+            serial_ports: vec![],
+            nvdimms: vec![],
+            dsm: None,
+        };
+        let t = build(&desc);
+        assert_eq!(checksum(&t), 0);
+        assert_eq!(&t[0..4], b"APIC");
+        assert_eq!(t[8], 5);
+        #[rustfmt::skip]
+        let body: [u8; 46] = [
+            0x00, 0x00, 0xe0, 0xfe,             // Local Apic Address : FEE00000
+            0x01, 0x00, 0x00, 0x00,             // Flags : PC-AT compatibility
+            0x00, 0x08, 0x00, 0x00,             // Local APIC: UID 0, APIC id 0
+            0x01, 0x00, 0x00, 0x00,             //   enabled
+            0x00, 0x08, 0x01, 0x01,             // Local APIC: UID 1, APIC id 1
+            0x01, 0x00, 0x00, 0x00,             //   enabled
+            0x01, 0x0c, 0x02, 0x00,             // I/O APIC: id 2
+            0x00, 0x00, 0xc0, 0xfe,             //   address FEC00000
+            0x00, 0x00, 0x00, 0x00,             //   GSI base 0
+            0x02, 0x0a, 0x00, 0x00,             // Interrupt Source Override: ISA IRQ 0
+            0x02, 0x00, 0x00, 0x00,             //   GSI 2
+            0x00, 0x00,                         //   flags: conforms to the bus
+        ];
+        assert_eq!(t[36..], body);
+    }
+}

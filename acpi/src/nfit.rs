@@ -181,3 +181,156 @@ pub fn build(dimms: &[NvdimmDescription]) -> Vec<u8> {
     t.append(&platform_capabilities());
     t.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sdt::checksum;
+
+    #[test]
+    fn spa_range_golden() {
+        // Type 0000 [System Physical Address Range], Length 0038
+        // Range Index 0001, Flags 0000, Reserved, Proximity Domain 0,
+        // Region Type GUID 66F0D379-B4F3-4074-AC43-0D3318B78CDB,
+        // Address Range Base 0000000100000000, Length 0000000010000000,
+        // Memory Map Attribute 0000000000008008 (WB | NV)
+        #[rustfmt::skip]
+        let expected: [u8; 56] = [
+            0x00, 0x00, 0x38, 0x00,                         // type, length
+            0x01, 0x00, 0x00, 0x00,                         // range index, flags
+            0x00, 0x00, 0x00, 0x00,                         // reserved
+            0x00, 0x00, 0x00, 0x00,                         // proximity domain
+            0x79, 0xd3, 0xf0, 0x66, 0xf3, 0xb4, 0x74, 0x40, // GUID
+            0xac, 0x43, 0x0d, 0x33, 0x18, 0xb7, 0x8c, 0xdb,
+            0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, // base
+            0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, // length
+            0x08, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // attributes
+        ];
+        assert_eq!(spa_range(1, 0x1_0000_0000, 0x1000_0000), expected);
+    }
+
+    #[test]
+    fn region_mapping_golden() {
+        // Type 0001 [Memory Range Map], Length 0030, Device Handle 00000002,
+        // Physical Id 0001, Region Id 0000, Range Index 0002, Control Region
+        // Index 0002, Region Size 0000000040000000, Region Offset 0, Address
+        // Region Base 0, Interleave Index 0, Interleave Ways 0001,
+        // Flags 0008 (Device not armed), Reserved 0000
+        #[rustfmt::skip]
+        let expected: [u8; 48] = [
+            0x01, 0x00, 0x30, 0x00,                         // type, length
+            0x02, 0x00, 0x00, 0x00,                         // device handle
+            0x01, 0x00, 0x00, 0x00,                         // physical id, region id
+            0x02, 0x00, 0x02, 0x00,                         // SPA index, DCR index
+            0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, // region size
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // region offset
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // DPA base
+            0x00, 0x00, 0x01, 0x00,                         // interleave index, ways
+            0x08, 0x00, 0x00, 0x00,                         // flags, reserved
+        ];
+        assert_eq!(region_mapping(2, 2, 0x4000_0000, true), expected);
+        // Writable: flags 0.
+        assert_eq!(region_mapping(2, 2, 0x4000_0000, false)[44..46], [0, 0]);
+    }
+
+    #[test]
+    fn control_region_golden() {
+        // Type 0004 [NVDIMM Control Region], Length 0050, Region Index 0001,
+        // Vendor Id 504D, Device Id 0001, Revision Id 0001, Subsystem Vendor
+        // 504D, Device 0001, Revision 0001, Valid Fields 01, Manufacturing
+        // Location 01, Date 2601, Serial Number 12345678, Code 0301,
+        // Window Count 0, window fields 0, Flags 0
+        #[rustfmt::skip]
+        let mut expected = vec![
+            0x04, 0x00, 0x50, 0x00,                         // type, length
+            0x01, 0x00, 0x4d, 0x50,                         // index, vendor
+            0x01, 0x00, 0x01, 0x00,                         // device, revision
+            0x4d, 0x50, 0x01, 0x00,                         // subsystem vendor, device
+            0x01, 0x00, 0x01, 0x01,                         // subsystem rev, valid, location
+            0x01, 0x26, 0x00, 0x00,                         // date, reserved
+            0x78, 0x56, 0x34, 0x12,                         // serial
+            0x01, 0x03, 0x00, 0x00,                         // format code, windows
+        ];
+        expected.extend_from_slice(&[0; 48]); // window fields, flags, reserved
+        assert_eq!(control_region(1, 0x1234_5678), expected);
+    }
+
+    #[test]
+    fn flush_hint_golden() {
+        // Type 0006 [Flush Hint Address], Length 0018, Device Handle 00000001,
+        // Hint Count 0001, Reserved, Hint Address 00000000FE000000
+        #[rustfmt::skip]
+        let expected: [u8; 24] = [
+            0x06, 0x00, 0x18, 0x00, 0x01, 0x00, 0x00, 0x00,
+            0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0xfe, 0x00, 0x00, 0x00, 0x00,
+        ];
+        assert_eq!(flush_hint(1, 0xfe00_0000), expected);
+    }
+
+    #[test]
+    fn platform_capabilities_golden() {
+        // Type 0007 [Platform Capabilities], Length 0010, Highest Capability
+        // 01, Capabilities 00000002 (Memory Flush to NVDIMM, not Cache Flush)
+        #[rustfmt::skip]
+        let expected: [u8; 16] = [
+            0x07, 0x00, 0x10, 0x00, 0x01, 0x00, 0x00, 0x00,
+            0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        ];
+        assert_eq!(platform_capabilities(), expected);
+    }
+
+    #[test]
+    fn structure_lengths_match_their_length_fields() {
+        for s in [
+            spa_range(1, 0, 1),
+            region_mapping(1, 1, 1, false),
+            control_region(1, 0),
+            flush_hint(1, 0),
+            platform_capabilities(),
+        ] {
+            assert_eq!(usize::from(u16::from_le_bytes([s[2], s[3]])), s.len());
+        }
+    }
+
+    fn dimm(i: u32, hint: bool) -> NvdimmDescription {
+        NvdimmDescription {
+            handle: nfit_handle(i),
+            spa_base: (4 + u64::from(i)) << 30,
+            spa_size: 1 << 30,
+            flush_hint_addr: hint.then_some(0xfe00_0000 + u64::from(i) * 0x1000),
+            readonly: false,
+            serial: i,
+            label_size: 0,
+        }
+    }
+
+    #[test]
+    fn table_size_and_order() {
+        let t = build(&[dimm(0, true), dimm(1, false)]);
+        // 36 header + 4 reserved + (56 + 48 + 80 + 24) + (56 + 48 + 80) + 16
+        assert_eq!(t.len(), 40 + 208 + 184 + 16);
+        assert_eq!(checksum(&t), 0);
+        assert_eq!(&t[0..4], b"NFIT");
+        assert_eq!(t[8], 1);
+        assert_eq!(
+            u32::from_le_bytes([t[4], t[5], t[6], t[7]]) as usize,
+            t.len()
+        );
+        // Walk the structures: types in order.
+        let mut off = 40;
+        let mut types = Vec::new();
+        while off < t.len() {
+            types.push(u16::from_le_bytes([t[off], t[off + 1]]));
+            off += usize::from(u16::from_le_bytes([t[off + 2], t[off + 3]]));
+        }
+        assert_eq!(off, t.len());
+        assert_eq!(types, [0, 1, 4, 6, 0, 1, 4, 7]);
+    }
+
+    #[test]
+    fn handles() {
+        assert_eq!(nfit_handle(0), 1);
+        assert_eq!(nfit_handle(255), 256);
+    }
+}

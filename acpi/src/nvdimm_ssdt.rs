@@ -186,3 +186,85 @@ pub fn build(dimms: &[NvdimmDescription], dsm: Option<&DsmTransport>) -> Vec<u8>
     t.append(&aml::scope("\\_SB", &[aml::device("NVDR", &root)]));
     t.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sdt::checksum;
+
+    fn dimm(handle: u32) -> NvdimmDescription {
+        NvdimmDescription {
+            handle,
+            spa_base: 1 << 32,
+            spa_size: 1 << 30,
+            flush_hint_addr: None,
+            readonly: false,
+            serial: 0,
+            label_size: 0,
+        }
+    }
+
+    #[test]
+    fn without_dsm_golden() {
+        let t = build(&[dimm(1)], None);
+        assert_eq!(checksum(&t), 0);
+        assert_eq!(&t[0..4], b"SSDT");
+        assert_eq!(&t[16..24], b"NVDIMM  ");
+        #[rustfmt::skip]
+        let body: Vec<u8> = vec![
+            // Scope (\_SB) {
+            0x10, 0x29, b'\\', b'_', b'S', b'B', b'_',
+            //   Device (NVDR) {
+            0x5b, 0x82, 0x21, b'N', b'V', b'D', b'R',
+            //     Name (_HID, "ACPI0012")
+            0x08, b'_', b'H', b'I', b'D', 0x0d, b'A', b'C', b'P', b'I', b'0', b'0', b'1', b'2', 0x00,
+            //     Device (NV00) { Name (_ADR, One) }
+            0x5b, 0x82, 0x0b, b'N', b'V', b'0', b'0', 0x08, b'_', b'A', b'D', b'R', 0x01,
+        ];
+        assert_eq!(t[36..], body[..]);
+    }
+
+    fn count(hay: &[u8], needle: &[u8]) -> usize {
+        hay.windows(needle.len()).filter(|w| *w == needle).count()
+    }
+
+    #[test]
+    fn with_dsm_has_transport_objects() {
+        let tr = DsmTransport {
+            page_addr: 0xf_f000,
+            doorbell_port: 0x510,
+        };
+        let t = build(&[dimm(1), dimm(2), dimm(0x100)], Some(&tr));
+        assert_eq!(checksum(&t), 0);
+        // OperationRegion (NPAG, SystemMemory, 0x000FF000, 0x1000)
+        assert_eq!(
+            count(
+                &t,
+                &[
+                    0x5b, 0x80, b'N', b'P', b'A', b'G', 0x00, 0x0c, 0x00, 0xf0, 0x0f, 0x00, 0x0b,
+                    0x00, 0x10
+                ]
+            ),
+            1
+        );
+        // OperationRegion (NDBL, SystemIO, 0x0510, 0x04)
+        assert_eq!(
+            count(
+                &t,
+                &[0x5b, 0x80, b'N', b'D', b'B', b'L', 0x01, 0x0b, 0x10, 0x05, 0x0a, 0x04]
+            ),
+            1
+        );
+        // Method (NCAL, 5, Serialized): flags 0x0D right after the name.
+        assert_eq!(count(&t, &[b'N', b'C', b'A', b'L', 0x0d]), 1);
+        // The Intel UUID buffer once (in NCAL).
+        assert_eq!(count(&t, &aml::uuid(INTEL_DSM_UUID).unwrap()), 1);
+        // One _DSM per DIMM plus the root's; NCAL called with each handle.
+        assert_eq!(count(&t, b"_DSM"), 4);
+        for n in ["NV00", "NV01", "NV02"] {
+            assert_eq!(count(&t, n.as_bytes()), 1);
+        }
+        // Name (_ADR, 0x0100) and the matching NCAL (..., 0x0100) call.
+        assert_eq!(count(&t, &[0x0b, 0x00, 0x01]), 2);
+    }
+}
