@@ -4,4 +4,6 @@
 //! (KVM, QEMU, a built guest image) is missing on the machine.
 
 pub mod nested;
+pub mod pmemvm;
 pub mod skip;
+pub mod tiny;

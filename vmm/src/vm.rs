@@ -471,7 +471,6 @@ impl Vm {
                 stop: stop.clone(),
                 readonly: readonly_ranges.clone(),
                 mem: self.mem.clone(),
-                host: self.host.clone(),
             };
             let t = std::thread::Builder::new()
                 .name(format!("vcpu{i}"))
@@ -580,7 +579,6 @@ struct VcpuContext {
     stop: Arc<AtomicBool>,
     readonly: Arc<Vec<(u64, u64)>>,
     mem: GuestMemoryMmap,
-    host: HostKvm,
 }
 
 impl VcpuContext {
@@ -663,11 +661,17 @@ impl VcpuContext {
     }
 
     /// "KVM internal error" with the vCPU's RIP and the instruction bytes there.
-    fn internal_error(&self) -> String {
-        let mut msg = format!(
-            "vCPU {} hit a KVM internal error (emulation failure)",
-            self.index
-        );
+    fn internal_error(&mut self) -> String {
+        // SAFETY: reading the `internal` member of the kvm_run union is valid
+        // right after KVM_RUN returned KVM_EXIT_INTERNAL_ERROR.
+        let suberror = unsafe { self.vcpu.get_kvm_run().__bindgen_anon_1.internal.suberror };
+        let what = match suberror {
+            kvm_bindings::KVM_INTERNAL_ERROR_EMULATION => "a KVM emulation failure",
+            kvm_bindings::KVM_INTERNAL_ERROR_SIMUL_EX => "a KVM internal error (exception during exception delivery)",
+            kvm_bindings::KVM_INTERNAL_ERROR_DELIVERY_EV => "a KVM internal error (event delivery)",
+            _ => "a KVM internal error",
+        };
+        let mut msg = format!("vCPU {} stopped on {what}", self.index);
         if let Ok(regs) = self.vcpu.get_regs() {
             msg.push_str(&format!(" at RIP {:#x}", regs.rip));
             let linear = self
@@ -686,9 +690,6 @@ impl VcpuContext {
                     msg.push_str(&format!(", instruction bytes {}", hex.join(" ")));
                 }
             }
-        }
-        if self.host.cannot_run_linux() {
-            log::debug!("internal error on a host that cannot run unmodified kernels");
         }
         msg
     }

@@ -1,0 +1,143 @@
+//! Running the `pmemvm` binary from tests: finding (and building) it, running
+//! it with a deadline, and collecting status and output.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Root of the workspace.
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default()
+}
+
+/// The pmemvm binary: `$PMEMVM_BIN`, or `target/debug/pmemvm` built once per
+/// test process with `cargo build -p vmm` so tests never run a stale binary.
+pub fn pmemvm_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("PMEMVM_BIN") {
+            return PathBuf::from(p);
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-q", "-p", "vmm", "--bin", "pmemvm"])
+            .current_dir(workspace_root())
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "building pmemvm for the tests failed"
+        );
+        workspace_root().join("target/debug/pmemvm")
+    })
+    .clone()
+}
+
+/// What a pmemvm run produced.
+#[derive(Debug)]
+pub struct Output {
+    /// Exit status (None if killed by a signal).
+    pub status: Option<i32>,
+    /// Standard output (the guest console unless redirected).
+    pub stdout: String,
+    /// Standard error (pmemvm's messages).
+    pub stderr: String,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// True when the deadline killed it.
+    pub timed_out: bool,
+}
+
+impl Output {
+    /// Everything, for assertion messages.
+    pub fn dump(&self) -> String {
+        format!(
+            "status={:?} timed_out={} elapsed={:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status, self.timed_out, self.elapsed, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `pmemvm ARGS` with stdin closed; kills it at `deadline`.
+pub fn run(args: &[&str], deadline: Duration) -> Output {
+    run_cmd(Command::new(pmemvm_bin()).args(args), deadline)
+}
+
+/// Runs a prepared command with stdin closed; kills it at `deadline`.
+pub fn run_cmd(cmd: &mut Command, deadline: Duration) -> Output {
+    let start = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning pmemvm");
+    let mut out_pipe = child.stdout.take().expect("stdout pipe");
+    let mut err_pipe = child.stderr.take().expect("stderr pipe");
+    let out_t = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out_pipe.read_to_end(&mut s);
+        s
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err_pipe.read_to_end(&mut s);
+        s
+    });
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waiting for pmemvm") {
+            break s;
+        }
+        if start.elapsed() > deadline {
+            timed_out = true;
+            let _ = child.kill();
+            break child.wait().expect("reaping pmemvm");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stdout = String::from_utf8_lossy(&out_t.join().unwrap_or_default()).into_owned();
+    let stderr = String::from_utf8_lossy(&err_t.join().unwrap_or_default()).into_owned();
+    Output {
+        status: status.code(),
+        stdout,
+        stderr,
+        elapsed: start.elapsed(),
+        timed_out,
+    }
+}
+
+/// A fresh temporary directory for one test, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// Creates `$TMPDIR/pmemvm-test-<name>-<pid>-<n>`.
+    pub fn new(name: &str) -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "pmemvm-test-{name}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("creating a test directory");
+        Self(p)
+    }
+
+    /// A path inside.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
