@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use pmemvm_tests::pmemvm::{run, TempDir};
-use pmemvm_tests::require;
 use pmemvm_tests::tiny::{guest, kvm_available};
 
 const DEADLINE: Duration = Duration::from_secs(60);
