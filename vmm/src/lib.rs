@@ -14,6 +14,7 @@ pub mod config;
 pub mod console;
 pub mod cpu;
 pub mod exit_status;
+pub mod experiments;
 pub mod fio;
 pub mod guest_job;
 pub mod host;
