@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use crate::acpi_setup::{self, PlacedNvdimm};
 use crate::cli::{AcpiArgs, BootArgs};
 use crate::exit_status;
+use crate::guest_job::{find_image_dir, ImageDir};
 use crate::memory;
 use crate::vm::{Vm, VmError};
 
@@ -38,16 +39,23 @@ impl CommandError {
     }
 }
 
+/// The kernel and initrd to boot: the user's, or the project's guest image
+/// (its PVH vmlinux and initramfs) when no `--kernel` is given.
+pub fn resolve_kernel(
+    kernel: Option<&PathBuf>,
+    initrd: Option<&PathBuf>,
+) -> Result<(PathBuf, Option<PathBuf>, Option<ImageDir>), CommandError> {
+    if let Some(k) = kernel {
+        return Ok((k.clone(), initrd.cloned(), None));
+    }
+    let image = find_image_dir().map_err(|e| CommandError::NoImage(e.to_string()))?;
+    let initrd = initrd.cloned().unwrap_or_else(|| image.initramfs.clone());
+    Ok((image.vmlinux.clone(), Some(initrd), Some(image)))
+}
+
 /// `pmemvm boot`: returns the exit status.
 pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
-    let (kernel, initrd) = match &args.kernel {
-        Some(k) => (k.clone(), args.initrd.clone()),
-        None => {
-            return Err(CommandError::NoImage(
-                "build it with guest-images/build.sh, or give --kernel".into(),
-            ))
-        }
-    };
+    let (kernel, initrd, _) = resolve_kernel(args.kernel.as_ref(), args.initrd.as_ref())?;
     let config = args.to_config(kernel, initrd);
     let vm = Vm::build(&config)?;
     let _terminal = matches!(config.console, crate::config::ConsoleMode::Stdio)
