@@ -4,11 +4,14 @@
 # Prepare the L1 VM of the nested test harness: Debian's stock 6.1 kernel
 # (downloaded with `apt-get download`, unpacked, never installed) and an
 # initramfs with busybox-static, the KVM + virtio-9p modules and tests/l1/init.
+# Also a small "stock" L2 initramfs (busybox, the NVDIMM modules, l2-init) for
+# booting the same kernel under pmemvm inside L1.
 #
 # Usage: prepare.sh CACHE_DIR
-# Prints the directory holding vmlinuz, initramfs.cpio.gz and
-# kernel-package.txt as its last line of stdout. Cached by a hash of this
-# script, init and $PMEMVM_L1_KERNEL_PKG: a second run only hashes and exits.
+# Prints the directory holding vmlinuz, initramfs.cpio.gz,
+# l2-initramfs.cpio.gz and kernel-package.txt as its last line of stdout.
+# Cached by a hash of this script, init, l2-init and $PMEMVM_L1_KERNEL_PKG:
+# a second run only hashes and exits.
 # Needs: apt-get, apt-cache, dpkg-deb, depmod (kmod), cpio, gzip, xz-utils,
 # zstd, busybox-static.
 set -eu -o pipefail
@@ -22,7 +25,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
 
-key=$( (cat "$here/prepare.sh" "$here/init"; echo "pkg=${PMEMVM_L1_KERNEL_PKG:-}") \
+key=$( (cat "$here/prepare.sh" "$here/init" "$here/l2-init"; echo "pkg=${PMEMVM_L1_KERNEL_PKG:-}") \
     | sha256sum | cut -c1-16)
 out="$cache/l1-$key"
 if [ -f "$out/ready" ]; then
@@ -77,15 +80,11 @@ if [ ! -f "$moddir/modules.dep" ]; then
     depmod -b "$work/pkg" "$kver"
 fi
 
-root="$work/root"
-mkdir -p "$root/bin" "$root/lib/modules" "$root/dev"
-: >"$root/lib/modules/load-order"
-loaded=" "
-add_module() { # $1: path relative to $moddir, as in modules.dep
-    local rel=$1 name base
+add_module() { # $1: root, $2: path relative to $moddir, as in modules.dep
+    local root=$1 rel=$2 name base
     name=$(basename "$rel")
     base=${name%%.ko*}.ko
-    case "$loaded" in *" $base "*) return 0 ;; esac
+    grep -qx "$base" "$root/lib/modules/load-order" && return 0
     case "$name" in
     *.ko.xz) xz -dc "$moddir/$rel" >"$root/lib/modules/$base" ;;
     *.ko.zst) zstd -qdc "$moddir/$rel" >"$root/lib/modules/$base" ;;
@@ -93,35 +92,49 @@ add_module() { # $1: path relative to $moddir, as in modules.dep
     *) cp "$moddir/$rel" "$root/lib/modules/$base" ;;
     esac
     echo "$base" >>"$root/lib/modules/load-order"
-    loaded="$loaded$base "
 }
-for want in irqbypass ccp kvm kvm-amd virtio_ring virtio virtio_pci_modern_dev \
-    virtio_pci_legacy_dev virtio_pci 9pnet 9pnet_virtio netfs fscache 9p; do
-    line=$(grep -E "(^|/)$want\.ko(\.xz|\.zst|\.gz)?:" "$moddir/modules.dep" || true)
-    if [ -z "$line" ]; then
-        echo "prepare.sh: module $want not found in $pkg" >&2
-        exit 3
-    fi
-    # modules.dep lists dependencies so that the last one must load first.
-    read -r -a deps <<<"${line#*:}"
-    for ((i = ${#deps[@]} - 1; i >= 0; i--)); do
-        add_module "${deps[i]}"
-    done
-    add_module "${line%%:*}"
-done
 
-cp "$(command -v busybox)" "$root/bin/busybox"
-cp "$here/init" "$root/init"
-chmod 755 "$root/init" "$root/bin/busybox"
+# make_initramfs INIT OUTPUT MODULE...: busybox, INIT as /init and the
+# modules with their dependencies, in load order in /lib/modules/load-order.
+make_initramfs() {
+    local init=$1 output=$2 root want line i
+    shift 2
+    root=$(mktemp -d "$work/root.XXXXXX")
+    mkdir -p "$root/bin" "$root/lib/modules" "$root/dev"
+    : >"$root/lib/modules/load-order"
+    for want in "$@"; do
+        line=$(grep -E "(^|/)$want\.ko(\.xz|\.zst|\.gz)?:" "$moddir/modules.dep" || true)
+        if [ -z "$line" ]; then
+            echo "prepare.sh: module $want not found in $pkg" >&2
+            exit 3
+        fi
+        # modules.dep lists dependencies so that the last one must load first.
+        read -r -a deps <<<"${line#*:}"
+        for ((i = ${#deps[@]} - 1; i >= 0; i--)); do
+            add_module "$root" "${deps[i]}"
+        done
+        add_module "$root" "${line%%:*}"
+    done
+    cp "$(command -v busybox)" "$root/bin/busybox"
+    cp "$init" "$root/init"
+    chmod 755 "$root/init" "$root/bin/busybox"
+    (cd "$root" && find . | sort | cpio -o -H newc -R 0:0 --quiet) | gzip -6 >"$output"
+}
 
 stage="$work/out"
 mkdir -p "$stage"
-(cd "$root" && find . | sort | cpio -o -H newc -R 0:0 --quiet) | gzip -6 >"$stage/initramfs.cpio.gz"
+make_initramfs "$here/init" "$stage/initramfs.cpio.gz" \
+    irqbypass ccp kvm kvm-amd virtio_ring virtio virtio_pci_modern_dev \
+    virtio_pci_legacy_dev virtio_pci 9pnet 9pnet_virtio netfs fscache 9p
+make_initramfs "$here/l2-init" "$stage/l2-initramfs.cpio.gz" \
+    libnvdimm nfit nd_btt nd_pmem
 cp "$work/pkg/boot/vmlinuz-$kver" "$stage/vmlinuz"
 version=$(dpkg-deb -f "$deb" Version)
 printf 'package=%s\nversion=%s\nkernel=%s\n' "$pkg" "$version" "$kver" >"$stage/kernel-package.txt"
 rm -rf "$out"
 mv "$stage" "$out"
+# Older preparations (other script versions) are not needed any more.
+find "$cache" -maxdepth 1 -name 'l1-*' ! -name "l1-$key" -exec rm -rf {} +
 touch "$out/ready"
 echo "prepare.sh: L1 ready: $pkg $version" >&2
 echo "$out"

@@ -194,6 +194,9 @@ pub struct L1Image {
     pub vmlinuz: PathBuf,
     /// busybox + modules + tests/l1/init.
     pub initramfs: PathBuf,
+    /// Initramfs of the "stock" L2 guest: busybox, the NVDIMM modules of the
+    /// same kernel and tests/l1/l2-init, for booting `vmlinuz` under pmemvm.
+    pub l2_initramfs: PathBuf,
     /// `package=... version=... kernel=...` as recorded by prepare.sh.
     pub kernel_package: String,
 }
@@ -363,6 +366,7 @@ pub fn prepare_l1() -> Result<L1Image, NestedError> {
     Ok(L1Image {
         vmlinuz: dir.join("vmlinuz"),
         initramfs: dir.join("initramfs.cpio.gz"),
+        l2_initramfs: dir.join("l2-initramfs.cpio.gz"),
         kernel_package,
     })
 }

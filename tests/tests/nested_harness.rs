@@ -266,3 +266,71 @@ fn guest_exit_status_reaches_the_host() {
     let report = parse_channel(&channel).expect("parse the guest channel");
     assert_eq!(report.status, Some(42), "{}", out.dump());
 }
+
+// ---- pmemvm boots Debian's stock kernel (independent of guest-images/) ---
+
+#[test]
+fn stock_kernel_boots_under_pmemvm_and_writes_pmem() {
+    let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
+    let Some(l1) = vm.l1_image().cloned() else {
+        // Direct mode has no prepared L1 image (and so no stock L2 initramfs).
+        eprintln!("SKIP: the stock-kernel guest is prepared in nested mode only");
+        return;
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let token = format!("PMEMVM-STOCK-{nanos:x}");
+    let cmdline =
+        format!("console=ttyS0 reboot=acpi panic=-1 pmemvm_l2_exit=42 pmemvm_l2_pattern={token}");
+    let out = vm
+        .deadline(Duration::from_secs(400))
+        .file("vmlinuz", &l1.vmlinuz)
+        .file("initrd.gz", &l1.l2_initramfs)
+        .run(&[
+            "pmemvm",
+            "boot",
+            "--kernel",
+            "vmlinuz",
+            "--initrd",
+            "initrd.gz",
+            "--memory",
+            "512M",
+            "--nvdimm",
+            "64M,file=pm0.img",
+            "--cmdline",
+            &cmdline,
+            "--console-log",
+            "console.txt",
+        ])
+        .expect("run pmemvm in the harness");
+    let console = fs::read_to_string(out.path("console.txt")).unwrap_or_default();
+    let context = format!(
+        "{}\nguest console (last lines):\n{}",
+        out.dump(),
+        tail_lines(&console, 40)
+    );
+    assert!(
+        console.contains("PMEMVM-L2-USERSPACE"),
+        "no user space\n{context}"
+    );
+    assert!(console.contains("PMEMVM-L2-PATTERN written"), "{context}");
+    // The guest chose 42; pmemvm passes the guest-exit byte through.
+    assert_eq!(out.status, 42, "{context}");
+    let expected: Vec<u8> = token.bytes().cycle().take(4096).collect();
+    let backing = fs::read(out.path("pm0.img")).expect("backing file on the host");
+    assert_eq!(backing.len(), 64 << 20, "{context}");
+    let at = backing
+        .windows(expected.len())
+        .step_by(512)
+        .position(|w| w == expected.as_slice())
+        .map(|i| i * 512);
+    assert!(at.is_some(), "pattern not in the backing file\n{context}");
+    eprintln!(
+        "{}: stock kernel guest exited 42 after {:.1?} total; pattern at backing offset {:#x}",
+        out.mode,
+        out.elapsed,
+        at.unwrap_or(0)
+    );
+}
