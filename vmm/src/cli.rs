@@ -23,6 +23,8 @@ pub struct Cli {
 pub enum Command {
     /// Boot a guest kernel with the console on this terminal.
     Boot(BootArgs),
+    /// Run one fio job in the guest and return its JSON results.
+    Run(RunArgs),
     /// Write the ACPI tables pmemvm would give a guest, one file per table.
     Acpi(AcpiArgs),
 }
@@ -114,4 +116,53 @@ impl BootArgs {
             channel: self.channel.clone(),
         }
     }
+}
+
+fn parse_seconds(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err(format!("--timeout '{s}' is not valid: use a number of seconds above 0")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("--timeout '{s}' is not a whole number of seconds")),
+    }
+}
+
+/// `pmemvm run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The fio job file to run in the guest.
+    #[arg(long, value_name = "JOBFILE")]
+    pub fio: PathBuf,
+    /// Shell commands run in the guest before fio (cwd /job; `@FILE` reads them from FILE).
+    #[arg(long, value_name = "CMDS")]
+    pub setup: Option<String>,
+    /// Extra fio arguments (one line).
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    pub fio_args: Option<String>,
+    /// Write fio's JSON and the run's metadata to this file.
+    #[arg(long, value_name = "OUT")]
+    pub json: Option<PathBuf>,
+    /// Which VMM runs the guest.
+    #[arg(long, value_enum, default_value = "pmemvm")]
+    pub engine: crate::run::Engine,
+    /// Show the guest console while the job runs.
+    #[arg(long)]
+    pub console: bool,
+    /// Give up (and keep partial results) after this many seconds.
+    #[arg(long, default_value = "600", value_parser = parse_seconds, value_name = "SECS")]
+    pub timeout: u64,
+    /// Guest kernel (default: the guest image's).
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+    /// Initrd (default: the guest image's initramfs).
+    #[arg(long, value_name = "PATH")]
+    pub initrd: Option<PathBuf>,
+    /// Whole kernel command line (default: a console on ttyS0).
+    #[arg(long, value_name = "STR")]
+    pub cmdline: Option<String>,
+    /// Appended to the kernel command line (e.g. nd_pmem.nowait=0); repeatable.
+    #[arg(long = "append", value_name = "STR")]
+    pub append: Vec<String>,
+    /// The machine.
+    #[command(flatten)]
+    pub machine: MachineArgs,
 }

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use crate::acpi_setup::{self, PlacedNvdimm};
-use crate::cli::{AcpiArgs, BootArgs};
+use crate::cli::{AcpiArgs, BootArgs, RunArgs};
+use crate::run::{self, RunError, RunSpec};
 use crate::exit_status;
 use crate::guest_job::{find_image_dir, ImageDir};
 use crate::memory;
@@ -18,6 +19,20 @@ pub enum CommandError {
     /// No kernel given and no default image.
     #[error("no --kernel given and the default guest image is not available: {0}")]
     NoImage(String),
+    /// A job run.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// A job input file.
+    #[error("cannot read {what} {path}: {source}")]
+    Input {
+        /// What.
+        what: &'static str,
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// Writing output files.
     #[error("cannot write {path}: {source}")]
     Output {
@@ -34,7 +49,8 @@ impl CommandError {
     pub fn is_usage(&self) -> bool {
         match self {
             Self::Vm(e) => e.is_usage(),
-            Self::NoImage(_) | Self::Output { .. } => true,
+            Self::Run(e) => e.is_usage(),
+            Self::NoImage(_) | Self::Output { .. } | Self::Input { .. } => true,
         }
     }
 }
@@ -106,4 +122,107 @@ pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
         std::fs::write(&path, bytes).map_err(out_err(path.clone()))?;
     }
     Ok(())
+}
+
+fn read_input(path: &std::path::Path, what: &'static str) -> Result<String, CommandError> {
+    if path.is_dir() {
+        return Err(CommandError::Input {
+            what,
+            path: path.into(),
+            source: std::io::Error::new(std::io::ErrorKind::IsADirectory, "it is a directory"),
+        });
+    }
+    std::fs::read_to_string(path).map_err(|source| CommandError::Input {
+        what,
+        path: path.into(),
+        source,
+    })
+}
+
+/// Opens the `--json` output early so an unwritable place fails before the run.
+fn open_output(path: &std::path::Path) -> Result<std::fs::File, CommandError> {
+    std::fs::File::create(path).map_err(|source| CommandError::Output {
+        path: path.into(),
+        source,
+    })
+}
+
+/// `pmemvm run`: returns the job's status.
+pub fn run(args: &RunArgs) -> Result<u8, CommandError> {
+    let fio_job = read_input(&args.fio, "fio job file")?;
+    let setup = match &args.setup {
+        Some(s) => match s.strip_prefix('@') {
+            Some(file) => Some(read_input(std::path::Path::new(file), "setup file")?),
+            None => Some(s.clone()),
+        },
+        None => None,
+    };
+    let mut out = args.json.as_deref().map(open_output).transpose()?;
+    let spec = RunSpec {
+        engine: args.engine,
+        kernel: args.kernel.clone(),
+        initrd: args.initrd.clone(),
+        cmdline: args.cmdline.clone(),
+        extra_cmdline: args.append.clone(),
+        cpus: args.machine.cpus,
+        memory: args.machine.memory,
+        nvdimms: args.machine.nvdimm.clone(),
+        job: crate::guest_job::GuestJob {
+            fio_job,
+            setup,
+            args: args.fio_args.clone(),
+        },
+        stream_console: args.console,
+        timeout: std::time::Duration::from_secs(args.timeout),
+    };
+    let result = run::run_job(&spec)?;
+    if let (Some(f), Some(path)) = (out.as_mut(), &args.json) {
+        serde_json::to_writer_pretty(&mut *f, &result)
+            .map_err(std::io::Error::from)
+            .map_err(|source| CommandError::Output {
+                path: path.clone(),
+                source,
+            })?;
+    }
+    print_summary(&result);
+    if let Some(e) = &result.error {
+        if !args.console && !result.console_tail.is_empty() {
+            eprintln!("pmemvm: last lines of the guest console:\n{}", result.console_tail);
+        }
+        eprintln!("pmemvm: {e}{}", if args.json.is_some() { " (partial results written)" } else { "" });
+    }
+    Ok(result.status)
+}
+
+fn print_summary(result: &run::RunResult) {
+    let label = if result.functional_only {
+        " — functional only, not performance"
+    } else {
+        ""
+    };
+    println!(
+        "engine {} ({}){label}; status {}; {:.1} s",
+        serde_json::to_string(&result.engine).unwrap_or_default().trim_matches('"'),
+        result.accelerator,
+        result.status,
+        result.wall_seconds
+    );
+    let Some(fio) = &result.fio else { return };
+    let Ok(bytes) = serde_json::to_vec(fio) else { return };
+    let Ok(parsed) = crate::fio::parse_fio_json(&bytes) else { return };
+    for s in parsed.summaries() {
+        println!(
+            "group {}: {} job(s), IOPS {:.0}, BW {:.1} MiB/s, slat avg {:.0} ns, clat p99 {} ns, usr {:.1}% sys {:.1}%, ctx {}, errors {}",
+            s.groupid,
+            s.jobnames.len(),
+            s.iops,
+            s.bw_bytes as f64 / f64::from(1u32 << 20),
+            s.slat.mean_ns,
+            s.clat.p99_ns.map_or("-".to_string(), |v| v.to_string()),
+            s.usr_cpu,
+            s.sys_cpu,
+            s.ctx,
+            s.errors.len()
+        );
+    }
 }

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use vmm::cli::{AcpiArgs, BootArgs, Cli, Command};
+use vmm::cli::{AcpiArgs, BootArgs, Cli, Command, RunArgs};
 use vmm::exit_status;
 
 /// A failure with the exit status it maps to.
@@ -43,6 +43,10 @@ fn boot(args: &BootArgs) -> Result<u8, Failure> {
     Ok(vmm::commands::boot(args)?)
 }
 
+fn run(args: &RunArgs) -> Result<u8, Failure> {
+    Ok(vmm::commands::run(args)?)
+}
+
 fn acpi(args: &AcpiArgs) -> Result<u8, Failure> {
     vmm::commands::acpi(args)?;
     Ok(0)
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
         .init();
     let result = match &cli.command {
         Command::Boot(a) => boot(a),
+        Command::Run(a) => run(a),
         Command::Acpi(a) => acpi(a),
     };
     match result {

@@ -1,0 +1,561 @@
+//! `pmemvm run`: one fio job in the guest image, on pmemvm or on QEMU, with
+//! fio's JSON and the run's metadata returned to the host.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use devices::exit::ExitRequest;
+use serde::Serialize;
+use sha2::Digest;
+
+use crate::config::{ConsoleMode, NvdimmSpec, VmConfig};
+use crate::exit_status;
+use crate::guest_job::{self, GuestJob, GuestReport, FIO_JSON_FRAME};
+use crate::host::HostKvm;
+use crate::qemu::{self, QemuAccel, QemuMachine};
+use crate::stats::{ExitCounts, NvdimmCounts};
+use crate::vm::{Vm, VmError};
+
+/// Errors of a job run. Partial results are kept in [`RunResult`] where possible.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Building the VM.
+    #[error(transparent)]
+    Vm(#[from] VmError),
+    /// A job file cannot be read.
+    #[error("cannot read {what} {path}: {source}")]
+    Input {
+        /// What it is.
+        what: &'static str,
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The job archive.
+    #[error(transparent)]
+    Job(#[from] guest_job::GuestJobError),
+    /// No kernel given and no guest image.
+    #[error("no --kernel given and the default guest image is not available: {0}")]
+    NoImage(String),
+    /// QEMU is not installed.
+    #[error("--engine qemu needs qemu-system-x86_64, which is not on PATH (apt-get install qemu-system-x86)")]
+    NoQemu,
+    /// Host I/O.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RunError {
+    /// True when the user's input is at fault (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Self::Vm(e) => e.is_usage(),
+            Self::Input { .. } | Self::NoQemu | Self::NoImage(_) => true,
+            Self::Job(_) | Self::Io { .. } => false,
+        }
+    }
+}
+
+/// Which VMM runs the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// pmemvm itself.
+    Pmemvm,
+    /// qemu-system-x86_64 with its own NVDIMM.
+    Qemu,
+}
+
+/// Everything a job run needs.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// Engine.
+    pub engine: Engine,
+    /// Kernel (None → guest image).
+    pub kernel: Option<PathBuf>,
+    /// Initrd (None → guest image's).
+    pub initrd: Option<PathBuf>,
+    /// Full command line (None → default).
+    pub cmdline: Option<String>,
+    /// Appended to the command line (e.g. `nd_pmem.nowait=0`).
+    pub extra_cmdline: Vec<String>,
+    /// vCPUs.
+    pub cpus: u8,
+    /// RAM.
+    pub memory: u64,
+    /// NVDIMMs.
+    pub nvdimms: Vec<NvdimmSpec>,
+    /// The job.
+    pub job: GuestJob,
+    /// Stream the console to stdout.
+    pub stream_console: bool,
+    /// Give up after this long.
+    pub timeout: Duration,
+}
+
+/// A file's path and SHA-256.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct HashedFile {
+    /// Path.
+    pub path: String,
+    /// Hex SHA-256 (empty if unreadable).
+    pub sha256: String,
+}
+
+fn hash_file(p: &Path) -> HashedFile {
+    let sha256 = std::fs::read(p)
+        .map(|b| format!("{:x}", sha2::Sha256::digest(&b)))
+        .unwrap_or_default();
+    HashedFile {
+        path: p.display().to_string(),
+        sha256,
+    }
+}
+
+/// The host, for reports.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct HostDescription {
+    /// CPU model name.
+    pub cpu: String,
+    /// Host CPUs.
+    pub cpus: usize,
+    /// `uname -r`.
+    pub kernel: String,
+    /// vmx/svm present.
+    pub hw_virt: bool,
+    /// PVM KVM.
+    pub pvm: bool,
+}
+
+/// Describes this host.
+pub fn describe_host() -> HostDescription {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = info
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_string()))
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let kvm = HostKvm::probe();
+    HostDescription {
+        cpu,
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        kernel,
+        hw_virt: kvm.hw_virt,
+        pvm: kvm.pvm,
+    }
+}
+
+/// The DIMMs of a run, for reports.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct DimmDescription {
+    /// Backing file size.
+    pub size: u64,
+    /// Backing file (None = temporary).
+    pub file: Option<String>,
+    /// Read-only.
+    pub readonly: bool,
+    /// Label bytes.
+    pub label_size: u64,
+}
+
+/// Everything a run produced (also when it failed: `error` says why).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// pmemvm version.
+    pub pmemvm_version: &'static str,
+    /// Engine.
+    pub engine: Engine,
+    /// "kvm" or "tcg" (QEMU), "kvm" (pmemvm).
+    pub accelerator: String,
+    /// True on TCG or nested hosts: numbers are functional only.
+    pub functional_only: bool,
+    /// The job's exit status (or pmemvm's own status when the job did not report).
+    pub status: u8,
+    /// Why the run failed, if it did; results are partial then.
+    pub error: Option<String>,
+    /// Kernel used.
+    pub kernel: HashedFile,
+    /// Initrd used (before the job archive was appended).
+    pub initrd: Option<HashedFile>,
+    /// The guest image manifest, when the image was used.
+    pub image_manifest: Option<serde_json::Value>,
+    /// Kernel command line.
+    pub cmdline: String,
+    /// vCPUs.
+    pub cpus: u8,
+    /// RAM bytes.
+    pub memory: u64,
+    /// DIMMs.
+    pub nvdimms: Vec<DimmDescription>,
+    /// Host.
+    pub host: HostDescription,
+    /// VM exits by reason (pmemvm engine).
+    pub exits: Option<ExitCounts>,
+    /// Per-DIMM flush and label counters (pmemvm engine).
+    pub nvdimm_stats: Vec<NvdimmCounts>,
+    /// Wall time of the run in seconds.
+    pub wall_seconds: f64,
+    /// fio's JSON output.
+    pub fio: Option<serde_json::Value>,
+    /// Other files the guest sent (setup.log, fio.stderr), as text.
+    pub guest_files: std::collections::BTreeMap<String, String>,
+    /// The last lines of the console.
+    #[serde(skip)]
+    pub console_tail: String,
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let v: Vec<&str> = text.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A per-run scratch directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Self, RunError> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "pmemvm-run-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).map_err(|source| RunError::Io {
+            what: format!("creating {}", p.display()),
+            source,
+        })?;
+        Ok(Self(p))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Default kernel command line for jobs in the guest image.
+pub const JOB_CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 loglevel=4";
+
+/// Runs the job; returns the result (check `error`/`status`) or an error
+/// when nothing could be started.
+pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
+    let (kernel, initrd, image) = match &spec.kernel {
+        Some(k) => (k.clone(), spec.initrd.clone(), None),
+        None => {
+            let image = guest_job::find_image_dir().map_err(|e| RunError::NoImage(e.to_string()))?;
+            let kernel = match spec.engine {
+                Engine::Pmemvm => image.vmlinux.clone(),
+                Engine::Qemu => image.bz_image.clone(),
+            };
+            let initrd = spec.initrd.clone().or_else(|| Some(image.initramfs.clone()));
+            (kernel, initrd, Some(image))
+        }
+    };
+    let mut cmdline = spec.cmdline.clone().unwrap_or_else(|| JOB_CMDLINE.to_string());
+    for extra in &spec.extra_cmdline {
+        cmdline.push(' ');
+        cmdline.push_str(extra);
+    }
+    let archive = spec.job.archive()?;
+    let scratch = Scratch::new()?;
+    let console = scratch.0.join("console.log");
+    let channel = scratch.0.join("channel.bin");
+    let host = describe_host();
+    let kvm = HostKvm::probe();
+    let start = Instant::now();
+
+    let mut result = RunResult {
+        pmemvm_version: env!("CARGO_PKG_VERSION"),
+        engine: spec.engine,
+        accelerator: "kvm".into(),
+        functional_only: false,
+        status: exit_status::RUNTIME_ERROR,
+        error: None,
+        kernel: hash_file(&kernel),
+        initrd: initrd.as_deref().map(hash_file),
+        image_manifest: image
+            .as_ref()
+            .and_then(|i| std::fs::read(&i.manifest).ok())
+            .and_then(|b| serde_json::from_slice(&b).ok()),
+        cmdline: cmdline.clone(),
+        cpus: spec.cpus,
+        memory: spec.memory,
+        nvdimms: spec
+            .nvdimms
+            .iter()
+            .map(|n| DimmDescription {
+                size: n.size,
+                file: n.file.as_ref().map(|f| f.display().to_string()),
+                readonly: n.readonly,
+                label_size: n.label_size,
+            })
+            .collect(),
+        host,
+        exits: None,
+        nvdimm_stats: Vec::new(),
+        wall_seconds: 0.0,
+        fio: None,
+        guest_files: Default::default(),
+        console_tail: String::new(),
+    };
+
+    let vm_status = match spec.engine {
+        Engine::Pmemvm => {
+            // Nested guests run on a real KVM, but their numbers are not performance.
+            result.functional_only = kvm.cannot_run_linux() || in_nested_l1();
+            let config = VmConfig {
+                kernel: kernel.clone(),
+                initrd: initrd.clone(),
+                initrd_append: archive,
+                cmdline,
+                cpus: spec.cpus,
+                memory: spec.memory,
+                nvdimms: spec.nvdimms.clone(),
+                console: if spec.stream_console {
+                    ConsoleMode::Stdio
+                } else {
+                    ConsoleMode::File(console.clone())
+                },
+                channel: Some(channel.clone()),
+            };
+            let vm = Vm::build(&config)?;
+            let exit = vm.exit_notifier();
+            let timeout = spec.timeout;
+            watchdog(exit.clone(), timeout);
+            let outcome = vm.run()?;
+            result.exits = Some(outcome.exits.clone());
+            result.nvdimm_stats = outcome.nvdimms.clone();
+            match &outcome.reason {
+                ExitRequest::GuestExit(_) | ExitRequest::PowerOff => {}
+                other => {
+                    let mut msg = exit_status::describe(other);
+                    if let Some(h) = &outcome.host_hint {
+                        msg.push_str("; ");
+                        msg.push_str(h);
+                    }
+                    result.error = Some(msg);
+                }
+            }
+            Some(exit_status::for_request(&outcome.reason))
+        }
+        Engine::Qemu => {
+            let qemu_bin = qemu::find_qemu().ok_or(RunError::NoQemu)?;
+            let accel = QemuAccel::choose(&kvm);
+            result.accelerator = accel.name().into();
+            result.functional_only = accel == QemuAccel::Tcg || in_nested_l1();
+            let initrd_file = scratch.0.join("initrd");
+            let mut data = match &initrd {
+                Some(p) => std::fs::read(p).map_err(|source| RunError::Input {
+                    what: "initrd",
+                    path: p.clone(),
+                    source,
+                })?,
+                None => Vec::new(),
+            };
+            data = guest_job::append_to_initrd(&data, &spec.job.archive()?);
+            std::fs::write(&initrd_file, &data).map_err(|source| RunError::Io {
+                what: "writing the job initrd".into(),
+                source,
+            })?;
+            // QEMU needs named backing files: temporary ones live in the scratch dir.
+            let dimms: Vec<(&NvdimmSpec, PathBuf)> = spec
+                .nvdimms
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    let p = n.file.clone().unwrap_or_else(|| scratch.0.join(format!("pmem{i}.img")));
+                    (n, p)
+                })
+                .collect();
+            for (n, p) in &dimms {
+                if !p.exists() {
+                    let f = std::fs::File::create(p).and_then(|f| f.set_len(n.size).map(|_| f));
+                    f.map_err(|source| RunError::Io {
+                        what: format!("creating {}", p.display()),
+                        source,
+                    })?;
+                }
+            }
+            let machine = QemuMachine {
+                qemu: &qemu_bin,
+                accel,
+                cpus: spec.cpus,
+                memory: spec.memory,
+                kernel: &kernel,
+                initrd: Some(&initrd_file),
+                cmdline: &cmdline,
+                nvdimms: dimms,
+                console: &console,
+                channel: &channel,
+            };
+            let mut cmd = machine.command();
+            log::info!("running {cmd:?}");
+            let status = run_with_deadline(&mut cmd, spec.timeout, spec.stream_console.then_some(&console))?;
+            match status {
+                // isa-debug-exit: QEMU exits with (byte << 1) | 1.
+                Some(s) if s & 1 == 1 => u8::try_from(s >> 1).ok(),
+                Some(0) => Some(0),
+                Some(s) => {
+                    result.error = Some(format!("qemu-system-x86_64 failed with status {s}"));
+                    None
+                }
+                None => {
+                    result.error = Some(format!(
+                        "the guest did not finish within {} s; QEMU was killed",
+                        spec.timeout.as_secs()
+                    ));
+                    None
+                }
+            }
+        }
+    };
+    result.wall_seconds = start.elapsed().as_secs_f64();
+    let console_text = String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
+    result.console_tail = tail(&console_text, 40);
+    let channel_bytes = std::fs::read(&channel).unwrap_or_default();
+    let report = match guest_job::parse_channel(&channel_bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            result.error.get_or_insert(format!("the guest's result channel is damaged: {e}"));
+            GuestReport::default()
+        }
+    };
+    for (name, bytes) in &report.files {
+        if name == FIO_JSON_FRAME {
+            match serde_json::from_slice::<serde_json::Value>(strip_to_json(bytes)) {
+                Ok(v) => result.fio = Some(v),
+                Err(e) => {
+                    result
+                        .error
+                        .get_or_insert(format!("fio's JSON output could not be parsed: {e}"));
+                }
+            }
+        } else {
+            result
+                .guest_files
+                .insert(name.clone(), String::from_utf8_lossy(bytes).into_owned());
+        }
+    }
+    result.status = match (report.status, vm_status) {
+        (Some(s), _) => s,
+        (None, Some(s)) if result.error.is_some() => s.max(exit_status::RUNTIME_ERROR),
+        (None, _) => {
+            result
+                .error
+                .get_or_insert("the guest ended without reporting a job status".into());
+            exit_status::RUNTIME_ERROR
+        }
+    };
+    if result.status != 0 && result.error.is_none() {
+        let detail = result
+            .guest_files
+            .get("fio.stderr")
+            .or_else(|| result.guest_files.get("setup.log"))
+            .map(|t| tail(t, 10))
+            .unwrap_or_default();
+        result.error = Some(format!("the job failed in the guest with status {}: {detail}", result.status));
+    }
+    Ok(result)
+}
+
+/// Skips leading noise (fio warnings) before the JSON object.
+fn strip_to_json(bytes: &[u8]) -> &[u8] {
+    match bytes.iter().position(|&b| b == b'{') {
+        Some(i) => &bytes[i..],
+        None => bytes,
+    }
+}
+
+/// True when this process runs inside the nested harness's L1 (QEMU TCG guest).
+fn in_nested_l1() -> bool {
+    std::fs::read_to_string("/sys/class/dmi/id/sys_vendor")
+        .map(|v| v.trim() == "QEMU")
+        .unwrap_or(false)
+        && std::fs::read_to_string("/proc/cpuinfo")
+            .map(|c| c.contains("hypervisor"))
+            .unwrap_or(false)
+}
+
+/// Ends the VM with a clear message after `timeout`.
+fn watchdog(exit: Arc<devices::exit::ExitNotifier>, timeout: Duration) {
+    let _ = std::thread::Builder::new()
+        .name("watchdog".into())
+        .spawn(move || {
+            std::thread::sleep(timeout);
+            exit.request(ExitRequest::Fatal(format!(
+                "the guest did not finish within {} s (use --timeout to allow more)",
+                timeout.as_secs()
+            )));
+        });
+}
+
+/// Runs a command until it exits or the deadline passes (then kills it, None).
+fn run_with_deadline(
+    cmd: &mut std::process::Command,
+    deadline: Duration,
+    stream: Option<&PathBuf>,
+) -> Result<Option<i32>, RunError> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| RunError::Io {
+            what: "starting qemu-system-x86_64".into(),
+            source,
+        })?;
+    let start = Instant::now();
+    let mut shown = 0usize;
+    loop {
+        if let Some(path) = stream {
+            if let Ok(b) = std::fs::read(path) {
+                if b.len() > shown {
+                    use std::io::Write;
+                    let _ = std::io::stdout().write_all(&b[shown..]);
+                    let _ = std::io::stdout().flush();
+                    shown = b.len();
+                }
+            }
+        }
+        match child.try_wait() {
+            Ok(Some(s)) => {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                if !err.trim().is_empty() {
+                    log::warn!("qemu: {}", err.trim());
+                }
+                return Ok(s.code());
+            }
+            Ok(None) if start.elapsed() > deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok(None);
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(source) => {
+                return Err(RunError::Io {
+                    what: "waiting for qemu-system-x86_64".into(),
+                    source,
+                })
+            }
+        }
+    }
+}
