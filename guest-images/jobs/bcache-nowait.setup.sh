@@ -36,8 +36,15 @@ wait_for() {
 
 wait_for /dev/nullb0
 wait_for /dev/nullb1
+# The kernel refuses a cache device with fewer than 1024 buckets ("cache device is too small"):
+# halve make-bcache's default 512k bucket until the cache has at least 2048 of them. At
+# upstream's 1 GiB the default stays.
+bucket_kb=512
+while [ $((NULLB_MB * 1024 / bucket_kb)) -lt 2048 ] && [ "$bucket_kb" -gt 4 ]; do
+    bucket_kb=$((bucket_kb / 2))
+done
 make-bcache --block 4k -B /dev/nullb0
-make-bcache --block 4k -C /dev/nullb1
+make-bcache --block 4k --bucket "${bucket_kb}k" -C /dev/nullb1
 # No udev in the guest: register both devices by hand.
 echo /dev/nullb0 >/sys/fs/bcache/register
 echo /dev/nullb1 >/sys/fs/bcache/register
