@@ -334,3 +334,60 @@ fn stock_kernel_boots_under_pmemvm_and_writes_pmem() {
         at.unwrap_or(0)
     );
 }
+
+#[test]
+fn fio_verify_runs_in_the_guest_image_under_pmemvm_run() {
+    let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
+    let (kernel_name, kernel) = match pmemvm_tests::nested::guest_image("bzImage") {
+        Ok(k) => ("bzImage", k),
+        Err(_) => (
+            "vmlinux",
+            require!(pmemvm_tests::nested::guest_image("vmlinux")),
+        ),
+    };
+    let initrd = require!(pmemvm_tests::nested::guest_image("initramfs.cpio.gz"));
+    let job = pmemvm_tests::nested::workspace_root().join("guest-images/jobs/verify.fio");
+    let out = vm
+        .deadline(Duration::from_secs(500))
+        .file(kernel_name, kernel)
+        .file("initramfs.cpio.gz", initrd)
+        .file("verify.fio", job)
+        .run(&[
+            "pmemvm",
+            "run",
+            "--kernel",
+            kernel_name,
+            "--initrd",
+            "initramfs.cpio.gz",
+            "--nvdimm",
+            "128M,file=pm0.img",
+            "--fio",
+            "verify.fio",
+            "--json",
+            "result.json",
+        ])
+        .expect("run pmemvm in the harness");
+    eprintln!(
+        "{}: pmemvm run (64 MiB io_uring write+verify) exited {} after {:.1?}",
+        out.mode, out.status, out.elapsed
+    );
+    assert_eq!(out.status, 0, "{}", out.dump());
+    let text = fs::read_to_string(out.path("result.json")).expect("result.json on the host");
+    let result: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_eq!(result["status"], 0, "{text}");
+    let job = &result["fio"]["jobs"][0];
+    assert_eq!(job["error"], 0, "{text}");
+    assert_eq!(job["write"]["io_bytes"], 64 << 20, "{text}");
+    assert!(
+        job["read"]["io_bytes"].as_u64().unwrap_or(0) > 0,
+        "no verify reads: {text}"
+    );
+    if out.mode == Mode::Nested {
+        assert_eq!(result["functional_only"], true, "{text}");
+    }
+    let backing = fs::read(out.path("pm0.img")).expect("backing file on the host");
+    assert!(
+        backing[..64 << 20].iter().any(|&b| b != 0),
+        "fio's blocks are not in the backing file"
+    );
+}
