@@ -5,12 +5,17 @@
 //! ```text
 //! cargo run -p acpi --example dump -- /tmp/acpi && cd /tmp/acpi && iasl -d *.aml
 //! ```
-//! `pmemvm acpi --out DIR` does the same for a real configuration.
+//! `--no-dsm` leaves the `_DSM` label transport out (as for a machine whose
+//! DIMMs are all label-less). `pmemvm acpi --out DIR` does the same for a
+//! real configuration.
 
 use acpi::{build_tables, nfit_handle, DsmTransport, MachineDescription, NvdimmDescription};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = std::env::args().nth(1).ok_or("usage: dump OUT_DIR")?;
+    let dir = std::env::args()
+        .nth(1)
+        .ok_or("usage: dump OUT_DIR [--no-dsm]")?;
+    let no_dsm = std::env::args().nth(2).as_deref() == Some("--no-dsm");
     let dimm = |i: u32, readonly: bool, label_size: u32| NvdimmDescription {
         handle: nfit_handle(i),
         spa_base: (4 + u64::from(i)) << 30,
@@ -32,7 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         s5_slp_typ: 5,
         serial_ports: vec![(0x3f8, 4), (0x2f8, 3)],
         nvdimms: vec![dimm(0, false, 128 << 10), dimm(1, true, 0)],
-        dsm: Some(DsmTransport {
+        dsm: (!no_dsm).then_some(DsmTransport {
             page_addr: 0xf_f000,
             doorbell_port: 0x510,
         }),
