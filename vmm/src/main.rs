@@ -53,6 +53,7 @@ fn acpi(args: &AcpiArgs) -> Result<u8, Failure> {
 }
 
 fn main() -> ExitCode {
+    vmm::stats::mark_process_start();
     let cli = Cli::parse();
     let level = match cli.verbose {
         0 => "warn",

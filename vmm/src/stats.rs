@@ -2,6 +2,8 @@
 //! threads (relaxed atomics: they are statistics, not synchronisation).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -89,4 +91,56 @@ pub struct NvdimmCounts {
     pub flush_failures: u64,
     /// Label _DSM calls.
     pub label_calls: u64,
+}
+
+static PROCESS_START: OnceLock<Instant> = OnceLock::new();
+
+/// Records the start of `main` (the reference for startup figures).
+pub fn mark_process_start() {
+    let _ = PROCESS_START.set(Instant::now());
+}
+
+/// Microseconds since [`mark_process_start`] (None if it was never called).
+pub fn micros_since_start() -> Option<u128> {
+    PROCESS_START.get().map(|t| t.elapsed().as_micros())
+}
+
+/// Resident memory of this process outside the given guest mappings (host
+/// address, length), in KiB, from /proc/self/smaps: the VMM's own footprint.
+pub fn rss_excluding_kib(guest: &[(usize, usize)]) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut total = 0u64;
+    let mut current_is_guest = false;
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let Some(first) = fields.next() else { continue };
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(start), Ok(end)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                current_is_guest = guest
+                    .iter()
+                    .any(|&(g, len)| start < g.saturating_add(len) && g < end);
+                continue;
+            }
+        }
+        if first == "Rss:" && !current_is_guest {
+            total += fields.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        }
+    }
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rss_excludes_the_named_mapping() {
+        let len = 8 << 20;
+        let mut v = vec![1u8; len];
+        v[len - 1] = 2;
+        let all = rss_excluding_kib(&[]).unwrap();
+        let without = rss_excluding_kib(&[(v.as_ptr() as usize, len)]).unwrap();
+        assert!(all >= without + 7 * 1024, "all {all} KiB, without {without} KiB");
+        assert_eq!(v[len - 1], 2);
+    }
 }

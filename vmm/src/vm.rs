@@ -510,6 +510,18 @@ impl Vm {
                 ));
             }
         }
+        let mut guest_maps: Vec<(usize, usize)> = self
+            .mem
+            .iter()
+            .filter_map(|r| {
+                let host = self.mem.get_host_address(r.start_addr()).ok()?;
+                Some((host as usize, usize::try_from(r.len()).ok()?))
+            })
+            .collect();
+        guest_maps.extend(self.nvdimms.iter().map(|n| (n.mapping.as_ptr() as usize, n.mapping.size())));
+        if let Some(kib) = crate::stats::rss_excluding_kib(&guest_maps) {
+            log::info!("memory: VMM RSS excluding guest memory {kib} KiB");
+        }
         let reason = match (reason, sync_error) {
             (r @ ExitRequest::StorageFailure(_), _) => r,
             (_, Some(e)) => ExitRequest::StorageFailure(e),
@@ -583,6 +595,11 @@ struct VcpuContext {
 
 impl VcpuContext {
     fn run(mut self) {
+        if self.index == 0 {
+            if let Some(us) = crate::stats::micros_since_start() {
+                log::info!("startup: first KVM_RUN {us} us after main");
+            }
+        }
         while !self.stop.load(Ordering::SeqCst) {
             if let Some(request) = self.run_once() {
                 self.exit.request(request);

@@ -1,0 +1,116 @@
+//! Startup figures of `pmemvm boot` (issue: VMM core), measured in one run so
+//! they can be compared as ratios:
+//!
+//! * time from `main` to the first KVM_RUN with `--nvdimm 1G` and `--nvdimm 128G`
+//!   (median of N alternating runs, and the 128G/1G ratio);
+//! * the VMM's RSS excluding guest memory;
+//! * host disk blocks allocated for an untouched 128G NVDIMM backing file.
+//!
+//! Run: `cargo bench -p vmm --bench startup` (needs /dev/kvm and binutils; it
+//! assembles the tiny `hello` guest from tests/guests). `PMEMVM_BENCH_RUNS`
+//! sets N (default 15).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn assemble_hello(dir: &Path) -> PathBuf {
+    let src = workspace().join("tests/guests");
+    let obj = dir.join("hello.o");
+    let elf = dir.join("hello.elf");
+    let ok = Command::new("as")
+        .args(["--64", "-I"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj)
+        .arg(src.join("hello.S"))
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new("ld")
+            .args(["-m", "elf_x86_64", "-Ttext=0x100000", "-e", "_start", "-o"])
+            .arg(&elf)
+            .arg(&obj)
+            .status()
+            .is_ok_and(|s| s.success());
+    assert!(ok, "assembling tests/guests/hello.S failed (is binutils installed?)");
+    elf
+}
+
+fn pmemvm() -> PathBuf {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "-q", "--release", "-p", "vmm", "--bin", "pmemvm"])
+        .current_dir(workspace())
+        .status()
+        .expect("running cargo build");
+    assert!(status.success(), "building pmemvm failed");
+    workspace().join("target/release/pmemvm")
+}
+
+/// (first KVM_RUN µs, VMM RSS KiB) of one boot.
+fn one(bin: &Path, guest: &Path, nvdimm: &str) -> (u64, u64) {
+    let out = Command::new(bin)
+        .args(["-v", "boot", "--kernel"])
+        .arg(guest)
+        .args(["--nvdimm", nvdimm])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("running pmemvm");
+    assert_eq!(out.status.code(), Some(42), "the hello guest did not exit with 42");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let grab = |key: &str, unit: &str| -> u64 {
+        err.lines()
+            .find_map(|l| {
+                let rest = l.split(key).nth(1)?;
+                rest.trim().split(unit).next()?.trim().parse().ok()
+            })
+            .unwrap_or_else(|| panic!("no '{key}' line in pmemvm's log:\n{err}"))
+    };
+    (
+        grab("startup: first KVM_RUN", "us"),
+        grab("VMM RSS excluding guest memory", "KiB"),
+    )
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let runs: usize = std::env::var("PMEMVM_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(15);
+    let dir = std::env::temp_dir().join(format!("pmemvm-startup-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let guest = assemble_hello(&dir);
+    let bin = pmemvm();
+    let (mut t1, mut t128, mut rss) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let (t, r) = one(&bin, &guest, "1G");
+        t1.push(t);
+        rss.push(r);
+        let (t, r) = one(&bin, &guest, "128G");
+        t128.push(t);
+        rss.push(r);
+    }
+    let file = dir.join("untouched-128g.img");
+    let spec = format!("128G,file={}", file.display());
+    one(&bin, &guest, &spec);
+    let md = std::fs::metadata(&file).expect("backing file");
+    let (m1, m128) = (median(t1), median(t128));
+    println!("pmemvm startup ({runs} runs each, alternating; release build)");
+    println!("  main -> first KVM_RUN, --nvdimm 1G   : {m1} us (median)");
+    println!("  main -> first KVM_RUN, --nvdimm 128G : {m128} us (median)");
+    println!("  ratio 128G / 1G                      : {:.2}", m128 as f64 / m1 as f64);
+    println!("  VMM RSS excluding guest memory       : {} KiB (max {} KiB)", median(rss.clone()), rss.iter().max().unwrap_or(&0));
+    println!("  untouched 128G backing file          : {} bytes, {} blocks allocated", md.len(), md.blocks());
+    let _ = std::fs::remove_dir_all(&dir);
+}
