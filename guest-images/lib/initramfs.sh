@@ -51,7 +51,7 @@ copy_with_libs() {
     local root="$1" bin="$2" lib
     [ -x "$bin" ] || die "missing $bin (is its Debian package installed?)"
     install -D -m 0755 "$bin" "$root$bin"
-    for lib in $(ldd "$bin" | awk '/=> \//{print $3} /^\s*\/[^ ]*ld-linux/{print $1}'); do
+    for lib in $(ldd "$bin" | awk '/=> \//{print $3} /^[ \t]*\/[^ ]*ld-linux/{print $1}'); do
         [ -e "$root$lib" ] && continue
         mkdir -p "$root$(dirname "$lib")"
         cp -L "$lib" "$root$lib"

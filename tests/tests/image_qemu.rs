@@ -1,0 +1,357 @@
+//! The guest image (`guest-images/build.sh`) under QEMU TCG with QEMU's own
+//! NVDIMM: it boots, finds `/dev/pmem0`, runs fio jobs delivered as an
+//! appended cpio archive, returns fio's JSON on COM2 and leaves through the
+//! guest-exit port 0x501 with the job's status.
+//!
+//! QEMU's `isa-debug-exit` device sits on port 0x501 like pmemvm's exit port;
+//! it ends QEMU with status `(byte << 1) | 1`, which the tests check too.
+//!
+//! Skips (with `SKIP:` on stderr) when QEMU or the built image is missing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use vmm::guest_job::{self, GuestJob, GuestReport, ImageDir};
+
+/// Each boot must finish within this.
+const BOOT_DEADLINE: Duration = Duration::from_secs(60);
+/// Size of the NVDIMM backing file.
+const NVDIMM_SIZE_MIB: u64 = 128;
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir =
+            std::env::temp_dir().join(format!("pmemvm-image-qemu-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Boot {
+    console: String,
+    channel: Vec<u8>,
+    /// QEMU's exit status (`None`: killed at the deadline).
+    qemu_status: Option<i32>,
+    elapsed: Duration,
+    _dir: TempDir,
+}
+
+impl Boot {
+    fn report(&self) -> GuestReport {
+        match guest_job::parse_channel(&self.channel) {
+            Ok(report) => report,
+            Err(err) => panic!("bad COM2 stream: {err}\n{}", self.dump()),
+        }
+    }
+
+    fn dump(&self) -> String {
+        format!(
+            "qemu status {:?} after {:.1} s\n----- console (COM1) -----\n{}\n----- COM2 ({} bytes) -----\n{}\n",
+            self.qemu_status,
+            self.elapsed.as_secs_f64(),
+            self.console,
+            self.channel.len(),
+            String::from_utf8_lossy(&self.channel[..self.channel.len().min(4096)])
+        )
+    }
+
+    fn file(&self, name: &str) -> String {
+        match self.report().files.get(name) {
+            Some(data) => String::from_utf8_lossy(data).into_owned(),
+            None => panic!("the guest sent no {name}\n{}", self.dump()),
+        }
+    }
+}
+
+fn find_qemu() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("qemu-system-x86_64"))
+        .find(|p| p.is_file())
+}
+
+/// QEMU and the built image, or `None` after printing why the test is skipped.
+fn requirements() -> Option<(PathBuf, ImageDir)> {
+    let Some(qemu) = find_qemu() else {
+        eprintln!("SKIP: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)");
+        return None;
+    };
+    match guest_job::find_image_dir() {
+        Ok(image) => Some((qemu, image)),
+        Err(err) => {
+            eprintln!("SKIP: {err}");
+            None
+        }
+    }
+}
+
+fn wait_with_deadline(child: &mut Child, deadline: Duration) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status.code(),
+            Ok(None) if start.elapsed() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+/// Boots the image under QEMU TCG with one NVDIMM and `job` appended to the initrd.
+fn boot(name: &str, qemu: &Path, image: &ImageDir, cmdline_extra: &str, job: &GuestJob) -> Boot {
+    let dir = TempDir::new(name);
+    let base = std::fs::read(&image.initramfs).expect("read initramfs");
+    let archive = job.archive().expect("job archive");
+    let initrd = dir.0.join("initrd");
+    std::fs::write(&initrd, guest_job::append_to_initrd(&base, &archive)).expect("write initrd");
+    let nvdimm = dir.0.join("nvdimm.img");
+    let file = std::fs::File::create(&nvdimm).expect("create nvdimm file");
+    file.set_len(NVDIMM_SIZE_MIB << 20)
+        .expect("size nvdimm file");
+    let console = dir.0.join("console.log");
+    let com2 = dir.0.join("com2.log");
+    let append = format!("console=ttyS0 panic=-1 {cmdline_extra}");
+
+    let mut cmd = Command::new(qemu);
+    cmd.args(["-accel", "tcg", "-cpu", "max", "-smp", "1"])
+        .args(["-machine", "pc,nvdimm=on", "-m", "512M,slots=2,maxmem=2G"])
+        .arg("-object")
+        .arg(format!(
+            "memory-backend-file,id=mem1,share=on,mem-path={},size={NVDIMM_SIZE_MIB}M",
+            nvdimm.display()
+        ))
+        .args(["-device", "nvdimm,memdev=mem1,id=nv1"])
+        .args(["-device", "isa-debug-exit,iobase=0x501,iosize=1"])
+        .args(["-display", "none", "-monitor", "none", "-no-reboot"])
+        .arg("-serial")
+        .arg(format!("file:{}", console.display()))
+        .arg("-serial")
+        .arg(format!("file:{}", com2.display()))
+        .arg("-kernel")
+        .arg(&image.bz_image)
+        .arg("-initrd")
+        .arg(&initrd)
+        .arg("-append")
+        .arg(&append)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("spawn qemu");
+    let qemu_status = wait_with_deadline(&mut child, BOOT_DEADLINE);
+    let elapsed = start.elapsed();
+    let console =
+        String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
+    let channel = std::fs::read(&com2).unwrap_or_default();
+    let boot = Boot {
+        console,
+        channel,
+        qemu_status,
+        elapsed,
+        _dir: dir,
+    };
+    eprintln!(
+        "{name}: QEMU TCG boot + job took {:.1} s",
+        boot.elapsed.as_secs_f64()
+    );
+    assert!(
+        boot.qemu_status.is_some(),
+        "QEMU did not finish within {BOOT_DEADLINE:?}\n{}",
+        boot.dump()
+    );
+    boot
+}
+
+/// `isa-debug-exit` turns the byte written to port 0x501 into this exit status.
+fn debug_exit_status(byte: u8) -> Option<i32> {
+    Some((i32::from(byte) << 1) | 1)
+}
+
+fn fio_json(boot: &Boot) -> serde_json::Value {
+    let text = boot.file("fio.json");
+    match serde_json::from_str(&text) {
+        Ok(value) => value,
+        Err(err) => panic!("fio.json is not JSON ({err})\n{}", boot.dump()),
+    }
+}
+
+const VERIFY_JOB: &str = "\
+[global]
+filename=/dev/pmem0
+direct=1
+bs=4k
+size=32m
+verify=crc32c
+do_verify=1
+verify_fatal=1
+
+[uring-randwrite-verify]
+ioengine=io_uring
+iodepth=8
+rw=randwrite
+
+[libaio-write-verify]
+stonewall
+ioengine=libaio
+iodepth=4
+rw=write
+offset=64m
+";
+
+const NOWAIT_SETUP: &str = "\
+cat /sys/module/nd_pmem/parameters/nowait > \"$PMEMVM_OUT/nd_pmem.nowait\"
+cat /sys/module/bcache/parameters/bch_nowait > \"$PMEMVM_OUT/bcache.bch_nowait\"
+ls /dev > \"$PMEMVM_OUT/dev.txt\"
+";
+
+#[test]
+fn fio_verify_job_on_pmem_reports_json_over_com2() {
+    let Some((qemu, image)) = requirements() else {
+        return;
+    };
+    let job = GuestJob {
+        fio_job: VERIFY_JOB.into(),
+        setup: Some(NOWAIT_SETUP.into()),
+        args: None,
+    };
+    let boot = boot("verify", &qemu, &image, "", &job);
+    let report = boot.report();
+    assert_eq!(report.status, Some(0), "{}", boot.dump());
+    assert_eq!(
+        boot.qemu_status,
+        debug_exit_status(0),
+        "exit port not used\n{}",
+        boot.dump()
+    );
+    assert!(boot.console.contains("found /dev/pmem0"), "{}", boot.dump());
+    assert!(
+        boot.file("dev.txt").lines().any(|l| l == "pmem0"),
+        "{}",
+        boot.dump()
+    );
+    // Default of the patched driver: QUEUE_FLAG_NOWAIT on.
+    assert_eq!(boot.file("nd_pmem.nowait").trim(), "Y", "{}", boot.dump());
+    assert_eq!(
+        boot.file("bcache.bch_nowait").trim(),
+        "Y",
+        "{}",
+        boot.dump()
+    );
+
+    let json = fio_json(&boot);
+    let jobs = json["jobs"].as_array().expect("fio jobs array");
+    assert_eq!(jobs.len(), 2, "{json}");
+    for (job, engine) in jobs
+        .iter()
+        .zip(["uring-randwrite-verify", "libaio-write-verify"])
+    {
+        assert_eq!(job["jobname"], engine);
+        assert_eq!(job["error"], 0, "{engine}: {job}");
+        // Everything written was read back and verified.
+        assert_eq!(job["write"]["io_bytes"], 32 << 20, "{engine}: {job}");
+        assert_eq!(job["read"]["io_bytes"], 32 << 20, "{engine}: {job}");
+    }
+    assert!(
+        json["fio version"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("fio-3.33"),
+        "{json}"
+    );
+}
+
+#[test]
+fn nd_pmem_nowait_off_on_the_command_line() {
+    let Some((qemu, image)) = requirements() else {
+        return;
+    };
+    let job = GuestJob {
+        fio_job: "[read]\nfilename=/dev/pmem0\nioengine=psync\nrw=read\nsize=1m\n".into(),
+        setup: Some(NOWAIT_SETUP.into()),
+        args: None,
+    };
+    let boot = boot(
+        "nowait-off",
+        &qemu,
+        &image,
+        "nd_pmem.nowait=0 bcache.bch_nowait=0",
+        &job,
+    );
+    assert_eq!(boot.report().status, Some(0), "{}", boot.dump());
+    assert_eq!(boot.file("nd_pmem.nowait").trim(), "N", "{}", boot.dump());
+    assert_eq!(
+        boot.file("bcache.bch_nowait").trim(),
+        "N",
+        "{}",
+        boot.dump()
+    );
+    assert!(boot.console.contains("nowait = N"), "{}", boot.dump());
+}
+
+#[test]
+fn failing_fio_job_reports_non_zero_status() {
+    let Some((qemu, image)) = requirements() else {
+        return;
+    };
+    // fio refuses an unknown I/O engine and exits with status 1.
+    let job = GuestJob {
+        fio_job: "[bad]\nfilename=/dev/pmem0\nioengine=no-such-engine\nrw=read\nsize=1m\n".into(),
+        setup: None,
+        args: None,
+    };
+    let boot = boot("fio-fails", &qemu, &image, "", &job);
+    let report = boot.report();
+    let status = report.status.expect("a status line");
+    assert_ne!(status, 0, "{}", boot.dump());
+    assert_eq!(
+        boot.qemu_status,
+        debug_exit_status(status),
+        "{}",
+        boot.dump()
+    );
+    assert!(report.files.contains_key("fio.stderr"), "{}", boot.dump());
+}
+
+#[test]
+fn failing_setup_skips_fio_and_reports_its_status_and_log() {
+    let Some((qemu, image)) = requirements() else {
+        return;
+    };
+    let job = GuestJob {
+        fio_job: "[never]\nfilename=/dev/pmem0\nrw=read\nsize=1m\n".into(),
+        setup: Some("echo preparing the disk\necho this went wrong >&2\nexit 7\n".into()),
+        args: None,
+    };
+    let boot = boot("setup-fails", &qemu, &image, "", &job);
+    let report = boot.report();
+    assert_eq!(report.status, Some(7), "{}", boot.dump());
+    assert_eq!(boot.qemu_status, debug_exit_status(7), "{}", boot.dump());
+    let log = boot.file("setup.log");
+    assert!(
+        log.contains("preparing the disk") && log.contains("this went wrong"),
+        "{log}"
+    );
+    assert!(
+        !report.files.contains_key("fio.json"),
+        "fio ran after a failed setup\n{}",
+        boot.dump()
+    );
+    assert!(
+        boot.console.contains("this went wrong"),
+        "setup stderr not on the console\n{}",
+        boot.dump()
+    );
+}
