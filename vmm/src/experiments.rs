@@ -1065,6 +1065,55 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// fio reports from real Linux guests (QEMU TCG, Debian 6.1 kernel, QEMU NVDIMM) running the
+    /// job files and setup scripts, made by make-guest-fixtures.sh with 2 jobs, a 512 MiB
+    /// NVDIMM (xfs-dax-write: 1 GiB) and 128 MiB null_blk devices.
+    #[test]
+    fn guest_fixtures_measure_what_the_experiment_says() {
+        const MIB: u64 = 1 << 20;
+        for e in &EXPERIMENTS {
+            let path = format!(
+                "{}/tests/fixtures/fio/guest-{}.json",
+                env!("CARGO_MANIFEST_DIR"),
+                e.name
+            );
+            let bytes = std::fs::read(&path).unwrap_or_else(|err| panic!("{path}: {err}"));
+            let out = parse_fio_json(&bytes).unwrap();
+            let m = e.measurement(&out).unwrap();
+            assert!(m.ok(), "{}: {:?}", e.name, m.errors);
+            assert!(m.iops > 0.0);
+            assert_eq!(
+                m.jobnames.len(),
+                1,
+                "group_reporting folds the jobs into one entry"
+            );
+            match e.name {
+                "pmem-nowait" => {
+                    assert_eq!(out.group_ids(), vec![0, 1]);
+                    // The fill wrote the whole raw 512 MiB namespace once.
+                    assert_eq!(
+                        out.group_summary(0).unwrap().write.unwrap().io_bytes,
+                        512 * MIB
+                    );
+                    assert!(m.write.is_none() && m.slat.samples > 0);
+                }
+                "bcache-nowait" => {
+                    assert_eq!(out.group_ids(), vec![0, 1]);
+                    // /dev/bcache0 is the 128 MiB backing device less bcache's 8 KiB superblock area.
+                    let fill = out.group_summary(0).unwrap().write.unwrap().io_bytes;
+                    assert!(fill > 127 * MIB && fill <= 128 * MIB, "{fill}");
+                }
+                "pmem-verify" => {
+                    let (r, w) = (m.read.unwrap(), m.write.unwrap());
+                    assert_eq!(w.io_bytes, 512 * MIB, "2 slices of 256 MiB");
+                    assert_eq!(r.io_bytes, w.io_bytes);
+                }
+                "xfs-dax-write" => assert_eq!(m.write.unwrap().io_bytes, 2 * 10 * 24 * MIB),
+                _ => assert!(m.read.is_none()),
+            }
+        }
+    }
+
     #[test]
     fn measured_job_missing_is_an_error() {
         let bytes = std::fs::read(concat!(

@@ -754,13 +754,12 @@ mod tests {
     }
 
     /// fio's iops is io/runtime: check the numbers are consistent with each other.
-    fn check_direction_consistency(s: &IoStats) {
+    fn check_direction_consistency(s: &IoStats, bs: u64) {
         if s.total_ios == 0 {
             assert_eq!(s.iops, 0.0);
             return;
         }
-        let bs = 4096;
-        assert_eq!(s.io_bytes, s.total_ios * bs, "io_bytes = total_ios * 4k");
+        assert_eq!(s.io_bytes, s.total_ios * bs, "io_bytes = total_ios * bs");
         #[allow(clippy::cast_precision_loss)]
         let expect = s.total_ios as f64 * 1000.0 / s.runtime as f64;
         assert!(
@@ -788,12 +787,21 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(out.fio_version, "fio-3.33", "{name}");
             for job in &out.jobs {
-                check_direction_consistency(&job.read);
-                check_direction_consistency(&job.write);
+                let bs = job
+                    .job_options
+                    .get("bs")
+                    .or_else(|| out.global_options.get("bs"));
+                let bs = match bs.map(String::as_str) {
+                    None | Some("4k") => 4096,
+                    Some("2M") => 2 << 20,
+                    Some(other) => panic!("{name}: unexpected bs {other}"),
+                };
+                check_direction_consistency(&job.read, bs);
+                check_direction_consistency(&job.write, bs);
             }
             count += 1;
         }
-        assert!(count >= 8, "expected at least 8 fixtures, found {count}");
+        assert!(count >= 13, "expected at least 13 fixtures, found {count}");
     }
 
     #[test]
