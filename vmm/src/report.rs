@@ -1090,7 +1090,9 @@ mod tests {
                 "console=ttyS0 nd_pmem.nowait={}",
                 u8::from(side == "on")
             )),
-            outcome: RunOutcome::Ok { summary: Box::new(summary) },
+            outcome: RunOutcome::Ok {
+                summary: Box::new(summary),
+            },
         }
     }
 
