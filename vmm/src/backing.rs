@@ -301,6 +301,28 @@ impl Drop for NvdimmBacking {
     }
 }
 
+/// The free space of the file system holding `file`, as a phrase for
+/// storage-failure messages ("its file system has 0 of 8388608 bytes free").
+pub fn space_report(file: &File) -> String {
+    // SAFETY: a zeroed statvfs is a valid out-parameter; fstatvfs only reads
+    // the fd (kept open by `file`) and fills the struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) } != 0 {
+        return format!(
+            "its file system's free space is unknown ({})",
+            std::io::Error::last_os_error()
+        );
+    }
+    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    let total = st.f_blocks.saturating_mul(st.f_frsize);
+    if free == 0 {
+        format!("its file system is full (0 of {total} bytes free)")
+    } else {
+        format!("its file system has {free} of {total} bytes free")
+    }
+}
+
 /// Opens every backing file; refuses the same path twice. On error, files
 /// created so far are removed (their `Drop`).
 pub fn open_all(specs: &[NvdimmSpec]) -> Result<Vec<NvdimmBacking>, BackingError> {

@@ -452,11 +452,16 @@ impl Vm {
         crate::signals::install_kick_handler()
             .map_err(io_err("installing the vCPU kick signal"))?;
         let stop = Arc::new(AtomicBool::new(false));
-        let readonly_ranges: Arc<Vec<(u64, u64)>> = Arc::new(
+        let dimm_ranges: Arc<Vec<DimmRange>> = Arc::new(
             self.nvdimms
                 .iter()
-                .filter(|n| n.backing.spec.readonly)
-                .map(|n| (n.base, n.size()))
+                .map(|n| DimmRange {
+                    base: n.base,
+                    size: n.size(),
+                    readonly: n.backing.spec.readonly,
+                    path: n.backing.display.clone(),
+                    file: n.backing.file.clone(),
+                })
                 .collect(),
         );
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
@@ -469,7 +474,7 @@ impl Vm {
                 exit: self.exit.clone(),
                 stats: self.stats.clone(),
                 stop: stop.clone(),
-                readonly: readonly_ranges.clone(),
+                dimms: dimm_ranges.clone(),
                 mem: self.mem.clone(),
             };
             let t = std::thread::Builder::new()
@@ -589,8 +594,36 @@ struct VcpuContext {
     exit: Arc<ExitNotifier>,
     stats: Arc<ExitStats>,
     stop: Arc<AtomicBool>,
-    readonly: Arc<Vec<(u64, u64)>>,
+    dimms: Arc<Vec<DimmRange>>,
     mem: GuestMemoryMmap,
+}
+
+/// Where a DIMM sits in guest memory, for telling an MMIO exit inside it
+/// (KVM could not reach the backing file's page) from a device access.
+#[derive(Debug)]
+struct DimmRange {
+    base: u64,
+    size: u64,
+    readonly: bool,
+    path: String,
+    file: Arc<File>,
+}
+
+impl DimmRange {
+    fn contains(&self, addr: u64) -> bool {
+        addr >= self.base && addr - self.base < self.size
+    }
+
+    /// Why a page of this DIMM could not be reached, naming the file.
+    fn storage_failure(&self, vcpu: usize, access: &str, addr: u64) -> ExitRequest {
+        ExitRequest::StorageFailure(format!(
+            "vCPU {vcpu}: the guest's {access} at NVDIMM offset {:#x} (guest address {addr:#x}) \
+             could not reach backing file {}: {} — use ',prealloc' to allocate it up front",
+            addr - self.base,
+            self.path,
+            backing::space_report(&self.file)
+        ))
+    }
 }
 
 impl VcpuContext {
@@ -628,6 +661,11 @@ impl VcpuContext {
             }
             Ok(VcpuExit::MmioRead(addr, data)) => {
                 ExitStats::bump(&stats.mmio_read);
+                // A DIMM page KVM could not read (e.g. a hole the full host
+                // file system cannot back) comes here instead of the guest.
+                if let Some(d) = self.dimms.iter().find(|d| d.contains(addr)) {
+                    return Some(d.storage_failure(self.index, "read", addr));
+                }
                 if self.mmio.read(addr, data).is_err() {
                     ExitStats::bump(&stats.unhandled);
                 }
@@ -635,10 +673,16 @@ impl VcpuContext {
             }
             Ok(VcpuExit::MmioWrite(addr, data)) => {
                 ExitStats::bump(&stats.mmio_write);
-                if self.readonly.iter().any(|&(b, l)| addr >= b && addr - b < l) {
-                    ExitStats::bump(&stats.readonly_writes);
-                } else if self.mmio.write(addr, data).is_err() {
-                    ExitStats::bump(&stats.unhandled);
+                match self.dimms.iter().find(|d| d.contains(addr)) {
+                    Some(d) if d.readonly => ExitStats::bump(&stats.readonly_writes),
+                    // KVM could not store into the file's page (host disk
+                    // full): never drop the guest's data silently.
+                    Some(d) => return Some(d.storage_failure(self.index, "write", addr)),
+                    None => {
+                        if self.mmio.write(addr, data).is_err() {
+                            ExitStats::bump(&stats.unhandled);
+                        }
+                    }
                 }
                 None
             }
@@ -670,10 +714,33 @@ impl VcpuContext {
             }
             Err(e) if e.errno() == libc::EFAULT => Some(ExitRequest::StorageFailure(format!(
                 "vCPU {} could not access guest memory ({e}); an NVDIMM backing file may have \
-                 failed to grow (host disk full?) — use ',prealloc' to allocate it up front",
-                self.index
+                 failed to grow: {} — use ',prealloc' to allocate it up front",
+                self.index,
+                self.dimm_space_report()
             ))),
             Err(e) => Some(ExitRequest::Fatal(format!("vCPU {} KVM_RUN failed: {e}", self.index))),
+        }
+    }
+
+    /// Every writable DIMM's file with its file system's free space (KVM's
+    /// EFAULT does not say which page failed).
+    fn dimm_space_report(&self) -> String {
+        let all: Vec<String> = self
+            .dimms
+            .iter()
+            .filter(|d| !d.readonly)
+            .map(|d| {
+                format!(
+                    "backing file {}: {}",
+                    d.path,
+                    backing::space_report(&d.file)
+                )
+            })
+            .collect();
+        if all.is_empty() {
+            "no writable NVDIMM backing file".into()
+        } else {
+            all.join("; ")
         }
     }
 
