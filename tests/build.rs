@@ -16,7 +16,11 @@ fn main() {
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_string();
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("")
+            .to_string();
         if path.extension().and_then(|e| e.to_str()) != Some("S") || name == "common" {
             continue;
         }
@@ -31,7 +35,15 @@ fn main() {
             .status()
             .is_ok_and(|s| s.success())
             && Command::new("ld")
-                .args(["-m", "elf_x86_64", "-Ttext=0x100000", "-e", "_start", "--build-id=none", "-o"])
+                .args([
+                    "-m",
+                    "elf_x86_64",
+                    "-Ttext=0x100000",
+                    "-e",
+                    "_start",
+                    "--build-id=none",
+                    "-o",
+                ])
                 .arg(&elf)
                 .arg(&obj)
                 .status()

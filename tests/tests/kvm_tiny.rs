@@ -29,29 +29,41 @@ fn boot(name: &str, extra: &[&str]) -> Option<pmemvm_tests::pmemvm::Output> {
 
 #[test]
 fn serial_output_and_guest_exit_status() {
-    let Some(out) = boot("hello", &[]) else { return };
+    let Some(out) = boot("hello", &[]) else {
+        return;
+    };
     assert!(!out.timed_out, "{}", out.dump());
     assert_eq!(out.status, Some(42), "{}", out.dump());
-    assert!(out.stdout.contains("hello from the tiny guest"), "{}", out.dump());
+    assert!(
+        out.stdout.contains("hello from the tiny guest"),
+        "{}",
+        out.dump()
+    );
 }
 
 #[test]
 fn acpi_power_off_exits_zero() {
-    let Some(out) = boot("poweroff", &[]) else { return };
+    let Some(out) = boot("poweroff", &[]) else {
+        return;
+    };
     assert_eq!(out.status, Some(0), "{}", out.dump());
     assert!(out.stdout.contains("powering off"), "{}", out.dump());
 }
 
 #[test]
 fn reset_request_has_its_own_status() {
-    let Some(out) = boot("reset", &[]) else { return };
+    let Some(out) = boot("reset", &[]) else {
+        return;
+    };
     assert_eq!(out.status, Some(3), "{}", out.dump());
     assert!(out.stderr.contains("reset"), "{}", out.dump());
 }
 
 #[test]
 fn triple_fault_ends_the_vm() {
-    let Some(out) = boot("triplefault", &[]) else { return };
+    let Some(out) = boot("triplefault", &[]) else {
+        return;
+    };
     assert!(!out.timed_out, "{}", out.dump());
     assert_eq!(out.status, Some(4), "{}", out.dump());
     assert!(out.stderr.contains("triple"), "{}", out.dump());
@@ -66,8 +78,15 @@ fn nvdimm_bytes_reach_the_file_and_host_bytes_reach_the_guest() {
     data[4096..4112].copy_from_slice(b"HOST-PATTERN-123");
     std::fs::write(&file, &data).unwrap();
     let spec = format!("4M,file={},label-size=0", file.display());
-    let Some(out) = boot("nvdimm", &["-v", "--nvdimm", &spec]) else { return };
-    assert_eq!(out.status, Some(0x11), "guest did not see the host pattern:\n{}", out.dump());
+    let Some(out) = boot("nvdimm", &["-v", "--nvdimm", &spec]) else {
+        return;
+    };
+    assert_eq!(
+        out.status,
+        Some(0x11),
+        "guest did not see the host pattern:\n{}",
+        out.dump()
+    );
     let after = std::fs::read(&file).unwrap();
     assert_eq!(after.len(), 4 << 20, "size unchanged");
     assert_eq!(&after[0..16], b"GUEST-WROTE-THIS", "{}", out.dump());
@@ -92,11 +111,25 @@ fn emulation_failure_is_reported_with_rip_bytes_and_host_reason() {
         eprintln!("SKIP: this host's KVM is not PVM, so int3 is no emulation failure here");
         return;
     }
-    let Some(out) = boot("emulfail", &[]) else { return };
+    let Some(out) = boot("emulfail", &[]) else {
+        return;
+    };
     assert!(!out.timed_out, "{}", out.dump());
     assert_eq!(out.status, Some(5), "{}", out.dump());
-    assert!(out.stderr.contains("emulation failure at RIP 0x"), "{}", out.dump());
+    assert!(
+        out.stderr.contains("emulation failure at RIP 0x"),
+        "{}",
+        out.dump()
+    );
     // The instruction bytes start with int3 (0xcc).
-    assert!(out.stderr.contains("instruction bytes cc"), "{}", out.dump());
-    assert!(out.stderr.contains("cannot run an unmodified kernel"), "{}", out.dump());
+    assert!(
+        out.stderr.contains("instruction bytes cc"),
+        "{}",
+        out.dump()
+    );
+    assert!(
+        out.stderr.contains("cannot run an unmodified kernel"),
+        "{}",
+        out.dump()
+    );
 }

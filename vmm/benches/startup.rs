@@ -36,7 +36,10 @@ fn assemble_hello(dir: &Path) -> PathBuf {
             .arg(&obj)
             .status()
             .is_ok_and(|s| s.success());
-    assert!(ok, "assembling tests/guests/hello.S failed (is binutils installed?)");
+    assert!(
+        ok,
+        "assembling tests/guests/hello.S failed (is binutils installed?)"
+    );
     elf
 }
 
@@ -59,7 +62,11 @@ fn one(bin: &Path, guest: &Path, nvdimm: &str) -> (u64, u64) {
         .stdin(std::process::Stdio::null())
         .output()
         .expect("running pmemvm");
-    assert_eq!(out.status.code(), Some(42), "the hello guest did not exit with 42");
+    assert_eq!(
+        out.status.code(),
+        Some(42),
+        "the hello guest did not exit with 42"
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     let grab = |key: &str, unit: &str| -> u64 {
         err.lines()
@@ -109,8 +116,19 @@ fn main() {
     println!("pmemvm startup ({runs} runs each, alternating; release build)");
     println!("  main -> first KVM_RUN, --nvdimm 1G   : {m1} us (median)");
     println!("  main -> first KVM_RUN, --nvdimm 128G : {m128} us (median)");
-    println!("  ratio 128G / 1G                      : {:.2}", m128 as f64 / m1 as f64);
-    println!("  VMM RSS excluding guest memory       : {} KiB (max {} KiB)", median(rss.clone()), rss.iter().max().unwrap_or(&0));
-    println!("  untouched 128G backing file          : {} bytes, {} blocks allocated", md.len(), md.blocks());
+    println!(
+        "  ratio 128G / 1G                      : {:.2}",
+        m128 as f64 / m1 as f64
+    );
+    println!(
+        "  VMM RSS excluding guest memory       : {} KiB (max {} KiB)",
+        median(rss.clone()),
+        rss.iter().max().unwrap_or(&0)
+    );
+    println!(
+        "  untouched 128G backing file          : {} bytes, {} blocks allocated",
+        md.len(),
+        md.blocks()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

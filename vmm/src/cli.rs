@@ -25,6 +25,8 @@ pub enum Command {
     Boot(BootArgs),
     /// Run one fio job in the guest and return its JSON results.
     Run(RunArgs),
+    /// Run one of the upstream experiments (A/B where it has two sides) and report.
+    Bench(BenchArgs),
     /// Write the ACPI tables pmemvm would give a guest, one file per table.
     Acpi(AcpiArgs),
 }
@@ -120,7 +122,9 @@ impl BootArgs {
 
 fn parse_seconds(s: &str) -> Result<u64, String> {
     match s.trim().parse::<u64>() {
-        Ok(0) => Err(format!("--timeout '{s}' is not valid: use a number of seconds above 0")),
+        Ok(0) => Err(format!(
+            "--timeout '{s}' is not valid: use a number of seconds above 0"
+        )),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("--timeout '{s}' is not a whole number of seconds")),
     }
@@ -165,4 +169,55 @@ pub struct RunArgs {
     /// The machine.
     #[command(flatten)]
     pub machine: MachineArgs,
+}
+
+fn parse_count(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err(format!("'{s}' is not valid: use a whole number above 0")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{s}' is not a whole number above 0")),
+    }
+}
+
+/// `pmemvm bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// pmem-nowait, pmem-randwrite, pmem-verify, bcache-nowait or xfs-dax-write.
+    pub experiment: String,
+    /// Repetitions per side.
+    #[arg(long, default_value = "3", value_parser = parse_count, value_name = "N")]
+    pub runs: u32,
+    /// Guest vCPUs.
+    #[arg(long, default_value = "2", value_parser = parse_cpus, value_name = "N")]
+    pub cpus: u8,
+    /// Guest RAM (raised to what the experiment needs).
+    #[arg(long, default_value = "1G", value_parser = parse_size_arg, value_name = "SIZE")]
+    pub memory: u64,
+    /// fio jobs of the measured phase (default: 2 × vCPUs).
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    pub jobs: Option<u32>,
+    /// NVDIMM size (default: the experiment's).
+    #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
+    pub nvdimm: Option<u64>,
+    /// Seconds per measured phase (default 10).
+    #[arg(long, value_parser = parse_count, value_name = "SECS")]
+    pub runtime: Option<u32>,
+    /// io_uring queue depth per job (default 32).
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    pub iodepth: Option<u32>,
+    /// Directory for report.txt, report.json, runs.csv, summary.csv, chart.svg.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Which VMM runs the guest.
+    #[arg(long, value_enum, default_value = "pmemvm")]
+    pub engine: crate::run::Engine,
+    /// Per-boot timeout in seconds.
+    #[arg(long, default_value = "900", value_parser = parse_seconds, value_name = "SECS")]
+    pub timeout: u64,
+    /// Guest kernel (default: the guest image's).
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+    /// Initrd (default: the guest image's initramfs).
+    #[arg(long, value_name = "PATH")]
+    pub initrd: Option<PathBuf>,
 }

@@ -3,11 +3,12 @@
 use std::path::PathBuf;
 
 use crate::acpi_setup::{self, PlacedNvdimm};
-use crate::cli::{AcpiArgs, BootArgs, RunArgs};
-use crate::run::{self, RunError, RunSpec};
+use crate::bench::{BenchError, BenchRequest};
+use crate::cli::{AcpiArgs, BenchArgs, BootArgs, RunArgs};
 use crate::exit_status;
 use crate::guest_job::{find_image_dir, ImageDir};
 use crate::memory;
+use crate::run::{self, RunError, RunSpec};
 use crate::vm::{Vm, VmError};
 
 /// Errors of a subcommand.
@@ -22,6 +23,9 @@ pub enum CommandError {
     /// A job run.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A benchmark.
+    #[error(transparent)]
+    Bench(#[from] BenchError),
     /// A job input file.
     #[error("cannot read {what} {path}: {source}")]
     Input {
@@ -50,6 +54,7 @@ impl CommandError {
         match self {
             Self::Vm(e) => e.is_usage(),
             Self::Run(e) => e.is_usage(),
+            Self::Bench(e) => e.is_usage(),
             Self::NoImage(_) | Self::Output { .. } | Self::Input { .. } => true,
         }
     }
@@ -187,9 +192,19 @@ pub fn run(args: &RunArgs) -> Result<u8, CommandError> {
     print_summary(&result);
     if let Some(e) = &result.error {
         if !args.console && !result.console_tail.is_empty() {
-            eprintln!("pmemvm: last lines of the guest console:\n{}", result.console_tail);
+            eprintln!(
+                "pmemvm: last lines of the guest console:\n{}",
+                result.console_tail
+            );
         }
-        eprintln!("pmemvm: {e}{}", if args.json.is_some() { " (partial results written)" } else { "" });
+        eprintln!(
+            "pmemvm: {e}{}",
+            if args.json.is_some() {
+                " (partial results written)"
+            } else {
+                ""
+            }
+        );
     }
     Ok(result.status)
 }
@@ -202,14 +217,20 @@ fn print_summary(result: &run::RunResult) {
     };
     println!(
         "engine {} ({}){label}; status {}; {:.1} s",
-        serde_json::to_string(&result.engine).unwrap_or_default().trim_matches('"'),
+        serde_json::to_string(&result.engine)
+            .unwrap_or_default()
+            .trim_matches('"'),
         result.accelerator,
         result.status,
         result.wall_seconds
     );
     let Some(fio) = &result.fio else { return };
-    let Ok(bytes) = serde_json::to_vec(fio) else { return };
-    let Ok(parsed) = crate::fio::parse_fio_json(&bytes) else { return };
+    let Ok(bytes) = serde_json::to_vec(fio) else {
+        return;
+    };
+    let Ok(parsed) = crate::fio::parse_fio_json(&bytes) else {
+        return;
+    };
     for s in parsed.summaries() {
         println!(
             "group {}: {} job(s), IOPS {:.0}, BW {:.1} MiB/s, slat avg {:.0} ns, clat p99 {} ns, usr {:.1}% sys {:.1}%, ctx {}, errors {}",
@@ -225,4 +246,43 @@ fn print_summary(result: &run::RunResult) {
             s.errors.len()
         );
     }
+}
+
+/// `pmemvm bench`: 0 when every run succeeded.
+pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
+    let out = args.out.clone().unwrap_or_else(|| {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        PathBuf::from(format!("pmemvm-bench/{}-{secs}", args.experiment))
+    });
+    let req = BenchRequest {
+        experiment: args.experiment.clone(),
+        runs: args.runs,
+        cpus: args.cpus,
+        memory: args.memory,
+        jobs: args.jobs,
+        nvdimm: args.nvdimm,
+        runtime: args.runtime,
+        iodepth: args.iodepth,
+        out,
+        engine: args.engine,
+        timeout: std::time::Duration::from_secs(args.timeout),
+        kernel: args.kernel.clone(),
+        initrd: args.initrd.clone(),
+    };
+    let outcome = crate::bench::bench(&req)?;
+    println!("{}", outcome.report.render_text());
+    for f in &outcome.files {
+        eprintln!("[bench] wrote {}", f.display());
+    }
+    if outcome.failed > 0 {
+        eprintln!(
+            "pmemvm: {} of {} runs failed; the report lists them (partial results)",
+            outcome.failed,
+            outcome.report.runs.len()
+        );
+        return Ok(exit_status::RUNTIME_ERROR);
+    }
+    Ok(0)
 }

@@ -7,6 +7,7 @@
 
 pub mod acpi_setup;
 pub mod backing;
+pub mod bench;
 pub mod boot;
 pub mod cli;
 pub mod commands;

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use vmm::cli::{AcpiArgs, BootArgs, Cli, Command, RunArgs};
+use vmm::cli::{AcpiArgs, BenchArgs, BootArgs, Cli, Command, RunArgs};
 use vmm::exit_status;
 
 /// A failure with the exit status it maps to.
@@ -47,6 +47,10 @@ fn run(args: &RunArgs) -> Result<u8, Failure> {
     Ok(vmm::commands::run(args)?)
 }
 
+fn bench(args: &BenchArgs) -> Result<u8, Failure> {
+    Ok(vmm::commands::bench(args)?)
+}
+
 fn acpi(args: &AcpiArgs) -> Result<u8, Failure> {
     vmm::commands::acpi(args)?;
     Ok(0)
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Boot(a) => boot(a),
         Command::Run(a) => run(a),
+        Command::Bench(a) => bench(a),
         Command::Acpi(a) => acpi(a),
     };
     match result {

@@ -81,7 +81,14 @@ impl QemuMachine<'_> {
         let mib = |b: u64| b.div_ceil(1 << 20);
         let dimm_total: u64 = self.nvdimms.iter().map(|(s, _)| s.size).sum();
         c.args(["-accel", self.accel.name()]);
-        c.args(["-cpu", if self.accel == QemuAccel::Kvm { "host" } else { "max" }]);
+        c.args([
+            "-cpu",
+            if self.accel == QemuAccel::Kvm {
+                "host"
+            } else {
+                "max"
+            },
+        ]);
         c.args(["-machine", "pc,nvdimm=on"]);
         c.args(["-smp", &self.cpus.to_string()]);
         c.args([
@@ -117,7 +124,13 @@ impl QemuMachine<'_> {
             c.arg("-initrd").arg(i);
         }
         c.args(["-append", self.cmdline]);
-        c.args(["-display", "none", "-nodefaults", "-no-user-config", "-no-reboot"]);
+        c.args([
+            "-display",
+            "none",
+            "-nodefaults",
+            "-no-user-config",
+            "-no-reboot",
+        ]);
         c.args(["-serial", &format!("file:{}", self.console.display())]);
         c.args(["-serial", &format!("file:{}", self.channel.display())]);
         c.args(["-device", "isa-debug-exit,iobase=0x501,iosize=1"]);
@@ -152,9 +165,18 @@ mod tests {
             .collect();
         let joined = args.join(" ");
         assert!(joined.contains("-m 512M,slots=2,maxmem=2624M"), "{joined}");
-        assert!(joined.contains("mem-path=/a,size=1073741824,readonly=on"), "{joined}");
-        assert!(joined.contains("nvdimm,memdev=pmem0,id=nv0,label-size=131072,unarmed=on"), "{joined}");
-        assert!(joined.contains("-device nvdimm,memdev=pmem1,id=nv1 "), "{joined}");
+        assert!(
+            joined.contains("mem-path=/a,size=1073741824,readonly=on"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("nvdimm,memdev=pmem0,id=nv0,label-size=131072,unarmed=on"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("-device nvdimm,memdev=pmem1,id=nv1 "),
+            "{joined}"
+        );
         assert!(joined.contains("-serial file:/d"), "{joined}");
         assert!(joined.contains("-accel tcg -cpu max"), "{joined}");
     }

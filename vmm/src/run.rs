@@ -143,7 +143,10 @@ pub fn describe_host() -> HostDescription {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu = info
         .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_string()))
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
+        })
         .unwrap_or_default();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .unwrap_or_default()
@@ -258,16 +261,23 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let (kernel, initrd, image) = match &spec.kernel {
         Some(k) => (k.clone(), spec.initrd.clone(), None),
         None => {
-            let image = guest_job::find_image_dir().map_err(|e| RunError::NoImage(e.to_string()))?;
+            let image =
+                guest_job::find_image_dir().map_err(|e| RunError::NoImage(e.to_string()))?;
             let kernel = match spec.engine {
                 Engine::Pmemvm => image.vmlinux.clone(),
                 Engine::Qemu => image.bz_image.clone(),
             };
-            let initrd = spec.initrd.clone().or_else(|| Some(image.initramfs.clone()));
+            let initrd = spec
+                .initrd
+                .clone()
+                .or_else(|| Some(image.initramfs.clone()));
             (kernel, initrd, Some(image))
         }
     };
-    let mut cmdline = spec.cmdline.clone().unwrap_or_else(|| JOB_CMDLINE.to_string());
+    let mut cmdline = spec
+        .cmdline
+        .clone()
+        .unwrap_or_else(|| JOB_CMDLINE.to_string());
     for extra in &spec.extra_cmdline {
         cmdline.push(' ');
         cmdline.push_str(extra);
@@ -379,7 +389,10 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
                 .iter()
                 .enumerate()
                 .map(|(i, n)| {
-                    let p = n.file.clone().unwrap_or_else(|| scratch.0.join(format!("pmem{i}.img")));
+                    let p = n
+                        .file
+                        .clone()
+                        .unwrap_or_else(|| scratch.0.join(format!("pmem{i}.img")));
                     (n, p)
                 })
                 .collect();
@@ -406,7 +419,11 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
             };
             let mut cmd = machine.command();
             log::info!("running {cmd:?}");
-            let status = run_with_deadline(&mut cmd, spec.timeout, spec.stream_console.then_some(&console))?;
+            let status = run_with_deadline(
+                &mut cmd,
+                spec.timeout,
+                spec.stream_console.then_some(&console),
+            )?;
             match status {
                 // isa-debug-exit: QEMU exits with (byte << 1) | 1.
                 Some(s) if s & 1 == 1 => u8::try_from(s >> 1).ok(),
@@ -426,13 +443,16 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         }
     };
     result.wall_seconds = start.elapsed().as_secs_f64();
-    let console_text = String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
+    let console_text =
+        String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
     result.console_tail = tail(&console_text, 40);
     let channel_bytes = std::fs::read(&channel).unwrap_or_default();
     let report = match guest_job::parse_channel(&channel_bytes) {
         Ok(r) => r,
         Err(e) => {
-            result.error.get_or_insert(format!("the guest's result channel is damaged: {e}"));
+            result
+                .error
+                .get_or_insert(format!("the guest's result channel is damaged: {e}"));
             GuestReport::default()
         }
     };
@@ -469,7 +489,10 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
             .or_else(|| result.guest_files.get("setup.log"))
             .map(|t| tail(t, 10))
             .unwrap_or_default();
-        result.error = Some(format!("the job failed in the guest with status {}: {detail}", result.status));
+        result.error = Some(format!(
+            "the job failed in the guest with status {}: {detail}",
+            result.status
+        ));
     }
     Ok(result)
 }

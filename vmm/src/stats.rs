@@ -115,7 +115,9 @@ pub fn rss_excluding_kib(guest: &[(usize, usize)]) -> Option<u64> {
         let mut fields = line.split_whitespace();
         let Some(first) = fields.next() else { continue };
         if let Some((a, b)) = first.split_once('-') {
-            if let (Ok(start), Ok(end)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+            if let (Ok(start), Ok(end)) =
+                (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+            {
                 current_is_guest = guest
                     .iter()
                     .any(|&(g, len)| start < g.saturating_add(len) && g < end);
@@ -123,7 +125,10 @@ pub fn rss_excluding_kib(guest: &[(usize, usize)]) -> Option<u64> {
             }
         }
         if first == "Rss:" && !current_is_guest {
-            total += fields.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            total += fields
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
         }
     }
     Some(total)
@@ -140,7 +145,10 @@ mod tests {
         v[len - 1] = 2;
         let all = rss_excluding_kib(&[]).unwrap();
         let without = rss_excluding_kib(&[(v.as_ptr() as usize, len)]).unwrap();
-        assert!(all >= without + 7 * 1024, "all {all} KiB, without {without} KiB");
+        assert!(
+            all >= without + 7 * 1024,
+            "all {all} KiB, without {without} KiB"
+        );
         assert_eq!(v[len - 1], 2);
     }
 }

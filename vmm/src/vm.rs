@@ -523,7 +523,11 @@ impl Vm {
                 Some((host as usize, usize::try_from(r.len()).ok()?))
             })
             .collect();
-        guest_maps.extend(self.nvdimms.iter().map(|n| (n.mapping.as_ptr() as usize, n.mapping.size())));
+        guest_maps.extend(
+            self.nvdimms
+                .iter()
+                .map(|n| (n.mapping.as_ptr() as usize, n.mapping.size())),
+        );
         if let Some(kib) = crate::stats::rss_excluding_kib(&guest_maps) {
             log::info!("memory: VMM RSS excluding guest memory {kib} KiB");
         }
@@ -751,7 +755,9 @@ impl VcpuContext {
         let suberror = unsafe { self.vcpu.get_kvm_run().__bindgen_anon_1.internal.suberror };
         let what = match suberror {
             kvm_bindings::KVM_INTERNAL_ERROR_EMULATION => "a KVM emulation failure",
-            kvm_bindings::KVM_INTERNAL_ERROR_SIMUL_EX => "a KVM internal error (exception during exception delivery)",
+            kvm_bindings::KVM_INTERNAL_ERROR_SIMUL_EX => {
+                "a KVM internal error (exception during exception delivery)"
+            }
             kvm_bindings::KVM_INTERNAL_ERROR_DELIVERY_EV => "a KVM internal error (event delivery)",
             _ => "a KVM internal error",
         };
