@@ -1,0 +1,170 @@
+//! `pmemvm run` and `pmemvm bench` with `--engine qemu` (QEMU TCG here, KVM on
+//! hosts with hardware virtualization): the guest image, a job delivered by
+//! pmemvm, fio's JSON back with the run's metadata, the job's status as
+//! pmemvm's exit status, and a complete A/B report. Skips when QEMU or the
+//! guest image is missing.
+
+use std::time::Duration;
+
+use pmemvm_tests::pmemvm::{run, TempDir};
+use vmm::guest_job;
+
+const DEADLINE: Duration = Duration::from_secs(420);
+
+fn ready() -> bool {
+    if vmm::qemu::find_qemu().is_none() {
+        eprintln!("SKIP: qemu-system-x86_64 is not installed");
+        return false;
+    }
+    if let Err(e) = guest_job::find_image_dir() {
+        eprintln!("SKIP: {e}");
+        return false;
+    }
+    true
+}
+
+const VERIFY_JOB: &str = "[global]
+filename=/dev/pmem0
+ioengine=io_uring
+direct=1
+bs=4k
+size=8m
+[write-verify]
+rw=randwrite
+verify=crc32c
+do_verify=1
+";
+
+#[test]
+fn run_verify_job_on_qemu_returns_json_and_status_zero() {
+    if !ready() {
+        return;
+    }
+    let dir = TempDir::new("run-qemu");
+    let job = dir.join("verify.fio");
+    std::fs::write(&job, VERIFY_JOB).unwrap();
+    let json = dir.join("out.json");
+    let out = run(
+        &[
+            "run",
+            "--engine",
+            "qemu",
+            "--nvdimm",
+            "64M,label-size=0",
+            "--fio",
+            job.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        DEADLINE,
+    );
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["engine"], "qemu");
+    assert_eq!(v["status"], 0);
+    assert!(v["error"].is_null(), "{v:#}");
+    let jobs = v["fio"]["jobs"].as_array().expect("fio jobs");
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["error"], 0, "fio reported an error: {:#}", jobs[0]);
+    // The whole 8 MiB was written and read back for verification.
+    assert_eq!(jobs[0]["write"]["io_bytes"], 8 << 20);
+    assert_eq!(jobs[0]["read"]["io_bytes"], 8 << 20);
+    assert_eq!(v["nvdimms"][0]["size"], 64 << 20);
+    assert!(v["kernel"]["sha256"]
+        .as_str()
+        .is_some_and(|s| s.len() == 64));
+    assert!(v["image_manifest"].is_object(), "manifest missing: {v:#}");
+    if v["accelerator"] == "tcg" {
+        assert_eq!(v["functional_only"], true);
+    }
+}
+
+#[test]
+fn failing_job_on_qemu_gives_its_error_and_nonzero_status() {
+    if !ready() {
+        return;
+    }
+    let dir = TempDir::new("run-qemu-fail");
+    let job = dir.join("bad.fio");
+    // A device that does not exist: fio fails and says why.
+    std::fs::write(&job, "[bad]\nfilename=/dev/pmem7\nrw=read\nsize=1m\n").unwrap();
+    let out = run(
+        &[
+            "run",
+            "--engine",
+            "qemu",
+            "--nvdimm",
+            "64M,label-size=0",
+            "--fio",
+            job.to_str().unwrap(),
+        ],
+        DEADLINE,
+    );
+    assert!(matches!(out.status, Some(s) if s != 0), "{}", out.dump());
+    assert!(
+        out.stderr.contains("pmem7"),
+        "fio's error text did not reach the user:\n{}",
+        out.dump()
+    );
+}
+
+#[test]
+fn bench_pmem_nowait_on_qemu_reports_both_sides() {
+    if !ready() {
+        return;
+    }
+    let dir = TempDir::new("bench-qemu");
+    let out_dir = dir.join("report");
+    let out = run(
+        &[
+            "bench",
+            "pmem-nowait",
+            "--engine",
+            "qemu",
+            "--runs",
+            "1",
+            "--cpus",
+            "1",
+            "--jobs",
+            "1",
+            "--nvdimm",
+            "64M",
+            "--runtime",
+            "2",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(900),
+    );
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("report.json")).unwrap()).unwrap();
+    let runs = report["runs"].as_array().expect("runs");
+    let sides: Vec<&str> = runs.iter().filter_map(|r| r["side"].as_str()).collect();
+    assert_eq!(sides, ["off", "on"], "{report:#}");
+    for r in runs {
+        assert_eq!(r["outcome"]["status"], "ok", "{r:#}");
+        assert!(
+            r["outcome"]["summary"]["iops"]
+                .as_f64()
+                .is_some_and(|v| v > 0.0),
+            "{r:#}"
+        );
+    }
+    // Each side booted with its own nowait value.
+    assert!(runs[0]["kernel_cmdline"]
+        .as_str()
+        .unwrap()
+        .contains("nd_pmem.nowait=0"));
+    assert!(runs[1]["kernel_cmdline"]
+        .as_str()
+        .unwrap()
+        .contains("nd_pmem.nowait=1"));
+    for f in ["report.txt", "runs.csv", "summary.csv", "chart.svg"] {
+        assert!(out_dir.join(f).is_file(), "{f} missing");
+    }
+    let text = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
+    if report["accelerator"] == "tcg" {
+        assert!(text.contains("functional only"), "{text}");
+    }
+}
