@@ -326,15 +326,42 @@ pub fn space_report(file: &File) -> String {
 /// Opens every backing file; refuses the same path twice. On error, files
 /// created so far are removed (their `Drop`).
 pub fn open_all(specs: &[NvdimmSpec]) -> Result<Vec<NvdimmBacking>, BackingError> {
-    let mut seen: Vec<PathBuf> = Vec::new();
+    let mut seen: Vec<FileKey> = Vec::new();
     for path in specs.iter().filter_map(|s| s.file.as_ref()) {
-        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        let key = FileKey::of(path);
         if seen.contains(&key) {
             return Err(BackingError::Duplicate(path.clone()));
         }
         seen.push(key);
     }
     specs.iter().map(NvdimmBacking::open).collect()
+}
+
+/// What makes two `file=` paths the same file: the inode of an existing file
+/// (catches hard links and symlinks), else the canonical directory plus name
+/// (`a.img` and `./a.img` before either exists).
+#[derive(Debug, PartialEq, Eq)]
+enum FileKey {
+    Inode(u64, u64),
+    Path(PathBuf),
+}
+
+impl FileKey {
+    fn of(path: &Path) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(md) = std::fs::metadata(path) {
+            return Self::Inode(md.dev(), md.ino());
+        }
+        let dir = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(p) => p.to_path_buf(),
+            None => PathBuf::from("."),
+        };
+        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+        Self::Path(match path.file_name() {
+            Some(name) => dir.join(name),
+            None => path.to_path_buf(),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -414,6 +441,15 @@ mod tests {
         drop((r1, r2));
         let dup = [s.clone(), s];
         assert!(matches!(open_all(&dup), Err(BackingError::Duplicate(_))));
+        // Not created yet, spelled two ways: still the same file, and nothing is created.
+        let new = d.join("new.img");
+        let dot = d.join(".").join("new.img");
+        let dup = [
+            spec(&format!("4M,file={}", new.display())),
+            spec(&format!("4M,file={}", dot.display())),
+        ];
+        assert!(matches!(open_all(&dup), Err(BackingError::Duplicate(_))));
+        assert!(!new.exists());
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -36,12 +36,19 @@ fn parse_size_arg(s: &str) -> Result<u64, String> {
 }
 
 fn parse_cpus(s: &str) -> Result<u8, String> {
+    // The MADT's 8-bit APIC ids bound the vCPU count (acpi::MAX_CPUS).
+    let max = acpi::MAX_CPUS;
     match s.trim().parse::<u32>() {
         Ok(0) => Err(format!(
-            "--cpus '{s}' is not valid: a guest needs at least 1 vCPU; use 1 to 255"
+            "--cpus '{s}' is not valid: a guest needs at least 1 vCPU; use 1 to {max}"
         )),
-        Ok(n) => u8::try_from(n).map_err(|_| format!("--cpus '{s}' is too large; use 1 to 255")),
-        Err(_) => Err(format!("--cpus '{s}' is not a whole number; use 1 to 255")),
+        Ok(n) if n <= max => {
+            u8::try_from(n).map_err(|_| format!("--cpus '{s}' is too large; use 1 to {max}"))
+        }
+        Ok(_) => Err(format!("--cpus '{s}' is too large; use 1 to {max}")),
+        Err(_) => Err(format!(
+            "--cpus '{s}' is not a whole number; use 1 to {max}"
+        )),
     }
 }
 

@@ -119,6 +119,12 @@ pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
         .collect();
     let tables = acpi_setup::build(&acpi_setup::describe(m.cpus, &placed))?;
     let out_err = |path: PathBuf| move |source| CommandError::Output { path, source };
+    if args.out.exists() && !args.out.is_dir() {
+        return Err(out_err(args.out.clone())(std::io::Error::new(
+            std::io::ErrorKind::NotADirectory,
+            "--out must be a directory and this is a file",
+        )));
+    }
     std::fs::create_dir_all(&args.out).map_err(out_err(args.out.clone()))?;
     let mut files = vec![("RSDP".to_string(), &tables.rsdp)];
     files.extend(tables.tables.iter().map(|t| (t.name.clone(), &t.bytes)));
@@ -144,7 +150,39 @@ fn read_input(path: &std::path::Path, what: &'static str) -> Result<String, Comm
     })
 }
 
-/// Opens the `--json` output early so an unwritable place fails before the run.
+/// Checks the `--json` output place before the run, without creating or
+/// truncating anything (an invocation that fails later leaves no file).
+fn check_output(path: &std::path::Path) -> Result<(), CommandError> {
+    let err = |kind, why: &str| CommandError::Output {
+        path: path.into(),
+        source: std::io::Error::new(kind, why.to_string()),
+    };
+    if path.is_dir() {
+        return Err(err(std::io::ErrorKind::IsADirectory, "it is a directory"));
+    }
+    if path.exists() {
+        // Opening without truncation checks permission and changes nothing.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|source| CommandError::Output {
+                path: path.into(),
+                source,
+            })?;
+    } else if path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .is_some_and(|p| !p.is_dir())
+    {
+        return Err(err(
+            std::io::ErrorKind::NotFound,
+            "its directory does not exist",
+        ));
+    }
+    Ok(())
+}
+
+/// Creates the `--json` output once there is something to write.
 fn open_output(path: &std::path::Path) -> Result<std::fs::File, CommandError> {
     std::fs::File::create(path).map_err(|source| CommandError::Output {
         path: path.into(),
@@ -162,7 +200,9 @@ pub fn run(args: &RunArgs) -> Result<u8, CommandError> {
         },
         None => None,
     };
-    let mut out = args.json.as_deref().map(open_output).transpose()?;
+    if let Some(path) = &args.json {
+        check_output(path)?;
+    }
     let spec = RunSpec {
         engine: args.engine,
         kernel: args.kernel.clone(),
@@ -181,8 +221,9 @@ pub fn run(args: &RunArgs) -> Result<u8, CommandError> {
         timeout: std::time::Duration::from_secs(args.timeout),
     };
     let result = run::run_job(&spec)?;
-    if let (Some(f), Some(path)) = (out.as_mut(), &args.json) {
-        serde_json::to_writer_pretty(&mut *f, &result)
+    if let Some(path) = &args.json {
+        let mut f = open_output(path)?;
+        serde_json::to_writer_pretty(&mut f, &result)
             .map_err(std::io::Error::from)
             .map_err(|source| CommandError::Output {
                 path: path.clone(),

@@ -27,15 +27,20 @@ impl<E: Into<vmm::commands::CommandError>> From<E> for Failure {
     }
 }
 
-/// Prints the error and its causes once, Cloud Hypervisor style.
+/// Prints the error and its causes once, Cloud Hypervisor style; a cause
+/// whose text the message already contains is not repeated.
 fn report(error: &dyn std::error::Error) {
-    eprintln!("pmemvm: error: {error}");
+    let message = error.to_string();
+    eprintln!("pmemvm: error: {message}");
     let mut source = error.source();
     let mut n = 1;
     while let Some(s) = source {
-        eprintln!("  {n}: {s}");
+        let text = s.to_string();
+        if !message.contains(&text) {
+            eprintln!("  {n}: {text}");
+            n += 1;
+        }
         source = s.source();
-        n += 1;
     }
 }
 

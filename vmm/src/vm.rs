@@ -95,7 +95,18 @@ pub enum VmError {
     /// ACPI tables.
     #[error("building the ACPI tables failed: {0}")]
     Acpi(String),
-    /// Host I/O (console file, eventfds, threads).
+    /// A console or channel file that cannot be created where the user said.
+    #[error("cannot create {what} {path}: {source}")]
+    OutputFile {
+        /// Which file ("console file", "channel file").
+        what: &'static str,
+        /// The path given.
+        path: std::path::PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Host I/O (eventfds, threads).
     #[error("{what}: {source}")]
     Io {
         /// What was being done.
@@ -111,7 +122,7 @@ impl VmError {
     pub fn is_usage(&self) -> bool {
         match self {
             Self::NoKvm | Self::KvmPermission | Self::TooManyCpus { .. } => true,
-            Self::TooManyNvdimms { .. } | Self::Layout(_) => true,
+            Self::TooManyNvdimms { .. } | Self::Layout(_) | Self::OutputFile { .. } => true,
             Self::Boot(e) => e.is_usage(),
             Self::Backing(e) => e.is_usage(),
             _ => false,
@@ -218,15 +229,42 @@ fn add_memslot(
     unsafe { vm.set_user_memory_region(region) }.map_err(kvm_err("memory slot registration"))
 }
 
+/// Creates (truncates) an output file the user named.
+fn create_output(what: &'static str, path: &std::path::Path) -> Result<File, VmError> {
+    File::create(path).map_err(|source| VmError::OutputFile {
+        what,
+        path: path.into(),
+        source,
+    })
+}
+
+/// Refuses an output path that cannot work (a directory, a missing parent)
+/// before any file is created, so a bad one changes nothing on disk.
+fn check_output(what: &'static str, path: &std::path::Path) -> Result<(), VmError> {
+    let why = if path.is_dir() {
+        "it is a directory"
+    } else if path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .is_some_and(|p| !p.is_dir())
+    {
+        "its directory does not exist"
+    } else {
+        return Ok(());
+    };
+    Err(VmError::OutputFile {
+        what,
+        path: path.into(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, why),
+    })
+}
+
 /// The console writer for COM1.
 fn console_writer(mode: &ConsoleMode) -> Result<Box<dyn Write + Send>, VmError> {
     Ok(match mode {
         ConsoleMode::Stdio => Box::new(std::io::stdout()),
         ConsoleMode::Null => Box::new(std::io::sink()),
-        ConsoleMode::File(p) => Box::new(File::create(p).map_err(io_err(format!(
-            "cannot create console file {}",
-            p.display()
-        )))?),
+        ConsoleMode::File(p) => Box::new(create_output("console file", p)?),
     })
 }
 
@@ -305,6 +343,12 @@ impl Vm {
             },
         )?;
 
+        if let ConsoleMode::File(p) = &config.console {
+            check_output("console file", p)?;
+        }
+        if let Some(p) = &config.channel {
+            check_output("channel file", p)?;
+        }
         // From here on the user's files may be created.
         let backings = backing::open_all(&config.nvdimms)?;
         let mut nvdimms = Vec::with_capacity(backings.len());
@@ -348,10 +392,7 @@ impl Vm {
             layout::SERIAL_PORT_SIZE.into(),
         )?;
         let channel: Box<dyn Write + Send> = match &config.channel {
-            Some(p) => Box::new(File::create(p).map_err(io_err(format!(
-                "cannot create channel file {}",
-                p.display()
-            )))?),
+            Some(p) => Box::new(create_output("channel file", p)?),
             None => Box::new(std::io::sink()),
         };
         let com2 = Arc::new(Mutex::new(SerialDevice::new(
