@@ -1,0 +1,613 @@
+//! Malformed command lines: every invocation in the table must end with exit
+//! status 2, one clear error line naming the bad value, no panic or
+//! backtrace, and nothing created or modified in a scratch directory (which
+//! is also the working directory and `$TMPDIR` of the run).
+//!
+//! Cases that get past argument parsing need a usable /dev/kvm (pmemvm opens
+//! it before it looks at kernels and files) and the tiny guests; without them
+//! those cases are skipped with a reason and the rest still run. The test
+//! prints a `CLI:` line with the number of invocations tried and panics seen
+//! (docs/robustness.md quotes it; run with `--nocapture`).
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+use pmemvm_tests::pmemvm::{pmemvm_bin, run_cmd, TempDir};
+use pmemvm_tests::tiny::{guest, kvm_available};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// What an invocation needs beyond the pmemvm binary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    /// Refused while parsing arguments or before KVM is opened.
+    Nothing,
+    /// Refused after /dev/kvm was opened (kernel, files, layout checks).
+    Kvm,
+    /// Needs a file made read-only in a way root cannot bypass.
+    ReadOnlyFile,
+}
+
+/// One malformed invocation. In `args`, `{D}` is the scratch directory and
+/// `{K}` a valid tiny guest kernel; `names` must appear in stderr.
+struct Case {
+    args: &'static [&'static str],
+    names: &'static str,
+    needs: Needs,
+}
+
+const fn case(args: &'static [&'static str], names: &'static str) -> Case {
+    Case {
+        args,
+        names,
+        needs: Needs::Nothing,
+    }
+}
+
+const fn kvm(args: &'static [&'static str], names: &'static str) -> Case {
+    Case {
+        args,
+        names,
+        needs: Needs::Kvm,
+    }
+}
+
+const KERNEL: &str = "--kernel";
+
+/// The table. Sizes and suffixes, overflowing numbers, empty strings,
+/// nvdimm options, label sizes, files of every wrong kind, kernels, initrds,
+/// `run` and `acpi` inputs and outputs.
+fn cases() -> Vec<Case> {
+    vec![
+        // --memory
+        case(&["boot", KERNEL, "{K}", "--memory", "0"], "'0'"),
+        case(&["boot", KERNEL, "{K}", "--memory", ""], "''"),
+        case(&["boot", KERNEL, "{K}", "--memory", "12X"], "'12X'"),
+        case(&["boot", KERNEL, "{K}", "--memory", "1.5G"], "'1.5G'"),
+        case(&["boot", KERNEL, "{K}", "--memory", "1P"], "'1P'"),
+        case(&["boot", KERNEL, "{K}", "--memory", "1GG"], "'1GG'"),
+        case(&["boot", KERNEL, "{K}", "--memory=-1G"], "'-1G'"),
+        case(
+            &["boot", KERNEL, "{K}", "--memory", "99999999999999999999"],
+            "'99999999999999999999'",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--memory", "16777216T"],
+            "'16777216T'",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--memory", "17"],
+            "--memory 17 bytes",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--memory", "2T"],
+            "--memory 2199023255552 bytes",
+        ),
+        // --cpus
+        case(&["boot", KERNEL, "{K}", "--cpus", "0"], "'0'"),
+        case(&["boot", KERNEL, "{K}", "--cpus", "255"], "'255'"),
+        case(
+            &["boot", KERNEL, "{K}", "--cpus", "99999999999"],
+            "'99999999999'",
+        ),
+        case(&["boot", KERNEL, "{K}", "--cpus", "two"], "'two'"),
+        case(&["boot", KERNEL, "{K}", "--cpus", ""], "''"),
+        // --nvdimm sizes and options
+        case(&["boot", KERNEL, "{K}", "--nvdimm", ""], "''"),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "1M"], "'1M'"),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "3M"], "'3M'"),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "0"], "'0'"),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", ",file={D}/x.img"],
+            "''",
+        ),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "4M,bogus"], "'bogus'"),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "4M,readonly=yes"],
+            "'readonly=yes'",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "4M,readonly,readonly"],
+            "'readonly'",
+        ),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "4M,file="], "file="),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "4M,file"], "'file'"),
+        case(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "4M,file={D}/a.img,file={D}/b.img",
+            ],
+            "'file'",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "4M,label-size=5K"],
+            "label-size=5K",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "4M,label-size=64K"],
+            "label-size=64K",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "4M,label-size=4M"],
+            "label-size=4M",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "4M,label-size="],
+            "label-size=",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "4M,label-size=-1"],
+            "label-size=-1",
+        ),
+        case(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "4M,label-size=99999999999999999999",
+            ],
+            "label-size=99999999999999999999",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "2M,label-size=128K"],
+            "size 2M",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--nvdimm", "100000T"],
+            "NVDIMMs do not fit",
+        ),
+        kvm(&["boot", KERNEL, "{K}", "--nvdimm=4M*300"], "300 NVDIMMs"),
+        // --nvdimm files
+        kvm(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "4M,file={D}/dup.img",
+                "--nvdimm",
+                "4M,file={D}/./dup.img",
+            ],
+            "dup.img is given more than once",
+        ),
+        kvm(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "4M,file={D}/link.img",
+                "--nvdimm",
+                "4M,file={D}/sized.img",
+            ],
+            "sized.img is given more than once",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--nvdimm", "4M,file={D}/adir"],
+            "adir is a directory",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--nvdimm", "4M,file=/dev/null"],
+            "/dev/null is not a regular file",
+        ),
+        kvm(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "4M,file={D}/missing/x.img",
+            ],
+            "missing/x.img cannot be created",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--nvdimm", "4M,file={D}/small.img"],
+            "small.img is 4096 bytes",
+        ),
+        kvm(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "4M,file={D}/nofile.img,readonly",
+            ],
+            "nofile.img does not exist",
+        ),
+        Case {
+            args: &["boot", KERNEL, "{K}", "--nvdimm", "4M,file={D}/ro.img"],
+            names: "ro.img is not writable",
+            needs: Needs::ReadOnlyFile,
+        },
+        kvm(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "4M,file={D}/new.img",
+                "--nvdimm",
+                "4M,file={D}/adir",
+            ],
+            "adir is a directory",
+        ),
+        // kernels and initrds
+        kvm(&["boot", KERNEL, "{D}/nokernel"], "nokernel"),
+        kvm(
+            &["boot", KERNEL, "{D}/adir"],
+            "kernel {D}/adir is a directory",
+        ),
+        kvm(&["boot", KERNEL, "{D}/notelf"], "notelf is neither"),
+        kvm(&["boot", KERNEL, "{D}/empty"], "empty"),
+        kvm(&["boot", KERNEL, "{D}/badelf"], "badelf cannot be loaded"),
+        kvm(
+            &["boot", KERNEL, "{D}/highelf", "--memory", "16M"],
+            "too small for kernel {D}/highelf",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--initrd", "{D}/noinitrd"],
+            "noinitrd",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--initrd", "{D}/adir"],
+            "initrd {D}/adir is a directory",
+        ),
+        kvm(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--memory",
+                "16M",
+                "--initrd",
+                "{D}/big.initrd",
+            ],
+            "too small for initrd {D}/big.initrd",
+        ),
+        case(&["boot", KERNEL, ""], "--kernel"),
+        kvm(
+            &["boot", KERNEL, "{K}", "--cmdline", "{LONG}"],
+            "5000 bytes",
+        ),
+        // console and channel files
+        kvm(
+            &["boot", KERNEL, "{K}", "--console-log", "{D}/adir"],
+            "console file {D}/adir",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--channel", "{D}/missing/ch"],
+            "channel file {D}/missing/ch",
+        ),
+        // unknown things
+        case(&["bogus"], "'bogus'"),
+        case(&["boot", KERNEL, "{K}", "--bogus"], "'--bogus'"),
+        // run
+        case(&["run"], "--fio"),
+        kvm(&["run", "--fio", "{D}/nojob.fio"], "nojob.fio"),
+        kvm(&["run", "--fio", "{D}/adir"], "fio job file {D}/adir"),
+        kvm(
+            &["run", "--fio", "{D}/job.fio", "--json", "{D}/adir"],
+            "{D}/adir",
+        ),
+        kvm(
+            &[
+                "run",
+                "--fio",
+                "{D}/job.fio",
+                "--json",
+                "{D}/missing/out.json",
+            ],
+            "missing/out.json",
+        ),
+        kvm(
+            &[
+                "run",
+                "--fio",
+                "{D}/job.fio",
+                "--json",
+                "{D}/out.json",
+                KERNEL,
+                "{D}/nokernel",
+            ],
+            "nokernel",
+        ),
+        kvm(
+            &["run", "--fio", "{D}/job.fio", "--setup", "@{D}/nosetup"],
+            "nosetup",
+        ),
+        case(&["run", "--fio", "{D}/job.fio", "--timeout", "0"], "'0'"),
+        case(
+            &["run", "--fio", "{D}/job.fio", "--engine", "bogus"],
+            "'bogus'",
+        ),
+        case(&["run", "--fio", "{D}/job.fio", "--cpus", "0"], "'0'"),
+        // acpi
+        case(&["acpi"], "--out"),
+        case(&["acpi", "--out", "{D}/o", "--cpus", "0"], "'0'"),
+        case(&["acpi", "--out", "{D}/o", "--memory", "12X"], "'12X'"),
+        case(&["acpi", "--out", "{D}/notelf"], "{D}/notelf"),
+        case(&["acpi", "--out", "/dev/null"], "/dev/null"),
+        case(
+            &["acpi", "--out", "/proc/pmemvm-nowhere"],
+            "/proc/pmemvm-nowhere",
+        ),
+        case(
+            &["acpi", "--out", "{D}/o", "--nvdimm", "100000T"],
+            "NVDIMMs do not fit",
+        ),
+    ]
+}
+
+/// Files the cases refer to, created before the first snapshot.
+fn populate(d: &Path) {
+    std::fs::create_dir(d.join("adir")).expect("adir");
+    std::fs::create_dir(d.join("tmp")).expect("tmp");
+    std::fs::write(d.join("notelf"), b"this is no kernel\n").expect("notelf");
+    std::fs::write(d.join("empty"), b"").expect("empty");
+    // An ELF header that linux-loader rejects (big-endian class byte missing).
+    let mut bad = b"\x7fELF".to_vec();
+    bad.resize(64, 0);
+    std::fs::write(d.join("badelf"), bad).expect("badelf");
+    std::fs::write(d.join("highelf"), elf_loaded_at(0x200_0000)).expect("highelf");
+    std::fs::write(d.join("small.img"), vec![0x5a; 4096]).expect("small.img");
+    let sized = std::fs::File::create(d.join("sized.img")).expect("sized.img");
+    sized.set_len(4 << 20).expect("sizing");
+    std::fs::hard_link(d.join("sized.img"), d.join("link.img")).expect("hard link");
+    let ro = std::fs::File::create(d.join("ro.img")).expect("ro.img");
+    ro.set_len(4 << 20).expect("sizing");
+    let big = std::fs::File::create(d.join("big.initrd")).expect("big.initrd");
+    big.set_len(32 << 20).expect("sizing");
+    std::fs::write(d.join("job.fio"), b"[job]\nrw=read\nsize=1M\n").expect("job.fio");
+    std::fs::write(d.join("out.json"), b"{\"keep\": true}\n").expect("out.json");
+}
+
+/// A minimal x86-64 ELF executable with one 16-byte PT_LOAD at `paddr`.
+fn elf_loaded_at(paddr: u64) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend_from_slice(b"\x7fELF\x02\x01\x01\x00");
+    v.extend_from_slice(&[0; 8]);
+    v.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    v.extend_from_slice(&0x3eu16.to_le_bytes()); // x86-64
+    v.extend_from_slice(&1u32.to_le_bytes());
+    v.extend_from_slice(&paddr.to_le_bytes()); // entry
+    v.extend_from_slice(&64u64.to_le_bytes()); // phoff
+    v.extend_from_slice(&0u64.to_le_bytes()); // shoff
+    v.extend_from_slice(&0u32.to_le_bytes());
+    for h in [64u16, 56, 1, 0, 0, 0] {
+        v.extend_from_slice(&h.to_le_bytes());
+    }
+    v.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+    v.extend_from_slice(&5u32.to_le_bytes()); // R+X
+    for q in [0x1000u64, paddr, paddr, 16, 16, 0x1000] {
+        v.extend_from_slice(&q.to_le_bytes());
+    }
+    v.resize(0x1000, 0);
+    v.extend_from_slice(&[0xf4; 16]); // hlt
+    v
+}
+
+/// Listing, sizes, mtimes and content hashes (ctimes for files over 1 MiB)
+/// of everything under `dir`.
+/// A directory's own mtime is left out: `pmemvm run` makes and removes a
+/// scratch directory in `$TMPDIR`, which touches only that; anything left
+/// behind still shows as a new entry.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u64, Option<SystemTime>, u64)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(md) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            let mut h = DefaultHasher::new();
+            if md.is_file() && md.len() <= 1 << 20 {
+                std::fs::read(&p).unwrap_or_default().hash(&mut h);
+            } else if md.is_file() {
+                // Large (sparse) files: any write changes the ctime, which
+                // nobody can set back.
+                (md.ino(), md.ctime(), md.ctime_nsec()).hash(&mut h);
+            } else if md.is_dir() {
+                stack.push(p.clone());
+            }
+            let mtime = if md.is_dir() {
+                None
+            } else {
+                md.modified().ok()
+            };
+            out.insert(p, (md.len(), mtime, h.finish()));
+        }
+    }
+    out
+}
+
+/// Makes `path` unwritable even for root: `chattr +i`, else a read-only bind
+/// mount. Undone on drop.
+struct ReadOnlyFile {
+    path: PathBuf,
+    how: &'static str,
+}
+
+impl ReadOnlyFile {
+    fn new(path: &Path) -> Result<Self, String> {
+        let ok = |c: &mut Command| c.output().is_ok_and(|o| o.status.success());
+        if ok(Command::new("chattr").arg("+i").arg(path)) {
+            return Ok(Self {
+                path: path.into(),
+                how: "chattr",
+            });
+        }
+        if ok(Command::new("mount").arg("--bind").arg(path).arg(path)) {
+            if ok(Command::new("mount")
+                .args(["-o", "remount,bind,ro"])
+                .arg(path))
+            {
+                return Ok(Self {
+                    path: path.into(),
+                    how: "mount",
+                });
+            }
+            let _ = Command::new("umount").arg(path).status();
+        }
+        Err(
+            "neither chattr +i nor a read-only bind mount works here (root bypasses chmod 444)"
+                .into(),
+        )
+    }
+}
+
+impl Drop for ReadOnlyFile {
+    fn drop(&mut self) {
+        let _ = match self.how {
+            "chattr" => Command::new("chattr").arg("-i").arg(&self.path).status(),
+            _ => Command::new("umount").arg(&self.path).status(),
+        };
+    }
+}
+
+#[test]
+fn malformed_invocations_are_refused_cleanly() {
+    let scratch = TempDir::new("cli-bad");
+    let d = scratch.0.clone();
+    populate(&d);
+    let dstr = d.display().to_string();
+    let kvm_skip = kvm_available().err().map(|s| s.to_string());
+    let kernel = guest("hello").map(|p| p.display().to_string());
+    let long = "a".repeat(5000);
+    let _ro = match ReadOnlyFile::new(&d.join("ro.img")) {
+        Ok(r) => Some(r),
+        Err(why) => {
+            eprintln!("SKIP: read-only backing file case: {why}");
+            None
+        }
+    };
+    let mut before = snapshot(&d);
+    let (mut tried, mut skipped, mut panics) = (0u32, 0u32, 0u32);
+    let mut failures = Vec::new();
+    for c in cases() {
+        let needs_kernel = c.args.contains(&"{K}");
+        let skip = match c.needs {
+            Needs::Kvm => kvm_skip.clone(),
+            Needs::ReadOnlyFile => kvm_skip.clone().or_else(|| {
+                _ro.is_none()
+                    .then(|| "no way to make a read-only file".into())
+            }),
+            Needs::Nothing => None,
+        }
+        .or_else(|| {
+            (needs_kernel && c.needs != Needs::Nothing)
+                .then(|| kernel.as_ref().err().map(ToString::to_string))
+                .flatten()
+        });
+        if let Some(why) = skip {
+            eprintln!("SKIP: {:?}: {why}", c.args);
+            skipped += 1;
+            continue;
+        }
+        let k = kernel
+            .clone()
+            .unwrap_or_else(|_| "/nonexistent-kernel".into());
+        let subst = |s: &str| {
+            s.replace("{D}", &dstr)
+                .replace("{K}", &k)
+                .replace("{LONG}", &long)
+        };
+        let mut args: Vec<String> = c.args.iter().map(|a| subst(a)).collect();
+        // "--nvdimm=4M*300": 300 temporary DIMMs.
+        if let Some(i) = args.iter().position(|a| a == "--nvdimm=4M*300") {
+            args.splice(
+                i..=i,
+                (0..300).flat_map(|_| ["--nvdimm".to_string(), "4M".to_string()]),
+            );
+        }
+        let names = subst(c.names);
+        tried += 1;
+        let out = run_cmd(
+            Command::new(pmemvm_bin())
+                .args(&args)
+                .current_dir(&d)
+                .env("TMPDIR", d.join("tmp"))
+                .env_remove("RUST_BACKTRACE"),
+            DEADLINE,
+        );
+        let err = &out.stderr;
+        if err.contains("panicked")
+            || err.contains("RUST_BACKTRACE")
+            || err.contains("stack backtrace")
+        {
+            panics += 1;
+        }
+        let error_lines = err
+            .lines()
+            .filter(|l| l.starts_with("error:") || l.starts_with("pmemvm: error:"))
+            .count();
+        let cause_lines = err
+            .lines()
+            .filter(|l| l.trim_start().starts_with("1:"))
+            .count();
+        let mut problems = Vec::new();
+        if out.status != Some(2) {
+            problems.push(format!("status {:?}, not 2", out.status));
+        }
+        if !err.contains(&names) {
+            problems.push(format!("stderr does not name {names:?}"));
+        }
+        if error_lines != 1
+            || cause_lines > 1
+            || err.lines().filter(|l| !l.trim().is_empty()).count() > 4
+        {
+            problems.push(format!(
+                "not a single clear error line ({error_lines} error lines)"
+            ));
+        }
+        let after = snapshot(&d);
+        if after != before {
+            let changed: Vec<_> = after
+                .iter()
+                .filter(|(p, v)| before.get(*p) != Some(v))
+                .map(|(p, _)| p.display().to_string())
+                .chain(
+                    before
+                        .keys()
+                        .filter(|p| !after.contains_key(*p))
+                        .map(|p| p.display().to_string()),
+                )
+                .collect();
+            problems.push(format!("files created or changed: {changed:?}"));
+        }
+        if !problems.is_empty() {
+            failures.push(format!("{args:?}: {}\n{}", problems.join("; "), out.dump()));
+            // Later cases compare against a clean directory again.
+            for p in snapshot(&d).keys().filter(|p| !before.contains_key(*p)) {
+                let _ = std::fs::remove_dir_all(p).or_else(|_| std::fs::remove_file(p));
+            }
+            before = snapshot(&d);
+        }
+    }
+    eprintln!(
+        "CLI: {tried} malformed invocations tried, {skipped} skipped, {panics} panics, {} failed",
+        failures.len()
+    );
+    assert!(
+        tried + skipped >= 40,
+        "the table must hold at least 40 invocations"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} invocations misbehaved:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
