@@ -16,8 +16,13 @@ use vmm::guest_job::{self, GuestJob, GuestReport, ImageDir};
 
 /// Each boot must finish within this.
 const BOOT_DEADLINE: Duration = Duration::from_secs(60);
-/// Size of the NVDIMM backing file.
+/// Size of the NVDIMM backing file (mkfs.xfs needs more than 300 MB: see the XFS test).
 const NVDIMM_SIZE_MIB: u64 = 128;
+
+/// `guest-images/` of this source tree.
+fn guest_images_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-images")
+}
 
 struct TempDir(PathBuf);
 
@@ -112,6 +117,18 @@ fn wait_with_deadline(child: &mut Child, deadline: Duration) -> Option<i32> {
 
 /// Boots the image under QEMU TCG with one NVDIMM and `job` appended to the initrd.
 fn boot(name: &str, qemu: &Path, image: &ImageDir, cmdline_extra: &str, job: &GuestJob) -> Boot {
+    boot_with_nvdimm(name, qemu, image, cmdline_extra, job, NVDIMM_SIZE_MIB)
+}
+
+/// [`boot`] with an NVDIMM of `nvdimm_mib` MiB.
+fn boot_with_nvdimm(
+    name: &str,
+    qemu: &Path,
+    image: &ImageDir,
+    cmdline_extra: &str,
+    job: &GuestJob,
+    nvdimm_mib: u64,
+) -> Boot {
     let dir = TempDir::new(name);
     let base = std::fs::read(&image.initramfs).expect("read initramfs");
     let archive = job.archive().expect("job archive");
@@ -119,8 +136,7 @@ fn boot(name: &str, qemu: &Path, image: &ImageDir, cmdline_extra: &str, job: &Gu
     std::fs::write(&initrd, guest_job::append_to_initrd(&base, &archive)).expect("write initrd");
     let nvdimm = dir.0.join("nvdimm.img");
     let file = std::fs::File::create(&nvdimm).expect("create nvdimm file");
-    file.set_len(NVDIMM_SIZE_MIB << 20)
-        .expect("size nvdimm file");
+    file.set_len(nvdimm_mib << 20).expect("size nvdimm file");
     let console = dir.0.join("console.log");
     let com2 = dir.0.join("com2.log");
     let append = format!("console=ttyS0 panic=-1 {cmdline_extra}");
@@ -130,7 +146,7 @@ fn boot(name: &str, qemu: &Path, image: &ImageDir, cmdline_extra: &str, job: &Gu
         .args(["-machine", "pc,nvdimm=on", "-m", "512M,slots=2,maxmem=2G"])
         .arg("-object")
         .arg(format!(
-            "memory-backend-file,id=mem1,share=on,mem-path={},size={NVDIMM_SIZE_MIB}M",
+            "memory-backend-file,id=mem1,share=on,mem-path={},size={nvdimm_mib}M",
             nvdimm.display()
         ))
         .args(["-device", "nvdimm,memdev=mem1,id=nv1"])
@@ -209,7 +225,33 @@ ioengine=libaio
 iodepth=4
 rw=write
 offset=64m
+
+; preadv2(RWF_NOWAIT) with O_DIRECT only works when the pmem queue has
+; QUEUE_FLAG_NOWAIT (patched nd_pmem, nowait=1); else the I/O fails with EOPNOTSUPP.
+[pvsync2-rwf-nowait]
+stonewall
+ioengine=pvsync2
+nowait=1
+rw=read
+size=1m
+verify=0
+do_verify=0
 ";
+
+/// The pvsync2/RWF_NOWAIT probe alone (see [`VERIFY_JOB`]).
+const RWF_NOWAIT_JOB: &str = "\
+[pvsync2-rwf-nowait]
+filename=/dev/pmem0
+direct=1
+ioengine=pvsync2
+nowait=1
+bs=4k
+rw=read
+size=1m
+";
+
+/// Linux's EOPNOTSUPP, as fio reports it in `jobs[].error`.
+const EOPNOTSUPP: i64 = 95;
 
 const NOWAIT_SETUP: &str = "\
 cat /sys/module/nd_pmem/parameters/nowait > \"$PMEMVM_OUT/nd_pmem.nowait\"
@@ -253,7 +295,7 @@ fn fio_verify_job_on_pmem_reports_json_over_com2() {
 
     let json = fio_json(&boot);
     let jobs = json["jobs"].as_array().expect("fio jobs array");
-    assert_eq!(jobs.len(), 2, "{json}");
+    assert_eq!(jobs.len(), 3, "{json}");
     for (job, engine) in jobs
         .iter()
         .zip(["uring-randwrite-verify", "libaio-write-verify"])
@@ -279,7 +321,7 @@ fn nd_pmem_nowait_off_on_the_command_line() {
         return;
     };
     let job = GuestJob {
-        fio_job: "[read]\nfilename=/dev/pmem0\nioengine=psync\nrw=read\nsize=1m\n".into(),
+        fio_job: RWF_NOWAIT_JOB.into(),
         setup: Some(NOWAIT_SETUP.into()),
         args: None,
     };
@@ -290,7 +332,6 @@ fn nd_pmem_nowait_off_on_the_command_line() {
         "nd_pmem.nowait=0 bcache.bch_nowait=0",
         &job,
     );
-    assert_eq!(boot.report().status, Some(0), "{}", boot.dump());
     assert_eq!(boot.file("nd_pmem.nowait").trim(), "N", "{}", boot.dump());
     assert_eq!(
         boot.file("bcache.bch_nowait").trim(),
@@ -299,6 +340,63 @@ fn nd_pmem_nowait_off_on_the_command_line() {
         boot.dump()
     );
     assert!(boot.console.contains("nowait = N"), "{}", boot.dump());
+    // Without QUEUE_FLAG_NOWAIT the stock behaviour is back: RWF_NOWAIT is refused.
+    let json = fio_json(&boot);
+    assert_eq!(json["jobs"][0]["error"], EOPNOTSUPP, "{json}");
+    assert!(
+        boot.file("fio.stderr").contains("Operation not supported"),
+        "{}",
+        boot.dump()
+    );
+    let status = boot.report().status.expect("a status line");
+    assert_ne!(status, 0, "{}", boot.dump());
+    assert_eq!(
+        boot.qemu_status,
+        debug_exit_status(status),
+        "{}",
+        boot.dump()
+    );
+}
+
+#[test]
+fn xfs_dax_and_bcache_tools_work_in_the_guest() {
+    let Some((qemu, image)) = requirements() else {
+        return;
+    };
+    let setup = std::fs::read_to_string(guest_images_dir().join("jobs/xfs-dax.setup.sh"))
+        .expect("read xfs-dax.setup.sh");
+    let setup = format!(
+        "{setup}
+grep ' /mnt/pmem ' /proc/mounts > \"$PMEMVM_OUT/mounts\"
+dd if=/dev/zero of=/tmp/backing.img bs=1M count=64 2>/dev/null
+losetup /dev/loop0 /tmp/backing.img
+make-bcache -B /dev/loop0
+echo /dev/loop0 > /sys/fs/bcache/register
+for i in 1 2 3 4 5 6 7 8 9 10; do [ -e /sys/block/bcache0 ] && break; sleep 0.2; done
+ls /sys/block > \"$PMEMVM_OUT/blocks\"
+"
+    );
+    let job = GuestJob {
+        fio_job: "[xfs-dax-write-verify]\ndirectory=/mnt/pmem\nioengine=psync\nbs=64k\nsize=16m\nrw=write\nverify=crc32c\n"
+            .into(),
+        setup: Some(setup),
+        args: None,
+    };
+    let boot = boot_with_nvdimm("xfs-dax", &qemu, &image, "", &job, 512);
+    assert_eq!(boot.report().status, Some(0), "{}", boot.dump());
+    let mounts = boot.file("mounts");
+    assert!(
+        mounts.contains("xfs") && mounts.contains("dax=always"),
+        "{mounts}"
+    );
+    assert!(
+        boot.file("blocks").lines().any(|l| l == "bcache0"),
+        "{}",
+        boot.dump()
+    );
+    let json = fio_json(&boot);
+    assert_eq!(json["jobs"][0]["error"], 0, "{json}");
+    assert_eq!(json["jobs"][0]["write"]["io_bytes"], 16 << 20, "{json}");
 }
 
 #[test]
@@ -354,4 +452,52 @@ fn failing_setup_skips_fio_and_reports_its_status_and_log() {
         "setup stderr not on the console\n{}",
         boot.dump()
     );
+}
+
+/// Makes /dev/bcache0: a backing-only bcache device on a loop device in tmpfs.
+const BCACHE_SETUP: &str = "\
+dd if=/dev/zero of=/tmp/backing.img bs=1M count=64 2>/dev/null
+losetup /dev/loop0 /tmp/backing.img
+make-bcache -B /dev/loop0
+echo /dev/loop0 > /sys/fs/bcache/register
+for i in 1 2 3 4 5 6 7 8 9 10; do [ -e /sys/block/bcache0 ] && break; sleep 0.2; done
+cat /sys/module/bcache/parameters/bch_nowait > \"$PMEMVM_OUT/bcache.bch_nowait\"
+";
+
+#[test]
+fn bcache_bch_nowait_switches_rwf_nowait_on_bcache_devices() {
+    let Some((qemu, image)) = requirements() else {
+        return;
+    };
+    let job = GuestJob {
+        fio_job: RWF_NOWAIT_JOB.replace("/dev/pmem0", "/dev/bcache0"),
+        setup: Some(BCACHE_SETUP.into()),
+        args: None,
+    };
+    for (param, flag, error) in [("1", "Y", 0), ("0", "N", EOPNOTSUPP)] {
+        let boot = boot(
+            &format!("bcache-nowait-{param}"),
+            &qemu,
+            &image,
+            &format!("bcache.bch_nowait={param}"),
+            &job,
+        );
+        assert_eq!(
+            boot.file("bcache.bch_nowait").trim(),
+            flag,
+            "{}",
+            boot.dump()
+        );
+        let json = fio_json(&boot);
+        assert_eq!(
+            json["jobs"][0]["error"], error,
+            "bcache.bch_nowait={param}: {json}"
+        );
+        assert_eq!(
+            boot.report().status == Some(0),
+            error == 0,
+            "{}",
+            boot.dump()
+        );
+    }
 }
