@@ -113,6 +113,8 @@ pub enum NestedError {
     Deadline {
         /// The deadline that passed.
         deadline: Duration,
+        /// Time from starting QEMU (or the command) until it was killed.
+        killed_after: Duration,
         /// Mode the command ran in.
         mode: Mode,
         /// Kept run directory (share, console log).
@@ -817,6 +819,7 @@ impl NestedVm {
         let Some(status) = waited else {
             return Err(NestedError::Deadline {
                 deadline: self.deadline,
+                killed_after: elapsed,
                 mode: Mode::Direct,
                 console: tail(&stderr, CONSOLE_TAIL_LINES),
                 run_dir: run_dir.keep(),
@@ -889,6 +892,7 @@ impl NestedVm {
         let Some(qemu_status) = waited else {
             return Err(NestedError::Deadline {
                 deadline: self.deadline,
+                killed_after: elapsed,
                 mode: Mode::Nested,
                 console: tail(&console, CONSOLE_TAIL_LINES),
                 run_dir: run_dir.keep(),

@@ -96,20 +96,21 @@ fn hung_command_is_killed_at_the_deadline() {
     let deadline = Duration::from_secs(30);
     let vm = require!(NestedVm::new()).deadline(deadline);
     let mode = vm.mode();
-    let started = std::time::Instant::now();
     let err = vm
         .run(&["sh", "-c", "echo going to hang >&2; sleep 100000"])
         .expect_err("a hung command must not return a status");
-    let took = started.elapsed();
     let NestedError::Deadline {
-        console, run_dir, ..
+        console,
+        run_dir,
+        killed_after,
+        ..
     } = &err
     else {
         panic!("expected a deadline error, got: {err}");
     };
     assert!(
-        took >= deadline && took < deadline + Duration::from_secs(15),
-        "took {took:?}"
+        *killed_after >= deadline && *killed_after < deadline + Duration::from_secs(5),
+        "killed after {killed_after:?}"
     );
     let message = err.to_string();
     assert!(message.contains("did not finish within 30s"), "{message}");
