@@ -283,8 +283,9 @@ fn stock_kernel_boots_under_pmemvm_and_writes_pmem() {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let token = format!("PMEMVM-STOCK-{nanos:x}");
-    let cmdline =
-        format!("console=ttyS0 reboot=acpi panic=-1 pmemvm_l2_exit=42 pmemvm_l2_pattern={token}");
+    let cmdline = format!(
+        "console=ttyS0 reboot=acpi panic=-1 quiet pmemvm_l2_exit=42 pmemvm_l2_pattern={token}"
+    );
     let out = vm
         .deadline(Duration::from_secs(400))
         .file("vmlinuz", &l1.vmlinuz)
@@ -328,10 +329,17 @@ fn stock_kernel_boots_under_pmemvm_and_writes_pmem() {
         .position(|w| w == expected.as_slice())
         .map(|i| i * 512);
     assert!(at.is_some(), "pattern not in the backing file\n{context}");
+    let l2_uptime = console
+        .lines()
+        .find(|l| l.contains("PMEMVM-L2-USERSPACE"))
+        .and_then(|l| l.split("uptime=").nth(1))
+        .unwrap_or("?");
     eprintln!(
-        "{}: stock kernel guest exited 42 after {:.1?} total; pattern at backing offset {:#x}",
+        "{}: stock kernel guest reached user space {l2_uptime} s after its start, exited 42; \
+         {:.1?} total (L1 ran pmemvm {:.2} s after boot); pattern at backing offset {:#x}",
         out.mode,
         out.elapsed,
+        out.l1_uptime_at_run.unwrap_or(f64::NAN),
         at.unwrap_or(0)
     );
 }
