@@ -122,6 +122,24 @@ pub fn detect_format(path: &Path) -> Result<KernelFormat, BootError> {
     Err(BootError::UnknownFormat(path.into()))
 }
 
+/// True when the kernel is Linux: a bzImage, or an ELF carrying Linux's
+/// ELF notes (name "Linux"). Used to warn on hosts that cannot run it.
+pub fn looks_like_linux(path: &Path) -> bool {
+    match detect_format(path) {
+        Ok(KernelFormat::BzImage) => true,
+        Ok(KernelFormat::Elf) => {
+            let Ok(mut f) = File::open(path) else {
+                return false;
+            };
+            // Linux's notes sit near the start of the image; a few MiB is plenty.
+            let mut head = vec![0u8; 8 << 20];
+            let n = read_up_to(&mut f, &mut head).unwrap_or(0);
+            head[..n].windows(6).any(|w| w == b"Linux\0")
+        }
+        Err(_) => false,
+    }
+}
+
 fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {

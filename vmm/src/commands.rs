@@ -74,11 +74,23 @@ pub fn resolve_kernel(
     Ok((image.vmlinux.clone(), Some(initrd), Some(image)))
 }
 
+/// Says up front when a Linux kernel is about to be booted on a KVM that
+/// cannot run it (PVM, or no vmx/svm), instead of leaving the user to wait.
+pub fn warn_if_host_cannot_run(kernel: &std::path::Path) {
+    let host = crate::host::HostKvm::probe();
+    if host.cannot_run_linux() && crate::boot::looks_like_linux(kernel) {
+        if let Some(why) = host.explanation() {
+            eprintln!("pmemvm: warning: {why}; expect this Linux guest to stop early (exit status 5) or to crawl");
+        }
+    }
+}
+
 /// `pmemvm boot`: returns the exit status.
 pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
     let (kernel, initrd, _) = resolve_kernel(args.kernel.as_ref(), args.initrd.as_ref())?;
     let config = args.to_config(kernel, initrd);
     let vm = Vm::build(&config)?;
+    warn_if_host_cannot_run(&config.kernel);
     let _terminal = matches!(config.console, crate::config::ConsoleMode::Stdio)
         .then(crate::console::raw_terminal);
     let outcome = vm.run()?;
