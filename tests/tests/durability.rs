@@ -212,6 +212,31 @@ struct Running {
     readers: Vec<JoinHandle<()>>,
     stderr: Arc<Mutex<String>>,
     strace_log: Option<PathBuf>,
+    /// Reaped (or given up on): nothing left to clean up.
+    done: bool,
+}
+
+impl Running {
+    /// SIGKILLs pmemvm (and strace, if it runs under it) and reaps them.
+    fn kill(&mut self) {
+        // Only while our child lives: then pmemvm (it, or strace's tracee)
+        // has not been reaped and its pid cannot have been reused.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // SAFETY: kill(2) on the pid of a live process this test started.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Running {
+    /// A failed assertion must not leave a VM running.
+    fn drop(&mut self) {
+        if !self.done {
+            self.kill();
+        }
+    }
 }
 
 fn collect(mut r: impl Read + Send + 'static, into: Arc<Mutex<String>>) -> JoinHandle<()> {
@@ -274,7 +299,9 @@ impl Running {
         ];
         let mut pid = i32::try_from(child.id()).expect("pid");
         if trace_to.is_some() {
-            // pmemvm is strace's (only) child.
+            // pmemvm is the child of strace whose executable is pmemvm
+            // (strace also forks short-lived probe children first).
+            let bin = std::fs::canonicalize(pmemvm_bin()).unwrap_or_else(|_| pmemvm_bin());
             let start = Instant::now();
             let traced = loop {
                 let children = std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -283,15 +310,19 @@ impl Running {
                     .flatten()
                     .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
                     .collect::<String>();
-                if let Some(p) = children
+                let found = children
                     .split_whitespace()
-                    .next()
-                    .and_then(|p| p.parse().ok())
-                {
+                    .filter_map(|p| p.parse::<i32>().ok())
+                    .find(|p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == bin));
+                if let Some(p) = found {
                     break p;
                 }
-                assert!(start.elapsed() < DEADLINE, "strace did not start pmemvm");
-                std::thread::sleep(Duration::from_millis(5));
+                if start.elapsed() > DEADLINE {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("strace did not start pmemvm");
+                }
+                std::thread::sleep(Duration::from_millis(2));
             };
             pid = traced;
         }
@@ -302,6 +333,7 @@ impl Running {
             readers,
             stderr,
             strace_log: trace_to.map(Path::to_path_buf),
+            done: false,
         }
     }
 
@@ -333,6 +365,12 @@ impl Running {
 
     /// Waits for the end (kills at the deadline) and collects everything.
     fn finish(mut self) -> Finished {
+        let f = self.wait_and_collect();
+        self.done = true;
+        f
+    }
+
+    fn wait_and_collect(&mut self) -> Finished {
         use std::os::unix::process::ExitStatusExt;
         let start = Instant::now();
         let status = loop {
@@ -340,18 +378,18 @@ impl Running {
                 break s;
             }
             if start.elapsed() > DEADLINE {
-                let _ = self.child.kill();
-                let s = self.child.wait().expect("reaping pmemvm");
+                self.kill();
+                self.done = true;
                 let out = self
                     .stdout
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .clone();
-                panic!("pmemvm did not end within {DEADLINE:?} ({s:?}); stdout:\n{out}");
+                panic!("pmemvm did not end within {DEADLINE:?}; stdout:\n{out}");
             }
             std::thread::sleep(Duration::from_millis(5));
         };
-        for r in self.readers {
+        for r in self.readers.drain(..) {
             let _ = r.join();
         }
         let take = |m: &Arc<Mutex<String>>| m.lock().unwrap_or_else(|e| e.into_inner()).clone();
