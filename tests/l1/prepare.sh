@@ -12,7 +12,7 @@
 # l2-initramfs.cpio.gz and kernel-package.txt as its last line of stdout.
 # Cached by a hash of this script, init, l2-init and $PMEMVM_L1_KERNEL_PKG:
 # a second run only hashes and exits.
-# Needs: apt-get, apt-cache, dpkg-deb, depmod (kmod), cpio, gzip, xz-utils,
+# Needs: apt-get, apt-cache, dpkg-deb, cpio, gzip, xz-utils,
 # zstd, busybox-static.
 set -eu -o pipefail
 
@@ -41,7 +41,7 @@ if [ -f "$out/ready" ]; then
     exit 0
 fi
 
-for tool in apt-get apt-cache dpkg-deb depmod cpio gzip xz zstd busybox; do
+for tool in apt-get apt-cache dpkg-deb cpio gzip xz zstd busybox; do
     command -v "$tool" >/dev/null || { echo "prepare.sh: '$tool' not found" >&2; exit 3; }
 done
 if ldd "$(command -v busybox)" >/dev/null 2>&1; then
@@ -76,44 +76,55 @@ echo "prepare.sh: unpacking $(basename "$deb")" >&2
 dpkg-deb -x "$deb" "$work/pkg"
 kver=$(ls "$work/pkg/lib/modules" | head -n1)
 moddir="$work/pkg/lib/modules/$kver"
-if [ ! -f "$moddir/modules.dep" ]; then
-    depmod -b "$work/pkg" "$kver"
-fi
+# Module name (dashes as underscores) -> path under $moddir. Dependencies come
+# from each module's own .modinfo ("depends=a,b"), so no kmod/depmod is needed.
+declare -A modpath
+while IFS= read -r -d '' f; do
+    b=${f##*/}
+    n=${b%%.ko*}
+    modpath[${n//-/_}]=${f#"$moddir"/}
+done < <(find "$moddir/kernel" -name '*.ko*' -print0)
 
-add_module() { # $1: root, $2: path relative to $moddir, as in modules.dep
-    local root=$1 rel=$2 name base
-    name=$(basename "$rel")
-    base=${name%%.ko*}.ko
-    grep -qx "$base" "$root/lib/modules/load-order" && return 0
-    case "$name" in
-    *.ko.xz) xz -dc "$moddir/$rel" >"$root/lib/modules/$base" ;;
-    *.ko.zst) zstd -qdc "$moddir/$rel" >"$root/lib/modules/$base" ;;
-    *.ko.gz) gzip -dc "$moddir/$rel" >"$root/lib/modules/$base" ;;
-    *) cp "$moddir/$rel" "$root/lib/modules/$base" ;;
+# module_bytes REL: the module's ELF image on stdout, decompressed.
+module_bytes() {
+    case "$1" in
+    *.ko.xz) xz -dc "$moddir/$1" ;;
+    *.ko.zst) zstd -qdc "$moddir/$1" ;;
+    *.ko.gz) gzip -dc "$moddir/$1" ;;
+    *) cat "$moddir/$1" ;;
     esac
+}
+
+# add_module ROOT NAME: NAME's dependencies, then NAME, into ROOT's
+# /lib/modules, appended to its load-order file.
+add_module() {
+    local root=$1 name=${2//-/_} rel base deps dep
+    rel=${modpath[$name]:-}
+    if [ -z "$rel" ]; then
+        echo "prepare.sh: module $2 not found in $pkg" >&2
+        exit 3
+    fi
+    base=${rel##*/}
+    base=${base%%.ko*}.ko
+    grep -qx "$base" "$root/lib/modules/load-order" && return 0
+    deps=$(module_bytes "$rel" | tr '\0' '\n' | grep -a -m1 '^depends=' | cut -d= -f2 || true)
+    for dep in ${deps//,/ }; do
+        add_module "$root" "$dep"
+    done
+    module_bytes "$rel" >"$root/lib/modules/$base"
     echo "$base" >>"$root/lib/modules/load-order"
 }
 
 # make_initramfs INIT OUTPUT MODULE...: busybox, INIT as /init and the
 # modules with their dependencies, in load order in /lib/modules/load-order.
 make_initramfs() {
-    local init=$1 output=$2 root want line i
+    local init=$1 output=$2 root want
     shift 2
     root=$(mktemp -d "$work/root.XXXXXX")
     mkdir -p "$root/bin" "$root/lib/modules" "$root/dev"
     : >"$root/lib/modules/load-order"
     for want in "$@"; do
-        line=$(grep -E "(^|/)$want\.ko(\.xz|\.zst|\.gz)?:" "$moddir/modules.dep" || true)
-        if [ -z "$line" ]; then
-            echo "prepare.sh: module $want not found in $pkg" >&2
-            exit 3
-        fi
-        # modules.dep lists dependencies so that the last one must load first.
-        read -r -a deps <<<"${line#*:}"
-        for ((i = ${#deps[@]} - 1; i >= 0; i--)); do
-            add_module "$root" "${deps[i]}"
-        done
-        add_module "$root" "${line%%:*}"
+        add_module "$root" "$want"
     done
     cp "$(command -v busybox)" "$root/bin/busybox"
     cp "$init" "$root/init"
