@@ -147,9 +147,10 @@ fn guest_run(setup: &str) -> Result<GuestRun, NestedError> {
     let vm = NestedVm::new()?.with_pmemvm()?;
     let (kernel_name, kernel) = match pmemvm_tests::nested::guest_image("bzImage") {
         Ok(k) => ("bzImage", k),
-        Err(_) => (
+        Err(skip) => (
             "vmlinux",
-            pmemvm_tests::nested::guest_image("vmlinux").map_err(NestedError::Unavailable)?,
+            pmemvm_tests::nested::guest_image("vmlinux")
+                .map_err(|_| NestedError::Unavailable(skip))?,
         ),
     };
     let initrd =
@@ -349,9 +350,9 @@ fn fio_verify_runs_in_the_guest_image_under_pmemvm_run() {
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
     let (kernel_name, kernel) = match pmemvm_tests::nested::guest_image("bzImage") {
         Ok(k) => ("bzImage", k),
-        Err(_) => (
+        Err(skip) => (
             "vmlinux",
-            require!(pmemvm_tests::nested::guest_image("vmlinux")),
+            require!(pmemvm_tests::nested::guest_image("vmlinux").map_err(|_| skip)),
         ),
     };
     let initrd = require!(pmemvm_tests::nested::guest_image("initramfs.cpio.gz"));
