@@ -99,16 +99,17 @@ ensure_packages
 
 FIO_VERSION=$(fio_src_version)
 kernel_inputs() {
-    echo "recipe $(sha "$GI_DIR/lib/kernel.sh")"
-    echo "config $(sha "$GI_DIR/config/pmemvm.config")"
-    local p
-    for p in "$GI_DIR"/patches/*.patch; do echo "patch $(basename "$p") $(sha "$p")"; done
+    local f
+    for f in lib/kernel.sh config/pmemvm.config patches/*.patch; do
+        echo "file $f $(sha "$GI_DIR/$f")"
+    done
     pkg_versions $KERNEL_KEY_PACKAGES
 }
 initramfs_inputs() {
-    echo "recipe $(sha "$GI_DIR/lib/initramfs.sh")"
     local f
-    for f in "$GI_DIR"/rootfs/*; do echo "rootfs $(basename "$f") $(sha "$f")"; done
+    for f in lib/initramfs.sh rootfs/*; do
+        echo "file $f $(sha "$GI_DIR/$f")"
+    done
     echo "fio-source=$FIO_VERSION"
     pkg_versions $INITRAMFS_KEY_PACKAGES
 }
@@ -126,7 +127,10 @@ T_START=$(date +%s)
 KDIR="$WORK/cache/kernel-$KERNEL_KEY"
 IDIR="$WORK/cache/initramfs-$INITRAMFS_KEY"
 
+KERNEL_CACHED=false
+INITRAMFS_CACHED=false
 if [ "$FORCE" -eq 0 ] && [ -f "$KDIR/build-seconds" ]; then
+    KERNEL_CACHED=true
     log "kernel: cached ($KDIR)"
 else
     rm -rf "$KDIR"
@@ -136,6 +140,7 @@ fi
 kernel_check_pvh "$KDIR/vmlinux"
 
 if [ "$FORCE" -eq 0 ] && [ -f "$IDIR/build-seconds" ]; then
+    INITRAMFS_CACHED=true
     log "initramfs: cached ($IDIR)"
 else
     rm -rf "$IDIR"
@@ -155,10 +160,13 @@ cp "$IDIR/initramfs.cpio.gz" "$OUT/initramfs.cpio.gz.tmp" && mv "$OUT/initramfs.
     echo "kernel_build_seconds=$(cat "$KDIR/build-seconds")"
     echo "initramfs_build_seconds=$(cat "$IDIR/build-seconds")"
     echo "total_seconds=$(( $(date +%s) - T_START ))"
+    echo "kernel_cached=$KERNEL_CACHED"
+    echo "initramfs_cached=$INITRAMFS_CACHED"
     echo "fio_version=$(cat "$IDIR/fio-version")"
+    echo "initramfs_uncompressed_size=$(cat "$IDIR/uncompressed-size")"
     echo "fio_source=$FIO_VERSION"
     echo "config=$KDIR/config"
 } > "$WORK/manifest.env"
-{ kernel_inputs; initramfs_inputs; sha "$GI_DIR/build.sh" | sed 's/^/build.sh /'; } > "$WORK/manifest.inputs"
+{ kernel_inputs; initramfs_inputs; echo "file build.sh $(sha "$GI_DIR/build.sh")"; } > "$WORK/manifest.inputs"
 python3 "$GI_DIR/lib/manifest.py" write "$OUT" "$GI_DIR" "$WORK/manifest.env" "$IDIR/contents.txt"
 log "done in $(( $(date +%s) - T_START )) s: $OUT/{vmlinux,bzImage,initramfs.cpio.gz,manifest.json}"

@@ -102,7 +102,9 @@ initramfs_build() {
             | cpio --quiet -o -H newc -R 0:0 --reproducible > "$dest/initramfs.cpio"
     )
     gzip -n -9 -c "$dest/initramfs.cpio" > "$dest/initramfs.cpio.gz"
-    (cd "$root" && find . -mindepth 1 | LC_ALL=C sort) > "$dest/contents.txt"
+    # "<type> <size> <path>" per entry (f: file, d: directory, l: symlink, c: device).
+    (cd "$root" && find . -mindepth 1 -printf '%y %s /%P\n' | LC_ALL=C sort -k3) > "$dest/contents.txt"
+    stat -c %s "$dest/initramfs.cpio" > "$dest/uncompressed-size"
     rm -f "$dest/initramfs.cpio"
     rm -rf "$root"
     echo $(( $(date +%s) - t0 )) > "$dest/build-seconds"

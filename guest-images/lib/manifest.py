@@ -37,18 +37,16 @@ def read_env(path):
 
 
 def read_inputs(path):
-    """Lines 'kind name sha' (files) or 'package=version'."""
+    """Lines 'file <path> <sha256>' or '<package>=<version>'."""
     files, packages = {}, {}
     with open(path, encoding="utf-8") as f:
         for line in f:
             parts = line.split()
-            if len(parts) == 1 and "=" in parts[0]:
+            if len(parts) == 3 and parts[0] == "file":
+                files[parts[1]] = parts[2]
+            elif len(parts) == 1 and "=" in parts[0]:
                 name, _, version = parts[0].partition("=")
                 packages[name] = version
-            elif len(parts) == 2:
-                files[parts[0]] = parts[1]
-            elif len(parts) == 3:
-                files[f"{parts[0]}/{parts[1]}"] = parts[2]
     return files, packages
 
 
@@ -58,8 +56,14 @@ def write(out, gi_dir, env_file, contents_file):
     patches = sorted(
         p for p in os.listdir(os.path.join(gi_dir, "patches")) if p.endswith(".patch")
     )
+    files_in_image, counts = [], {}
     with open(contents_file, encoding="utf-8") as f:
-        contents = [line.rstrip("\n")[1:] for line in f if line.strip()]
+        for line in f:
+            kind, size, path = line.rstrip("\n").split(" ", 2)
+            counts[kind] = counts.get(kind, 0) + 1
+            if kind == "f":
+                files_in_image.append({"path": path, "size": int(size)})
+    kinds = {"f": "files", "d": "directories", "l": "symlinks", "c": "devices"}
     manifest = {
         "schema": SCHEMA,
         "input_hash": env["input_hash"],
@@ -87,12 +91,18 @@ def write(out, gi_dir, env_file, contents_file):
             "format": "newc cpio, gzip -9",
             "fio_version": env["fio_version"],
             "fio_source_package": "fio=" + env["fio_source"],
-            "files": contents,
+            "uncompressed_size": int(env["initramfs_uncompressed_size"]),
+            "files": files_in_image,
+            "entries": {kinds.get(k, k): n for k, n in sorted(counts.items())},
             "build_seconds": int(env["initramfs_build_seconds"]),
             "cache_key": env["initramfs_key"],
         },
         "inputs": {"files_sha256": files, "debian_packages": packages},
         "build_seconds": int(env["total_seconds"]),
+        "stages_cached": {
+            "kernel": env["kernel_cached"] == "true",
+            "initramfs": env["initramfs_cached"] == "true",
+        },
     }
     tmp = os.path.join(out, "manifest.json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
