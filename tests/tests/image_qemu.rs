@@ -501,3 +501,79 @@ fn bcache_bch_nowait_switches_rwf_nowait_on_bcache_devices() {
         );
     }
 }
+
+#[test]
+fn interactive_shell_on_the_console_without_a_job() {
+    use std::io::{Read, Write};
+    use std::sync::mpsc;
+
+    let Some((qemu, image)) = requirements() else {
+        return;
+    };
+    let dir = TempDir::new("shell");
+    let nvdimm = dir.0.join("nvdimm.img");
+    std::fs::File::create(&nvdimm)
+        .and_then(|f| f.set_len(NVDIMM_SIZE_MIB << 20))
+        .expect("create nvdimm file");
+    let mut child = Command::new(qemu)
+        .args(["-accel", "tcg", "-cpu", "max", "-smp", "1"])
+        .args(["-machine", "pc,nvdimm=on", "-m", "512M,slots=2,maxmem=2G"])
+        .arg("-object")
+        .arg(format!(
+            "memory-backend-file,id=mem1,share=on,mem-path={},size={NVDIMM_SIZE_MIB}M",
+            nvdimm.display()
+        ))
+        .args(["-device", "nvdimm,memdev=mem1,id=nv1"])
+        .args(["-display", "none", "-monitor", "none", "-no-reboot"])
+        .args(["-serial", "stdio", "-serial", "null"])
+        .arg("-kernel")
+        .arg(&image.bz_image)
+        .arg("-initrd")
+        .arg(&image.initramfs)
+        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn qemu");
+    let mut stdout = child.stdout.take().expect("qemu stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let start = Instant::now();
+    let mut console = Vec::new();
+    let mut wait_for = |needle: &str, console: &mut Vec<u8>| -> bool {
+        while start.elapsed() < BOOT_DEADLINE {
+            if String::from_utf8_lossy(console).contains(needle) {
+                return true;
+            }
+            if let Ok(chunk) = rx.recv_timeout(Duration::from_millis(100)) {
+                console.extend_from_slice(&chunk);
+            }
+        }
+        false
+    };
+    let mut stdin = child.stdin.take().expect("qemu stdin");
+    let ok = wait_for("interactive shell on the console", &mut console)
+        && wait_for("/ # ", &mut console)
+        && stdin.write_all(b"echo shell-says-$((6*7)); tty\n").is_ok()
+        && wait_for("shell-says-42", &mut console)
+        && wait_for("/dev/ttyS0", &mut console)
+        && stdin.write_all(b"exit\n").is_ok();
+    let status = wait_with_deadline(&mut child, BOOT_DEADLINE.saturating_sub(start.elapsed()));
+    let console = String::from_utf8_lossy(&console);
+    assert!(ok, "the shell did not answer\n{console}");
+    // `exit` leaves the shell and /init powers the machine off (ACPI S5).
+    assert_eq!(
+        status,
+        Some(0),
+        "QEMU did not power off after `exit`\n{console}"
+    );
+    assert!(!console.contains("job control turned off"), "{console}");
+}
