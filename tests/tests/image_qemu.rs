@@ -548,7 +548,7 @@ fn interactive_shell_on_the_console_without_a_job() {
     });
     let start = Instant::now();
     let mut console = Vec::new();
-    let mut wait_for = |needle: &str, console: &mut Vec<u8>| -> bool {
+    let wait_for = |needle: &str, console: &mut Vec<u8>| -> bool {
         while start.elapsed() < BOOT_DEADLINE {
             if String::from_utf8_lossy(console).contains(needle) {
                 return true;
