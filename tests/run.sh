@@ -16,7 +16,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 log() { printf '[tests %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 need=""
-for p in acpica-tools qemu-system-x86 binutils fio cpio gzip xz-utils; do
+for p in acpica-tools qemu-system-x86 binutils fio cpio gzip xz-utils busybox-static zstd libxml2-utils; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need="$need $p"
 done
 if [ -n "$need" ]; then
