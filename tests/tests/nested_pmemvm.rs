@@ -1,0 +1,303 @@
+//! Tier 5 for `pmemvm boot`, `run` and `bench` with the default engine: the
+//! project's guest image under pmemvm, inside a QEMU-TCG L1 with emulated SVM
+//! (or directly on hosts with hardware virtualization). Functional figures
+//! only. Skips when QEMU, the L1 kernel package or the guest image is missing.
+
+use std::fs;
+use std::time::Duration;
+
+use pmemvm_tests::nested::{guest_image, Mode, NestedError, NestedVm, RunOutput};
+use pmemvm_tests::require;
+use vmm::guest_job::{append_to_initrd, parse_channel, GuestJob, GuestReport};
+
+/// A fio job that touches no device (these tests check the platform in setup.sh).
+const NULL_FIO_JOB: &str = "[null]\nioengine=null\nsize=1M\nbs=4k\nrw=write\n";
+
+/// Quiet: every console byte is an expensive exit when nested.
+const CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 quiet";
+
+fn vm_with_image(kernel: &str, setup: &str) -> Result<NestedVm, NestedError> {
+    let vm = NestedVm::new()?.with_pmemvm()?;
+    let kernel_path = guest_image(kernel).map_err(NestedError::Unavailable)?;
+    let initrd = guest_image("initramfs.cpio.gz").map_err(NestedError::Unavailable)?;
+    let base = fs::read(&initrd).expect("read the guest initramfs");
+    let job = GuestJob {
+        fio_job: NULL_FIO_JOB.into(),
+        setup: Some(setup.into()),
+        args: None,
+    }
+    .archive()
+    .expect("job archive");
+    Ok(vm
+        .deadline(Duration::from_secs(400))
+        .file(kernel, kernel_path)
+        .bytes("initrd.img", append_to_initrd(&base, &job)))
+}
+
+fn channel(out: &RunOutput) -> GuestReport {
+    let bytes = fs::read(out.path("channel.bin")).unwrap_or_default();
+    parse_channel(&bytes).unwrap_or_else(|e| panic!("bad channel: {e}\n{}", out.dump()))
+}
+
+fn file_text(report: &GuestReport, name: &str) -> String {
+    report
+        .files
+        .get(name)
+        .map(|b| String::from_utf8_lossy(b).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The platform as Linux sees it: CPUs online, the NVDIMM range reserved
+/// (persistent memory, not System RAM), nd_pmem.nowait as asked.
+const PLATFORM_SETUP: &str = r#"
+out=$PMEMVM_OUT
+cat /sys/devices/system/cpu/online > $out/cpus-online
+cat /sys/module/nd_pmem/parameters/nowait > $out/nowait
+grep -i -e 'persistent' -e 'System RAM' /proc/iomem > $out/iomem
+cat /sys/block/pmem0/size > $out/pmem0-sectors
+cat /sys/block/pmem0/queue/nowait > $out/queue-nowait 2>/dev/null || true
+"#;
+
+fn boot_platform(kernel: &str, cpus: &str, extra: &str) -> Option<(RunOutput, GuestReport)> {
+    let vm = match vm_with_image(kernel, PLATFORM_SETUP) {
+        Ok(vm) => vm,
+        Err(e) => {
+            if let Some(r) = pmemvm_tests::skip::MaybeSkip::skip_reason(&e) {
+                eprintln!("SKIP: {r}");
+                return None;
+            }
+            panic!("{e}");
+        }
+    };
+    let cmdline = format!("{CMDLINE} {extra}");
+    let out = vm
+        .run(&[
+            "pmemvm",
+            "boot",
+            "--kernel",
+            kernel,
+            "--initrd",
+            "initrd.img",
+            "--cmdline",
+            &cmdline,
+            "--cpus",
+            cpus,
+            "--memory",
+            "512M",
+            "--nvdimm",
+            "64M,label-size=0",
+            "--console-log",
+            "console.txt",
+            "--channel",
+            "channel.bin",
+        ])
+        .expect("run pmemvm in the harness");
+    let report = channel(&out);
+    Some((out, report))
+}
+
+fn check_platform(out: &RunOutput, report: &GuestReport, cpus_online: &str, nowait: &str) {
+    let console = fs::read_to_string(out.path("console.txt")).unwrap_or_default();
+    let ctx = format!(
+        "{}\nconsole:\n{console}\nframes: {:?}",
+        out.dump(),
+        report.files.keys()
+    );
+    assert_eq!(out.status, 0, "{ctx}");
+    assert_eq!(report.status, Some(0), "{ctx}");
+    assert_eq!(file_text(report, "cpus-online"), cpus_online, "{ctx}");
+    assert_eq!(file_text(report, "nowait"), nowait, "{ctx}");
+    // 64 MiB label-less DIMM at 4 GiB: 131072 sectors of 512 bytes.
+    assert_eq!(file_text(report, "pmem0-sectors"), "131072", "{ctx}");
+    let iomem = file_text(report, "iomem");
+    assert!(
+        iomem
+            .lines()
+            .any(|l| l.trim_start().starts_with("100000000-103ffffff")
+                && l.contains("Persistent Memory")),
+        "NVDIMM range not reserved as persistent memory:\n{iomem}\n{ctx}"
+    );
+    assert!(
+        !iomem
+            .lines()
+            .any(|l| l.contains("System RAM") && l.trim_start().starts_with("1000")),
+        "NVDIMM range listed as RAM:\n{iomem}"
+    );
+    let queue_nowait = file_text(report, "queue-nowait");
+    if !queue_nowait.is_empty() {
+        assert_eq!(queue_nowait, if nowait == "Y" { "1" } else { "0" }, "{ctx}");
+    }
+}
+
+#[test]
+fn elf_pvh_two_cpus_nowait_off() {
+    let Some((out, report)) = boot_platform("vmlinux", "2", "nd_pmem.nowait=0") else {
+        return;
+    };
+    check_platform(&out, &report, "0-1", "N");
+}
+
+#[test]
+fn bzimage_one_cpu_nowait_default_on() {
+    let Some((out, report)) = boot_platform("bzImage", "1", "") else {
+        return;
+    };
+    check_platform(&out, &report, "0", "Y");
+}
+
+#[test]
+fn guest_acpi_power_off_ends_pmemvm_with_zero() {
+    let vm = require!(vm_with_image(
+        "vmlinux",
+        "echo powering off now\npoweroff -f\nsleep 100\n"
+    ));
+    let out = vm
+        .run(&[
+            "pmemvm",
+            "boot",
+            "--kernel",
+            "vmlinux",
+            "--initrd",
+            "initrd.img",
+            "--cmdline",
+            CMDLINE,
+            "--nvdimm",
+            "64M",
+            "--console-log",
+            "console.txt",
+            "--channel",
+            "channel.bin",
+        ])
+        .expect("run pmemvm in the harness");
+    let console = fs::read_to_string(out.path("console.txt")).unwrap_or_default();
+    assert_eq!(out.status, 0, "{}\n{console}", out.dump());
+    // It was the ACPI path, not the exit port: the job never reported a status.
+    assert_eq!(channel(&out).status, None, "{}", out.dump());
+    assert!(console.contains("powering off now"), "{console}");
+}
+
+#[test]
+fn console_input_reaches_the_guest_shell() {
+    let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
+    let kernel = require!(guest_image("vmlinux"));
+    let initrd = require!(guest_image("initramfs.cpio.gz"));
+    // No job: the image gives a shell on the console. Keep typing one line
+    // until the shell has read it and powered off (after a pause, since
+    // `poweroff -f` does not wait for the UART to drain). Input typed while
+    // the kernel boots can lose its first bytes: the `&&` chain then runs nothing.
+    let script = format!(
+        "(while :; do printf 'true && echo INPUT-$((40+2)) && sleep 2 && poweroff -f\\n'; sleep 3; done) | \
+         pmemvm boot --kernel vmlinux --initrd initramfs.cpio.gz --cmdline '{CMDLINE}' --nvdimm 64M"
+    );
+    let out = vm
+        .deadline(Duration::from_secs(400))
+        .file("vmlinux", kernel)
+        .file("initramfs.cpio.gz", initrd)
+        .run(&["sh", "-c", &script])
+        .expect("run pmemvm in the harness");
+    assert_eq!(out.status, 0, "{}", out.dump());
+    assert!(
+        out.stdout.contains("INPUT-42"),
+        "the shell did not run our input:\n{}",
+        out.dump()
+    );
+}
+
+#[test]
+fn run_reports_no_exits_on_the_pmem_data_path() {
+    let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
+    let kernel = require!(guest_image("vmlinux"));
+    let initrd = require!(guest_image("initramfs.cpio.gz"));
+    let job = "[global]\nfilename=/dev/pmem0\nioengine=io_uring\ndirect=1\nbs=4k\nsize=32m\n\
+               [rw]\nrw=randrw\nverify=crc32c\ndo_verify=1\n";
+    let out = vm
+        .deadline(Duration::from_secs(400))
+        .file("vmlinux", kernel)
+        .file("initramfs.cpio.gz", initrd)
+        .bytes("job.fio", job)
+        .run(&[
+            "pmemvm",
+            "run",
+            "--kernel",
+            "vmlinux",
+            "--initrd",
+            "initramfs.cpio.gz",
+            "--cmdline",
+            CMDLINE,
+            "--nvdimm",
+            "64M,label-size=0",
+            "--fio",
+            "job.fio",
+            "--json",
+            "result.json",
+        ])
+        .expect("run pmemvm in the harness");
+    assert_eq!(out.status, 0, "{}", out.dump());
+    let text = fs::read_to_string(out.path("result.json")).expect("result.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let job = &v["fio"]["jobs"][0];
+    assert_eq!(job["error"], 0, "{text}");
+    let ios = job["read"]["total_ios"].as_u64().unwrap_or(0)
+        + job["write"]["total_ios"].as_u64().unwrap_or(0);
+    assert!(ios >= 8192, "fio did too little I/O to judge: {ios}");
+    let exits = &v["exits"];
+    let mmio = exits["mmio_read"].as_u64().unwrap_or(u64::MAX)
+        + exits["mmio_write"].as_u64().unwrap_or(u64::MAX);
+    // pmem I/O is plain memory access: MMIO exits (flush hints, LAPIC-free) stay
+    // far below one per I/O.
+    assert!(
+        mmio < ios / 100,
+        "{mmio} MMIO exits for {ios} I/Os: the data path exits\n{text}"
+    );
+    assert_eq!(v["engine"], "pmemvm");
+    if out.mode == Mode::Nested {
+        assert_eq!(v["functional_only"], true);
+    }
+}
+
+#[test]
+fn bench_pmem_nowait_under_pmemvm_reports_both_sides() {
+    let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
+    let kernel = require!(guest_image("vmlinux"));
+    let initrd = require!(guest_image("initramfs.cpio.gz"));
+    let out = vm
+        .deadline(Duration::from_secs(600))
+        .file("vmlinux", kernel)
+        .file("initramfs.cpio.gz", initrd)
+        .run(&[
+            "pmemvm",
+            "bench",
+            "pmem-nowait",
+            "--kernel",
+            "vmlinux",
+            "--initrd",
+            "initramfs.cpio.gz",
+            "--runs",
+            "1",
+            "--cpus",
+            "1",
+            "--jobs",
+            "1",
+            "--nvdimm",
+            "64M",
+            "--runtime",
+            "2",
+            "--out",
+            "report",
+        ])
+        .expect("run pmemvm in the harness");
+    assert_eq!(out.status, 0, "{}", out.dump());
+    let text = fs::read_to_string(out.path("report/report.json")).expect("report.json");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let runs = report["runs"].as_array().expect("runs");
+    let sides: Vec<&str> = runs.iter().filter_map(|r| r["side"].as_str()).collect();
+    assert_eq!(sides, ["off", "on"], "{text}");
+    for r in runs {
+        assert_eq!(r["outcome"]["status"], "ok", "{r:#}");
+    }
+    let txt = fs::read_to_string(out.path("report/report.txt")).expect("report.txt");
+    if out.mode == Mode::Nested {
+        assert_eq!(report["accelerator"], "nested", "{text}");
+        assert!(txt.contains("functional only"), "{txt}");
+    }
+}
