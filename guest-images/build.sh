@@ -34,6 +34,11 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$OUT" "$WORK"
 OUT=$(cd "$OUT" && pwd)
+WORK=$(cd "$WORK" && pwd)
+# Input paths below (and their globs) are relative to guest-images/.
+cd "$GI_DIR"
+[ -f rootfs/init ] || die "missing $GI_DIR/rootfs/init"
+compgen -G 'patches/*.patch' >/dev/null || die "no kernel patches in $GI_DIR/patches"
 
 # shellcheck source=lib/kernel.sh
 . "$GI_DIR/lib/kernel.sh"
@@ -44,7 +49,7 @@ OUT=$(cd "$OUT" && pwd)
 # Kernel build, initramfs contents and fio's (static) build dependencies.
 HOST_PACKAGES="linux-source-6.1 build-essential flex bison bc libelf-dev libssl-dev
     busybox-static ndctl daxctl xfsprogs bcache-tools cpio zstd xz-utils patch
-    dpkg-dev libaio-dev zlib1g-dev pkg-config python3"
+    dpkg-dev libaio-dev zlib1g-dev pkg-config python3 file"
 # Packages whose exact versions feed the cache key.
 KERNEL_KEY_PACKAGES="linux-source-6.1 gcc-12 binutils flex bison libelf-dev libssl-dev"
 INITRAMFS_KEY_PACKAGES="busybox-static ndctl daxctl xfsprogs bcache-tools libaio-dev zlib1g-dev gcc-12 libc6-dev libc6"
@@ -92,7 +97,7 @@ fio_src_version() {
     apt-cache showsrc fio | sed -n 's/^Version: //p' | sort -V | tail -1
 }
 
-sha() { sha256sum "$@" | cut -d' ' -f1; }
+sha() { sha256sum "$1" | cut -d' ' -f1 || die "cannot hash $1"; }
 
 # ---- cache keys -------------------------------------------------------------
 ensure_packages
