@@ -127,17 +127,46 @@ pub fn detect_format(path: &Path) -> Result<KernelFormat, BootError> {
 pub fn looks_like_linux(path: &Path) -> bool {
     match detect_format(path) {
         Ok(KernelFormat::BzImage) => true,
-        Ok(KernelFormat::Elf) => {
-            let Ok(mut f) = File::open(path) else {
-                return false;
-            };
-            // Linux's notes sit near the start of the image; a few MiB is plenty.
-            let mut head = vec![0u8; 8 << 20];
-            let n = read_up_to(&mut f, &mut head).unwrap_or(0);
-            head[..n].windows(6).any(|w| w == b"Linux\0")
-        }
+        Ok(KernelFormat::Elf) => elf_has_linux_note(path).unwrap_or(false),
         Err(_) => false,
     }
+}
+
+/// Scans the ELF's PT_NOTE segments for a note named "Linux".
+fn elf_has_linux_note(path: &Path) -> std::io::Result<bool> {
+    const PT_NOTE: u32 = 4;
+    let mut f = File::open(path)?;
+    let mut ehdr = [0u8; 64];
+    f.read_exact(&mut ehdr)?;
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    let u64_at = |b: &[u8], o: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[o..o + 8]);
+        u64::from_le_bytes(a)
+    };
+    let phoff = u64_at(&ehdr, 0x20);
+    let phentsize = u64::from(u16_at(&ehdr, 0x36));
+    let phnum = u64::from(u16_at(&ehdr, 0x38)).min(256);
+    if phentsize < 56 {
+        return Ok(false);
+    }
+    for i in 0..phnum {
+        let mut ph = [0u8; 56];
+        f.seek(SeekFrom::Start(phoff.saturating_add(i * phentsize)))?;
+        f.read_exact(&mut ph)?;
+        if u32_at(&ph, 0) != PT_NOTE {
+            continue;
+        }
+        let (off, size) = (u64_at(&ph, 0x08), u64_at(&ph, 0x20).min(1 << 16));
+        let mut notes = vec![0u8; usize::try_from(size).unwrap_or(0)];
+        f.seek(SeekFrom::Start(off))?;
+        let n = read_up_to(&mut f, &mut notes)?;
+        if notes[..n].windows(6).any(|w| w == b"Linux\0") {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
