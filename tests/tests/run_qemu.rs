@@ -86,8 +86,12 @@ fn failing_job_on_qemu_gives_its_error_and_nonzero_status() {
     }
     let dir = TempDir::new("run-qemu-fail");
     let job = dir.join("bad.fio");
-    // A device that does not exist: fio fails and says why.
-    std::fs::write(&job, "[bad]\nfilename=/dev/pmem7\nrw=read\nsize=1m\n").unwrap();
+    // Verifying a fresh (all-zero) device finds no verify headers: fio fails and says why.
+    std::fs::write(
+        &job,
+        "[bad]\nfilename=/dev/pmem0\nrw=read\nbs=4k\nsize=1m\nverify=crc32c\nverify_only=1\n",
+    )
+    .unwrap();
     let out = run(
         &[
             "run",
@@ -102,7 +106,7 @@ fn failing_job_on_qemu_gives_its_error_and_nonzero_status() {
     );
     assert!(matches!(out.status, Some(s) if s != 0), "{}", out.dump());
     assert!(
-        out.stderr.contains("pmem7"),
+        out.stderr.contains("bad magic header"),
         "fio's error text did not reach the user:\n{}",
         out.dump()
     );
