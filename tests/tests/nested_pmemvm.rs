@@ -177,25 +177,32 @@ fn guest_acpi_power_off_ends_pmemvm_with_zero() {
 }
 
 #[test]
-fn console_input_reaches_the_guest_shell() {
+fn boot_without_kernel_uses_the_image_and_console_input_reaches_its_shell() {
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
-    let kernel = require!(guest_image("vmlinux"));
-    let initrd = require!(guest_image("initramfs.cpio.gz"));
+    let mut vm = vm
+        .deadline(Duration::from_secs(400))
+        .env("PMEMVM_IMAGE_DIR", "img");
+    // The whole image, found through $PMEMVM_IMAGE_DIR: no --kernel, no --initrd.
+    for name in ["vmlinux", "bzImage", "initramfs.cpio.gz", "manifest.json"] {
+        vm = vm.file(&format!("img/{name}"), require!(guest_image(name)));
+    }
     // No job: the image gives a shell on the console. Keep typing one line
     // until the shell has read it and powered off (after a pause, since
     // `poweroff -f` does not wait for the UART to drain). Input typed while
     // the kernel boots can lose its first bytes: the `&&` chain then runs nothing.
     let script = format!(
         "(while :; do printf 'true && echo INPUT-$((40+2)) && sleep 2 && poweroff -f\\n'; sleep 3; done) | \
-         pmemvm boot --kernel vmlinux --initrd initramfs.cpio.gz --cmdline '{CMDLINE}' --nvdimm 64M"
+         pmemvm boot --cmdline '{CMDLINE}' --nvdimm 64M"
     );
     let out = vm
-        .deadline(Duration::from_secs(400))
-        .file("vmlinux", kernel)
-        .file("initramfs.cpio.gz", initrd)
         .run(&["sh", "-c", &script])
         .expect("run pmemvm in the harness");
     assert_eq!(out.status, 0, "{}", out.dump());
+    assert!(
+        out.stdout.contains("pmemvm-init: no job"),
+        "not the image's init:\n{}",
+        out.dump()
+    );
     assert!(
         out.stdout.contains("INPUT-42"),
         "the shell did not run our input:\n{}",
