@@ -138,25 +138,14 @@ pub struct HostDescription {
     pub pvm: bool,
 }
 
-/// Describes this host.
+/// Describes this host (CPU and kernel as the bench report reads them).
 pub fn describe_host() -> HostDescription {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu = info
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
-        })
-        .unwrap_or_default();
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .unwrap_or_default()
-        .trim()
-        .to_string();
+    let info = crate::report::HostInfo::detect_host();
     let kvm = HostKvm::probe();
     HostDescription {
-        cpu,
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        kernel,
+        cpu: info.cpu_model,
+        cpus: usize::try_from(info.host_cpus).unwrap_or(1),
+        kernel: info.host_kernel,
         hw_virt: kvm.hw_virt,
         pvm: kvm.pvm,
     }
