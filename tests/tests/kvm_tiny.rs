@@ -102,12 +102,8 @@ fn nvdimm_bytes_reach_the_file_and_host_bytes_reach_the_guest() {
 
 #[test]
 fn emulation_failure_is_reported_with_rip_bytes_and_host_reason() {
-    let host = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let hw = host
-        .lines()
-        .filter(|l| l.starts_with("flags"))
-        .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
-    if hw || !std::path::Path::new("/sys/module/kvm_pvm").exists() {
+    let host = vmm::host::HostKvm::probe();
+    if host.hw_virt || !host.pvm {
         eprintln!("SKIP: this host's KVM is not PVM, so int3 is no emulation failure here");
         return;
     }

@@ -9,12 +9,8 @@ use pmemvm_tests::pmemvm::run;
 
 #[test]
 fn linux_on_pvm_ends_with_a_clear_message() {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let hw = info
-        .lines()
-        .filter(|l| l.starts_with("flags"))
-        .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
-    if hw || !std::path::Path::new("/sys/module/kvm_pvm").exists() {
+    let host = vmm::host::HostKvm::probe();
+    if host.hw_virt || !host.pvm {
         eprintln!("SKIP: this host's KVM is not PVM; Linux is expected to boot here");
         return;
     }
