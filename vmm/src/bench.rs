@@ -87,6 +87,7 @@ fn progress(msg: &str) {
 /// Runs the experiment.
 pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
     let experiment = experiments::find_experiment(&req.experiment)?;
+    let engine = req.engine.resolve(&crate::host::HostKvm::probe())?;
     let plan = experiment.plan(&BenchParams {
         vcpus: u32::from(req.cpus),
         jobs: req.jobs,
@@ -104,10 +105,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
     let mut report = BenchReport {
         experiment: experiment.name.to_string(),
         description: experiment.description.to_string(),
-        engine: match req.engine {
-            Engine::Pmemvm => "pmemvm".into(),
-            Engine::Qemu => "qemu".into(),
-        },
+        engine: engine.name().into(),
         accelerator: Accelerator::Kvm,
         host,
         sides: plan.sides.iter().map(|s| s.label.to_string()).collect(),
@@ -149,7 +147,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 req.runs, side.label
             ));
             let spec = RunSpec {
-                engine: req.engine,
+                engine,
                 kernel: req.kernel.clone(),
                 initrd: req.initrd.clone(),
                 cmdline: None,
@@ -166,13 +164,9 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 timeout: req.timeout,
             };
             let result = run::run_job(&spec)?;
-            report.accelerator = match (
-                req.engine,
-                result.functional_only,
-                result.accelerator.as_str(),
-            ) {
-                (_, _, "tcg") => Accelerator::Tcg,
-                (_, true, _) => Accelerator::Nested,
+            report.accelerator = match (result.functional_only, result.accelerator.as_str()) {
+                (_, "tcg") => Accelerator::Tcg,
+                (true, _) => Accelerator::Nested,
                 _ => Accelerator::Kvm,
             };
             let outcome = outcome_of(experiment, &result);

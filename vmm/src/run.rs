@@ -42,6 +42,9 @@ pub enum RunError {
     /// No kernel given and no guest image.
     #[error("no --kernel given and the default guest image is not available: {0}")]
     NoImage(String),
+    /// `--engine pmemvm` on a host whose KVM cannot boot the guest kernel.
+    #[error("--engine pmemvm cannot run the guest image here: {0}; use --engine qemu (or auto)")]
+    HostCannotRunLinux(String),
     /// QEMU is not installed.
     #[error("--engine qemu needs qemu-system-x86_64, which is not on PATH (apt-get install qemu-system-x86)")]
     NoQemu,
@@ -62,6 +65,7 @@ impl RunError {
         match self {
             Self::Vm(e) => e.is_usage(),
             Self::Input { .. } | Self::NoQemu | Self::NoImage(_) => true,
+            Self::HostCannotRunLinux(_) => true,
             Self::Job(_) | Self::Io { .. } => false,
         }
     }
@@ -75,6 +79,32 @@ pub enum Engine {
     Pmemvm,
     /// qemu-system-x86_64 with its own NVDIMM.
     Qemu,
+    /// pmemvm where this host's KVM can run Linux, QEMU otherwise.
+    Auto,
+}
+
+impl Engine {
+    /// The engine to use on this host: `Auto` resolved; `Pmemvm` refused
+    /// up front on a KVM that cannot run an unmodified kernel.
+    pub fn resolve(self, host: &HostKvm) -> Result<Engine, RunError> {
+        match self {
+            Engine::Auto if host.cannot_run_linux() => Ok(Engine::Qemu),
+            Engine::Auto => Ok(Engine::Pmemvm),
+            Engine::Pmemvm if host.cannot_run_linux() => Err(RunError::HostCannotRunLinux(
+                host.explanation().unwrap_or_default(),
+            )),
+            other => Ok(other),
+        }
+    }
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Pmemvm => "pmemvm",
+            Engine::Qemu => "qemu",
+            Engine::Auto => "auto",
+        }
+    }
 }
 
 /// Everything a job run needs.
@@ -247,14 +277,24 @@ pub const JOB_CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 loglevel=4";
 /// Runs the job; returns the result (check `error`/`status`) or an error
 /// when nothing could be started.
 pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
+    let kvm = HostKvm::probe();
+    // A guest that is not Linux (e.g. a test payload) may still run on a PVM KVM.
+    let linux = spec
+        .kernel
+        .as_deref()
+        .is_none_or(crate::boot::looks_like_linux);
+    let engine = match spec.engine.resolve(&kvm) {
+        Err(RunError::HostCannotRunLinux(_)) if !linux => Engine::Pmemvm,
+        other => other?,
+    };
     let (kernel, initrd, image) = match &spec.kernel {
         Some(k) => (k.clone(), spec.initrd.clone(), None),
         None => {
             let image =
                 guest_job::find_image_dir().map_err(|e| RunError::NoImage(e.to_string()))?;
-            let kernel = match spec.engine {
-                Engine::Pmemvm => image.vmlinux.clone(),
+            let kernel = match engine {
                 Engine::Qemu => image.bz_image.clone(),
+                _ => image.vmlinux.clone(),
             };
             let initrd = spec
                 .initrd
@@ -276,12 +316,11 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let console = scratch.0.join("console.log");
     let channel = scratch.0.join("channel.bin");
     let host = describe_host();
-    let kvm = HostKvm::probe();
     let start = Instant::now();
 
     let mut result = RunResult {
         pmemvm_version: env!("CARGO_PKG_VERSION"),
-        engine: spec.engine,
+        engine,
         accelerator: "kvm".into(),
         functional_only: false,
         status: exit_status::RUNTIME_ERROR,
@@ -314,8 +353,8 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         console_tail: String::new(),
     };
 
-    let vm_status = match spec.engine {
-        Engine::Pmemvm => {
+    let vm_status = match engine {
+        Engine::Pmemvm | Engine::Auto => {
             // Nested guests run on a real KVM, but their numbers are not performance.
             result.functional_only = kvm.cannot_run_linux() || in_nested_l1();
             let config = VmConfig {
@@ -569,5 +608,35 @@ fn run_with_deadline(
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_resolution_follows_the_host() {
+        let pvm = HostKvm {
+            hw_virt: false,
+            pvm: true,
+        };
+        let hw = HostKvm {
+            hw_virt: true,
+            pvm: false,
+        };
+        assert_eq!(Engine::Auto.resolve(&pvm).unwrap(), Engine::Qemu);
+        assert_eq!(Engine::Auto.resolve(&hw).unwrap(), Engine::Pmemvm);
+        assert_eq!(Engine::Pmemvm.resolve(&hw).unwrap(), Engine::Pmemvm);
+        assert_eq!(Engine::Qemu.resolve(&pvm).unwrap(), Engine::Qemu);
+        let e = Engine::Pmemvm.resolve(&pvm).unwrap_err();
+        assert!(e.is_usage());
+        assert!(e.to_string().contains("--engine qemu"), "{e}");
+    }
+
+    #[test]
+    fn json_is_found_after_fio_noise() {
+        assert_eq!(strip_to_json(b"fio: warning\n{\"a\":1}"), b"{\"a\":1}");
+        assert_eq!(strip_to_json(b"no json"), b"no json");
     }
 }
