@@ -8,6 +8,7 @@
 //!
 //! Skips (with `SKIP:` on stderr) when QEMU or the built image is missing.
 
+use pmemvm_tests::pmemvm::TempDir;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,24 +23,6 @@ const NVDIMM_SIZE_MIB: u64 = 128;
 /// `guest-images/` of this source tree.
 fn guest_images_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-images")
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("pmemvm-image-qemu-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 struct Boot {

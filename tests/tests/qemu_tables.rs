@@ -17,6 +17,7 @@
 //! unpacking tools are missing.
 #![allow(clippy::unwrap_used)] // a failed step fails the test with its message
 
+use pmemvm_tests::pmemvm::TempDir;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::PathBuf;
@@ -166,24 +167,6 @@ fn build_image() -> Result<Image, Skip> {
     ))
     .map_err(|e| Skip::new(format!("cannot build the test initramfs: {e}")))?;
     Ok(image)
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("pmemvm-qemu-tables-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn dimm(i: u32, readonly: bool) -> NvdimmDescription {
