@@ -21,7 +21,10 @@ fn main() {
             .and_then(|s| s.to_str())
             .unwrap_or("")
             .to_string();
-        if path.extension().and_then(|e| e.to_str()) != Some("S") || name == "common" {
+        if path.extension().and_then(|e| e.to_str()) != Some("S")
+            || name == "common"
+            || name == "long64"
+        {
             continue;
         }
         let obj = out.join(format!("{name}.o"));

@@ -20,40 +20,14 @@
  * counter pattern). The guest then prints "pattern written" on COM1 and
  * ends the VM as asked. A wrong magic ends it with guest-exit byte 0x7e.
  */
-.set COM1, 0x3f8
-.set GUEST_EXIT, 0x501
-.set SLEEP_CONTROL, 0x600
-.set RESET_REG, 0x602
-.set I8042_CMD, 0x64
-.set BOOT_PDPT, 0xa000
-.set NVDIMM, 0x100000000
-.set FLUSH_HINT, 0xfe000000
+.include "long64.S"
 
 .text
 .code64
 .globl _start
 _start:
     mov $0x90000, %rsp
-    /* PD for 3-4 GiB identity, uncached (PCD|PWT|PS|RW|P), at 0x300000. */
-    mov $0x300000, %rdi
-    mov $(0xc0000000 | 0x9b), %rax
-    mov $512, %rcx
-1:  mov %rax, (%rdi)
-    add $0x200000, %rax
-    add $8, %rdi
-    loop 1b
-    /* PD for 4-5 GiB identity (PS|RW|P), at 0x301000. */
-    mov $0x301000, %rdi
-    mov $(NVDIMM | 0x83), %rax
-    mov $512, %rcx
-2:  mov %rax, (%rdi)
-    add $0x200000, %rax
-    add $8, %rdi
-    loop 2b
-    movq $(0x300000 | 3), BOOT_PDPT + 3 * 8
-    movq $(0x301000 | 3), BOOT_PDPT + 4 * 8
-    mov %cr3, %rax
-    mov %rax, %cr3
+    MAP_HOLE_AND_FIRST_NVDIMM
 
     mov $NVDIMM, %rbx
     movabs $0x31454c4241525544, %rax     /* "DURABLE1" */

@@ -7,37 +7,14 @@
  * writes "GUEST-WROTE-THIS" at offset 0 and 0xa5 over bytes 8192..12287,
  * writes DIMM 0's flush hint, and exits with 0x11 when the host pattern
  * matched (0x22 when not). */
-.set COM1, 0x3f8
-.set GUEST_EXIT, 0x501
-.set BOOT_PDPT, 0xa000
-.set NVDIMM, 0x100000000
-.set FLUSH_HINT, 0xfe000000
+.include "long64.S"
 
 .text
 .code64
 .globl _start
 _start:
     mov $0x90000, %rsp
-    /* PD for 3-4 GiB identity (PCD|PWT|PS|RW|P) at 0x300000. */
-    mov $0x300000, %rdi
-    mov $(0xc0000000 | 0x9b), %rax
-    mov $512, %rcx
-1:  mov %rax, (%rdi)
-    add $0x200000, %rax
-    add $8, %rdi
-    loop 1b
-    /* PD for 4-5 GiB identity (PS|RW|P) at 0x301000. */
-    mov $0x301000, %rdi
-    mov $(NVDIMM | 0x83), %rax
-    mov $512, %rcx
-2:  mov %rax, (%rdi)
-    add $0x200000, %rax
-    add $8, %rdi
-    loop 2b
-    movq $(0x300000 | 3), BOOT_PDPT + 3 * 8
-    movq $(0x301000 | 3), BOOT_PDPT + 4 * 8
-    mov %cr3, %rax
-    mov %rax, %cr3
+    MAP_HOLE_AND_FIRST_NVDIMM
 
     lea host_pat(%rip), %rsi
     mov $(NVDIMM + 4096), %rdi
