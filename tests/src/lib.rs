@@ -6,4 +6,5 @@
 pub mod nested;
 pub mod pmemvm;
 pub mod skip;
+pub mod stock_kernel;
 pub mod tiny;

@@ -123,22 +123,11 @@ fn initramfs(deb: &Path) -> Result<PathBuf, Skip> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("init"), INIT).unwrap();
+    pmemvm_tests::stock_kernel::unpack_nvdimm_modules(deb, &dir)
+        .map_err(|e| Skip::new(format!("cannot build the label-test initramfs: {e}")))?;
     sh(&format!(
         "cd '{d}'
-         mkdir -p pkg root/lib/modules root/bin root/usr/bin root/etc
-         dpkg-deb --fsys-tarfile '{deb}' | tar -x -C pkg --wildcards \
-             './lib/modules/*/kernel/drivers/nvdimm/libnvdimm.ko*' \
-             './lib/modules/*/kernel/drivers/nvdimm/nd_btt.ko*' \
-             './lib/modules/*/kernel/drivers/nvdimm/nd_pmem.ko*' \
-             './lib/modules/*/kernel/drivers/acpi/nfit/nfit.ko*'
-         for f in $(find pkg -name '*.ko*'); do
-             b=$(basename \"$f\"); b=${{b%%.ko*}}.ko
-             case \"$f\" in
-             *.xz) xz -dc \"$f\" > root/lib/modules/$b ;;
-             *.zst) zstd -qdc \"$f\" > root/lib/modules/$b ;;
-             *) cp \"$f\" root/lib/modules/$b ;;
-             esac
-         done
+         mkdir -p root/bin root/usr/bin root/etc
          cp \"$(command -v busybox)\" root/bin/busybox
          nd=$(command -v ndctl)
          cp \"$nd\" root/usr/bin/ndctl
@@ -151,8 +140,7 @@ fn initramfs(deb: &Path) -> Result<PathBuf, Skip> {
          (cd root && find . | sort | cpio -o -H newc -R 0:0 --quiet) | gzip -1 > initramfs.cpio.gz
          rm -rf pkg root
          touch ready",
-        d = dir.display(),
-        deb = deb.display()
+        d = dir.display()
     ))
     .map_err(|e| Skip::new(format!("cannot build the label-test initramfs: {e}")))?;
     Ok(out)

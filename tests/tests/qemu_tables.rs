@@ -139,31 +139,18 @@ fn build_image() -> Result<Image, Skip> {
     std::fs::create_dir_all(dir.join("root/lib/modules")).unwrap();
     std::fs::create_dir_all(dir.join("root/bin")).unwrap();
     std::fs::write(dir.join("init"), INIT).unwrap();
+    pmemvm_tests::stock_kernel::unpack_nvdimm_modules(&deb, &dir)
+        .map_err(|e| Skip::new(format!("cannot build the test initramfs: {e}")))?;
     let d = dir.display();
     sh(&format!(
         "cd '{d}'
-         mkdir pkg
-         dpkg-deb --fsys-tarfile '{deb}' | tar -x -C pkg --wildcards \
-             './lib/modules/*/kernel/drivers/nvdimm/libnvdimm.ko*' \
-             './lib/modules/*/kernel/drivers/nvdimm/nd_btt.ko*' \
-             './lib/modules/*/kernel/drivers/nvdimm/nd_pmem.ko*' \
-             './lib/modules/*/kernel/drivers/acpi/nfit/nfit.ko*'
-         for f in $(find pkg -name '*.ko*'); do
-             b=$(basename \"$f\"); b=${{b%%.ko*}}.ko
-             case \"$f\" in
-             *.xz) xz -dc \"$f\" > root/lib/modules/$b ;;
-             *.zst) zstd -qdc \"$f\" > root/lib/modules/$b ;;
-             *) cp \"$f\" root/lib/modules/$b ;;
-             esac
-         done
          cp \"$(command -v busybox)\" root/bin/busybox
          cp init root/init
          chmod 755 root/init root/bin/busybox
          mkdir -p root/dev root/proc root/sys
          (cd root && find . | sort | cpio -o -H newc -R 0:0 --quiet) | gzip -1 > initramfs.cpio.gz
          rm -rf pkg root
-         touch ready",
-        deb = deb.display()
+         touch ready"
     ))
     .map_err(|e| Skip::new(format!("cannot build the test initramfs: {e}")))?;
     Ok(image)
