@@ -199,15 +199,10 @@ impl GuestRun {
             out.status,
             out.elapsed,
             out.l1_uptime_at_run.unwrap_or(f64::NAN),
-            tail_lines(&console, 25)
+            pmemvm_tests::nested::tail(&console, 25)
         );
         out
     }
-}
-
-fn tail_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 #[test]
@@ -233,14 +228,14 @@ fn guest_boots_and_its_pmem_writes_reach_the_backing_file() {
         console.contains("pmemvm-init: up after"),
         "the guest did not reach user space\n{}\nguest console:\n{}",
         out.dump(),
-        tail_lines(&console, 60)
+        pmemvm_tests::nested::tail(&console, 60)
     );
     assert_eq!(
         out.status,
         0,
         "{}\nguest console:\n{}",
         out.dump(),
-        tail_lines(&console, 60)
+        pmemvm_tests::nested::tail(&console, 60)
     );
     let channel = fs::read(out.path("channel.bin")).expect("channel file on the host");
     let report = parse_channel(&channel).expect("parse the guest channel");
@@ -312,7 +307,7 @@ fn stock_kernel_boots_under_pmemvm_and_writes_pmem() {
     let context = format!(
         "{}\nguest console (last lines):\n{}",
         out.dump(),
-        tail_lines(&console, 40)
+        pmemvm_tests::nested::tail(&console, 40)
     );
     assert!(
         console.contains("PMEMVM-L2-USERSPACE"),
