@@ -9,7 +9,8 @@
 
 # Dynamic binaries copied from the Debian packages (with their libraries).
 INITRAMFS_BINARIES="/usr/bin/ndctl /usr/bin/daxctl /usr/sbin/mkfs.xfs /usr/sbin/xfs_io
-    /usr/sbin/make-bcache /usr/sbin/bcache-super-show"
+    /usr/sbin/make-bcache /usr/sbin/bcache-super-show /usr/sbin/mke2fs /usr/sbin/e2fsck
+    /usr/sbin/tune2fs"
 # Every file in the archive gets this mtime (reproducible archive).
 INITRAMFS_EPOCH=1704067200 # 2024-01-01 00:00:00 UTC
 
@@ -67,7 +68,7 @@ initramfs_build() {
     rm -rf "$root"
     mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,etc,proc,sys,dev,tmp,run,mnt,root,job,lib64}
 
-    log "initramfs: busybox, fio, ndctl, xfsprogs, bcache-tools"
+    log "initramfs: busybox, fio, ndctl, xfsprogs, e2fsprogs, bcache-tools"
     install -m 0755 /bin/busybox "$root/bin/busybox"
     local applet
     for applet in $(/bin/busybox --list-full); do
@@ -77,6 +78,11 @@ initramfs_build() {
     install -m 0755 "$WORK/fio/fio" "$root/usr/bin/fio"
     local b
     for b in $INITRAMFS_BINARIES; do copy_with_libs "$root" "$b"; done
+    # e2fsprogs: mkfs.ext4 is mke2fs by name; its defaults file is read at run time.
+    local e
+    for e in mkfs.ext4 mkfs.ext2; do ln -sf mke2fs "$root/usr/sbin/$e"; done
+    ln -sf e2fsck "$root/usr/sbin/fsck.ext4"
+    install -m 0644 /etc/mke2fs.conf "$root/etc/mke2fs.conf"
     install -m 0755 "$GI_DIR/rootfs/init" "$root/init"
     printf 'root:x:0:0:root:/root:/bin/sh\n' > "$root/etc/passwd"
     printf 'root:x:0:\n' > "$root/etc/group"
