@@ -7,4 +7,5 @@ pub mod nested;
 pub mod pmemvm;
 pub mod skip;
 pub mod stock_kernel;
+pub mod tcg;
 pub mod tiny;

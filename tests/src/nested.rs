@@ -47,7 +47,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -604,10 +603,6 @@ impl RunOutput {
     }
 }
 
-/// Serialises L1 VMs within one test process: the machine has few cores and
-/// TCG is CPU-bound, so parallel L1s only make every deadline tighter.
-static L1_LOCK: Mutex<()> = Mutex::new(());
-
 /// Builder for one command run on a machine with a real KVM (see the module
 /// docs). Each [`run`](NestedVm::run) uses a fresh share directory.
 #[derive(Debug)]
@@ -883,7 +878,7 @@ impl NestedVm {
             .stderr(qemu_log_err)
             .process_group(0);
 
-        let guard = L1_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = crate::tcg::lock().map_err(io_err("take the TCG lock"))?;
         let start = Instant::now();
         let child = cmd.spawn().map_err(io_err("start QEMU"))?;
         let waited = wait_with_deadline(child, self.deadline)?;
