@@ -99,6 +99,16 @@ fio_src_version() {
 
 sha() { sha256sum "$1" | cut -d' ' -f1 || die "cannot hash $1"; }
 
+# A cold build peaks at about 2 GiB in $WORK (kernel tree and objects 1.6 GiB,
+# fio); refuse before the long step rather than fail in the middle of it.
+BUILD_SPACE_MIB=3072
+check_space() {
+    local avail
+    avail=$(df -Pk "$WORK" | awk 'NR==2 {print int($4 / 1024)}')
+    [ "${avail:-0}" -ge "$BUILD_SPACE_MIB" ] \
+        || die "building the guest image needs about $BUILD_SPACE_MIB MiB free in $WORK, which has ${avail:-0} MiB; free space there or set PMEMVM_IMAGE_WORK to a larger file system"
+}
+
 # ---- cache keys -------------------------------------------------------------
 ensure_packages
 
@@ -138,6 +148,7 @@ if [ "$FORCE" -eq 0 ] && [ -f "$KDIR/build-seconds" ]; then
     KERNEL_CACHED=true
     log "kernel: cached ($KDIR)"
 else
+    check_space
     rm -rf "$KDIR"
     kernel_build "$KDIR.tmp"
     mv "$KDIR.tmp" "$KDIR"
@@ -148,6 +159,7 @@ if [ "$FORCE" -eq 0 ] && [ -f "$IDIR/build-seconds" ]; then
     INITRAMFS_CACHED=true
     log "initramfs: cached ($IDIR)"
 else
+    check_space
     rm -rf "$IDIR"
     initramfs_build "$IDIR.tmp"
     mv "$IDIR.tmp" "$IDIR"

@@ -2,21 +2,68 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # The whole test suite, on a fresh Debian 12 machine (as root) or a prepared one:
-#   1. installs what the tests need (apt: acpica-tools for iasl, qemu-system-x86
-#      for the TCG and nested tiers, binutils for the tiny guests, fio for the
-#      fixture check) — skipped when already there;
+#   1. installs what every tier needs (apt: acpica-tools for iasl/acpiexec,
+#      qemu-system-x86 for the TCG and nested tiers, binutils for the tiny
+#      guests, fio for the fixture check, strace for the exit-path fdatasync
+#      check, ...) — skipped when already there;
 #   2. builds the guest image (guest-images/build.sh, cached by input hash);
 #   3. checks formatting and clippy;
 #   4. runs every test (unit, golden, iasl, tiny guests on this host's KVM,
-#      QEMU TCG, nested KVM end to end). Tests whose tier cannot run here print
-#      "SKIP: <reason>".
+#      QEMU TCG, nested KVM end to end).
+# A test whose tier cannot run here (a missing tool or missing hardware only)
+# prints "SKIP: [binary::test] <reason>"; the summary at the end lists every
+# skip and their count. With PMEMVM_TEST_STRICT=1 (CI) every skip fails.
+# The whole run has a deadline (PMEMVM_TEST_DEADLINE seconds, default 4800,
+# below CI's 90 minutes); on expiry it names the guest that was running and
+# prints its console tail.
 set -eu -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { printf '[tests %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+DEADLINE=${PMEMVM_TEST_DEADLINE:-4800}
+T0=$SECONDS
+remaining() { echo $(( DEADLINE - (SECONDS - T0) )); }
+
+mkdir -p target
+export PMEMVM_SKIP_LOG="$PWD/target/pmemvm-test-skips.log"
+: > "$PMEMVM_SKIP_LOG"
+export PMEMVM_TCG_LOCK=${PMEMVM_TCG_LOCK:-/tmp/pmemvm-tcg.lock}
+TEST_LOG="$PWD/target/pmemvm-test.log"
+
+summary() {
+    local n
+    n=$(grep -c . "$PMEMVM_SKIP_LOG" 2>/dev/null || true)
+    echo "skips: ${n:-0}$([ "${PMEMVM_TEST_STRICT:-}" = 1 ] && echo ' (strict mode: each one failed its test)')"
+    [ "${n:-0}" -eq 0 ] || sed 's/^/  skip: /; s/\t/: /' "$PMEMVM_SKIP_LOG"
+}
+trap summary EXIT
+
+# Runs "$@" within what is left of the deadline; on expiry says what was
+# running (the TCG lock names the test and its console) and fails.
+bounded() {
+    local left rc=0
+    left=$(remaining)
+    [ "$left" -gt 0 ] || { log "deadline of $DEADLINE s passed before: $*"; return 124; }
+    timeout --kill-after=30 "$left" "$@" || rc=$?
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        log "DEADLINE: $DEADLINE s passed while running: $*"
+        if [ -s "$PMEMVM_TCG_LOCK" ]; then
+            log "the guest that was running: $(tr '\n' ' ' < "$PMEMVM_TCG_LOCK")"
+            local console
+            console=$(sed -n 's/^console=//p' "$PMEMVM_TCG_LOCK")
+            [ -z "$console" ] || [ ! -f "$console" ] || { log "its console, last lines:"; tail -n 40 "$console" >&2; }
+        fi
+        [ ! -f "$TEST_LOG" ] || { log "test log, last lines:"; tail -n 30 "$TEST_LOG" >&2; }
+        # QEMUs of killed tests are orphans now (they run in their own process groups).
+        pkill -KILL -P 1 -x qemu-system-x86 2>/dev/null || true
+        return 124
+    fi
+    return "$rc"
+}
+
 need=""
-for p in acpica-tools qemu-system-x86 binutils fio cpio gzip xz-utils busybox-static zstd libxml2-utils; do
+for p in acpica-tools qemu-system-x86 binutils fio strace cpio gzip xz-utils busybox-static zstd libxml2-utils; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need="$need $p"
 done
 if [ -n "$need" ]; then
@@ -26,16 +73,20 @@ if [ -n "$need" ]; then
 fi
 
 log "guest image"
-guest-images/build.sh
+bounded guest-images/build.sh
 
 log "cargo fmt --check"
 cargo fmt --all -- --check
 log "cargo clippy"
-cargo clippy --workspace --all-targets -q -- -D warnings
+bounded cargo clippy --workspace --all-targets -q -- -D warnings
 
 log "cargo build"
-cargo build --workspace --all-targets -q
+bounded cargo build --workspace --all-targets -q
 export PMEMVM_BIN="$PWD/target/debug/pmemvm"
 
-log "cargo test"
-cargo test --workspace --no-fail-fast -- --test-threads="${PMEMVM_TEST_THREADS:-2}"
+log "cargo test (deadline: $(remaining) s left of $DEADLINE s; strict=${PMEMVM_TEST_STRICT:-0})"
+rc=0
+bounded cargo test --workspace --no-fail-fast -- --test-threads="${PMEMVM_TEST_THREADS:-2}" 2>&1 \
+    | tee "$TEST_LOG" || rc=$?
+log "done in $(( SECONDS - T0 )) s (status $rc)"
+exit "$rc"

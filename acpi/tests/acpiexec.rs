@@ -124,8 +124,7 @@ fn ev(name: &str) -> String {
 #[test]
 fn dsm_marshals_request_into_page() {
     if !acpiexec_available() {
-        eprintln!("SKIP: acpiexec not found (install acpica-tools)");
-        return;
+        pmemvm_skip::skip!("acpiexec not found (install acpica-tools)");
     }
     let ssdt = ssdt_file("marshal", &[nfit_handle(0), nfit_handle(1)]);
     // Function 5 (get label data) for NV01, offset 0x10, length 8.
@@ -156,8 +155,7 @@ fn dsm_marshals_request_into_page() {
 #[test]
 fn dsm_other_uuid_empty_package_and_root() {
     if !acpiexec_available() {
-        eprintln!("SKIP: acpiexec not found (install acpica-tools)");
-        return;
+        pmemvm_skip::skip!("acpiexec not found (install acpica-tools)");
     }
     let ssdt = ssdt_file("uuid", &[nfit_handle(0)]);
     let other = "(a4 e7 10 2f 91 9e e4 11 89 d3 12 3b 93 f7 5c ba)"; // NFIT root UUID
@@ -195,8 +193,7 @@ fn dsm_other_uuid_empty_package_and_root() {
 #[test]
 fn dsm_clamps_response_length_to_page() {
     if !acpiexec_available() {
-        eprintln!("SKIP: acpiexec not found (install acpica-tools)");
-        return;
+        pmemvm_skip::skip!("acpiexec not found (install acpica-tools)");
     }
     // A handle above 4092 makes the "response length" exceed the page: the
     // AML must clamp it to the 4092 bytes after the length field.

@@ -159,8 +159,7 @@ fn recompile_matches(tag: &str, desc: &MachineDescription) {
 #[test]
 fn aml_matches_iasl_encoding() {
     if !iasl_available() {
-        eprintln!("SKIP: iasl not found (install acpica-tools)");
-        return;
+        pmemvm_skip::skip!("iasl not found (install acpica-tools)");
     }
     recompile_matches("re-nodsm", &{
         let mut d = machine(2, vec![dimm(0, false, 0), dimm(1, true, 0)]);
@@ -183,8 +182,7 @@ fn aml_matches_iasl_encoding() {
 #[test]
 fn one_cpu_no_dimms() {
     if !iasl_available() {
-        eprintln!("SKIP: iasl not found (install acpica-tools)");
-        return;
+        pmemvm_skip::skip!("iasl not found (install acpica-tools)");
     }
     let all = check_all("1cpu", &machine(1, vec![]));
     let names: Vec<&str> = all.iter().map(|(f, _)| f.as_str()).collect();
@@ -215,8 +213,7 @@ fn one_cpu_no_dimms() {
 #[test]
 fn two_cpus_one_dimm() {
     if !iasl_available() {
-        eprintln!("SKIP: iasl not found (install acpica-tools)");
-        return;
+        pmemvm_skip::skip!("iasl not found (install acpica-tools)");
     }
     let all = check_all("2cpu", &machine(2, vec![dimm(0, false, 128 << 10)]));
     let names: Vec<&str> = all.iter().map(|(f, _)| f.as_str()).collect();
@@ -287,8 +284,7 @@ fn two_cpus_one_dimm() {
 #[test]
 fn four_cpus_three_dimms() {
     if !iasl_available() {
-        eprintln!("SKIP: iasl not found (install acpica-tools)");
-        return;
+        pmemvm_skip::skip!("iasl not found (install acpica-tools)");
     }
     let dimms = vec![
         dimm(0, false, 128 << 10),

@@ -13,7 +13,8 @@
 # Cached by a hash of this script, init, l2-init and $PMEMVM_L1_KERNEL_PKG:
 # a second run only hashes and exits.
 # Needs: apt-get, apt-cache, dpkg-deb, cpio, gzip, xz-utils,
-# zstd, busybox-static.
+# zstd, busybox-static. Exit status 3: one of them is missing (the tests
+# skip); any other failure exits 1 (the tests fail).
 set -eu -o pipefail
 
 if [ $# -ne 1 ]; then
@@ -50,13 +51,23 @@ if ldd "$(command -v busybox)" >/dev/null 2>&1; then
 fi
 
 pkg=${PMEMVM_L1_KERNEL_PKG:-}
+find_pkg() {
+    apt-cache search --names-only '^linux-image-6\.1\.0-[0-9]+-amd64$' | cut -d' ' -f1 | sort -V | tail -n1
+}
 if [ -z "$pkg" ]; then
-    pkg=$(apt-cache search --names-only '^linux-image-6\.1\.0-[0-9]+-amd64$' \
-        | cut -d' ' -f1 | sort -V | tail -n1)
+    pkg=$(find_pkg)
+    # A fresh machine has no package lists yet: fetch them once (root only).
+    if [ -z "$pkg" ] && [ "$(id -u)" -eq 0 ]; then
+        echo "prepare.sh: apt-get update (no package lists yet)" >&2
+        apt-get update -qq >&2 || true
+        pkg=$(find_pkg)
+    fi
 fi
+# From here on every failure is a harness failure (exit 1), not a skip: the
+# tools are there, so a missing package or a failed download is a fault.
 if [ -z "$pkg" ]; then
-    echo "prepare.sh: apt knows no linux-image-6.1.0-*-amd64 package (run apt-get update)" >&2
-    exit 3
+    echo "prepare.sh: apt knows no linux-image-6.1.0-*-amd64 package (is a Debian bookworm source configured? apt-get update)" >&2
+    exit 1
 fi
 
 mkdir -p "$cache/debs"
@@ -65,7 +76,7 @@ if [ -z "$deb" ]; then
     echo "prepare.sh: downloading $pkg" >&2
     (cd "$cache/debs" && apt-get download "$pkg" >&2) || {
         echo "prepare.sh: 'apt-get download $pkg' failed (no access to the Debian archive?)" >&2
-        exit 3
+        exit 1
     }
     deb=$(ls "$cache/debs/${pkg}_"*_amd64.deb | sort -V | tail -n1)
 fi
@@ -102,7 +113,7 @@ add_module() {
     rel=${modpath[$name]:-}
     if [ -z "$rel" ]; then
         echo "prepare.sh: module $2 not found in $pkg" >&2
-        exit 3
+        exit 1
     fi
     base=${rel##*/}
     base=${base%%.ko*}.ko

@@ -5,7 +5,10 @@
 
 pub mod nested;
 pub mod pmemvm;
-pub mod skip;
 pub mod stock_kernel;
 pub mod tcg;
+
+/// The one skip path of the suite (see the `pmemvm-skip` crate).
+pub use pmemvm_skip as skip;
+pub use pmemvm_skip::{require, skip};
 pub mod tiny;

@@ -252,14 +252,13 @@ fn find_in_path(name: &str) -> Option<PathBuf> {
 pub fn find_qemu() -> Result<PathBuf, Skip> {
     if let Some(q) = std::env::var_os("PMEMVM_QEMU").filter(|q| !q.is_empty()) {
         let q = PathBuf::from(q);
-        return if q.is_file() {
-            Ok(q)
-        } else {
-            Err(Skip::new(format!(
-                "PMEMVM_QEMU={} does not exist",
-                q.display()
-            )))
-        };
+        // A variable that names nothing is a mistake of the caller, not a missing tool.
+        assert!(
+            q.is_file(),
+            "PMEMVM_QEMU={} does not exist: unset it or name a qemu-system-x86_64 binary",
+            q.display()
+        );
+        return Ok(q);
     }
     find_in_path("qemu-system-x86_64").ok_or_else(|| {
         Skip::new("qemu-system-x86_64 not found (install the Debian package qemu-system-x86)")
@@ -272,14 +271,12 @@ pub fn find_qemu() -> Result<PathBuf, Skip> {
 pub fn find_pmemvm() -> Result<PathBuf, Skip> {
     if let Some(bin) = std::env::var_os("PMEMVM_BIN").filter(|b| !b.is_empty()) {
         let bin = PathBuf::from(bin);
-        return if bin.is_file() {
-            Ok(bin)
-        } else {
-            Err(Skip::new(format!(
-                "PMEMVM_BIN={} does not exist",
-                bin.display()
-            )))
-        };
+        assert!(
+            bin.is_file(),
+            "PMEMVM_BIN={} does not exist: unset it or name a built pmemvm binary",
+            bin.display()
+        );
+        return Ok(bin);
     }
     let target = match std::env::var_os("CARGO_TARGET_DIR") {
         Some(t) if !t.is_empty() => {
@@ -639,11 +636,7 @@ impl NestedVm {
                     Mode::Nested
                 }
             }
-            Ok(other) => {
-                return Err(unavailable(format!(
-                    "PMEMVM_TEST_MODE={other} is not one of nested, direct"
-                )))
-            }
+            Ok(other) => panic!("PMEMVM_TEST_MODE={other} is not one of nested, direct"),
         };
         let (qemu, l1) = match mode {
             Mode::Direct => {
@@ -843,7 +836,7 @@ impl NestedVm {
 
     fn run_nested(&self, run_dir: RunDir) -> Result<RunOutput, NestedError> {
         let (Some(qemu), Some(l1)) = (&self.qemu, &self.l1) else {
-            return Err(unavailable("nested mode without QEMU or L1 image"));
+            unreachable!("NestedVm::new sets QEMU and the L1 image in nested mode");
         };
         let share = run_dir.share();
         let console_path = run_dir.path.join("l1-console.log");
@@ -878,7 +871,8 @@ impl NestedVm {
             .stderr(qemu_log_err)
             .process_group(0);
 
-        let guard = crate::tcg::lock().map_err(io_err("take the TCG lock"))?;
+        let mut guard = crate::tcg::lock().map_err(io_err("take the TCG lock"))?;
+        guard.note_console(&console_path);
         let start = Instant::now();
         let child = cmd.spawn().map_err(io_err("start QEMU"))?;
         let waited = wait_with_deadline(child, self.deadline)?;

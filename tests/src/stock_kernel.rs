@@ -44,3 +44,20 @@ pub fn unpack_nvdimm_modules(deb: &Path, dir: &Path) -> Result<(), String> {
         ))
     }
 }
+
+/// The stock kernel package that [`crate::nested::prepare_l1`] downloaded
+/// into the harness cache (`debs/linux-image-*.deb`, the newest). Call it
+/// after `prepare_l1` succeeded: a missing package then is a harness fault,
+/// and the test fails.
+pub fn deb() -> std::path::PathBuf {
+    let debs = crate::nested::cache_dir().join("debs");
+    std::fs::read_dir(&debs)
+        .unwrap_or_else(|e| panic!("{}: {e} (prepare_l1 should have filled it)", debs.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("linux-image-"))
+        })
+        .max()
+        .unwrap_or_else(|| panic!("no linux-image .deb in {} after prepare_l1", debs.display()))
+}

@@ -21,7 +21,7 @@ static IN_PROCESS: Mutex<()> = Mutex::new(());
 /// Held while one TCG guest runs; released on drop.
 #[derive(Debug)]
 pub struct TcgGuard {
-    _file: File,
+    file: File,
     _thread: MutexGuard<'static, ()>,
 }
 
@@ -61,10 +61,40 @@ fn lock_at(path: &Path) -> io::Result<TcgGuard> {
             ));
         }
     }
-    Ok(TcgGuard {
-        _file: file,
+    let mut guard = TcgGuard {
+        file,
         _thread: thread,
-    })
+    };
+    guard.describe(None);
+    Ok(guard)
+}
+
+impl TcgGuard {
+    /// Names the guest's console log in the lock file, beside the test that
+    /// holds the lock: `tests/run.sh` prints its tail when the suite's
+    /// deadline passes while this guest runs.
+    pub fn note_console(&mut self, console: &Path) {
+        self.describe(Some(console));
+    }
+
+    fn describe(&mut self, console: Option<&Path>) {
+        use std::io::{Seek, Write};
+        let mut text = format!("test={}\npid={}\n", pmemvm_skip::tier(), std::process::id());
+        if let Some(c) = console {
+            text.push_str(&format!("console={}\n", c.display()));
+        }
+        // Best effort: the note only helps a reader after a deadline.
+        let _ = self.file.set_len(0);
+        let _ = self.file.rewind();
+        let _ = self.file.write_all(text.as_bytes());
+    }
+}
+
+impl Drop for TcgGuard {
+    fn drop(&mut self) {
+        // Still locked here (the descriptor closes after this): no stale note.
+        let _ = self.file.set_len(0);
+    }
 }
 
 #[cfg(test)]
@@ -92,6 +122,11 @@ mod tests {
             .status()
             .expect("run flock(1)");
         assert!(free.success(), "the TCG lock was not released on drop");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("lock file"),
+            "",
+            "note left after drop"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

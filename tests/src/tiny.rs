@@ -5,15 +5,22 @@ use std::path::PathBuf;
 
 use crate::skip::Skip;
 
-/// Path of tiny guest `name` (e.g. "hello"), or a skip reason.
+/// Path of tiny guest `name` (e.g. "hello"); a skip when binutils was
+/// missing at build time. A guest that build.rs does not know fails the test.
 pub fn guest(name: &str) -> Result<PathBuf, Skip> {
-    let p = PathBuf::from(env!("PMEMVM_TINY_GUESTS")).join(format!("{name}.elf"));
+    let dir = PathBuf::from(env!("PMEMVM_TINY_GUESTS"));
+    let p = dir.join(format!("{name}.elf"));
     if p.exists() {
-        Ok(p)
-    } else {
-        Err(Skip::new(format!(
-            "tiny guest {name} was not assembled (binutils 'as'/'ld' missing at build time)"
-        )))
+        return Ok(p);
+    }
+    match std::fs::read_to_string(dir.join(format!("{name}.missing"))) {
+        Ok(why) => Err(Skip::new(format!(
+            "tiny guest {name} was not assembled: {why}"
+        ))),
+        Err(_) => panic!(
+            "tiny guest {name} does not exist in {} (no tests/guests/{name}.S?)",
+            dir.display()
+        ),
     }
 }
 

@@ -489,7 +489,7 @@ fn malformed_invocations_are_refused_cleanly() {
     let _ro = match ReadOnlyFile::new(&d.join("ro.img")) {
         Ok(r) => Some(r),
         Err(why) => {
-            eprintln!("SKIP: read-only backing file case: {why}");
+            pmemvm_tests::skip::skip(&format!("read-only backing file case: {why}"));
             None
         }
     };
@@ -512,7 +512,7 @@ fn malformed_invocations_are_refused_cleanly() {
                 .flatten()
         });
         if let Some(why) = skip {
-            eprintln!("SKIP: {:?}: {why}", c.args);
+            pmemvm_tests::skip::skip(&format!("{:?}: {why}", c.args));
             skipped += 1;
             continue;
         }

@@ -9,6 +9,8 @@
 //! Skips (with `SKIP:` on stderr) when QEMU or the built image is missing.
 
 use pmemvm_tests::pmemvm::TempDir;
+use pmemvm_tests::require;
+use pmemvm_tests::skip::Skip;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -61,26 +63,11 @@ impl Boot {
     }
 }
 
-fn find_qemu() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("qemu-system-x86_64"))
-        .find(|p| p.is_file())
-}
-
-/// QEMU and the built image, or `None` after printing why the test is skipped.
-fn requirements() -> Option<(PathBuf, ImageDir)> {
-    let Some(qemu) = find_qemu() else {
-        eprintln!("SKIP: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)");
-        return None;
-    };
-    match guest_job::find_image_dir() {
-        Ok(image) => Some((qemu, image)),
-        Err(err) => {
-            eprintln!("SKIP: {err}");
-            None
-        }
-    }
+/// QEMU and the built image, or why the test is skipped.
+fn requirements() -> Result<(PathBuf, ImageDir), Skip> {
+    let qemu = pmemvm_tests::nested::find_qemu()?;
+    let image = guest_job::find_image_dir().map_err(|e| Skip::new(e.to_string()))?;
+    Ok((qemu, image))
 }
 
 fn wait_with_deadline(child: &mut Child, deadline: Duration) -> Option<i32> {
@@ -148,10 +135,13 @@ fn boot_with_nvdimm(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
+    let mut tcg = pmemvm_tests::tcg::lock().expect("take the TCG lock");
+    tcg.note_console(&console);
     let start = Instant::now();
     let mut child = cmd.spawn().expect("spawn qemu");
     let qemu_status = wait_with_deadline(&mut child, BOOT_DEADLINE);
     let elapsed = start.elapsed();
+    drop(tcg);
     let console =
         String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
     let channel = std::fs::read(&com2).unwrap_or_default();
@@ -244,9 +234,7 @@ ls /dev > \"$PMEMVM_OUT/dev.txt\"
 
 #[test]
 fn fio_verify_job_on_pmem_reports_json_over_com2() {
-    let Some((qemu, image)) = requirements() else {
-        return;
-    };
+    let (qemu, image) = require!(requirements());
     let job = GuestJob {
         fio_job: VERIFY_JOB.into(),
         setup: Some(NOWAIT_SETUP.into()),
@@ -300,9 +288,7 @@ fn fio_verify_job_on_pmem_reports_json_over_com2() {
 
 #[test]
 fn nd_pmem_nowait_off_on_the_command_line() {
-    let Some((qemu, image)) = requirements() else {
-        return;
-    };
+    let (qemu, image) = require!(requirements());
     let job = GuestJob {
         fio_job: RWF_NOWAIT_JOB.into(),
         setup: Some(NOWAIT_SETUP.into()),
@@ -343,9 +329,7 @@ fn nd_pmem_nowait_off_on_the_command_line() {
 
 #[test]
 fn xfs_dax_and_bcache_tools_work_in_the_guest() {
-    let Some((qemu, image)) = requirements() else {
-        return;
-    };
+    let (qemu, image) = require!(requirements());
     let setup = std::fs::read_to_string(guest_images_dir().join("jobs/xfs-dax.setup.sh"))
         .expect("read xfs-dax.setup.sh");
     let setup = format!(
@@ -384,9 +368,7 @@ ls /sys/block > \"$PMEMVM_OUT/blocks\"
 
 #[test]
 fn failing_fio_job_reports_non_zero_status() {
-    let Some((qemu, image)) = requirements() else {
-        return;
-    };
+    let (qemu, image) = require!(requirements());
     // fio refuses an unknown I/O engine and exits with status 1.
     let job = GuestJob {
         fio_job: "[bad]\nfilename=/dev/pmem0\nioengine=no-such-engine\nrw=read\nsize=1m\n".into(),
@@ -408,9 +390,7 @@ fn failing_fio_job_reports_non_zero_status() {
 
 #[test]
 fn failing_setup_skips_fio_and_reports_its_status_and_log() {
-    let Some((qemu, image)) = requirements() else {
-        return;
-    };
+    let (qemu, image) = require!(requirements());
     let job = GuestJob {
         fio_job: "[never]\nfilename=/dev/pmem0\nrw=read\nsize=1m\n".into(),
         setup: Some("echo preparing the disk\necho this went wrong >&2\nexit 7\n".into()),
@@ -449,9 +429,7 @@ cat /sys/module/bcache/parameters/bch_nowait > \"$PMEMVM_OUT/bcache.bch_nowait\"
 
 #[test]
 fn bcache_bch_nowait_switches_rwf_nowait_on_bcache_devices() {
-    let Some((qemu, image)) = requirements() else {
-        return;
-    };
+    let (qemu, image) = require!(requirements());
     let job = GuestJob {
         fio_job: RWF_NOWAIT_JOB.replace("/dev/pmem0", "/dev/bcache0"),
         setup: Some(BCACHE_SETUP.into()),
@@ -490,9 +468,7 @@ fn interactive_shell_on_the_console_without_a_job() {
     use std::io::{Read, Write};
     use std::sync::mpsc;
 
-    let Some((qemu, image)) = requirements() else {
-        return;
-    };
+    let (qemu, image) = require!(requirements());
     let dir = TempDir::new("shell");
     let nvdimm = dir.0.join("nvdimm.img");
     std::fs::File::create(&nvdimm)

@@ -5,33 +5,23 @@
 use std::time::Duration;
 
 use pmemvm_tests::pmemvm::{run, TempDir};
+use pmemvm_tests::skip::Skip;
 use pmemvm_tests::tiny::{guest, kvm_available};
+use pmemvm_tests::{require, skip};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
-fn boot(name: &str, extra: &[&str]) -> Option<pmemvm_tests::pmemvm::Output> {
-    if let Err(s) = kvm_available() {
-        s.print();
-        return None;
-    }
-    let g = match guest(name) {
-        Ok(g) => g,
-        Err(s) => {
-            s.print();
-            return None;
-        }
-    };
-    let g = g.to_string_lossy().into_owned();
+fn boot(name: &str, extra: &[&str]) -> Result<pmemvm_tests::pmemvm::Output, Skip> {
+    kvm_available()?;
+    let g = guest(name)?.to_string_lossy().into_owned();
     let mut args = vec!["boot", "--kernel", g.as_str()];
     args.extend_from_slice(extra);
-    Some(run(&args, DEADLINE))
+    Ok(run(&args, DEADLINE))
 }
 
 #[test]
 fn serial_output_and_guest_exit_status() {
-    let Some(out) = boot("hello", &[]) else {
-        return;
-    };
+    let out = require!(boot("hello", &[]));
     assert!(!out.timed_out, "{}", out.dump());
     assert_eq!(out.status, Some(42), "{}", out.dump());
     assert!(
@@ -43,27 +33,21 @@ fn serial_output_and_guest_exit_status() {
 
 #[test]
 fn acpi_power_off_exits_zero() {
-    let Some(out) = boot("poweroff", &[]) else {
-        return;
-    };
+    let out = require!(boot("poweroff", &[]));
     assert_eq!(out.status, Some(0), "{}", out.dump());
     assert!(out.stdout.contains("powering off"), "{}", out.dump());
 }
 
 #[test]
 fn reset_request_has_its_own_status() {
-    let Some(out) = boot("reset", &[]) else {
-        return;
-    };
+    let out = require!(boot("reset", &[]));
     assert_eq!(out.status, Some(3), "{}", out.dump());
     assert!(out.stderr.contains("reset"), "{}", out.dump());
 }
 
 #[test]
 fn triple_fault_ends_the_vm() {
-    let Some(out) = boot("triplefault", &[]) else {
-        return;
-    };
+    let out = require!(boot("triplefault", &[]));
     assert!(!out.timed_out, "{}", out.dump());
     assert_eq!(out.status, Some(4), "{}", out.dump());
     assert!(out.stderr.contains("triple"), "{}", out.dump());
@@ -78,9 +62,7 @@ fn nvdimm_bytes_reach_the_file_and_host_bytes_reach_the_guest() {
     data[4096..4112].copy_from_slice(b"HOST-PATTERN-123");
     std::fs::write(&file, &data).unwrap();
     let spec = format!("4M,file={},label-size=0", file.display());
-    let Some(out) = boot("nvdimm", &["-v", "--nvdimm", &spec]) else {
-        return;
-    };
+    let out = require!(boot("nvdimm", &["-v", "--nvdimm", &spec]));
     assert_eq!(
         out.status,
         Some(0x11),
@@ -104,12 +86,9 @@ fn nvdimm_bytes_reach_the_file_and_host_bytes_reach_the_guest() {
 fn emulation_failure_is_reported_with_rip_bytes_and_host_reason() {
     let host = vmm::host::HostKvm::probe();
     if host.hw_virt || !host.pvm {
-        eprintln!("SKIP: this host's KVM is not PVM, so int3 is no emulation failure here");
-        return;
+        skip!("this host's KVM is not PVM, so int3 is no emulation failure here");
     }
-    let Some(out) = boot("emulfail", &[]) else {
-        return;
-    };
+    let out = require!(boot("emulfail", &[]));
     assert!(!out.timed_out, "{}", out.dump());
     assert_eq!(out.status, Some(5), "{}", out.dump());
     assert!(

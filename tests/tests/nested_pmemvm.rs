@@ -58,17 +58,12 @@ cat /sys/block/pmem0/size > $out/pmem0-sectors
 cat /sys/block/pmem0/queue/nowait > $out/queue-nowait 2>/dev/null || true
 "#;
 
-fn boot_platform(kernel: &str, cpus: &str, extra: &str) -> Option<(RunOutput, GuestReport)> {
-    let vm = match vm_with_image(kernel, PLATFORM_SETUP) {
-        Ok(vm) => vm,
-        Err(e) => {
-            if let Some(r) = pmemvm_tests::skip::MaybeSkip::skip_reason(&e) {
-                eprintln!("SKIP: {r}");
-                return None;
-            }
-            panic!("{e}");
-        }
-    };
+fn boot_platform(
+    kernel: &str,
+    cpus: &str,
+    extra: &str,
+) -> Result<(RunOutput, GuestReport), NestedError> {
+    let vm = vm_with_image(kernel, PLATFORM_SETUP)?;
     let cmdline = format!("{CMDLINE} {extra}");
     let out = vm
         .run(&[
@@ -93,7 +88,7 @@ fn boot_platform(kernel: &str, cpus: &str, extra: &str) -> Option<(RunOutput, Gu
         ])
         .expect("run pmemvm in the harness");
     let report = channel(&out);
-    Some((out, report))
+    Ok((out, report))
 }
 
 fn check_platform(out: &RunOutput, report: &GuestReport, cpus_online: &str, nowait: &str) {
@@ -131,17 +126,13 @@ fn check_platform(out: &RunOutput, report: &GuestReport, cpus_online: &str, nowa
 
 #[test]
 fn elf_pvh_two_cpus_nowait_off() {
-    let Some((out, report)) = boot_platform("vmlinux", "2", "nd_pmem.nowait=0") else {
-        return;
-    };
+    let (out, report) = require!(boot_platform("vmlinux", "2", "nd_pmem.nowait=0"));
     check_platform(&out, &report, "0-1", "N");
 }
 
 #[test]
 fn bzimage_one_cpu_nowait_default_on() {
-    let Some((out, report)) = boot_platform("bzImage", "1", "") else {
-        return;
-    };
+    let (out, report) = require!(boot_platform("bzImage", "1", ""));
     check_platform(&out, &report, "0", "Y");
 }
 

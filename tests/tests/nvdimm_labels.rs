@@ -124,7 +124,7 @@ fn initramfs(deb: &Path) -> Result<PathBuf, Skip> {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("init"), INIT).unwrap();
     pmemvm_tests::stock_kernel::unpack_nvdimm_modules(deb, &dir)
-        .map_err(|e| Skip::new(format!("cannot build the label-test initramfs: {e}")))?;
+        .unwrap_or_else(|e| panic!("cannot build the label-test initramfs: {e}"));
     sh(&format!(
         "cd '{d}'
          mkdir -p root/bin root/usr/bin root/etc
@@ -142,7 +142,7 @@ fn initramfs(deb: &Path) -> Result<PathBuf, Skip> {
          touch ready",
         d = dir.display()
     ))
-    .map_err(|e| Skip::new(format!("cannot build the label-test initramfs: {e}")))?;
+    .unwrap_or_else(|e| panic!("cannot build the label-test initramfs: {e}"));
     Ok(out)
 }
 
@@ -172,22 +172,9 @@ fn attr<'a>(console: &'a str, name: &str) -> &'a str {
 fn ndctl_labels_persist_across_boots() {
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
     let Some(l1) = vm.l1_image().cloned() else {
-        eprintln!("SKIP: the stock-kernel guest runs in nested mode only");
-        return;
+        pmemvm_tests::skip!("the stock-kernel guest runs in nested mode only");
     };
-    let debs = cache_dir().join("debs");
-    let deb = std::fs::read_dir(&debs).ok().and_then(|rd| {
-        rd.filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("linux-image-"))
-            })
-            .max()
-    });
-    let Some(deb) = deb else {
-        eprintln!("SKIP: no linux-image .deb in {}", debs.display());
-        return;
-    };
+    let deb = pmemvm_tests::stock_kernel::deb();
     let initrd = require!(initramfs(&deb));
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -6,21 +6,16 @@
 use std::time::Duration;
 
 use pmemvm_tests::pmemvm::run;
+use pmemvm_tests::skip::Skip;
+use pmemvm_tests::{require, skip};
 
 #[test]
 fn linux_on_pvm_ends_with_a_clear_message() {
     let host = vmm::host::HostKvm::probe();
     if host.hw_virt || !host.pvm {
-        eprintln!("SKIP: this host's KVM is not PVM; Linux is expected to boot here");
-        return;
+        skip!("this host's KVM is not PVM; Linux is expected to boot here");
     }
-    let image = match vmm::guest_job::find_image_dir() {
-        Ok(i) => i,
-        Err(e) => {
-            eprintln!("SKIP: {e}");
-            return;
-        }
-    };
+    let image = require!(vmm::guest_job::find_image_dir().map_err(|e| Skip::new(e.to_string())));
     let kernel = image.vmlinux.to_string_lossy().into_owned();
     let out = run(
         &[

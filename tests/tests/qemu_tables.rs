@@ -26,12 +26,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use acpi::{build_tables, nfit_handle, DsmTransport, MachineDescription, NvdimmDescription};
-use pmemvm_tests::nested::{cache_dir, find_qemu, prepare_l1};
+use pmemvm_tests::nested::{cache_dir, find_qemu, prepare_l1, NestedError};
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
 
-/// One QEMU at a time (2 cores; TCG is CPU bound).
-static QEMU: Mutex<()> = Mutex::new(());
 /// Each boot must finish within this.
 const DEADLINE: Duration = Duration::from_secs(180);
 /// Size of each DIMM (pc-dimm and SPA range).
@@ -100,30 +98,23 @@ fn sh(script: &str) -> Result<(), String> {
 }
 
 /// Builds the image once per test process (tests run in parallel threads).
-fn image() -> Result<Image, Skip> {
+fn image() -> Result<Image, NestedError> {
     static BUILD: Mutex<()> = Mutex::new(());
     let _one = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     build_image()
 }
 
-fn build_image() -> Result<Image, Skip> {
+fn build_image() -> Result<Image, NestedError> {
     for tool in ["dpkg-deb", "cpio", "gzip", "busybox"] {
         if sh(&format!("command -v {tool} >/dev/null")).is_err() {
-            return Err(Skip::new(format!("{tool} not found")));
+            return Err(NestedError::Unavailable(Skip::new(format!(
+                "{tool} not found"
+            ))));
         }
     }
     // The L1 preparation downloads (and caches) Debian's kernel package.
-    let l1 = prepare_l1().map_err(|e| Skip::new(format!("no Debian kernel: {e}")))?;
-    let debs = cache_dir().join("debs");
-    let deb = std::fs::read_dir(&debs)
-        .map_err(|e| Skip::new(format!("{}: {e}", debs.display())))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("linux-image-"))
-        })
-        .max()
-        .ok_or_else(|| Skip::new(format!("no linux-image .deb in {}", debs.display())))?;
+    let l1 = prepare_l1()?;
+    let deb = pmemvm_tests::stock_kernel::deb();
     let stem = deb.file_stem().unwrap().to_string_lossy().to_string();
     let dir = cache_dir().join(format!("qemu-tables-{stem}"));
     let image = Image {
@@ -140,7 +131,7 @@ fn build_image() -> Result<Image, Skip> {
     std::fs::create_dir_all(dir.join("root/bin")).unwrap();
     std::fs::write(dir.join("init"), INIT).unwrap();
     pmemvm_tests::stock_kernel::unpack_nvdimm_modules(&deb, &dir)
-        .map_err(|e| Skip::new(format!("cannot build the test initramfs: {e}")))?;
+        .unwrap_or_else(|e| panic!("cannot build the test initramfs: {e}"));
     let d = dir.display();
     sh(&format!(
         "cd '{d}'
@@ -152,7 +143,7 @@ fn build_image() -> Result<Image, Skip> {
          rm -rf pkg root
          touch ready"
     ))
-    .map_err(|e| Skip::new(format!("cannot build the test initramfs: {e}")))?;
+    .unwrap_or_else(|e| panic!("cannot build the test initramfs: {e}"));
     Ok(image)
 }
 
@@ -249,7 +240,7 @@ fn boot(tag: &str, image: &Image, desc: &MachineDescription, extra_cmdline: &str
         args.push("-device".into());
         args.push(format!("pc-dimm,memdev=m{i},addr={:#x}", d.spa_base));
     }
-    let _one = QEMU.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = pmemvm_tests::tcg::lock().expect("take the TCG lock");
     let start = Instant::now();
     let mut child = Command::new(qemu)
         .args(&args)

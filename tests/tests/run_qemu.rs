@@ -7,20 +7,19 @@
 use std::time::Duration;
 
 use pmemvm_tests::pmemvm::{run, TempDir};
+use pmemvm_tests::require;
+use pmemvm_tests::skip::Skip;
+use pmemvm_tests::tcg::TcgGuard;
 use vmm::guest_job;
 
 const DEADLINE: Duration = Duration::from_secs(420);
 
-fn ready() -> bool {
-    if vmm::qemu::find_qemu().is_none() {
-        eprintln!("SKIP: qemu-system-x86_64 is not installed");
-        return false;
-    }
-    if let Err(e) = guest_job::find_image_dir() {
-        eprintln!("SKIP: {e}");
-        return false;
-    }
-    true
+/// QEMU and the guest image are there; the returned guard holds the
+/// machine's TCG lock for the test (pmemvm starts QEMU under TCG here).
+fn ready() -> Result<TcgGuard, Skip> {
+    pmemvm_tests::nested::find_qemu()?;
+    guest_job::find_image_dir().map_err(|e| Skip::new(e.to_string()))?;
+    Ok(pmemvm_tests::tcg::lock().expect("take the TCG lock"))
 }
 
 const VERIFY_JOB: &str = "[global]
@@ -37,9 +36,7 @@ do_verify=1
 
 #[test]
 fn run_verify_job_on_qemu_returns_json_and_status_zero() {
-    if !ready() {
-        return;
-    }
+    let _tcg = require!(ready());
     let dir = TempDir::new("run-qemu");
     let job = dir.join("verify.fio");
     std::fs::write(&job, VERIFY_JOB).unwrap();
@@ -81,9 +78,7 @@ fn run_verify_job_on_qemu_returns_json_and_status_zero() {
 
 #[test]
 fn failing_job_on_qemu_gives_its_error_and_nonzero_status() {
-    if !ready() {
-        return;
-    }
+    let _tcg = require!(ready());
     let dir = TempDir::new("run-qemu-fail");
     let job = dir.join("bad.fio");
     // Verifying a fresh (all-zero) device finds no verify headers: fio fails and says why.
@@ -114,9 +109,7 @@ fn failing_job_on_qemu_gives_its_error_and_nonzero_status() {
 
 #[test]
 fn bench_pmem_nowait_on_qemu_reports_both_sides() {
-    if !ready() {
-        return;
-    }
+    let _tcg = require!(ready());
     let dir = TempDir::new("bench-qemu");
     let out_dir = dir.join("report");
     let out = run(

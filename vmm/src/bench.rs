@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::config::NvdimmSpec;
 use crate::experiments::{self, BenchParams, ExperimentError};
 use crate::fio;
+use crate::preflight::{self, Needs, PreflightError};
 use crate::report::{Accelerator, BenchReport, HostInfo, ReportError, RunOutcome, RunRecord};
 use crate::run::{self, Engine, RunError, RunSpec};
 
@@ -24,6 +25,9 @@ pub enum BenchError {
     /// A run could not even start (e.g. QEMU missing, no guest image).
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A prerequisite of the host is not met (checked before any boot).
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
 }
 
 impl BenchError {
@@ -34,6 +38,7 @@ impl BenchError {
             Self::Report(ReportError::CreateDir { .. }) => true,
             Self::Report(_) => false,
             Self::Run(e) => e.is_usage(),
+            Self::Preflight(_) => true,
         }
     }
 }
@@ -84,10 +89,29 @@ fn progress(msg: &str) {
     eprintln!("[bench] {msg}");
 }
 
-/// Runs the experiment.
-pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
+/// A bench whose prerequisites were checked: what will run.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The experiment.
+    pub experiment: &'static experiments::Experiment,
+    /// Its plan on this machine.
+    pub plan: experiments::ExperimentPlan,
+    /// Guest RAM (the request raised to the plan's minimum).
+    pub memory: u64,
+    /// The engine `auto` resolved to.
+    pub engine: Engine,
+}
+
+/// Everything a bench checks before its first boot: the experiment and its
+/// scaling, the engine (KVM usable, QEMU present — or, with `allow_install`,
+/// listed in `needs`), RAM for the guest, disk for the NVDIMM it fills, and
+/// an output directory that can be created. Creates nothing.
+pub fn prepare(
+    req: &BenchRequest,
+    allow_install: bool,
+    needs: &mut Needs,
+) -> Result<Prepared, BenchError> {
     let experiment = experiments::find_experiment(&req.experiment)?;
-    let engine = req.engine.resolve(&crate::host::HostKvm::probe())?;
     let plan = experiment.plan(&BenchParams {
         vcpus: u32::from(req.cpus),
         jobs: req.jobs,
@@ -96,7 +120,39 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         iodepth: req.iodepth,
         nullb_mib: None,
     })?;
+    let engine = preflight::engine(
+        req.engine,
+        &crate::host::HostKvm::probe(),
+        preflight::kvm_opens(),
+        crate::qemu::find_qemu().is_some(),
+        allow_install,
+        needs,
+    )?;
     let memory = req.memory.max(plan.min_guest_mem_mib << 20);
+    preflight::memory(memory, preflight::mem_available())?;
+    if let Some(bytes) = plan.nvdimm_bytes {
+        let tmp = std::env::temp_dir();
+        preflight::dimm_disk(bytes, &tmp, preflight::free_bytes(&tmp))?;
+    }
+    preflight::output_dir(&req.out)?;
+    needs.image |= req.kernel.is_none();
+    Ok(Prepared {
+        experiment,
+        plan,
+        memory,
+        engine,
+    })
+}
+
+/// Runs the experiment. The output directory is created when the first run
+/// has finished: a bench that fails before any guest ran leaves nothing.
+pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
+    let Prepared {
+        experiment,
+        plan,
+        memory,
+        engine,
+    } = prepare(req, false, &mut Needs::default())?;
     let mut host = HostInfo::detect_host();
     host.guest_vcpus = u32::from(req.cpus);
     host.guest_mem_mib = memory >> 20;
@@ -113,8 +169,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         upstream: experiment.upstream_figures(),
         upstream_source: experiment.upstream_source.to_string(),
     };
-    // Fail early when the output directory cannot be written.
-    let mut files = report.write_files(&req.out, true)?;
+    let mut files = Vec::new();
     let nvdimms: Vec<NvdimmSpec> = plan
         .nvdimm_bytes
         .map(|b| NvdimmSpec {
@@ -127,8 +182,9 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         })
         .into_iter()
         .collect();
+    let boots = req.runs as usize * plan.sides.len();
     progress(&format!(
-        "{}: {} run(s) × side(s) {:?}, {} vCPU(s), {} MiB RAM, {} fio job(s), engine {}; writing to {}",
+        "{}: {} run(s) × side(s) {:?} = {boots} boot(s), {} vCPU(s), {} MiB RAM, {} fio job(s), engine {}{}; writing to {}",
         experiment.name,
         req.runs,
         report.sides,
@@ -136,15 +192,25 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         memory >> 20,
         plan.jobs,
         report.engine,
+        if engine == Engine::Qemu && crate::qemu::QemuAccel::choose(&crate::host::HostKvm::probe()) == crate::qemu::QemuAccel::Tcg {
+            " (TCG: figures are functional only)"
+        } else {
+            ""
+        },
         req.out.display()
     ));
+    let started = std::time::Instant::now();
     let mut failed = 0;
+    let mut boot = 0;
     for run_index in 1..=req.runs {
         for side in &plan.sides {
             let extra = plan.cmdline_for(side);
+            boot += 1;
             progress(&format!(
-                "run {run_index}/{}, side {}: booting ({extra})",
-                req.runs, side.label
+                "boot {boot}/{boots} (run {run_index}/{}, side {}): booting ({extra}); {:.0} s elapsed",
+                req.runs,
+                side.label,
+                started.elapsed().as_secs_f64()
             ));
             let spec = RunSpec {
                 engine,
@@ -161,6 +227,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 nvdimms: nvdimms.clone(),
                 job: plan.guest_job(),
                 stream_console: false,
+                console_log: None,
                 timeout: req.timeout,
             };
             let result = run::run_job(&spec)?;

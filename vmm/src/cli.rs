@@ -29,6 +29,33 @@ pub enum Command {
     Bench(BenchArgs),
     /// Write the ACPI tables pmemvm would give a guest, one file per table.
     Acpi(AcpiArgs),
+    /// Check what a command needs on this host, without running it: prints
+    /// `install PACKAGE` and `image` lines (used by the ./pmemvm wrapper).
+    Preflight(PreflightArgs),
+}
+
+/// `pmemvm preflight`.
+#[derive(Debug, Args)]
+pub struct PreflightArgs {
+    /// The command to check, as it would be typed after `pmemvm`.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+/// Where the guest console (COM1) goes; the same options in `boot` and `run`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ConsoleArgs {
+    /// Show the guest console on this terminal (the default of `boot`).
+    #[arg(long)]
+    pub console: bool,
+    /// Write the guest console to this file (`boot`: instead of the
+    /// terminal unless --console is given too).
+    #[arg(long, value_name = "PATH")]
+    pub console_log: Option<PathBuf>,
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
@@ -79,15 +106,18 @@ pub struct BootArgs {
     /// Initial ramdisk.
     #[arg(long, value_name = "PATH")]
     pub initrd: Option<PathBuf>,
-    /// Kernel command line.
+    /// Whole kernel command line (replaces the default).
     #[arg(long, value_name = "STR")]
     pub cmdline: Option<String>,
+    /// Appended to the kernel command line (e.g. nd_pmem.nowait=0); repeatable.
+    #[arg(long = "append", value_name = "STR")]
+    pub append: Vec<String>,
     /// The machine.
     #[command(flatten)]
     pub machine: MachineArgs,
-    /// Write the guest console (COM1) to this file instead of the terminal.
-    #[arg(long, value_name = "PATH")]
-    pub console_log: Option<PathBuf>,
+    /// The console.
+    #[command(flatten)]
+    pub console: ConsoleArgs,
     /// Write the guest's data channel (COM2) to this file.
     #[arg(long, value_name = "PATH")]
     pub channel: Option<PathBuf>,
@@ -111,20 +141,32 @@ impl BootArgs {
             kernel,
             initrd,
             initrd_append: Vec::new(),
-            cmdline: self
-                .cmdline
-                .clone()
-                .unwrap_or_else(|| config::DEFAULT_CMDLINE.to_string()),
+            cmdline: join_cmdline(
+                self.cmdline.as_deref().unwrap_or(config::DEFAULT_CMDLINE),
+                &self.append,
+            ),
             cpus: self.machine.cpus,
             memory: self.machine.memory,
             nvdimms: self.machine.nvdimm.clone(),
-            console: self
-                .console_log
-                .clone()
-                .map_or(ConsoleMode::Stdio, ConsoleMode::File),
+            console: ConsoleMode::from_choice(
+                self.console.console || self.console.console_log.is_none(),
+                self.console.console_log.clone(),
+            ),
             channel: self.channel.clone(),
         }
     }
+}
+
+/// A command line with `--append` words added, one space apart.
+pub fn join_cmdline(base: &str, append: &[String]) -> String {
+    let mut line = base.to_string();
+    for extra in append.iter().map(|a| a.trim()).filter(|a| !a.is_empty()) {
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(extra);
+    }
+    line
 }
 
 fn parse_seconds(s: &str) -> Result<u64, String> {
@@ -152,12 +194,13 @@ pub struct RunArgs {
     /// Write fio's JSON and the run's metadata to this file.
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
-    /// Which VMM runs the guest.
-    #[arg(long, value_enum, default_value = "pmemvm")]
+    /// Which VMM runs the guest (auto: pmemvm where this host's KVM can run
+    /// Linux, QEMU otherwise).
+    #[arg(long, value_enum, default_value = "auto")]
     pub engine: crate::run::Engine,
-    /// Show the guest console while the job runs.
-    #[arg(long)]
-    pub console: bool,
+    /// The console (hidden by default; its last lines are shown on failure).
+    #[command(flatten)]
+    pub console: ConsoleArgs,
     /// Give up (and keep partial results) after this many seconds.
     #[arg(long, default_value = "600", value_parser = parse_seconds, value_name = "SECS")]
     pub timeout: u64,
@@ -215,8 +258,9 @@ pub struct BenchArgs {
     /// Directory for report.txt, report.json, runs.csv, summary.csv, chart.svg.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Which VMM runs the guest.
-    #[arg(long, value_enum, default_value = "pmemvm")]
+    /// Which VMM runs the guest (auto: pmemvm where this host's KVM can run
+    /// Linux, QEMU otherwise).
+    #[arg(long, value_enum, default_value = "auto")]
     pub engine: crate::run::Engine,
     /// Per-boot timeout in seconds.
     #[arg(long, default_value = "900", value_parser = parse_seconds, value_name = "SECS")]

@@ -4,10 +4,11 @@ use std::path::PathBuf;
 
 use crate::acpi_setup::{self, PlacedNvdimm};
 use crate::bench::{BenchError, BenchRequest};
-use crate::cli::{AcpiArgs, BenchArgs, BootArgs, RunArgs};
+use crate::cli::{AcpiArgs, BenchArgs, BootArgs, Command, RunArgs};
 use crate::exit_status;
 use crate::guest_job::{find_image_dir, ImageDir};
 use crate::memory;
+use crate::preflight::{self, Needs};
 use crate::run::{self, RunError, RunSpec};
 use crate::vm::{Vm, VmError};
 
@@ -91,7 +92,9 @@ pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
     let config = args.to_config(kernel, initrd);
     let vm = Vm::build(&config)?;
     warn_if_host_cannot_run(&config.kernel);
-    let _terminal = matches!(config.console, crate::config::ConsoleMode::Stdio)
+    let _terminal = config
+        .console
+        .uses_terminal()
         .then(crate::console::raw_terminal);
     let outcome = vm.run()?;
     drop(_terminal);
@@ -202,8 +205,9 @@ fn open_output(path: &std::path::Path) -> Result<std::fs::File, CommandError> {
     })
 }
 
-/// `pmemvm run`: returns the job's status.
-pub fn run(args: &RunArgs) -> Result<u8, CommandError> {
+/// The job spec of `pmemvm run`, its inputs read and its outputs and
+/// prerequisites checked; creates nothing.
+fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
     let fio_job = read_input(&args.fio, "fio job file")?;
     let setup = match &args.setup {
         Some(s) => match s.strip_prefix('@') {
@@ -212,9 +216,13 @@ pub fn run(args: &RunArgs) -> Result<u8, CommandError> {
         },
         None => None,
     };
-    if let Some(path) = &args.json {
+    for path in [&args.json, &args.console.console_log]
+        .into_iter()
+        .flatten()
+    {
         check_output(path)?;
     }
+    preflight::memory(args.machine.memory, preflight::mem_available()).map_err(RunError::from)?;
     let spec = RunSpec {
         engine: args.engine,
         kernel: args.kernel.clone(),
@@ -229,9 +237,17 @@ pub fn run(args: &RunArgs) -> Result<u8, CommandError> {
             setup,
             args: args.fio_args.clone(),
         },
-        stream_console: args.console,
+        stream_console: args.console.console,
+        console_log: args.console.console_log.clone(),
         timeout: std::time::Duration::from_secs(args.timeout),
     };
+    run::check_inputs(&spec)?;
+    Ok(spec)
+}
+
+/// `pmemvm run`: returns the job's status.
+pub fn run(args: &RunArgs) -> Result<u8, CommandError> {
+    let spec = run_spec(args)?;
     let result = run::run_job(&spec)?;
     if let Some(path) = &args.json {
         let mut f = open_output(path)?;
@@ -244,7 +260,7 @@ pub fn run(args: &RunArgs) -> Result<u8, CommandError> {
     }
     print_summary(&result);
     if let Some(e) = &result.error {
-        if !args.console && !result.console_tail.is_empty() {
+        if !args.console.console && !result.console_tail.is_empty() {
             eprintln!(
                 "pmemvm: last lines of the guest console:\n{}",
                 result.console_tail
@@ -301,15 +317,14 @@ fn print_summary(result: &run::RunResult) {
     }
 }
 
-/// `pmemvm bench`: 0 when every run succeeded.
-pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
+fn bench_request(args: &BenchArgs) -> BenchRequest {
     let out = args.out.clone().unwrap_or_else(|| {
         let secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         PathBuf::from(format!("pmemvm-bench/{}-{secs}", args.experiment))
     });
-    let req = BenchRequest {
+    BenchRequest {
         experiment: args.experiment.clone(),
         runs: args.runs,
         cpus: args.cpus,
@@ -323,7 +338,12 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
         timeout: std::time::Duration::from_secs(args.timeout),
         kernel: args.kernel.clone(),
         initrd: args.initrd.clone(),
-    };
+    }
+}
+
+/// `pmemvm bench`: 0 when every run succeeded.
+pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
+    let req = bench_request(args);
     let outcome = crate::bench::bench(&req)?;
     println!("{}", outcome.report.render_text());
     for f in &outcome.files {
@@ -338,4 +358,37 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
         return Ok(exit_status::RUNTIME_ERROR);
     }
     Ok(0)
+}
+
+/// `pmemvm preflight COMMAND...`: what `command` needs on this host that an
+/// install can provide; an error for anything it cannot (see [`crate::preflight`]).
+pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
+    let mut needs = Needs::default();
+    match command {
+        Command::Boot(a) => needs.image = a.kernel.is_none(),
+        Command::Run(a) => {
+            let spec = run_spec(a)?;
+            if spec
+                .kernel
+                .as_deref()
+                .is_none_or(crate::boot::looks_like_linux)
+            {
+                preflight::engine(
+                    a.engine,
+                    &crate::host::HostKvm::probe(),
+                    preflight::kvm_opens(),
+                    crate::qemu::find_qemu().is_some(),
+                    true,
+                    &mut needs,
+                )
+                .map_err(RunError::from)?;
+            }
+            needs.image = a.kernel.is_none();
+        }
+        Command::Bench(a) => {
+            crate::bench::prepare(&bench_request(a), true, &mut needs)?;
+        }
+        Command::Acpi(_) | Command::Preflight(_) => {}
+    }
+    Ok(needs)
 }

@@ -206,8 +206,35 @@ pub enum ConsoleMode {
     Stdio,
     /// A file (input disabled).
     File(PathBuf),
+    /// The terminal, and a copy of the output in a file.
+    StdioAndFile(PathBuf),
     /// Discarded.
     Null,
+}
+
+impl ConsoleMode {
+    /// The mode for "show it on the terminal" and "keep it in this file".
+    pub fn from_choice(terminal: bool, file: Option<PathBuf>) -> Self {
+        match (terminal, file) {
+            (true, None) => Self::Stdio,
+            (true, Some(p)) => Self::StdioAndFile(p),
+            (false, Some(p)) => Self::File(p),
+            (false, None) => Self::Null,
+        }
+    }
+
+    /// True when guest input comes from the terminal.
+    pub fn uses_terminal(&self) -> bool {
+        matches!(self, Self::Stdio | Self::StdioAndFile(_))
+    }
+
+    /// The file the output is written to, if any.
+    pub fn file(&self) -> Option<&PathBuf> {
+        match self {
+            Self::File(p) | Self::StdioAndFile(p) => Some(p),
+            Self::Stdio | Self::Null => None,
+        }
+    }
 }
 
 /// A validated description of the VM to build.

@@ -911,8 +911,7 @@ mod tests {
     #[test]
     fn fio_parses_rendered_job_files() {
         if !have("fio") {
-            eprintln!("SKIP: fio not installed (apt-get install fio)");
-            return;
+            pmemvm_skip::skip!("fio not installed (apt-get install fio)");
         }
         let dir = std::env::temp_dir().join(format!("pmemvm-exp-parse-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -962,7 +961,7 @@ mod tests {
                     .stdin(std::process::Stdio::piped())
                     .spawn()
                 else {
-                    eprintln!("SKIP: {} not installed", shell.join(" "));
+                    pmemvm_skip::skip(&format!("{} not installed", shell.join(" ")));
                     continue;
                 };
                 use std::io::Write;
@@ -988,8 +987,7 @@ mod tests {
     #[test]
     fn job_files_run_on_host_files() {
         if !have("fio") {
-            eprintln!("SKIP: fio not installed (apt-get install fio)");
-            return;
+            pmemvm_skip::skip!("fio not installed (apt-get install fio)");
         }
         let dir = std::env::temp_dir().join(format!("pmemvm-exp-run-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

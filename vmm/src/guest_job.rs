@@ -525,10 +525,7 @@ mod tests {
             .output()
         {
             Ok(output) => output,
-            Err(err) => {
-                eprintln!("SKIP: cannot run cpio: {err}");
-                return;
-            }
+            Err(err) => pmemvm_skip::skip!("cannot run cpio (apt-get install cpio): {err}"),
         };
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "cpio failed: {stderr}");

@@ -21,6 +21,7 @@ pub mod guest_job;
 pub mod host;
 pub mod layout;
 pub mod memory;
+pub mod preflight;
 pub mod qemu;
 pub mod report;
 pub mod run;

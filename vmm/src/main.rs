@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use vmm::cli::{AcpiArgs, BenchArgs, BootArgs, Cli, Command, RunArgs};
+use vmm::cli::{AcpiArgs, BenchArgs, BootArgs, Cli, Command, PreflightArgs, RunArgs};
 use vmm::exit_status;
 
 /// A failure with the exit status it maps to.
@@ -56,6 +56,17 @@ fn bench(args: &BenchArgs) -> Result<u8, Failure> {
     Ok(vmm::commands::bench(args)?)
 }
 
+fn preflight(args: &PreflightArgs) -> Result<u8, Failure> {
+    let inner = Cli::try_parse_from(
+        std::iter::once("pmemvm".to_string()).chain(args.command.iter().cloned()),
+    )
+    .unwrap_or_else(|e| e.exit());
+    for line in vmm::commands::preflight(&inner.command)?.lines() {
+        println!("{line}");
+    }
+    Ok(0)
+}
+
 fn acpi(args: &AcpiArgs) -> Result<u8, Failure> {
     vmm::commands::acpi(args)?;
     Ok(0)
@@ -78,6 +89,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run(a),
         Command::Bench(a) => bench(a),
         Command::Acpi(a) => acpi(a),
+        Command::Preflight(a) => preflight(a),
     };
     match result {
         Ok(status) => ExitCode::from(status),

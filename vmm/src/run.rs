@@ -15,6 +15,7 @@ use crate::config::{ConsoleMode, NvdimmSpec, VmConfig};
 use crate::exit_status;
 use crate::guest_job::{self, GuestJob, GuestReport, FIO_JSON_FRAME};
 use crate::host::HostKvm;
+use crate::preflight::PreflightError;
 use crate::qemu::{self, QemuAccel, QemuMachine};
 use crate::stats::{ExitCounts, NvdimmCounts};
 use crate::vm::{Vm, VmError};
@@ -42,12 +43,9 @@ pub enum RunError {
     /// No kernel given and no guest image.
     #[error("no --kernel given and the default guest image is not available: {0}")]
     NoImage(String),
-    /// `--engine pmemvm` on a host whose KVM cannot boot the guest kernel.
-    #[error("--engine pmemvm cannot run the guest image here: {0}; use --engine qemu (or auto)")]
-    HostCannotRunLinux(String),
-    /// QEMU is not installed.
-    #[error("--engine qemu needs qemu-system-x86_64, which is not on PATH (apt-get install qemu-system-x86)")]
-    NoQemu,
+    /// A prerequisite of the engine or the host is not met.
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
     /// Host I/O.
     #[error("{what}: {source}")]
     Io {
@@ -64,8 +62,7 @@ impl RunError {
     pub fn is_usage(&self) -> bool {
         match self {
             Self::Vm(e) => e.is_usage(),
-            Self::Input { .. } | Self::NoQemu | Self::NoImage(_) => true,
-            Self::HostCannotRunLinux(_) => true,
+            Self::Input { .. } | Self::Preflight(_) | Self::NoImage(_) => true,
             Self::Job(_) | Self::Io { .. } => false,
         }
     }
@@ -86,11 +83,11 @@ pub enum Engine {
 impl Engine {
     /// The engine to use on this host: `Auto` resolved; `Pmemvm` refused
     /// up front on a KVM that cannot run an unmodified kernel.
-    pub fn resolve(self, host: &HostKvm) -> Result<Engine, RunError> {
+    pub fn resolve(self, host: &HostKvm) -> Result<Engine, PreflightError> {
         match self {
             Engine::Auto if host.cannot_run_linux() => Ok(Engine::Qemu),
             Engine::Auto => Ok(Engine::Pmemvm),
-            Engine::Pmemvm if host.cannot_run_linux() => Err(RunError::HostCannotRunLinux(
+            Engine::Pmemvm if host.cannot_run_linux() => Err(PreflightError::HostCannotRunLinux(
                 host.explanation().unwrap_or_default(),
             )),
             other => Ok(other),
@@ -130,6 +127,8 @@ pub struct RunSpec {
     pub job: GuestJob,
     /// Stream the console to stdout.
     pub stream_console: bool,
+    /// Keep the whole console in this file.
+    pub console_log: Option<PathBuf>,
     /// Give up after this long.
     pub timeout: Duration,
 }
@@ -277,6 +276,7 @@ pub const JOB_CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 loglevel=4";
 /// Runs the job; returns the result (check `error`/`status`) or an error
 /// when nothing could be started.
 pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
+    check_inputs(spec)?;
     let kvm = HostKvm::probe();
     // A guest that is not Linux (e.g. a test payload) may still run on a PVM KVM.
     let linux = spec
@@ -284,7 +284,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         .as_deref()
         .is_none_or(crate::boot::looks_like_linux);
     let engine = match spec.engine.resolve(&kvm) {
-        Err(RunError::HostCannotRunLinux(_)) if !linux => Engine::Pmemvm,
+        Err(PreflightError::HostCannotRunLinux(_)) if !linux => Engine::Pmemvm,
         other => other?,
     };
     let (kernel, initrd, image) = match &spec.kernel {
@@ -303,14 +303,10 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
             (kernel, initrd, Some(image))
         }
     };
-    let mut cmdline = spec
-        .cmdline
-        .clone()
-        .unwrap_or_else(|| JOB_CMDLINE.to_string());
-    for extra in &spec.extra_cmdline {
-        cmdline.push(' ');
-        cmdline.push_str(extra);
-    }
+    let cmdline = crate::cli::join_cmdline(
+        spec.cmdline.as_deref().unwrap_or(JOB_CMDLINE),
+        &spec.extra_cmdline,
+    );
     let archive = spec.job.archive()?;
     let scratch = Scratch::new()?;
     let console = scratch.0.join("console.log");
@@ -365,11 +361,8 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
                 cpus: spec.cpus,
                 memory: spec.memory,
                 nvdimms: spec.nvdimms.clone(),
-                console: if spec.stream_console {
-                    ConsoleMode::Stdio
-                } else {
-                    ConsoleMode::File(console.clone())
-                },
+                // The scratch copy is kept either way: its tail explains failures.
+                console: ConsoleMode::from_choice(spec.stream_console, Some(console.clone())),
                 channel: Some(channel.clone()),
             };
             let vm = Vm::build(&config)?;
@@ -393,7 +386,9 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
             Some(exit_status::for_request(&outcome.reason))
         }
         Engine::Qemu => {
-            let qemu_bin = qemu::find_qemu().ok_or(RunError::NoQemu)?;
+            let qemu_bin = qemu::find_qemu().ok_or(PreflightError::NoQemu {
+                engine: spec.engine.name(),
+            })?;
             let accel = QemuAccel::choose(&kvm);
             result.accelerator = accel.name().into();
             result.functional_only = accel == QemuAccel::Tcg || in_nested_l1();
@@ -474,6 +469,12 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let console_text =
         String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
     result.console_tail = tail(&console_text, 40);
+    if let Some(log) = &spec.console_log {
+        std::fs::write(log, console_text.as_bytes()).map_err(|source| RunError::Io {
+            what: format!("writing the console log {}", log.display()),
+            source,
+        })?;
+    }
     let channel_bytes = std::fs::read(&channel).unwrap_or_default();
     let report = match guest_job::parse_channel(&channel_bytes) {
         Ok(r) => r,
@@ -523,6 +524,34 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         ));
     }
     Ok(result)
+}
+
+/// The user's kernel and initrd can be read: checked before the engine is
+/// chosen, so a mistyped path is named as such on every host.
+pub fn check_inputs(spec: &RunSpec) -> Result<(), RunError> {
+    let files = [
+        ("kernel", spec.kernel.as_ref()),
+        ("initrd", spec.initrd.as_ref()),
+    ];
+    for (what, path) in files {
+        let Some(path) = path else { continue };
+        let opened = std::fs::File::open(path).and_then(|f| {
+            if f.metadata()?.is_dir() {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::IsADirectory,
+                    "it is a directory",
+                ))
+            } else {
+                Ok(())
+            }
+        });
+        opened.map_err(|source| RunError::Input {
+            what,
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(())
 }
 
 /// Skips leading noise (fio warnings) before the JSON object.
@@ -629,7 +658,7 @@ mod tests {
         assert_eq!(Engine::Auto.resolve(&hw).unwrap(), Engine::Pmemvm);
         assert_eq!(Engine::Pmemvm.resolve(&hw).unwrap(), Engine::Pmemvm);
         assert_eq!(Engine::Qemu.resolve(&pvm).unwrap(), Engine::Qemu);
-        let e = Engine::Pmemvm.resolve(&pvm).unwrap_err();
+        let e = RunError::from(Engine::Pmemvm.resolve(&pvm).unwrap_err());
         assert!(e.is_usage());
         assert!(e.to_string().contains("--engine qemu"), "{e}");
     }

@@ -265,7 +265,31 @@ fn console_writer(mode: &ConsoleMode) -> Result<Box<dyn Write + Send>, VmError> 
         ConsoleMode::Stdio => Box::new(std::io::stdout()),
         ConsoleMode::Null => Box::new(std::io::sink()),
         ConsoleMode::File(p) => Box::new(create_output("console file", p)?),
+        ConsoleMode::StdioAndFile(p) => Box::new(Tee {
+            terminal: std::io::stdout(),
+            file: create_output("console file", p)?,
+        }),
     })
+}
+
+/// Console output to the terminal and to a file.
+struct Tee<F: Write> {
+    terminal: std::io::Stdout,
+    file: F,
+}
+
+impl<F: Write> Write for Tee<F> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.file.write_all(buf)?;
+        // A closed terminal (e.g. a pipe whose reader left) must not stop the log.
+        let _ = self.terminal.write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = self.terminal.flush();
+        self.file.flush()
+    }
 }
 
 impl Vm {
@@ -343,7 +367,7 @@ impl Vm {
             },
         )?;
 
-        if let ConsoleMode::File(p) = &config.console {
+        if let Some(p) = config.console.file() {
             check_output("console file", p)?;
         }
         if let Some(p) = &config.channel {
@@ -456,7 +480,7 @@ impl Vm {
         for n in &mut nvdimms {
             n.backing.keep();
         }
-        let console_in = matches!(config.console, ConsoleMode::Stdio).then_some(com1);
+        let console_in = config.console.uses_terminal().then_some(com1);
         Ok(Self {
             vm_fd,
             mem,
