@@ -1,0 +1,316 @@
+//! The README's first command as a new user runs it: `./pmemvm bench
+//! pmem-nowait` from a fresh clone, on a host where QEMU is not on PATH.
+//!
+//! The clone is made with `git clone` of this checkout (committed files
+//! only, as a user gets them). QEMU is hidden by running the wrapper with a
+//! PATH of its own: every program of the real PATH except
+//! qemu-system-x86_64, plus an `apt-get` stand-in that records its
+//! arguments and, for `install`, makes the real QEMU visible on that PATH —
+//! the package manager is the one part not run for real here (it would
+//! change the machine other tests run on). Everything else is real: the
+//! wrapper, its cargo build, `pmemvm preflight`, the guest image build
+//! (from the image cache of this checkout, so cached), QEMU and the guest.
+//!
+//! Checked: the engine's package is installed before the guest image is
+//! built; a bad request fails in one sentence with status 2 before any
+//! install or build; the report directory does not exist while the first
+//! boot runs and exists once a run produced figures.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pmemvm_tests::pmemvm::{workspace_root, TempDir};
+use pmemvm_tests::skip::Skip;
+use pmemvm_tests::{require, skip};
+
+/// Release build of the clone (first time) plus two TCG boots.
+const DEADLINE: Duration = Duration::from_secs(900);
+
+/// A fresh clone of this checkout in `dir/pmemvm`.
+fn fresh_clone(dir: &Path) -> Result<PathBuf, Skip> {
+    let root = workspace_root();
+    if !root.join(".git").exists() {
+        return Err(Skip::new(format!(
+            "{} is not a git checkout, so there is nothing to clone",
+            root.display()
+        )));
+    }
+    let clone = dir.join("pmemvm");
+    let status = Command::new("git")
+        .args(["clone", "-q"])
+        .arg(&root)
+        .arg(&clone)
+        .status();
+    match status {
+        Ok(s) => assert!(s.success(), "git clone of {} failed: {s}", root.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Skip::new("git is not installed"))
+        }
+        Err(e) => panic!("cannot run git: {e}"),
+    }
+    Ok(clone)
+}
+
+/// A directory of links to every program on PATH but qemu-system-x86_64,
+/// with an `apt-get` that logs to `apt.log` and "installs" QEMU by linking
+/// the real binary in.
+fn path_without_qemu(dir: &Path, real_qemu: Option<&Path>) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin dir");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for d in std::env::split_paths(&path) {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if name == "qemu-system-x86_64" || name == "apt-get" {
+                continue;
+            }
+            let link = bin.join(&name);
+            if !link.exists() {
+                let _ = std::os::unix::fs::symlink(e.path(), &link);
+            }
+        }
+    }
+    let install = match real_qemu {
+        Some(q) => format!(
+            "ln -sf '{}' '{}/qemu-system-x86_64'",
+            q.display(),
+            bin.display()
+        ),
+        None => "echo 'no QEMU on this host to install' >&2; exit 100".into(),
+    };
+    let shim = format!(
+        "#!/bin/sh\n\
+         # Test stand-in for apt-get (see tests/tests/first_contact.rs).\n\
+         echo \"apt-get $*\" >> '{log}'\n\
+         case \" $* \" in *' install '*qemu-system-x86*) {install} ;; esac\n\
+         exit 0\n",
+        log = dir.join("apt.log").display(),
+    );
+    let apt = bin.join("apt-get");
+    std::fs::write(&apt, shim).expect("write apt-get stand-in");
+    std::fs::set_permissions(&apt, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    bin
+}
+
+/// The wrapper's stderr, line by line, with what the report directory looked
+/// like when each boot started.
+#[derive(Debug, Default)]
+struct Seen {
+    lines: Vec<String>,
+    /// (boot line, report dir existed then)
+    boots: Vec<(String, bool)>,
+}
+
+struct Wrapper {
+    status: Option<i32>,
+    stdout: String,
+    seen: Seen,
+}
+
+impl Wrapper {
+    fn dump(&self) -> String {
+        format!(
+            "status={:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status,
+            self.stdout,
+            self.seen.lines.join("\n")
+        )
+    }
+
+    fn line_index(&self, needle: &str) -> Option<usize> {
+        self.seen.lines.iter().position(|l| l.contains(needle))
+    }
+}
+
+fn run_wrapper(clone: &Path, bin: &Path, args: &[&str], report: &Path) -> Wrapper {
+    let root = workspace_root();
+    let mut child = Command::new(clone.join("pmemvm"))
+        .args(args)
+        .current_dir(clone)
+        .env("PATH", bin)
+        // The guest image from this checkout's build cache (cached, seconds);
+        // the binary from its target directory (no second cold build).
+        .env("PMEMVM_IMAGE_WORK", root.join("guest-images/build"))
+        .env("CARGO_TARGET_DIR", root.join("target"))
+        .env_remove("PMEMVM_IMAGE_DIR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("start ./pmemvm");
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let err = child.stderr.take().expect("stderr");
+    let report = report.to_path_buf();
+    let reader = {
+        let seen = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                if line.contains("[bench] boot ") {
+                    s.boots.push((line.clone(), report.exists()));
+                }
+                s.lines.push(line);
+            }
+        })
+    };
+    let mut out = child.stdout.take().expect("stdout");
+    let out_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for ./pmemvm") {
+            break s.code();
+        }
+        if start.elapsed() > DEADLINE {
+            // SAFETY: kill(2) with the negated pid of the child's own process
+            // group touches no memory; at worst the group is already gone.
+            unsafe {
+                libc::kill(
+                    -i32::try_from(child.id()).unwrap_or(i32::MAX),
+                    libc::SIGKILL,
+                );
+            }
+            let _ = child.wait();
+            let _ = reader.join();
+            let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+            panic!(
+                "./pmemvm did not finish within {DEADLINE:?}; stderr:\n{}",
+                s.lines.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = reader.join();
+    let stdout = out_t.join().unwrap_or_default();
+    let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(|e| e.into_inner()));
+    Wrapper {
+        status,
+        stdout,
+        seen,
+    }
+}
+
+#[test]
+fn readme_first_command_on_a_host_without_qemu() {
+    let host = vmm::host::HostKvm::probe();
+    let real_qemu = vmm::qemu::find_qemu();
+    if host.cannot_run_linux() && real_qemu.is_none() {
+        skip!("QEMU is not installed here at all, so its install by ./pmemvm cannot be completed (apt-get install qemu-system-x86)");
+    }
+    let dir = TempDir::new("first-contact");
+    let clone = require!(fresh_clone(&dir.0));
+    let bin = path_without_qemu(&dir.0, real_qemu.as_deref());
+    let apt_log = dir.join("apt.log");
+    let report = dir.join("report");
+    let report_s = report.to_string_lossy().into_owned();
+
+    // A request no install can satisfy fails first, in one sentence, status 2.
+    let bad = run_wrapper(
+        &clone,
+        &bin,
+        &[
+            "bench",
+            "pmem-nowait",
+            "--memory",
+            "100T",
+            "--out",
+            &report_s,
+        ],
+        &report,
+    );
+    assert_eq!(bad.status, Some(2), "{}", bad.dump());
+    let errors: Vec<&String> = bad
+        .seen
+        .lines
+        .iter()
+        .filter(|l| l.starts_with("pmemvm: error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "one sentence expected:\n{}", bad.dump());
+    assert!(errors[0].contains("MiB of RAM"), "{}", bad.dump());
+    assert!(
+        bad.line_index("guest image").is_none(),
+        "image built for a refused request:\n{}",
+        bad.dump()
+    );
+    assert!(
+        !apt_log.exists(),
+        "apt-get ran for a refused request:\n{}",
+        bad.dump()
+    );
+    assert!(
+        !report.exists(),
+        "a refused request left {}",
+        report.display()
+    );
+
+    // The README's first command, scaled to one short run per side.
+    let _tcg = pmemvm_tests::tcg::lock().expect("take the TCG lock");
+    let run = run_wrapper(
+        &clone,
+        &bin,
+        &[
+            "bench",
+            "pmem-nowait",
+            "--runs",
+            "1",
+            "--runtime",
+            "1",
+            "--nvdimm",
+            "256M",
+            "--out",
+            &report_s,
+        ],
+        &report,
+    );
+    assert_eq!(run.status, Some(0), "{}", run.dump());
+    let image_at = run
+        .line_index("guest image (guest-images/build.sh")
+        .unwrap_or_else(|| panic!("the wrapper did not build the image:\n{}", run.dump()));
+    if host.cannot_run_linux() {
+        let install_at = run
+            .line_index("installing qemu-system-x86")
+            .unwrap_or_else(|| panic!("QEMU was not installed:\n{}", run.dump()));
+        assert!(
+            install_at < image_at,
+            "QEMU installed after the image build:\n{}",
+            run.dump()
+        );
+        let apt = std::fs::read_to_string(&apt_log).expect("apt-get log");
+        assert!(
+            apt.contains("install") && apt.contains("qemu-system-x86"),
+            "{apt}"
+        );
+        assert!(run.stdout.contains("engine qemu"), "{}", run.dump());
+    } else {
+        assert!(
+            !apt_log.exists(),
+            "pmemvm needs no package here:\n{}",
+            run.dump()
+        );
+    }
+    assert_eq!(run.seen.boots.len(), 2, "{}", run.dump());
+    assert!(
+        !run.seen.boots[0].1,
+        "the report directory existed before any run produced figures:\n{}",
+        run.dump()
+    );
+    assert!(
+        run.seen.boots[1].1,
+        "no report after the first run:\n{}",
+        run.dump()
+    );
+    let text = std::fs::read_to_string(report.join("report.txt")).expect("report.txt");
+    assert!(text.contains("runs: 2 of 2 produced figures"), "{text}");
+}
