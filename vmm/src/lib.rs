@@ -27,4 +27,5 @@ pub mod report;
 pub mod run;
 pub mod signals;
 pub mod stats;
+pub mod threads;
 pub mod vm;

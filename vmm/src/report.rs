@@ -3,10 +3,13 @@
 //!
 //! Input is a [`BenchReport`]: the experiment, which engine and accelerator ran it, the host, and
 //! one [`RunRecord`] per side (`off`/`on` for the A/B experiments) and run, including runs that
-//! failed. [`BenchReport::analyse`] computes, per [`Metric`] and side, the mean, the spread
-//! (min–max and sample standard deviation) and the on/off ratio of the means, next to the ratio
-//! upstream reported. Figures measured under TCG or nested virtualisation are labelled
-//! "functional only, not performance" everywhere they appear.
+//! failed, plus upstream's posted runs with their citations ([`Upstream`]).
+//! [`BenchReport::analyse`] computes, per [`Metric`] and side, n, mean, min–max, the sample
+//! standard deviation and the 95 % confidence interval of the mean, and for A/B experiments the
+//! on/off ratio of the means with its 95 % interval and Welch's t-test p-value (see
+//! [`crate::inference`] for the methods); upstream's runs are analysed the same way.
+//! Figures measured under TCG or nested virtualisation are labelled "functional only,
+//! not performance" everywhere they appear.
 
 use std::path::{Path, PathBuf};
 
@@ -23,8 +26,8 @@ mod text;
 mod upstream;
 
 pub use analysis::{Analysis, MetricAnalysis, SideStats};
-pub use metric::Metric;
-pub use upstream::UpstreamFigure;
+pub use metric::{Metric, MetricGroup};
+pub use upstream::{Upstream, UpstreamAnalysis, UpstreamFigure, UpstreamSource};
 
 /// Errors from writing report files.
 #[derive(Debug, thiserror::Error)]
@@ -203,8 +206,8 @@ pub struct BenchReport {
     /// All runs, including failed ones.
     pub runs: Vec<RunRecord>,
     /// Upstream's figures.
-    pub upstream: Vec<UpstreamFigure>,
-    /// Where upstream's figures come from.
+    pub upstream: Upstream,
+    /// How upstream measured, in one line (the posts are cited in [`Upstream::sources`]).
     pub upstream_source: String,
 }
 
@@ -230,8 +233,9 @@ impl BenchReport {
         serde_json::to_string_pretty(&doc).map_err(ReportError::Json)
     }
 
-    /// Writes `report.txt`, `report.json`, `runs.csv`, `summary.csv` and `chart.svg` into `dir`
-    /// (created if missing). Existing files are an error unless `overwrite`.
+    /// Writes `report.txt`, `report.json`, `runs.csv`, `summary.csv`, `upstream.csv` and
+    /// `chart.svg` into `dir` (created if missing). Existing files are an error unless
+    /// `overwrite`.
     pub fn write_files(&self, dir: &Path, overwrite: bool) -> Result<Vec<PathBuf>, ReportError> {
         std::fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir {
             path: dir.to_owned(),
@@ -242,6 +246,7 @@ impl BenchReport {
             ("report.json", self.to_json()?),
             ("runs.csv", self.runs_csv()),
             ("summary.csv", self.summary_csv()),
+            ("upstream.csv", self.upstream_csv()),
             ("chart.svg", self.render_svg()),
         ];
         if !overwrite {

@@ -42,12 +42,14 @@ pub(super) fn sig3(v: f64) -> String {
     }
 }
 
-/// A ratio as "1.48x", or "1/9167x" when it is far below 1.
+/// A ratio as "1.48x", "133x", "170.4kx", or "1/9167x" when it is far below 1.
 pub(super) fn ratio_text(r: f64) -> String {
     if r > 0.0 && r < 0.1 {
         format!("1/{}x", si(1.0 / r))
-    } else {
+    } else if r < 10.0 {
         format!("{r:.2}x")
+    } else {
+        format!("{}x", si(r))
     }
 }
 
@@ -132,4 +134,22 @@ pub(super) fn xml_escape(s: &str) -> String {
         }
     }
     out
+}
+
+/// A p-value: three decimals down to 0.001, scientific notation below.
+pub(super) fn p_text(p: f64) -> String {
+    if p >= 0.001 {
+        format!("{p:.3}")
+    } else {
+        format!("{p:.1e}")
+    }
+}
+
+/// A number for CSV at full precision (shortest round-trip form; exponent below 1e-4).
+pub(super) fn csv_precise(v: f64) -> String {
+    if v != 0.0 && v.abs() < 1e-4 {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
 }

@@ -2,13 +2,13 @@
 
 use std::fmt::Write as _;
 
-use super::format::{ratio_text, xml_escape};
-use super::upstream::upstream_text;
+use super::format::{p_text, ratio_text, xml_escape};
 use super::{BenchReport, MetricAnalysis, FUNCTIONAL_ONLY};
 
 impl BenchReport {
     /// A bar chart: one panel per metric that has figures, a bar per side (mean) with a whisker
-    /// over the min–max range, and the ratio (ours and upstream's) under the panel.
+    /// over the min–max range, and under the panel our ratio with Welch's p (`n.s.`: not
+    /// significant at p >= 0.05) and upstream's ratio per post.
     pub fn render_svg(&self) -> String {
         let analysis = self.analyse();
         let panels: Vec<&MetricAnalysis> = analysis
@@ -118,10 +118,14 @@ impl BenchReport {
                     plot_bottom - bar_top,
                     colours[j % colours.len()],
                     xml_escape(&format!(
-                        "{side}: mean {} (n={}, sd {})",
+                        "{side}: mean {} (n={}, sd {}, 95% CI {})",
                         m.format(st.mean),
                         st.n,
-                        m.format(st.stddev)
+                        st.stddev.map_or_else(|| "n<2".to_owned(), |v| m.format(v)),
+                        st.ci95.map_or_else(
+                            || "n<2".to_owned(),
+                            |c| format!("{} to {}", m.format(c.low), m.format(c.high))
+                        )
                     ))
                 );
                 let (wy1, wy2, cx) = (
@@ -148,27 +152,42 @@ impl BenchReport {
                     xml_escape(&m.format(st.mean))
                 );
             }
-            let mut note = Vec::new();
+            let mut notes = Vec::new();
             if let Some(r) = a.ratio {
-                note.push(format!(
-                    "{}/{} {}",
+                let test = match (&a.welch, a.significant) {
+                    (Some(w), Some(true)) => format!(", p={}", p_text(w.p)),
+                    (Some(w), _) => format!(", p={} n.s.", p_text(w.p)),
+                    (None, _) => ", not tested".to_owned(),
+                };
+                notes.push(format!(
+                    "{}/{} {}{test}",
                     self.sides[self.sides.len() - 1],
                     self.sides[0],
                     ratio_text(r)
                 ));
             }
-            if let Some(r) = a.upstream_ratio {
-                note.push(format!("upstream {}", ratio_text(r)));
-            } else if let Some(u) = &a.upstream {
-                note.push(format!("upstream {}", upstream_text(m, u, &self.sides)));
+            let upstream: Vec<String> = a
+                .upstream
+                .iter()
+                .filter_map(|u| match (u.ratio, u.sides.first()) {
+                    (Some(r), _) => Some(format!("{} {}", u.source, ratio_text(r))),
+                    (None, Some(Some(only))) => {
+                        Some(format!("{} {}", u.source, m.format(only.mean)))
+                    }
+                    _ => None,
+                })
+                .collect();
+            if !upstream.is_empty() {
+                notes.push(format!("upstream: {}", upstream.join(", ")));
             }
-            if !note.is_empty() {
+            for (k, note) in notes.iter().enumerate() {
+                #[allow(clippy::cast_precision_loss)]
+                let y = plot_bottom + 30.0 + 14.0 * k as f64;
                 let _ = writeln!(
                     s,
-                    r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
+                    r#"<text x="{:.1}" y="{y:.1}">{}</text>"#,
                     x0 + 5.0,
-                    plot_bottom + 32.0,
-                    xml_escape(&note.join(", "))
+                    xml_escape(note)
                 );
             }
             s.push_str("</g>\n");

@@ -1,4 +1,4 @@
-use super::format::{csv_field, fio_bw, human_bytes, ratio_text, si, table};
+use super::format::{csv_field, csv_precise, fio_bw, human_bytes, p_text, ratio_text, si, table};
 use super::*;
 use crate::fio::parse_fio_json;
 
@@ -28,7 +28,9 @@ fn ok(side: &str, run: u32, summary: FioSummary) -> RunRecord {
 
 /// A report over real fio output: the "off" runs are the psync/io_uring groups, the "on"
 /// runs io_uring ones, one run failed and one ended with a verify error.
+/// Upstream's figures are the catalogue's, from the posts.
 fn sample(accelerator: Accelerator) -> BenchReport {
+    let catalogue = crate::experiments::find_experiment("pmem-nowait").unwrap();
     BenchReport {
         experiment: "pmem-nowait".into(),
         description: "4k randread, io_uring, nd_pmem.nowait=0 vs 1".into(),
@@ -59,24 +61,8 @@ fn sample(accelerator: Accelerator) -> BenchReport {
             ok("on", 2, summary("normal-json.out", 0)),
             ok("on", 3, summary("verify-fail.out", 0)),
         ],
-        upstream: vec![
-            UpstreamFigure {
-                metric: Metric::Iops,
-                off: Some((3.97e6, 4.08e6)),
-                on: Some((5.91e6, 6.01e6)),
-            },
-            UpstreamFigure {
-                metric: Metric::SlatAvgUs,
-                off: Some((9.2, 9.2)),
-                on: Some((7.4, 7.4)),
-            },
-            UpstreamFigure {
-                metric: Metric::Ctx,
-                off: Some((220e6, 220e6)),
-                on: Some((24e3, 24e3)),
-            },
-        ],
-        upstream_source: "issue 6 (upstream thread, fio io_uring, 3 runs each)".into(),
+        upstream: catalogue.upstream_figures(),
+        upstream_source: catalogue.upstream_source.into(),
     }
 }
 
@@ -116,10 +102,18 @@ fn analysis_uses_good_runs_only() {
     assert_eq!(off.min, off_values[0].min(off_values[1]));
     assert_eq!(off.max, off_values[0].max(off_values[1]));
     let sd = ((off_values[0] - off_values[1]).abs()) / 2f64.sqrt();
-    assert!((off.stddev - sd).abs() < 1e-6);
+    assert!((off.stddev.unwrap() - sd).abs() < 1e-6);
     assert!((iops.ratio.unwrap() - on.mean / off.mean).abs() < 1e-12);
-    // (5.91+6.01)/(3.97+4.08)
-    assert!((iops.upstream_ratio.unwrap() - 11.92 / 8.05).abs() < 1e-9);
+    // Upstream's ratios are of the means of the posted runs, per post.
+    let up: Vec<(&str, f64)> = iops
+        .upstream
+        .iter()
+        .map(|u| (u.source.as_str(), u.ratio.unwrap()))
+        .collect();
+    assert_eq!(up.len(), 2);
+    assert_eq!(up[0].0, "V1");
+    assert!((up[0].1 - 17912.0 / 12047.0).abs() < 1e-12);
+    assert!((up[1].1 - 17718.0 / 11501.0).abs() < 1e-12);
     // psync has no slat: the off side's slat comes from the io_uring/libaio runs only.
     let slat = a
         .metrics
@@ -135,6 +129,13 @@ fn text_report_golden() {
     assert!(!text.contains(FUNCTIONAL_ONLY));
     assert!(text.contains("failed: guest did not reach init within 120 s"));
     assert!(text.contains("fio error 84 in job verify-garbage"));
+    // Upstream is cited by post, with subject, date and Message-ID.
+    assert!(text.contains(
+        "V1: \"[PATCH 0/1] pmem: allow user to set QUEUE_FLAG_NOWAIT\", Chaitanya Kulkarni, \
+         Fri, 12 May 2023 03:43:01 -0700, Message-ID <20230512104302.8527-1-kch@nvidia.com>"
+    ));
+    assert!(text.contains("V2: \"[PATCH V2 1/1] pmem: set QUEUE_FLAG_NOWAIT\""));
+    assert!(!text.to_lowercase().contains("issue"), "{text}");
     golden("report-kvm.txt", &text);
 }
 
@@ -193,11 +194,27 @@ fn csv_shapes() {
     }
     let summary = r.summary_csv();
     assert_eq!(summary.lines().count(), 1 + Metric::ALL.len() * 2);
+    let header: Vec<&str> = summary.lines().next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let iops_on = summary.lines().find(|l| l.contains(",iops,on,")).unwrap();
     let f: Vec<&str> = iops_on.split(',').collect();
-    assert_eq!(f[5], "2");
-    assert!(!f[10].is_empty(), "ratio on the 'on' row");
-    assert_eq!(f[11], "5910000");
+    assert_eq!(f.len(), header.len());
+    assert_eq!(f[col("n")], "2");
+    for c in ["ratio", "ratio_ci95_low", "p_value", "significant"] {
+        assert!(!f[col(c)].is_empty(), "{c} on the 'on' row: {iops_on}");
+    }
+    let iops_off = summary.lines().find(|l| l.contains(",iops,off,")).unwrap();
+    let f: Vec<&str> = iops_off.split(',').collect();
+    assert!(f[col("ratio")].is_empty() && f[col("p_value")].is_empty());
+    assert!(!f[col("ci95_low")].is_empty());
+    let upstream = r.upstream_csv();
+    // V1 and V2: 8 metrics x 2 sides x 3 runs each.
+    assert_eq!(upstream.lines().count(), 1 + 2 * 8 * 2 * 3);
+    assert!(upstream.contains(
+        "pmem-nowait,V1,[PATCH 0/1] pmem: allow user to set QUEUE_FLAG_NOWAIT,Chaitanya Kulkarni,\
+         \"Fri, 12 May 2023 03:43:01 -0700\",20230512104302.8527-1-kch@nvidia.com,iops,off,1,3968000\n"
+    ));
+    golden("upstream.csv", &upstream);
     assert_eq!(csv_field("a,\"b\""), "\"a,\"\"b\"\"\"");
     golden("runs.csv", &runs);
     golden("summary.csv", &summary);
@@ -245,21 +262,29 @@ fn svg_is_well_formed_with_whiskers() {
     let svg = r.render_svg();
     check_xml(&svg);
     assert!(svg.contains("quotes &quot; &amp; &lt;angles&gt;"));
-    // One panel per metric with data, each side with a bar and a whisker.
-    assert_eq!(
-        svg.matches(r#"<g class="panel""#).count(),
-        Metric::ALL.len()
+    // One panel per metric with data, each side with data a bar and a whisker.
+    let a = r.analyse();
+    let with_data: Vec<_> = a
+        .metrics
+        .iter()
+        .filter(|m| m.sides.iter().any(Option::is_some))
+        .collect();
+    assert!(
+        with_data.len() < Metric::ALL.len(),
+        "no slat percentiles here"
     );
-    assert_eq!(
-        svg.matches(r#"class="whisker""#).count(),
-        Metric::ALL.len() * 2
-    );
-    assert!(svg.contains("upstream 1.48x"));
+    assert_eq!(svg.matches(r#"<g class="panel""#).count(), with_data.len());
+    let bars: usize = with_data
+        .iter()
+        .map(|m| m.sides.iter().flatten().count())
+        .sum();
+    assert_eq!(svg.matches(r#"class="whisker""#).count(), bars);
+    assert!(svg.contains("upstream: V1 1.49x, V2 1.54x"), "{svg}");
 
     // xmllint, when installed (Debian libxml2-utils), as an independent parser.
     let dir = std::env::temp_dir().join(format!("pmemvm-report-test-{}", std::process::id()));
     let files = sample(Accelerator::Kvm).write_files(&dir, false).unwrap();
-    assert_eq!(files.len(), 5);
+    assert_eq!(files.len(), 6);
     match std::process::Command::new("xmllint").arg("--noout").arg(dir.join("chart.svg")).status() {
         Ok(status) => assert!(status.success(), "xmllint rejected chart.svg"),
         Err(_) => eprintln!("SKIP: xmllint not installed (apt-get install libxml2-utils); used the built-in check only"),
@@ -287,14 +312,17 @@ fn single_sided_report() {
     for run in &mut r.runs {
         run.side = "default".into();
     }
-    r.upstream = vec![UpstreamFigure {
-        metric: Metric::BwMibS,
-        off: Some((12.8 * 1024.0, 12.8 * 1024.0)),
-        on: None,
-    }];
+    let xfs = crate::experiments::find_experiment("xfs-dax-write").unwrap();
+    r.upstream = xfs.upstream_figures();
+    r.upstream_source = xfs.upstream_source.into();
     let text = r.render_text();
     assert!(!text.contains("on/off"));
+    assert!(!text.contains("Comparison"));
     assert!(text.contains("13107"), "{text}");
+    assert!(text.contains("mw4yhbmza4idassgbqeiti4ue7jq377ezxfrqrcbsbzsrmfiln@kn7qmqljvswl"));
+    let up = r.upstream_csv();
+    assert!(up.lines().all(|l| !l.contains(",on,")), "{up}");
+    assert!(up.contains(",bw_mib_s,default,1,13107.2"), "{up}");
     let a = r.analyse();
     assert!(a.metrics.iter().all(|m| m.ratio.is_none()));
     check_xml(&r.render_svg());
@@ -313,6 +341,12 @@ fn number_formats() {
     assert_eq!(human_bytes(2 << 30), "2 GiB");
     assert_eq!(ratio_text(1.4807), "1.48x");
     assert_eq!(ratio_text(24e3 / 220e6), "1/9167x");
+    assert_eq!(ratio_text(132.91), "133x");
+    assert_eq!(ratio_text(170_428.3), "170.4kx");
+    assert_eq!(p_text(0.2851), "0.285");
+    assert_eq!(p_text(2.3e-6), "2.3e-6");
+    assert_eq!(csv_precise(3.25e-7), "3.25e-7");
+    assert_eq!(csv_precise(0.125), "0.125");
     assert_eq!(
         table(
             &[
@@ -322,5 +356,131 @@ fn number_formats() {
             2
         ),
         "a    bb\nccc  d\n"
+    );
+}
+
+/// A run whose only figures are IOPS and sys CPU (the other metrics are empty or constant).
+fn synthetic(side: &str, run: u32, iops: f64, sys: f64) -> RunRecord {
+    ok(
+        side,
+        run,
+        FioSummary {
+            iops,
+            sys_cpu: sys,
+            usr_cpu: 1.0,
+            job_runtime_ms: 1000,
+            ..FioSummary::default()
+        },
+    )
+}
+
+/// Three runs per side: IOPS indistinguishable (p = 0.71), sys CPU clearly different.
+fn synthetic_report() -> BenchReport {
+    let mut r = sample(Accelerator::Kvm);
+    r.runs = vec![
+        synthetic("off", 1, 100.0, 30.0),
+        synthetic("on", 1, 101.0, 88.0),
+        synthetic("off", 2, 104.0, 31.0),
+        synthetic("on", 2, 99.0, 89.0),
+        synthetic("off", 3, 98.0, 29.5),
+        synthetic("on", 3, 105.0, 87.5),
+    ];
+    r
+}
+
+fn metric(a: &Analysis, m: Metric) -> &MetricAnalysis {
+    a.metrics.iter().find(|x| x.metric == m).unwrap()
+}
+
+#[test]
+fn analysis_uses_the_inference_module_on_the_good_runs() {
+    use crate::inference::{ratio_ci, welch, Described, CONFIDENCE};
+    let r = synthetic_report();
+    let a = r.analyse();
+    let off = Described::of(&[100.0, 104.0, 98.0], CONFIDENCE).unwrap();
+    let on = Described::of(&[101.0, 99.0, 105.0], CONFIDENCE).unwrap();
+    let iops = metric(&a, Metric::Iops);
+    let s = iops.sides[0].as_ref().unwrap();
+    assert_eq!((s.n, s.stddev, s.ci95), (3, off.sd, off.ci));
+    assert_eq!(
+        iops.ratio_ci95,
+        Some(ratio_ci(&on, &off, CONFIDENCE).unwrap().ci)
+    );
+    assert_eq!(iops.welch, Some(welch(&off, &on).unwrap()));
+    assert_eq!(iops.significant, Some(false));
+    assert_eq!(metric(&a, Metric::SysCpu).significant, Some(true));
+    // BW is 0 on every run: a ratio of zeros is not a ratio, and there is no spread to test.
+    let bw = metric(&a, Metric::BwMibS);
+    assert_eq!((bw.ratio, bw.welch), (None, None));
+    assert_eq!(bw.not_tested.as_deref(), Some("mean <= 0; no spread"));
+}
+
+#[test]
+fn not_significant_is_flagged_in_text_json_and_csv() {
+    let r = synthetic_report();
+    let text = r.render_text();
+    let row = |label: &str| {
+        text.lines()
+            .skip_while(|l| !l.starts_with("Comparison"))
+            .find(|l| l.starts_with(label))
+            .unwrap()
+            .to_owned()
+    };
+    assert!(row("IOPS ").contains("not significant"), "{text}");
+    let sys = row("sys % ");
+    assert!(
+        sys.contains("significant") && !sys.contains("not significant"),
+        "{sys}"
+    );
+
+    let json: serde_json::Value = serde_json::from_str(&r.to_json().unwrap()).unwrap();
+    let metrics = json["analysis"]["metrics"].as_array().unwrap();
+    let by_key = |k: &str| metrics.iter().find(|m| m["metric"] == k).unwrap();
+    assert_eq!(by_key("iops")["significant"], false);
+    assert!(by_key("iops")["welch"]["p"].as_f64().unwrap() >= 0.05);
+    assert_eq!(by_key("sys_cpu")["significant"], true);
+
+    let csv = r.summary_csv();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = header.iter().position(|h| *h == "significant").unwrap();
+    let field = |prefix: &str| {
+        let line = csv.lines().find(|l| l.contains(prefix)).unwrap();
+        line.split(',').nth(col).unwrap().to_owned()
+    };
+    assert_eq!(field(",iops,on,"), "false");
+    assert_eq!(field(",sys_cpu,on,"), "true");
+    assert_eq!(
+        field(",iops,off,"),
+        "",
+        "the verdict is on the last side's row"
+    );
+}
+
+#[test]
+fn one_run_on_a_side_is_said_not_computed() {
+    let mut r = synthetic_report();
+    r.runs.retain(|run| run.side == "on" || run.run == 1);
+    let a = r.analyse();
+    let iops = metric(&a, Metric::Iops);
+    let off = iops.sides[0].as_ref().unwrap();
+    assert_eq!((off.n, off.stddev, off.ci95), (1, None, None));
+    assert!(iops.ratio.is_some(), "the point ratio is still shown");
+    assert_eq!(
+        (iops.ratio_ci95, iops.welch, iops.significant),
+        (None, None, None)
+    );
+    assert_eq!(iops.not_tested.as_deref(), Some("n=1 off"));
+    let text = r.render_text();
+    assert!(text.contains("not tested: n=1 off"), "{text}");
+    let summary_row = text
+        .lines()
+        .find(|l| l.starts_with("IOPS") && l.contains(" off "))
+        .unwrap();
+    assert!(summary_row.contains("n<2"), "{summary_row}");
+    let csv = r.summary_csv();
+    assert!(
+        csv.lines()
+            .any(|l| l.contains(",iops,on,") && l.ends_with(",n=1 off")),
+        "{csv}"
     );
 }
