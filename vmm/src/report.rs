@@ -8,7 +8,8 @@
 //! standard deviation and the 95 % confidence interval of the mean, and for A/B experiments the
 //! on/off ratio of the means with its 95 % interval and Welch's t-test p-value (see
 //! [`crate::inference`] for the methods); upstream's runs are analysed the same way.
-//! Figures measured under TCG or nested virtualisation are labelled "functional only,
+//! [`BenchReport::failed_runs`] lists the runs that failed, which decides `pmemvm bench`'s exit
+//! status. Figures measured under TCG or nested virtualisation are labelled "functional only,
 //! not performance" everywhere they appear.
 
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use crate::fio::FioSummary;
 
 mod analysis;
 mod csv;
+mod failures;
 mod format;
 mod metric;
 mod svg;
@@ -26,6 +28,7 @@ mod text;
 mod upstream;
 
 pub use analysis::{Analysis, MetricAnalysis, SideStats};
+pub use failures::{bench_exit_status, FailedRun};
 pub use metric::{Metric, MetricGroup};
 pub use upstream::{Upstream, UpstreamAnalysis, UpstreamFigure, UpstreamSource};
 
