@@ -42,14 +42,23 @@ pub(super) fn sig3(v: f64) -> String {
     }
 }
 
-/// A ratio as "1.48x", "133x", "170.4kx", or "1/9167x" when it is far below 1.
+/// A ratio as "1.48x", "12.1x", "133x", "170.4kx", or "1/9167x" when it is far below 1.
 pub(super) fn ratio_text(r: f64) -> String {
+    let magnitude = |v: f64| {
+        if v < 10.0 {
+            format!("{v:.2}")
+        } else if v < 100.0 {
+            format!("{v:.1}")
+        } else if v < 1e4 {
+            format!("{v:.0}")
+        } else {
+            si(v)
+        }
+    };
     if r > 0.0 && r < 0.1 {
-        format!("1/{}x", si(1.0 / r))
-    } else if r < 10.0 {
-        format!("{r:.2}x")
+        format!("1/{}x", magnitude(1.0 / r))
     } else {
-        format!("{}x", si(r))
+        format!("{}x", magnitude(r))
     }
 }
 

@@ -342,6 +342,8 @@ fn number_formats() {
     assert_eq!(ratio_text(1.4807), "1.48x");
     assert_eq!(ratio_text(24e3 / 220e6), "1/9167x");
     assert_eq!(ratio_text(132.91), "133x");
+    assert_eq!(ratio_text(12.06), "12.1x");
+    assert_eq!(ratio_text(1.0 / 27.13), "1/27.1x");
     assert_eq!(ratio_text(170_428.3), "170.4kx");
     assert_eq!(p_text(0.2851), "0.285");
     assert_eq!(p_text(2.3e-6), "2.3e-6");

@@ -145,7 +145,11 @@ impl BenchReport {
             }
             rows.push(row);
         }
-        let mut out = table(&rows, 2);
+        let mut out = if shown.is_empty() {
+            String::new()
+        } else {
+            table(&rows, 2)
+        };
         if !empty.is_empty() {
             let names: Vec<&str> = empty.iter().map(|&m| label(m)).collect();
             let _ = writeln!(out, "no run reported: {}", names.join(", "));
