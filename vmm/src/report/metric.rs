@@ -257,5 +257,9 @@ mod tests {
             6
         );
         assert_eq!(Metric::ClatP99_9Us.short_label(), "clat p99.9");
+        // JSON names the metric as the CSV column does.
+        for m in Metric::ALL {
+            assert_eq!(serde_json::to_value(m).unwrap(), m.key(), "{m:?}");
+        }
     }
 }
