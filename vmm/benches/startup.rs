@@ -1,4 +1,4 @@
-//! Startup figures of `pmemvm boot` (issue: VMM core), measured in one run so
+//! Startup figures of `pmemvm boot` (the VMM core), measured in one run so
 //! they can be compared as ratios:
 //!
 //! * time from `main` to the first KVM_RUN with `--nvdimm 1G` and `--nvdimm 128G`

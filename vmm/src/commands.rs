@@ -349,15 +349,18 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
     for f in &outcome.files {
         eprintln!("[bench] wrote {}", f.display());
     }
-    if outcome.failed > 0 {
+    let failed = outcome.report.failed_runs();
+    for f in &failed {
+        eprintln!("pmemvm: failed: {f}");
+    }
+    if !failed.is_empty() {
         eprintln!(
             "pmemvm: {} of {} runs failed; the report lists them (partial results)",
-            outcome.failed,
+            failed.len(),
             outcome.report.runs.len()
         );
-        return Ok(exit_status::RUNTIME_ERROR);
     }
-    Ok(0)
+    Ok(crate::report::bench_exit_status(&failed))
 }
 
 /// `pmemvm preflight COMMAND...`: what `command` needs on this host that an

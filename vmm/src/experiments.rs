@@ -26,7 +26,8 @@ use serde::Serialize;
 
 use crate::fio::{FioOutput, FioSummary};
 use crate::guest_job::GuestJob;
-use crate::report::{Metric, UpstreamFigure};
+use crate::report::Upstream;
+use crate::threads::{self, Posted};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -101,28 +102,6 @@ pub struct Side {
     pub cmdline: Option<String>,
 }
 
-/// One upstream figure as stored in the catalogue.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Upstream {
-    /// The metric.
-    pub metric: Metric,
-    /// (low, high) with the feature off, or the single value of a one-sided experiment.
-    pub off: Option<(f64, f64)>,
-    /// (low, high) with the feature on.
-    pub on: Option<(f64, f64)>,
-}
-
-impl Upstream {
-    /// As the report's type.
-    pub fn to_figure(self) -> UpstreamFigure {
-        UpstreamFigure {
-            metric: self.metric,
-            off: self.off,
-            on: self.on,
-        }
-    }
-}
-
 /// How an experiment's placeholders are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 enum Scaling {
@@ -165,9 +144,9 @@ pub struct Experiment {
     pub min_nvdimm_bytes: Option<u64>,
     /// fio job whose reporting group is the measurement (earlier groups prepare the device).
     pub measured_job: &'static str,
-    /// Figures upstream reported.
-    pub upstream: &'static [Upstream],
-    /// Where those figures come from and how upstream ran.
+    /// Figures upstream posted, with the posts they come from ([`crate::threads`]).
+    pub upstream: &'static [Posted],
+    /// One line on which upstream measurement this experiment repeats.
     pub upstream_source: &'static str,
     /// How this experiment differs from upstream's runs.
     pub differences: &'static str,
@@ -233,65 +212,6 @@ impl ExperimentPlan {
     }
 }
 
-static PMEM_NOWAIT_UPSTREAM: [Upstream; 5] = [
-    Upstream {
-        metric: Metric::Iops,
-        off: Some((3.97e6, 4.08e6)),
-        on: Some((5.91e6, 6.01e6)),
-    },
-    Upstream {
-        metric: Metric::SlatMinUs,
-        off: Some((0.43, 0.43)),
-        on: Some((1.2, 1.2)),
-    },
-    Upstream {
-        metric: Metric::SlatAvgUs,
-        off: Some((9.2, 9.2)),
-        on: Some((7.4, 7.4)),
-    },
-    Upstream {
-        metric: Metric::SysCpu,
-        off: Some((31.0, 31.0)),
-        on: Some((88.0, 88.0)),
-    },
-    Upstream {
-        metric: Metric::Ctx,
-        off: Some((220e6, 220e6)),
-        on: Some((24e3, 24e3)),
-    },
-];
-
-static PMEM_RANDWRITE_UPSTREAM: [Upstream; 1] = [Upstream {
-    metric: Metric::Iops,
-    off: Some((2.4e6, 2.4e6)),
-    on: Some((10.6e6, 10.6e6)),
-}];
-
-static BCACHE_UPSTREAM: [Upstream; 3] = [
-    Upstream {
-        metric: Metric::Iops,
-        off: Some((483e3, 483e3)),
-        on: Some((546e3, 546e3)),
-    },
-    Upstream {
-        metric: Metric::SlatAvgUs,
-        off: Some((2.8, 2.8)),
-        on: Some((87.0, 87.0)),
-    },
-    Upstream {
-        metric: Metric::SysCpu,
-        off: Some((6.6, 6.6)),
-        on: Some((79.0, 79.0)),
-    },
-];
-
-#[allow(clippy::cast_precision_loss)]
-static XFS_UPSTREAM: [Upstream; 1] = [Upstream {
-    metric: Metric::BwMibS,
-    off: Some((12.8 * 1024.0, 12.8 * 1024.0)),
-    on: None,
-}];
-
 const PMEM_NOWAIT: AbParameter = AbParameter {
     param: "nd_pmem.nowait",
 };
@@ -314,12 +234,12 @@ pub static EXPERIMENTS: [Experiment; 5] = [
         default_nvdimm_bytes: Some(GIB),
         min_nvdimm_bytes: Some(16 * MIB),
         measured_job: "randread",
-        upstream: &PMEM_NOWAIT_UPSTREAM,
-        upstream_source: "pmem QUEUE_FLAG_NOWAIT patch thread as summarised in issue 6: fio io_uring 4k \
-                          randread after a random-write fill, 3 runs per side",
+        upstream: &threads::PMEM_NOWAIT,
+        upstream_source: "the pmem QUEUE_FLAG_NOWAIT patches V1 and V2 (nvdimm list, May 2023): fio \
+                          io_uring 4k randread after a random-write fill, 3 runs per side",
         differences: "device scaled from a whole host pmem to the --nvdimm size; JOBS = 2 x vCPUs, \
-                      IODEPTH 32 and RUNTIME 10 s are pmemvm's choices (the thread's exact job file \
-                      is not reproduced in issue 6)",
+                      IODEPTH 32 and RUNTIME 10 s are pmemvm's choices (the posts show the fio \
+                      command lines but not the randread job file)",
         scaling: Scaling::PmemTimed,
     },
     Experiment {
@@ -335,9 +255,9 @@ pub static EXPERIMENTS: [Experiment; 5] = [
         default_nvdimm_bytes: Some(GIB),
         min_nvdimm_bytes: Some(16 * MIB),
         measured_job: "randwrite",
-        upstream: &PMEM_RANDWRITE_UPSTREAM,
-        upstream_source: "pmem QUEUE_FLAG_NOWAIT patch thread as summarised in issue 6: fio io_uring 4k \
-                          randwrite, 3 runs per side",
+        upstream: &threads::PMEM_RANDWRITE,
+        upstream_source: "the pmem QUEUE_FLAG_NOWAIT patch V1's test script (nvdimm list, May 2023): \
+                          fio io_uring 4k randwrite, 48 jobs, one run per side",
         differences: "device scaled to the --nvdimm size; JOBS, IODEPTH and RUNTIME as for pmem-nowait",
         scaling: Scaling::PmemTimed,
     },
@@ -355,9 +275,9 @@ pub static EXPERIMENTS: [Experiment; 5] = [
         default_nvdimm_bytes: Some(GIB),
         min_nvdimm_bytes: Some(16 * MIB),
         measured_job: "verify",
-        upstream: &[],
-        upstream_source: "pmem QUEUE_FLAG_NOWAIT patch thread as summarised in issue 6: a write-and-verify \
-                          fio job (pass/fail, no figures)",
+        upstream: &threads::PMEM_VERIFY,
+        upstream_source: "the pmem QUEUE_FLAG_NOWAIT patch V1's test script (nvdimm list, May 2023): a \
+                          write-and-verify fio job on each side (pass/fail, no figures)",
         differences: "each job verifies its own slice; together the slices cover the whole NVDIMM",
         scaling: Scaling::PmemVerify,
     },
@@ -375,9 +295,10 @@ pub static EXPERIMENTS: [Experiment; 5] = [
         default_nvdimm_bytes: None,
         min_nvdimm_bytes: None,
         measured_job: "randread",
-        upstream: &BCACHE_UPSTREAM,
-        upstream_source: "bcache QUEUE_FLAG_NOWAIT patch thread as summarised in issue 6: backing and cache \
-                          on memory-backed null_blk of 1 GiB each, fio io_uring, 3 runs per side",
+        upstream: &threads::BCACHE_NOWAIT,
+        upstream_source: "the bcache QUEUE_FLAG_NOWAIT patch (linux-bcache list, May 2023): backing and \
+                          cache on memory-backed null_blk of 1 GiB each, fio io_uring 4k randread, 3 \
+                          runs per side",
         differences: "the workload (4k randread after a random-write fill) is pmemvm's choice; null_blk \
                       devices are made through configfs",
         scaling: Scaling::Bcache,
@@ -395,10 +316,10 @@ pub static EXPERIMENTS: [Experiment; 5] = [
         default_nvdimm_bytes: Some(2 * GIB),
         min_nvdimm_bytes: Some(512 * MIB),
         measured_job: "xfs-dax-write",
-        upstream: &XFS_UPSTREAM,
-        upstream_source: "XFS DAX thread as summarised in issue 6: mkfs.xfs -d agcount=1024 -m reflink=0, \
-                          mount -o dax, 48 jobs x 10 files x 256 MiB, bs 2M, direct io_uring writes: \
-                          12.8 GiB/s",
+        upstream: &threads::XFS_DAX_WRITE,
+        upstream_source: "XFS with DAX on pmem in the famfs RFC thread (Feb 2024): mkfs.xfs -d \
+                          agcount=1024 -m reflink=0, mount -o dax, 48 jobs x 10 files x 256 MiB, bs 2M, \
+                          direct io_uring writes: 12.8 GiB/s",
         differences: "JOBS = 2 x vCPUs; 10 files per job of at most 256 MiB, smaller so that all files \
                       fit in half the NVDIMM; AGCOUNT = NVDIMM / 128 MiB (4..1024, 1024 at upstream's \
                       128 GiB)",
@@ -455,9 +376,16 @@ impl Experiment {
         }
     }
 
-    /// Upstream's figures in the report's type.
-    pub fn upstream_figures(&self) -> Vec<UpstreamFigure> {
-        self.upstream.iter().map(|u| u.to_figure()).collect()
+    /// Upstream's posts and per-run figures in the report's type.
+    pub fn upstream_figures(&self) -> Upstream {
+        let mut up = Upstream::default();
+        for posted in self.upstream {
+            if !up.sources.iter().any(|s| s.label == posted.post.label) {
+                up.sources.push(posted.post.to_source(posted.how));
+            }
+            up.figures.extend(posted.figures());
+        }
+        up
     }
 
     fn invalid(
@@ -706,6 +634,7 @@ fn upper_case_vars(script: &str) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::fio::parse_fio_json;
+    use crate::report::Metric;
     use std::process::Command;
 
     fn params() -> BenchParams {
@@ -888,19 +817,41 @@ mod tests {
     }
 
     #[test]
-    fn upstream_figures_match_issue() {
+    fn upstream_figures_are_the_posted_runs_with_their_posts() {
         let e = find_experiment("pmem-nowait").unwrap();
-        let iops = e
-            .upstream_figures()
-            .into_iter()
-            .find(|u| u.metric == Metric::Iops)
-            .unwrap();
-        assert!((iops.ratio().unwrap() - 1.4807).abs() < 1e-3);
+        let up = e.upstream_figures();
+        let labels: Vec<&str> = up.sources.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["V1", "V2"]);
+        assert_eq!(
+            up.sources[0].message_id.as_deref(),
+            Some("20230512104302.8527-1-kch@nvidia.com")
+        );
+        let iops = up.of(Metric::Iops);
+        assert_eq!(iops.len(), 2);
+        assert_eq!(iops[0].off, [3_968_000.0, 4_084_000.0, 3_995_000.0]);
+        // Ratio of the means of the posted runs.
+        assert!((iops[0].ratio().unwrap() - 17912.0 / 12047.0).abs() < 1e-12);
+        assert!((iops[1].ratio().unwrap() - 17718.0 / 11501.0).abs() < 1e-12);
         let b = find_experiment("bcache-nowait").unwrap().upstream_figures();
-        assert!((b[0].ratio().unwrap() - 546.0 / 483.0).abs() < 1e-9);
+        let b_iops = b.of(Metric::Iops);
+        assert!((b_iops[0].ratio().unwrap() - 1637.0 / 1449.0).abs() < 1e-12);
         let x = find_experiment("xfs-dax-write").unwrap().upstream_figures();
-        assert_eq!(x[0].off, Some((13107.2, 13107.2)));
-        assert!(find_experiment("pmem-verify").unwrap().upstream.is_empty());
+        assert_eq!(x.of(Metric::BwMibS)[0].off, [13107.2]);
+        assert!(x.of(Metric::BwMibS)[0].on.is_empty());
+        let v = find_experiment("pmem-verify").unwrap().upstream_figures();
+        assert!(v.figures.is_empty() && v.sources.len() == 1);
+        for e in &EXPERIMENTS {
+            assert!(
+                !e.upstream_source.to_lowercase().contains("issue"),
+                "{}",
+                e.name
+            );
+            assert!(
+                !e.differences.to_lowercase().contains("issue"),
+                "{}",
+                e.name
+            );
+        }
     }
 
     fn have(cmd: &str) -> bool {

@@ -596,6 +596,13 @@ pub struct FioSummary {
     pub slat: LatencySummary,
     /// Completion latency over all directions.
     pub clat: LatencySummary,
+    /// Total latency (submission to completion, fio's `lat_ns`) over all directions.
+    #[serde(default)]
+    pub lat: LatencySummary,
+    /// Sum of the jobs' runtimes, ms: fio's `job_runtime` per job entry (with `group_reporting`
+    /// fio already sums it over the group's jobs). CPU percentages are relative to it.
+    #[serde(default)]
+    pub job_runtime_ms: u64,
     /// User CPU, percent of one CPU, runtime-weighted over jobs.
     pub usr_cpu: f64,
     /// System CPU, percent of one CPU, runtime-weighted over jobs.
@@ -652,6 +659,8 @@ impl FioSummary {
             bw_bytes: active.iter().map(|s| s.bw_bytes).sum(),
             slat: LatencySummary::merge(active.iter().map(|s| &s.slat_ns)),
             clat: LatencySummary::merge(active.iter().map(|s| &s.clat_ns)),
+            lat: LatencySummary::merge(active.iter().map(|s| &s.lat_ns)),
+            job_runtime_ms: jobs.iter().map(|j| j.job_runtime).sum(),
             usr_cpu: weighted(&|j| j.usr_cpu),
             sys_cpu: weighted(&|j| j.sys_cpu),
             ctx: jobs.iter().map(|j| j.ctx).sum(),
@@ -671,6 +680,33 @@ impl FioSummary {
     /// Whether every job of the group finished without error.
     pub fn ok(&self) -> bool {
         self.errors.is_empty()
+    }
+
+    /// Completed I/Os over all directions.
+    pub fn total_ios(&self) -> u64 {
+        [&self.read, &self.write, &self.trim]
+            .into_iter()
+            .flatten()
+            .map(|d| d.total_ios)
+            .sum()
+    }
+
+    /// CPU time the group's jobs used, seconds: Σ over jobs of (usr + sys) / 100 × job runtime.
+    /// fio's percentages are runtime-weighted over the jobs, so this is
+    /// (usr_cpu + sys_cpu) / 100 × [`Self::job_runtime_ms`] / 1000. It counts what fio's own
+    /// threads used (getrusage), not kernel threads working on their behalf (io_uring's io-wq
+    /// workers, softirqs).
+    #[allow(clippy::cast_precision_loss)]
+    pub fn cpu_seconds(&self) -> f64 {
+        (self.usr_cpu + self.sys_cpu) / 100.0 * self.job_runtime_ms as f64 / 1000.0
+    }
+
+    /// Completed I/Os per CPU-second of the jobs ([`Self::total_ios`] / [`Self::cpu_seconds`]):
+    /// the IOPS each fully busy CPU delivers. `None` without I/Os or without CPU time.
+    #[allow(clippy::cast_precision_loss)]
+    pub fn ios_per_cpu_second(&self) -> Option<f64> {
+        let (ios, cpu) = (self.total_ios(), self.cpu_seconds());
+        (ios > 0 && cpu > 0.0).then(|| ios as f64 / cpu)
     }
 }
 
@@ -958,6 +994,58 @@ mod tests {
         let s = out.group_summary(0).unwrap();
         assert!(close(s.iops, out.jobs[0].read.iops, 1e-12));
         assert!(close(s.sys_cpu, out.jobs[0].sys_cpu, 1e-12));
+    }
+
+    /// CPU time and I/Os per CPU-second from fio's raw fields, for one group_reporting entry
+    /// of four jobs and for two separate job entries.
+    #[test]
+    fn cpu_seconds_and_ios_per_cpu_second() {
+        for (name, group) in [("group-reporting.json", 0), ("uring-randrw.json", 0)] {
+            let raw: serde_json::Value = serde_json::from_slice(&fixture(name)).unwrap();
+            let (mut cpu_ms, mut ios) = (0.0, 0.0);
+            for j in raw["jobs"].as_array().unwrap() {
+                let pct = j["usr_cpu"].as_f64().unwrap() + j["sys_cpu"].as_f64().unwrap();
+                cpu_ms += pct / 100.0 * j["job_runtime"].as_f64().unwrap();
+                for dir in ["read", "write", "trim"] {
+                    ios += j[dir]["total_ios"].as_f64().unwrap();
+                }
+            }
+            let s = parse(name).group_summary(group).unwrap();
+            assert!(close(s.cpu_seconds(), cpu_ms / 1000.0, 1e-12), "{name}");
+            let per_cpu = s.ios_per_cpu_second().unwrap();
+            assert!(close(per_cpu, ios / (cpu_ms / 1000.0), 1e-12), "{name}");
+        }
+        // group_reporting: fio's job_runtime is already the sum over the four 1 s jobs.
+        let gr = parse("group-reporting.json").group_summary(0).unwrap();
+        assert!(
+            (3900..4200).contains(&gr.job_runtime_ms),
+            "{}",
+            gr.job_runtime_ms
+        );
+        let idle = FioSummary::default();
+        assert_eq!(idle.ios_per_cpu_second(), None);
+    }
+
+    #[test]
+    fn total_latency_and_slat_percentiles() {
+        let out = parse("slat-percentiles.json");
+        let j = &out.jobs[0];
+        let s = out.group_summary(0).unwrap();
+        assert_eq!(s.lat.min_ns, j.read.lat_ns.min);
+        assert!(close(s.lat.mean_ns, j.read.lat_ns.mean, 1e-12));
+        // Total latency is submission plus completion latency, sample by sample.
+        assert!(close(
+            s.lat.mean_ns,
+            j.read.slat_ns.mean + j.read.clat_ns.mean,
+            1e-6
+        ));
+        assert_eq!(s.slat.p50_ns, j.read.slat_ns.percentile(50.0));
+        assert_eq!(s.slat.p99_9_ns, j.read.slat_ns.percentile(99.9));
+        assert!(s.slat.p99_ns.is_some() && s.slat.percentiles_exact);
+        // Without slat_percentiles=1 fio prints none, and the summary says so.
+        let plain = parse("normal-json.out").group_summary(0).unwrap();
+        assert_eq!(plain.slat.p50_ns, None);
+        assert!(plain.clat.p50_ns.is_some());
     }
 
     #[test]

@@ -1,0 +1,151 @@
+//! Which runs of a report failed, and the exit status of `pmemvm bench` that follows from them.
+//!
+//! A run failed when it produced no usable fio report (boot or guest failure, setup script
+//! failure, time-out, unreadable JSON) or when fio reported a job error (e.g. `err=84`, a verify
+//! failure). Either way it is left out of the statistics, listed in the report, named on stderr,
+//! and makes `pmemvm bench` exit with [`exit_status::RUNTIME_ERROR`] — after the report has been
+//! written.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::{BenchReport, RunOutcome};
+use crate::exit_status;
+
+/// One failed run and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedRun {
+    /// Side label.
+    pub side: String,
+    /// Repetition, from 1.
+    pub run: u32,
+    /// What went wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for FailedRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "side {} run {}: {}", self.side, self.run, self.reason)
+    }
+}
+
+impl BenchReport {
+    /// The runs that failed or ended with a fio job error, in run order.
+    pub fn failed_runs(&self) -> Vec<FailedRun> {
+        self.runs
+            .iter()
+            .filter_map(|r| {
+                let reason = match &r.outcome {
+                    RunOutcome::Failed { error } => error.clone(),
+                    RunOutcome::Ok { summary } if !summary.ok() => summary
+                        .errors
+                        .iter()
+                        .map(|e| format!("fio error {} in job {}", e.error, e.jobname))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    RunOutcome::Ok { .. } => return None,
+                };
+                Some(FailedRun {
+                    side: r.side.clone(),
+                    run: r.run,
+                    reason,
+                })
+            })
+            .collect()
+    }
+}
+
+/// `pmemvm bench`'s exit status: 0 when no run failed, [`exit_status::RUNTIME_ERROR`] otherwise.
+pub fn bench_exit_status(failed: &[FailedRun]) -> u8 {
+    if failed.is_empty() {
+        exit_status::POWER_OFF
+    } else {
+        exit_status::RUNTIME_ERROR
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fio::{FioSummary, JobError};
+    use crate::report::{Accelerator, HostInfo, RunRecord, Upstream};
+
+    fn run(side: &str, run: u32, outcome: RunOutcome) -> RunRecord {
+        RunRecord {
+            side: side.into(),
+            run,
+            kernel_cmdline: None,
+            outcome,
+        }
+    }
+
+    fn good() -> RunOutcome {
+        RunOutcome::Ok {
+            summary: Box::new(FioSummary::default()),
+        }
+    }
+
+    fn report(runs: Vec<RunRecord>) -> BenchReport {
+        BenchReport {
+            experiment: "pmem-verify".into(),
+            description: String::new(),
+            engine: "pmemvm".into(),
+            accelerator: Accelerator::Kvm,
+            host: HostInfo::default(),
+            sides: vec!["off".into(), "on".into()],
+            runs,
+            upstream: Upstream::default(),
+            upstream_source: String::new(),
+        }
+    }
+
+    #[test]
+    fn every_kind_of_failure_is_named_and_makes_the_exit_status_non_zero() {
+        let verify_error = RunOutcome::Ok {
+            summary: Box::new(FioSummary {
+                errors: vec![JobError {
+                    jobname: "verify".into(),
+                    error: 84,
+                }],
+                ..FioSummary::default()
+            }),
+        };
+        let r = report(vec![
+            run("off", 1, good()),
+            run("on", 1, verify_error),
+            run(
+                "off",
+                2,
+                RunOutcome::Failed {
+                    error: "the setup script exited with status 1".into(),
+                },
+            ),
+            run(
+                "on",
+                2,
+                RunOutcome::Failed {
+                    error: "guest did not reach init within 120 s".into(),
+                },
+            ),
+        ]);
+        let failed = r.failed_runs();
+        let named: Vec<String> = failed.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            named,
+            [
+                "side on run 1: fio error 84 in job verify",
+                "side off run 2: the setup script exited with status 1",
+                "side on run 2: guest did not reach init within 120 s",
+            ]
+        );
+        assert_eq!(bench_exit_status(&failed), exit_status::RUNTIME_ERROR);
+    }
+
+    #[test]
+    fn all_good_runs_exit_zero() {
+        let r = report(vec![run("off", 1, good()), run("on", 1, good())]);
+        assert!(r.failed_runs().is_empty());
+        assert_eq!(bench_exit_status(&r.failed_runs()), 0);
+    }
+}

@@ -1,0 +1,198 @@
+//! The SVG bar chart (`chart.svg`), hand-written.
+
+use std::fmt::Write as _;
+
+use super::format::{p_text, ratio_text, xml_escape};
+use super::{BenchReport, MetricAnalysis, FUNCTIONAL_ONLY};
+
+impl BenchReport {
+    /// A bar chart: one panel per metric that has figures, a bar per side (mean) with a whisker
+    /// over the min–max range, and under the panel our ratio with Welch's p (`n.s.`: not
+    /// significant at p >= 0.05) and upstream's ratio per post.
+    pub fn render_svg(&self) -> String {
+        let analysis = self.analyse();
+        let panels: Vec<&MetricAnalysis> = analysis
+            .metrics
+            .iter()
+            .filter(|a| a.sides.iter().any(Option::is_some))
+            .collect();
+        const COLS: usize = 4;
+        const PW: f64 = 230.0;
+        const PH: f64 = 220.0;
+        const TOP: f64 = 70.0;
+        let colours = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759"];
+        let rows = panels.len().div_ceil(COLS).max(1);
+        #[allow(clippy::cast_precision_loss)]
+        let (width, height) = (PW * COLS as f64 + 20.0, TOP + PH * rows as f64 + 20.0);
+        let mut s = String::new();
+        let _ = writeln!(s, r#"<?xml version="1.0" encoding="UTF-8"?>"#);
+        let _ = writeln!(
+            s,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="sans-serif" font-size="11">"#
+        );
+        let _ = writeln!(
+            s,
+            r#"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="white"/>"#
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="10" y="20" font-size="15" font-weight="bold">{}</text>"#,
+            xml_escape(&format!("{}: {}", self.experiment, self.description))
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="10" y="38">{}</text>"#,
+            xml_escape(&format!(
+                "{}; runs with figures: {} of {}; bars: mean, whiskers: min-max",
+                self.engine_line(),
+                analysis.good_runs,
+                analysis.total_runs
+            ))
+        );
+        if !self.accelerator.is_performance() {
+            let _ = writeln!(
+                s,
+                r##"<text x="10" y="56" fill="#c00000" font-weight="bold">{}</text>"##,
+                xml_escape(&format!(
+                    "{}: {FUNCTIONAL_ONLY}",
+                    self.accelerator.name().to_uppercase()
+                ))
+            );
+        }
+        for (i, a) in panels.iter().enumerate() {
+            #[allow(clippy::cast_precision_loss)]
+            let (x0, y0) = (10.0 + PW * (i % COLS) as f64, TOP + PH * (i / COLS) as f64);
+            let m = a.metric;
+            let _ = writeln!(s, r#"<g class="panel" id="{}">"#, m.key());
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" font-weight="bold">{}</text>"#,
+                x0 + 5.0,
+                y0 + 14.0,
+                xml_escape(m.label())
+            );
+            let (plot_top, plot_bottom) = (y0 + 24.0, y0 + PH - 50.0);
+            let top_value = a
+                .sides
+                .iter()
+                .flatten()
+                .map(|st| st.max.max(st.mean))
+                .fold(0.0, f64::max);
+            let scale = if top_value > 0.0 {
+                (plot_bottom - plot_top) / (top_value * 1.1)
+            } else {
+                0.0
+            };
+            let _ = writeln!(
+                s,
+                r#"<line x1="{x:.1}" y1="{plot_bottom:.1}" x2="{x2:.1}" y2="{plot_bottom:.1}" stroke="black"/>"#,
+                x = x0 + 5.0,
+                x2 = x0 + PW - 15.0
+            );
+            #[allow(clippy::cast_precision_loss)]
+            let slot = (PW - 30.0) / self.sides.len().max(1) as f64;
+            for (j, (side, st)) in self.sides.iter().zip(&a.sides).enumerate() {
+                #[allow(clippy::cast_precision_loss)]
+                let bx = x0 + 10.0 + slot * j as f64 + slot * 0.15;
+                let bw = slot * 0.7;
+                let _ = writeln!(
+                    s,
+                    r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                    bx + bw / 2.0,
+                    plot_bottom + 14.0,
+                    xml_escape(side)
+                );
+                let Some(st) = st else {
+                    let _ = writeln!(
+                        s,
+                        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">no data</text>"#,
+                        bx + bw / 2.0,
+                        plot_bottom - 4.0
+                    );
+                    continue;
+                };
+                let bar_top = plot_bottom - st.mean * scale;
+                let _ = writeln!(
+                    s,
+                    r#"<rect x="{bx:.1}" y="{bar_top:.1}" width="{bw:.1}" height="{:.1}" fill="{}"><title>{}</title></rect>"#,
+                    plot_bottom - bar_top,
+                    colours[j % colours.len()],
+                    xml_escape(&format!(
+                        "{side}: mean {} (n={}, sd {}, 95% CI {})",
+                        m.format(st.mean),
+                        st.n,
+                        st.stddev.map_or_else(|| "n<2".to_owned(), |v| m.format(v)),
+                        st.ci95.map_or_else(
+                            || "n<2".to_owned(),
+                            |c| format!("{} to {}", m.format(c.low), m.format(c.high))
+                        )
+                    ))
+                );
+                let (wy1, wy2, cx) = (
+                    plot_bottom - st.max * scale,
+                    plot_bottom - st.min * scale,
+                    bx + bw / 2.0,
+                );
+                let _ = writeln!(
+                    s,
+                    r#"<line class="whisker" x1="{cx:.1}" y1="{wy1:.1}" x2="{cx:.1}" y2="{wy2:.1}" stroke="black"/>"#
+                );
+                for y in [wy1, wy2] {
+                    let _ = writeln!(
+                        s,
+                        r#"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="black"/>"#,
+                        cx - 6.0,
+                        cx + 6.0
+                    );
+                }
+                let _ = writeln!(
+                    s,
+                    r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                    wy1 - 4.0,
+                    xml_escape(&m.format(st.mean))
+                );
+            }
+            let mut notes = Vec::new();
+            if let Some(r) = a.ratio {
+                let test = match (&a.welch, a.significant) {
+                    (Some(w), Some(true)) => format!(", p={}", p_text(w.p)),
+                    (Some(w), _) => format!(", p={} n.s.", p_text(w.p)),
+                    (None, _) => ", not tested".to_owned(),
+                };
+                notes.push(format!(
+                    "{}/{} {}{test}",
+                    self.sides[self.sides.len() - 1],
+                    self.sides[0],
+                    ratio_text(r)
+                ));
+            }
+            let upstream: Vec<String> = a
+                .upstream
+                .iter()
+                .filter_map(|u| match (u.ratio, u.sides.first()) {
+                    (Some(r), _) => Some(format!("{} {}", u.source, ratio_text(r))),
+                    (None, Some(Some(only))) => {
+                        Some(format!("{} {}", u.source, m.format(only.mean)))
+                    }
+                    _ => None,
+                })
+                .collect();
+            if !upstream.is_empty() {
+                notes.push(format!("upstream: {}", upstream.join(", ")));
+            }
+            for (k, note) in notes.iter().enumerate() {
+                #[allow(clippy::cast_precision_loss)]
+                let y = plot_bottom + 30.0 + 14.0 * k as f64;
+                let _ = writeln!(
+                    s,
+                    r#"<text x="{:.1}" y="{y:.1}">{}</text>"#,
+                    x0 + 5.0,
+                    xml_escape(note)
+                );
+            }
+            s.push_str("</g>\n");
+        }
+        s.push_str("</svg>\n");
+        s
+    }
+}
