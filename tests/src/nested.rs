@@ -248,17 +248,29 @@ fn find_in_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// A binary named by an environment variable: nothing at that path means
+/// the tool is missing (a skip that names the variable); something there that
+/// is not an executable file is a misconfiguration, and the test fails.
+fn user_binary(var: &str, path: PathBuf) -> Result<PathBuf, Skip> {
+    use std::os::unix::fs::PermissionsExt;
+    match fs::metadata(&path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Skip::new(format!(
+            "{var}={} does not exist (install the tool there, or unset {var})",
+            path.display()
+        ))),
+        Err(e) => panic!("{var}={}: {e}", path.display()),
+        Ok(m) if !m.is_file() || m.permissions().mode() & 0o111 == 0 => panic!(
+            "{var}={} is not an executable file: name the binary, or unset {var}",
+            path.display()
+        ),
+        Ok(_) => Ok(path),
+    }
+}
+
 /// The QEMU binary: `$PMEMVM_QEMU` or `qemu-system-x86_64` on `PATH`.
 pub fn find_qemu() -> Result<PathBuf, Skip> {
     if let Some(q) = std::env::var_os("PMEMVM_QEMU").filter(|q| !q.is_empty()) {
-        let q = PathBuf::from(q);
-        // A variable that names nothing is a mistake of the caller, not a missing tool.
-        assert!(
-            q.is_file(),
-            "PMEMVM_QEMU={} does not exist: unset it or name a qemu-system-x86_64 binary",
-            q.display()
-        );
-        return Ok(q);
+        return user_binary("PMEMVM_QEMU", PathBuf::from(q));
     }
     find_in_path("qemu-system-x86_64").ok_or_else(|| {
         Skip::new("qemu-system-x86_64 not found (install the Debian package qemu-system-x86)")
@@ -270,13 +282,7 @@ pub fn find_qemu() -> Result<PathBuf, Skip> {
 /// `$CARGO_TARGET_DIR`).
 pub fn find_pmemvm() -> Result<PathBuf, Skip> {
     if let Some(bin) = std::env::var_os("PMEMVM_BIN").filter(|b| !b.is_empty()) {
-        let bin = PathBuf::from(bin);
-        assert!(
-            bin.is_file(),
-            "PMEMVM_BIN={} does not exist: unset it or name a built pmemvm binary",
-            bin.display()
-        );
-        return Ok(bin);
+        return user_binary("PMEMVM_BIN", PathBuf::from(bin));
     }
     let target = match std::env::var_os("CARGO_TARGET_DIR") {
         Some(t) if !t.is_empty() => {

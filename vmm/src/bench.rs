@@ -74,15 +74,13 @@ pub struct BenchRequest {
     pub initrd: Option<PathBuf>,
 }
 
-/// The finished report and whether every run succeeded.
+/// The finished report (its `failed_runs` say which runs failed) and its files.
 #[derive(Debug)]
 pub struct BenchOutcome {
     /// The report.
     pub report: BenchReport,
     /// Files written.
     pub files: Vec<PathBuf>,
-    /// Runs that failed.
-    pub failed: usize,
 }
 
 fn progress(msg: &str) {
@@ -200,7 +198,6 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         req.out.display()
     ));
     let started = std::time::Instant::now();
-    let mut failed = 0;
     let mut boot = 0;
     for run_index in 1..=req.runs {
         for side in &plan.sides {
@@ -237,8 +234,14 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 _ => Accelerator::Kvm,
             };
             let outcome = outcome_of(experiment, &result);
-            match &outcome {
-                RunOutcome::Ok { summary } => progress(&format!(
+            match (&outcome, outcome.failure()) {
+                (_, Some(error)) => {
+                    progress(&format!("run {run_index}, side {}: FAILED: {error}", side.label));
+                    if !result.console_tail.is_empty() {
+                        eprintln!("{}", result.console_tail);
+                    }
+                }
+                (RunOutcome::Ok { summary }, None) => progress(&format!(
                     "run {run_index}, side {}: IOPS {:.0}, slat min/avg {}/{:.0} ns, sys {:.1}%, ctx {} ({:.1} s)",
                     side.label,
                     summary.iops,
@@ -248,13 +251,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                     summary.ctx,
                     result.wall_seconds
                 )),
-                RunOutcome::Failed { error } => {
-                    failed += 1;
-                    progress(&format!("run {run_index}, side {}: FAILED: {error}", side.label));
-                    if !result.console_tail.is_empty() {
-                        eprintln!("{}", result.console_tail);
-                    }
-                }
+                (RunOutcome::Failed { .. }, None) => {}
             }
             report.runs.push(RunRecord {
                 side: side.label.to_string(),
@@ -265,11 +262,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
             files = report.write_files(&req.out, true)?;
         }
     }
-    Ok(BenchOutcome {
-        report,
-        files,
-        failed,
-    })
+    Ok(BenchOutcome { report, files })
 }
 
 fn outcome_of(experiment: &experiments::Experiment, result: &run::RunResult) -> RunOutcome {

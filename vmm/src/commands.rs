@@ -353,6 +353,21 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
     for f in &failed {
         eprintln!("pmemvm: failed: {f}");
     }
+    let r = &outcome.report;
+    eprintln!(
+        "[bench] {}: {} of {} runs produced figures; engine {} ({}){}; report in {}",
+        r.experiment,
+        r.runs.len() - failed.len(),
+        r.runs.len(),
+        r.engine,
+        r.accelerator.name(),
+        if r.accelerator.is_performance() {
+            ""
+        } else {
+            " — functional check only, not performance"
+        },
+        req.out.display()
+    );
     if !failed.is_empty() {
         eprintln!(
             "pmemvm: {} of {} runs failed; the report lists them (partial results)",

@@ -124,10 +124,42 @@ pub fn skip(reason: &str) {
             );
         }
     }
+    remember(format!("{tier}: {reason}"));
     if strict {
         panic!("strict mode ({STRICT_ENV}=1): {tier} was skipped: {reason}");
     }
-    eprintln!("SKIP: [{tier}] {reason}");
+    // Straight to the stderr handle, not eprintln!: libtest captures the
+    // print macros of passing tests, and a skip must be seen.
+    let _ = std::io::stderr().write_all(format!("SKIP: [{tier}] {reason}\n").as_bytes());
+}
+
+/// Skips of this process, printed as a summary when it exits.
+static SKIPPED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn remember(line: String) {
+    let mut skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    if skipped.is_empty() {
+        // SAFETY: atexit only stores the function pointer; `print_summary`
+        // is an `extern "C" fn()` that neither unwinds nor returns a value.
+        unsafe {
+            libc::atexit(print_summary);
+        }
+    }
+    skipped.push(line);
+}
+
+/// The summary of a test binary's skips, printed at its exit (after
+/// libtest's own result line) so a plain `cargo test` shows them too.
+extern "C" fn print_summary() {
+    let skipped = match SKIPPED.lock() {
+        Ok(s) => s,
+        Err(e) => e.into_inner(),
+    };
+    let mut text = format!("skipped in this test binary: {}\n", skipped.len());
+    for line in skipped.iter() {
+        text.push_str(&format!("  skip: {line}\n"));
+    }
+    let _ = std::io::stderr().write_all(text.as_bytes());
 }
 
 /// Unwraps a `Result<T, E: MaybeSkip>` inside a test function: on a skip

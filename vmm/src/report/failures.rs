@@ -30,26 +30,34 @@ impl fmt::Display for FailedRun {
     }
 }
 
+impl RunOutcome {
+    /// Why this run failed — no usable fio report, or a fio job error — if it did.
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            RunOutcome::Failed { error } => Some(error.clone()),
+            RunOutcome::Ok { summary } if !summary.ok() => Some(
+                summary
+                    .errors
+                    .iter()
+                    .map(|e| format!("fio error {} in job {}", e.error, e.jobname))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            RunOutcome::Ok { .. } => None,
+        }
+    }
+}
+
 impl BenchReport {
     /// The runs that failed or ended with a fio job error, in run order.
     pub fn failed_runs(&self) -> Vec<FailedRun> {
         self.runs
             .iter()
             .filter_map(|r| {
-                let reason = match &r.outcome {
-                    RunOutcome::Failed { error } => error.clone(),
-                    RunOutcome::Ok { summary } if !summary.ok() => summary
-                        .errors
-                        .iter()
-                        .map(|e| format!("fio error {} in job {}", e.error, e.jobname))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                    RunOutcome::Ok { .. } => return None,
-                };
                 Some(FailedRun {
                     side: r.side.clone(),
                     run: r.run,
-                    reason,
+                    reason: r.outcome.failure()?,
                 })
             })
             .collect()

@@ -285,9 +285,15 @@ fn svg_is_well_formed_with_whiskers() {
     let dir = std::env::temp_dir().join(format!("pmemvm-report-test-{}", std::process::id()));
     let files = sample(Accelerator::Kvm).write_files(&dir, false).unwrap();
     assert_eq!(files.len(), 6);
-    match std::process::Command::new("xmllint").arg("--noout").arg(dir.join("chart.svg")).status() {
+    match std::process::Command::new("xmllint")
+        .arg("--noout")
+        .arg(dir.join("chart.svg"))
+        .status()
+    {
         Ok(status) => assert!(status.success(), "xmllint rejected chart.svg"),
-        Err(_) => pmemvm_skip::skip("xmllint not installed (apt-get install libxml2-utils); used the built-in check only"),
+        Err(_) => pmemvm_skip::skip(
+            "xmllint not installed (apt-get install libxml2-utils); used the built-in check only",
+        ),
     }
     check_xml(&std::fs::read_to_string(dir.join("chart.svg")).unwrap());
     // Written files are not overwritten unless asked.
