@@ -29,9 +29,25 @@ pub enum Command {
     Bench(BenchArgs),
     /// Write the ACPI tables pmemvm would give a guest, one file per table.
     Acpi(AcpiArgs),
+    /// Print the kernel options pmemvm's guests need, or check a kernel
+    /// (vmlinux or bzImage with an embedded config) or a .config against them.
+    Kconfig(KconfigArgs),
     /// Check what a command needs on this host, without running it: prints
     /// `install PACKAGE` and `image` lines (used by the ./pmemvm wrapper).
     Preflight(PreflightArgs),
+}
+
+/// `pmemvm kconfig`.
+#[derive(Debug, Args)]
+pub struct KconfigArgs {
+    /// A kernel image (ELF vmlinux or bzImage built with CONFIG_IKCONFIG) or
+    /// a .config to check; exit status 2 when an option is missing.
+    #[arg(long, value_name = "KERNEL|.config", conflicts_with = "extract")]
+    pub check: Option<PathBuf>,
+    /// Print the configuration embedded in a kernel image (like the kernel's
+    /// scripts/extract-ikconfig).
+    #[arg(long, value_name = "KERNEL")]
+    pub extract: Option<PathBuf>,
 }
 
 /// `pmemvm preflight`.

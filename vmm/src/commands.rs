@@ -27,6 +27,9 @@ pub enum CommandError {
     /// A benchmark.
     #[error(transparent)]
     Bench(#[from] BenchError),
+    /// Reading a kernel configuration.
+    #[error(transparent)]
+    Kconfig(#[from] crate::kconfig::KconfigError),
     /// A job input file.
     #[error("cannot read {what} {path}: {source}")]
     Input {
@@ -56,6 +59,7 @@ impl CommandError {
             Self::Vm(e) => e.is_usage(),
             Self::Run(e) => e.is_usage(),
             Self::Bench(e) => e.is_usage(),
+            Self::Kconfig(e) => e.is_usage(),
             Self::NoImage(_) | Self::Output { .. } | Self::Input { .. } => true,
         }
     }
@@ -406,7 +410,29 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
         Command::Bench(a) => {
             crate::bench::prepare(&bench_request(a), true, &mut needs)?;
         }
-        Command::Acpi(_) | Command::Preflight(_) => {}
+        Command::Acpi(_) | Command::Preflight(_) | Command::Kconfig(_) => {}
     }
     Ok(needs)
+}
+
+/// `pmemvm kconfig`: the fragment, or a check (status 2 when options are missing).
+pub fn kconfig(args: &crate::cli::KconfigArgs) -> Result<u8, CommandError> {
+    if let Some(kernel) = &args.extract {
+        print!("{}", crate::kconfig::read_text(kernel)?);
+        return Ok(0);
+    }
+    let Some(path) = &args.check else {
+        print!("{}", crate::kconfig::fragment());
+        return Ok(0);
+    };
+    let config = crate::kconfig::read(path)?;
+    let result = crate::kconfig::check(&config);
+    let text = crate::kconfig::render_check(path, &config, &result);
+    if result.missing.is_empty() {
+        print!("{text}");
+        Ok(0)
+    } else {
+        eprint!("{text}");
+        Ok(exit_status::USAGE)
+    }
 }

@@ -20,6 +20,7 @@ pub mod fio;
 pub mod guest_job;
 pub mod host;
 pub mod inference;
+pub mod kconfig;
 pub mod layout;
 pub mod memory;
 pub mod preflight;

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use vmm::cli::{AcpiArgs, BenchArgs, BootArgs, Cli, Command, PreflightArgs, RunArgs};
+use vmm::cli::{AcpiArgs, BenchArgs, BootArgs, Cli, Command, KconfigArgs, PreflightArgs, RunArgs};
 use vmm::exit_status;
 
 /// A failure with the exit status it maps to.
@@ -67,6 +67,10 @@ fn preflight(args: &PreflightArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
+fn kconfig(args: &KconfigArgs) -> Result<u8, Failure> {
+    Ok(vmm::commands::kconfig(args)?)
+}
+
 fn acpi(args: &AcpiArgs) -> Result<u8, Failure> {
     vmm::commands::acpi(args)?;
     Ok(0)
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench(a),
         Command::Acpi(a) => acpi(a),
         Command::Preflight(a) => preflight(a),
+        Command::Kconfig(a) => kconfig(a),
     };
     match result {
         Ok(status) => ExitCode::from(status),
