@@ -117,14 +117,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
     let mut files = report.write_files(&req.out, true)?;
     let nvdimms: Vec<NvdimmSpec> = plan
         .nvdimm_bytes
-        .map(|b| NvdimmSpec {
-            size: b,
-            size_text: format!("{b}"),
-            file: None,
-            readonly: false,
-            label_size: 0,
-            prealloc: false,
-        })
+        .map(NvdimmSpec::temporary)
         .into_iter()
         .collect();
     progress(&format!(

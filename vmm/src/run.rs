@@ -426,7 +426,8 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
                 .collect();
             for (n, p) in &dimms {
                 if !p.exists() {
-                    let f = std::fs::File::create(p).and_then(|f| f.set_len(n.size).map(|_| f));
+                    let f =
+                        std::fs::File::create(p).and_then(|f| f.set_len(n.file_len()).map(|_| f));
                     f.map_err(|source| RunError::Io {
                         what: format!("creating {}", p.display()),
                         source,
