@@ -27,8 +27,8 @@ pub trait LabelStorage {
     fn readonly(&self) -> bool;
 }
 
-/// Labels stored in a region of the DIMM's backing file (by default its
-/// last `label_size` bytes, outside the range the guest maps).
+/// Labels stored in a range of the DIMM's backing file (pmemvm: the
+/// `label_size` bytes right after the region the guest maps).
 #[derive(Debug)]
 pub struct FileLabels {
     /// The backing file.

@@ -184,7 +184,7 @@ pub fn describe_host() -> HostDescription {
 /// The DIMMs of a run, for reports.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct DimmDescription {
-    /// Backing file size.
+    /// Region size (`--nvdimm` SIZE; the backing file adds labels and an identity page).
     pub size: u64,
     /// Backing file (None = temporary).
     pub file: Option<String>,
