@@ -25,6 +25,12 @@
 //! opens the file writable. Temporary DIMMs (no `file=`) and read-only DIMMs
 //! whose block was never written use the order-based serial
 //! [`order_serial`] — nothing persists for them anyway.
+//!
+//! The module also tells what an existing file of the wrong length is
+//! ([`wrong_size`]: another geometry, named from its identity block, or
+//! pmemvm 0.1's layout, with the command that converts it) and reads a
+//! file's serial without opening it for the VM ([`peek_serial`], for
+//! `pmemvm acpi`).
 
 use std::fs::File;
 use std::io::{self, Read};
