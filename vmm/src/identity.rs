@@ -27,7 +27,7 @@
 //! [`order_serial`] — nothing persists for them anyway.
 //!
 //! The module also tells what an existing file of the wrong length is
-//! ([`wrong_size`]: another geometry, named from its identity block, or
+//! (`wrong_size`: another geometry, named from its identity block, or
 //! pmemvm 0.1's layout, with the command that converts it) and reads a
 //! file's serial without opening it for the VM ([`peek_serial`], for
 //! `pmemvm acpi`).
