@@ -82,6 +82,7 @@ mod tests {
             reset_value: 1,
             s5_slp_typ: 5,
             serial_ports: vec![(0x3f8, 4)],
+            ram: vec![(0, 512 << 20)],
             nvdimms: vec![],
             dsm: None,
         };

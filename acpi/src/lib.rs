@@ -6,8 +6,9 @@
 //! writes the same bytes to files for `iasl -d`.
 //!
 //! Tables built: RSDP (revision 2) → XSDT → FADT (hardware-reduced),
-//! MADT, NFIT (when there are NVDIMMs) and the NVDIMM SSDT (`\_SB.NVDR`,
-//! `ACPI0012`), with the DSDT referenced from the FADT. See `docs/acpi.md`
+//! MADT, SRAT (when an NVDIMM has a proximity domain), NFIT (when there are
+//! NVDIMMs) and the NVDIMM SSDT (`\_SB.NVDR`, `ACPI0012`), with the DSDT
+//! referenced from the FADT. See `docs/acpi.md`
 //! and `docs/nvdimm.md`.
 #![forbid(unsafe_code)]
 
@@ -18,6 +19,7 @@ pub mod madt;
 pub mod nfit;
 pub mod nvdimm_ssdt;
 pub mod sdt;
+pub mod srat;
 
 pub use nfit::nfit_handle;
 
@@ -44,6 +46,8 @@ pub struct MachineDescription {
     pub s5_slp_typ: u8,
     /// 16550 serial ports as (base I/O port, ISA IRQ): `PNP0501` devices.
     pub serial_ports: Vec<(u16, u8)>,
+    /// Guest RAM ranges as (base, length), all in proximity domain 0 (SRAT).
+    pub ram: Vec<(u64, u64)>,
     /// NVDIMMs, in NFIT order.
     pub nvdimms: Vec<NvdimmDescription>,
     /// Label transport; `None` emits no `_DSM` methods (all DIMMs label-less).
@@ -67,6 +71,9 @@ pub struct NvdimmDescription {
     pub serial: u32,
     /// Size of the label area; 0 = label-less (the `_DSM` reports no label functions).
     pub label_size: u32,
+    /// NUMA proximity domain: set in the NFIT SPA range (flag "proximity
+    /// domain valid") and given a SRAT memory affinity entry; `None` = none.
+    pub proximity_domain: Option<u32>,
 }
 
 /// Where the NVDIMM `_DSM` AML and pmemvm exchange requests (docs/nvdimm.md).
@@ -81,7 +88,7 @@ pub struct DsmTransport {
 /// One built table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Table {
-    /// File stem for dumps: "DSDT", "FACP", "APIC", "NFIT", "SSDT-1", "XSDT".
+    /// File stem for dumps: "DSDT", "FACP", "APIC", "SRAT", "NFIT", "SSDT-1", "XSDT".
     pub name: String,
     /// The table signature.
     pub signature: [u8; 4],
@@ -140,6 +147,16 @@ pub enum AcpiBuildError {
     #[error("NVDIMM {index} has an invalid range: base {base:#x}, size {size:#x}")]
     BadNvdimmRange {
         /// Position in `nvdimms`.
+        index: usize,
+        /// Base address.
+        base: u64,
+        /// Size.
+        size: u64,
+    },
+    /// A RAM range that wraps around the address space.
+    #[error("RAM range {index} has an invalid range: base {base:#x}, size {size:#x}")]
+    BadRamRange {
+        /// Position in `ram`.
         index: usize,
         /// Base address.
         base: u64,
@@ -220,6 +237,11 @@ fn validate(desc: &MachineDescription) -> Result<(), AcpiBuildError> {
             });
         }
     }
+    for (index, &(base, size)) in desc.ram.iter().enumerate() {
+        if size == 0 || base.checked_add(size).is_none() {
+            return Err(AcpiBuildError::BadRamRange { index, base, size });
+        }
+    }
     if let Some(t) = &desc.dsm {
         if t.page_addr % 4096 != 0 || t.page_addr > (1 << 32) - 4096 {
             return Err(AcpiBuildError::BadDsmPage(t.page_addr));
@@ -261,7 +283,7 @@ pub fn build_xsdt(entries: &[u64]) -> Vec<u8> {
 
 /// Builds every table for `desc`: the tables are laid out one after another
 /// from `tables_addr` (each 16-byte aligned) in the order DSDT, FACP, APIC,
-/// NFIT, SSDT-1, XSDT, and must end within `tables_max_size` bytes; the RSDP
+/// SRAT, NFIT, SSDT-1, XSDT, and must end within `tables_max_size` bytes; the RSDP
 /// goes to `rsdp_addr` (the caller keeps it outside the tables area).
 pub fn build_tables(
     desc: &MachineDescription,
@@ -304,6 +326,9 @@ pub fn build_tables(
     let dsdt_addr = place(&mut tables, "DSDT", dsdt::build(desc));
     let mut xsdt_entries = vec![place(&mut tables, "FACP", fadt::build(desc, dsdt_addr))];
     xsdt_entries.push(place(&mut tables, "APIC", madt::build(desc)));
+    if desc.nvdimms.iter().any(|d| d.proximity_domain.is_some()) {
+        xsdt_entries.push(place(&mut tables, "SRAT", srat::build(desc)));
+    }
     if !desc.nvdimms.is_empty() {
         xsdt_entries.push(place(&mut tables, "NFIT", nfit::build(&desc.nvdimms)));
         xsdt_entries.push(place(
@@ -346,6 +371,7 @@ mod tests {
             readonly: false,
             serial: i,
             label_size: 128 << 10,
+            proximity_domain: Some(i + 1),
         }
     }
 
@@ -361,6 +387,7 @@ mod tests {
             reset_value: 1,
             s5_slp_typ: 5,
             serial_ports: vec![(0x3f8, 4), (0x2f8, 3)],
+            ram: vec![(0, 512 << 20)],
             nvdimms: (0..dimms).map(dimm).collect(),
             dsm: Some(DsmTransport {
                 page_addr: 0xf_f000,
@@ -397,7 +424,10 @@ mod tests {
     fn layout_and_xsdt() {
         let t = build(&desc(2, 2)).unwrap();
         let names: Vec<&str> = t.tables.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["DSDT", "FACP", "APIC", "NFIT", "SSDT-1", "XSDT"]);
+        assert_eq!(
+            names,
+            ["DSDT", "FACP", "APIC", "SRAT", "NFIT", "SSDT-1", "XSDT"]
+        );
         let mut prev_end = TABLES_ADDR;
         for table in &t.tables {
             assert_eq!(table.addr % TABLE_ALIGN, 0);
@@ -409,7 +439,7 @@ mod tests {
             assert_eq!(len as usize, table.bytes.len(), "{}", table.name);
         }
         assert!(prev_end <= TABLES_ADDR + TABLES_MAX);
-        // RSDP → XSDT → FACP, APIC, NFIT, SSDT; FACP → DSDT.
+        // RSDP → XSDT → FACP, APIC, SRAT, NFIT, SSDT; FACP → DSDT.
         let xsdt = t.tables.last().unwrap();
         assert_eq!(t.rsdp[24..32], xsdt.addr.to_le_bytes());
         assert_eq!(t.rsdp_addr, RSDP_ADDR);
@@ -417,10 +447,19 @@ mod tests {
             .chunks(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
             .collect();
-        let expect: Vec<u64> = t.tables[1..5].iter().map(|t| t.addr).collect();
+        let expect: Vec<u64> = t.tables[1..6].iter().map(|t| t.addr).collect();
         assert_eq!(entries, expect);
         let facp = &t.tables[1];
         assert_eq!(facp.bytes[140..148], t.tables[0].addr.to_le_bytes());
+    }
+
+    #[test]
+    fn no_proximity_no_srat() {
+        let mut d = desc(1, 2);
+        d.nvdimms.iter_mut().for_each(|n| n.proximity_domain = None);
+        let t = build(&d).unwrap();
+        let names: Vec<&str> = t.tables.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["DSDT", "FACP", "APIC", "NFIT", "SSDT-1", "XSDT"]);
     }
 
     #[test]
@@ -485,6 +524,16 @@ mod tests {
             build(&d),
             Err(AcpiBuildError::BadNvdimmRange { .. })
         ));
+        let mut d = desc(1, 1);
+        d.ram.push((u64::MAX - 10, 100));
+        assert_eq!(
+            build(&d),
+            Err(AcpiBuildError::BadRamRange {
+                index: 1,
+                base: u64::MAX - 10,
+                size: 100
+            })
+        );
         for page in [0xf_f001, 0xffff_f000 + 0x1000, !0xfff] {
             let mut d = desc(1, 1);
             d.dsm = Some(DsmTransport {

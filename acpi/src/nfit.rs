@@ -76,15 +76,25 @@ pub fn nfit_handle(index: u32) -> u32 {
     index.wrapping_add(1)
 }
 
-/// One SPA range structure (type 0, 56 bytes) with range index `index`.
-pub fn spa_range(index: u16, base: u64, size: u64) -> Vec<u8> {
+/// SPA range flag bit 1: the proximity domain field is valid.
+pub const SPA_FLAG_PROXIMITY_VALID: u16 = 1 << 1;
+
+/// One SPA range structure (type 0, 56 bytes) with range index `index`, in
+/// proximity domain `domain` when given (flag bit 1; Linux maps it through
+/// the SRAT to the region's `numa_node` and `target_node`).
+pub fn spa_range(index: u16, base: u64, size: u64, domain: Option<u32>) -> Vec<u8> {
+    let flags = if domain.is_some() {
+        SPA_FLAG_PROXIMITY_VALID
+    } else {
+        0
+    };
     let mut s = Vec::with_capacity(SPA_LEN.into());
     s.extend_from_slice(&TYPE_SPA.to_le_bytes()); // 0 type
     s.extend_from_slice(&SPA_LEN.to_le_bytes()); // 2 length
     s.extend_from_slice(&index.to_le_bytes()); // 4 SPA range structure index
-    s.extend_from_slice(&0u16.to_le_bytes()); // 6 flags: no proximity domain
+    s.extend_from_slice(&flags.to_le_bytes()); // 6 flags
     s.extend_from_slice(&0u32.to_le_bytes()); // 8 reserved
-    s.extend_from_slice(&0u32.to_le_bytes()); // 12 proximity domain
+    s.extend_from_slice(&domain.unwrap_or(0).to_le_bytes()); // 12 proximity domain
     s.extend_from_slice(&PERSISTENT_MEMORY_GUID); // 16 address range type GUID
     s.extend_from_slice(&base.to_le_bytes()); // 32 SPA range base
     s.extend_from_slice(&size.to_le_bytes()); // 40 SPA range length
@@ -171,7 +181,12 @@ pub fn build(dimms: &[NvdimmDescription]) -> Vec<u8> {
     t.u32(0); // 36 reserved
     for (i, d) in dimms.iter().enumerate() {
         let index = u16::try_from(i + 1).unwrap_or(u16::MAX);
-        t.append(&spa_range(index, d.spa_base, d.spa_size));
+        t.append(&spa_range(
+            index,
+            d.spa_base,
+            d.spa_size,
+            d.proximity_domain,
+        ));
         t.append(&region_mapping(index, d.handle, d.spa_size, d.readonly));
         t.append(&control_region(index, d.serial));
         if let Some(addr) = d.flush_hint_addr {
@@ -206,7 +221,12 @@ mod tests {
             0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, // length
             0x08, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // attributes
         ];
-        assert_eq!(spa_range(1, 0x1_0000_0000, 0x1000_0000), expected);
+        assert_eq!(spa_range(1, 0x1_0000_0000, 0x1000_0000, None), expected);
+        // Proximity domain 1: Flags 0002 (Proximity Domain Valid), domain 00000001.
+        let mut with = expected;
+        with[6] = 0x02;
+        with[12] = 0x01;
+        assert_eq!(spa_range(1, 0x1_0000_0000, 0x1000_0000, Some(1)), with);
     }
 
     #[test]
@@ -283,7 +303,7 @@ mod tests {
     #[test]
     fn structure_lengths_match_their_length_fields() {
         for s in [
-            spa_range(1, 0, 1),
+            spa_range(1, 0, 1, Some(3)),
             region_mapping(1, 1, 1, false),
             control_region(1, 0),
             flush_hint(1, 0),
@@ -302,6 +322,7 @@ mod tests {
             readonly: false,
             serial: i,
             label_size: 0,
+            proximity_domain: None,
         }
     }
 

@@ -201,6 +201,7 @@ mod tests {
             readonly: false,
             serial: 0,
             label_size: 0,
+            proximity_domain: None,
         }
     }
 

@@ -36,6 +36,7 @@ fn ssdt_file(tag: &str, handles: &[u32]) -> PathBuf {
             readonly: false,
             serial: 1,
             label_size: 128 << 10,
+            proximity_domain: None,
         })
         .collect();
     let desc = MachineDescription {
@@ -49,6 +50,7 @@ fn ssdt_file(tag: &str, handles: &[u32]) -> PathBuf {
         reset_value: 1,
         s5_slp_typ: 5,
         serial_ports: vec![],
+        ram: vec![(0, 512 << 20)],
         nvdimms,
         dsm: Some(DsmTransport {
             page_addr: 0xf_f000,

@@ -33,6 +33,7 @@ fn machine(cpus: u32, nvdimms: Vec<NvdimmDescription>) -> MachineDescription {
         reset_value: 1,
         s5_slp_typ: 5,
         serial_ports: vec![(0x3f8, 4), (0x2f8, 3)],
+        ram: vec![(0, 512 << 20)],
         nvdimms,
         dsm: Some(DsmTransport {
             page_addr: 0xf_f000,
@@ -50,6 +51,7 @@ fn dimm(i: u32, readonly: bool, label_size: u32) -> NvdimmDescription {
         readonly,
         serial: 0x1000 + i,
         label_size,
+        proximity_domain: None,
     }
 }
 
@@ -313,4 +315,71 @@ fn four_cpus_three_dimms() {
     for n in ["NV00", "NV01", "NV02"] {
         assert!(ssdt.contains(&format!("Device ({n})")), "{ssdt}");
     }
+}
+
+#[test]
+fn srat_with_numa_dimms() {
+    if !iasl_available() {
+        eprintln!("SKIP: iasl not found (install acpica-tools)");
+        return;
+    }
+    let mut dimms = vec![dimm(0, false, 128 << 10), dimm(1, false, 0)];
+    dimms[0].proximity_domain = Some(1);
+    dimms[1].proximity_domain = Some(2);
+    let mut desc = machine(2, dimms);
+    desc.ram = vec![(0, 0xc000_0000), (1 << 32, 1 << 30)];
+    let all = check_all("srat", &desc);
+    let names: Vec<&str> = all.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "DSDT.aml",
+            "FACP.aml",
+            "APIC.aml",
+            "SRAT.aml",
+            "NFIT.aml",
+            "SSDT-1.aml",
+            "XSDT.aml"
+        ]
+    );
+    let srat = get(&all, "SRAT.aml");
+    for want in [
+        "[008h 0008   1]                     Revision : 03",
+        "[024h 0036   4]               Table Revision : 00000001",
+        // One processor affinity entry per vCPU, domain 0, enabled.
+        "[033h 0051   1]                      Apic ID : 00",
+        "[043h 0067   1]                      Apic ID : 01",
+        // RAM below the hole and above 4 GiB in domain 0.
+        "[060h 0096   8]               Address Length : 00000000C0000000",
+        "[080h 0128   8]                 Base Address : 0000000100000000",
+        // DIMM 0 in domain 1, DIMM 1 in domain 2: enabled, hot-pluggable, non-volatile.
+        "[0A2h 0162   4]             Proximity Domain : 00000001",
+        "[0A8h 0168   8]                 Base Address : 0000000100000000",
+        "[0CAh 0202   4]             Proximity Domain : 00000002",
+        "[0D0h 0208   8]                 Base Address : 0000000140000000",
+        "[0E4h 0228   4]        Flags (decoded below) : 00000007",
+    ] {
+        assert!(srat.contains(want), "no '{want}' in\n{srat}");
+    }
+    assert_eq!(
+        srat.matches("[Processor Local APIC/SAPIC Affinity]")
+            .count(),
+        2,
+        "{srat}"
+    );
+    assert_eq!(srat.matches("[Memory Affinity]").count(), 4, "{srat}");
+    assert_eq!(srat.matches("Non-Volatile : 1").count(), 2, "{srat}");
+    assert_eq!(srat.matches("Hot Pluggable : 1").count(), 2, "{srat}");
+    let nfit = get(&all, "NFIT.aml");
+    assert_eq!(
+        nfit.matches("Proximity Domain Valid : 1").count(),
+        2,
+        "{nfit}"
+    );
+    assert!(
+        nfit.contains("[034h 0052   4]             Proximity Domain : 00000001"),
+        "{nfit}"
+    );
+    let xsdt = get(&all, "XSDT.aml");
+    assert_eq!(xsdt.matches("ACPI Table Address").count(), 5, "{xsdt}");
 }

@@ -22,11 +22,14 @@
 //!
 //! Every field is guest controlled and treated as hostile: nothing here
 //! panics or reads/writes outside the label area, whatever the page holds.
+//!
+//! A label write is durable before the guest sees success: the handler
+//! writes the bytes, then calls [`LabelStorage::sync_labels`] (fdatasync of
+//! the backing file for [`FileLabels`]) and answers "success" only when
+//! both worked; any failure is status 4 (`HardwareError`), which Linux
+//! turns into -EIO for the label update.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Size of the shared DSM page.
@@ -74,85 +77,7 @@ pub enum DsmStatus {
     HardwareError = 4,
 }
 
-/// Where a DIMM's namespace labels live.
-pub trait LabelStorage {
-    /// Size of the label area in bytes (0 = label-less DIMM).
-    fn label_size(&self) -> u32;
-    /// Reads `buf.len()` bytes at `off` within the label area. The caller
-    /// has checked `off + buf.len() <= label_size()`.
-    fn read_label(&self, off: u64, buf: &mut [u8]) -> io::Result<()>;
-    /// Writes `data` at `off` within the label area. The caller has checked
-    /// the range and that the storage is not read-only.
-    fn write_label(&self, off: u64, data: &[u8]) -> io::Result<()>;
-    /// Whether label writes are refused.
-    fn readonly(&self) -> bool;
-}
-
-/// Labels stored in a region of the DIMM's backing file (by default its
-/// last `label_size` bytes, outside the range the guest maps).
-#[derive(Debug)]
-pub struct FileLabels {
-    /// The backing file.
-    pub file: File,
-    /// Offset of the label area in the file.
-    pub base: u64,
-    /// Size of the label area.
-    pub size: u32,
-    /// Refuse writes.
-    pub readonly: bool,
-}
-
-impl FileLabels {
-    /// Labels at `base..base + size` of `file`.
-    pub fn new(file: File, base: u64, size: u32, readonly: bool) -> Self {
-        Self {
-            file,
-            base,
-            size,
-            readonly,
-        }
-    }
-
-    fn file_offset(&self, off: u64, len: usize) -> io::Result<u64> {
-        let len = u64::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
-        match off.checked_add(len) {
-            Some(end) if end <= u64::from(self.size) => self
-                .base
-                .checked_add(off)
-                .ok_or_else(|| io::ErrorKind::InvalidInput.into()),
-            _ => Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "label access beyond the label area",
-            )),
-        }
-    }
-}
-
-impl LabelStorage for FileLabels {
-    fn label_size(&self) -> u32 {
-        self.size
-    }
-
-    fn read_label(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        let at = self.file_offset(off, buf.len())?;
-        self.file.read_exact_at(buf, at)
-    }
-
-    fn write_label(&self, off: u64, data: &[u8]) -> io::Result<()> {
-        if self.readonly {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                "read-only label area",
-            ));
-        }
-        let at = self.file_offset(off, data.len())?;
-        self.file.write_all_at(data, at)
-    }
-
-    fn readonly(&self) -> bool {
-        self.readonly
-    }
-}
+pub use crate::nvdimm_labels::{FileLabels, LabelStorage};
 
 /// Counters of the DSM handler (reported at shutdown / in `run --json`).
 #[derive(Debug, Default)]
@@ -165,6 +90,8 @@ pub struct DsmStats {
     pub label_bytes_read: AtomicU64,
     /// Label bytes written by the guest.
     pub label_bytes_written: AtomicU64,
+    /// Successful syncs of label writes to stable storage.
+    pub label_syncs: AtomicU64,
 }
 
 /// Answers `_DSM` requests for a set of DIMMs, keyed by NFIT device handle.
@@ -339,18 +266,19 @@ impl<L: LabelStorage> DsmHandler<L> {
         if dimm.readonly() {
             return Reply::Status(DsmStatus::NotSupported);
         }
-        match dimm.write_label(off, data) {
-            Ok(()) => {
-                self.stats
-                    .label_bytes_written
-                    .fetch_add(u64::from(length), Ordering::Relaxed);
-                Reply::Status(DsmStatus::Success)
-            }
-            Err(e) => {
-                log::warn!("nvdimm label write at {off:#x}+{len:#x} failed: {e}");
-                Reply::Status(DsmStatus::HardwareError)
-            }
+        if let Err(e) = dimm.write_label(off, data) {
+            log::warn!("nvdimm label write at {off:#x}+{len:#x} failed: {e}");
+            return Reply::Status(DsmStatus::HardwareError);
         }
+        if let Err(e) = dimm.sync_labels() {
+            log::warn!("nvdimm label write at {off:#x}+{len:#x} could not be synced: {e}");
+            return Reply::Status(DsmStatus::HardwareError);
+        }
+        self.stats.label_syncs.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .label_bytes_written
+            .fetch_add(u64::from(length), Ordering::Relaxed);
+        Reply::Status(DsmStatus::Success)
     }
 }
 
@@ -378,21 +306,28 @@ fn supported_functions<L: LabelStorage>(dimm: &L) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io;
     use std::sync::Mutex;
 
-    /// In-memory labels for tests; `fail` makes every access an I/O error.
+    /// In-memory labels for tests; `fail` makes every access an I/O error,
+    /// `fail_sync` only the sync after a write. `durable` is what a crash
+    /// would leave: the bytes of the last successful sync.
     struct MemLabels {
         data: Mutex<Vec<u8>>,
+        durable: Mutex<Vec<u8>>,
         readonly: bool,
         fail: bool,
+        fail_sync: bool,
     }
 
     impl MemLabels {
         fn new(size: usize, readonly: bool) -> Self {
             Self {
                 data: Mutex::new(vec![0; size]),
+                durable: Mutex::new(vec![0; size]),
                 readonly,
                 fail: false,
+                fail_sync: false,
             }
         }
     }
@@ -417,6 +352,14 @@ mod tests {
             self.data.lock().unwrap()[off..off + data.len()].copy_from_slice(data);
             Ok(())
         }
+        fn sync_labels(&self) -> io::Result<()> {
+            if self.fail_sync {
+                return Err(io::ErrorKind::Other.into());
+            }
+            let data = self.data.lock().unwrap().clone();
+            *self.durable.lock().unwrap() = data;
+            Ok(())
+        }
         fn readonly(&self) -> bool {
             self.readonly
         }
@@ -432,6 +375,9 @@ mod tests {
         let mut broken = MemLabels::new(LABEL_SIZE, false);
         broken.fail = true;
         h.add_dimm(4, broken);
+        let mut unsyncable = MemLabels::new(LABEL_SIZE, false);
+        unsyncable.fail_sync = true;
+        h.add_dimm(5, unsyncable);
         h
     }
 
@@ -606,6 +552,21 @@ mod tests {
     }
 
     #[test]
+    fn success_means_synced() {
+        let h = handler();
+        let out = call(&h, &mut request(1, 1, 6, &rw_input(8, 3, b"abc")));
+        assert_eq!(out, 0u32.to_le_bytes());
+        let durable = h.dimms[&1].durable.lock().unwrap().clone();
+        assert_eq!(&durable[8..11], b"abc", "success before the sync");
+        assert_eq!(h.stats().label_syncs.load(Ordering::Relaxed), 1);
+        // A write whose sync fails is an error for the guest, not a success.
+        let out = call(&h, &mut request(5, 1, 6, &rw_input(0, 1, &[1])));
+        assert_eq!(status(&out), 4);
+        assert_eq!(h.stats().label_syncs.load(Ordering::Relaxed), 1);
+        assert_eq!(h.stats().label_bytes_written.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
     fn io_errors_become_hardware_error() {
         let h = handler();
         assert_eq!(
@@ -643,62 +604,5 @@ mod tests {
             let len = usize::try_from(get_u32(&page, 0)).unwrap();
             assert!((1..=DSM_OUT_DATA_MAX).contains(&len));
         }
-    }
-
-    #[test]
-    fn file_labels_pread_pwrite() {
-        let dir = std::env::temp_dir().join(format!("pmemvm-dsm-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("backing.img");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
-        // 1 MiB of "data" followed by a 128 KiB label area.
-        file.set_len((1 << 20) + (128 << 10)).unwrap();
-        let labels = FileLabels::new(file, 1 << 20, 128 << 10, false);
-        let mut h: DsmHandler = DsmHandler::new();
-        h.add_dimm(1, labels);
-        let mut page = Box::new([0u8; DSM_PAGE_SIZE]);
-        let input = rw_input(100, 5, b"hello");
-        page[0..4].copy_from_slice(&1u32.to_le_bytes());
-        page[4..8].copy_from_slice(&1u32.to_le_bytes());
-        page[8..12].copy_from_slice(&6u32.to_le_bytes());
-        page[12..16].copy_from_slice(&13u32.to_le_bytes());
-        page[16..29].copy_from_slice(&input);
-        h.handle(&mut page);
-        assert_eq!(&page[..8], &[4, 0, 0, 0, 0, 0, 0, 0]);
-        let bytes = std::fs::read(&path).unwrap();
-        assert_eq!(&bytes[(1 << 20) + 100..(1 << 20) + 105], b"hello");
-        assert!(
-            bytes[..1 << 20].iter().all(|b| *b == 0),
-            "data area touched"
-        );
-        // Read back through the handler.
-        page.fill(0);
-        page[0..4].copy_from_slice(&1u32.to_le_bytes());
-        page[4..8].copy_from_slice(&1u32.to_le_bytes());
-        page[8..12].copy_from_slice(&5u32.to_le_bytes());
-        page[12..16].copy_from_slice(&8u32.to_le_bytes());
-        page[16..24].copy_from_slice(&rw_input(100, 5, &[]));
-        h.handle(&mut page);
-        assert_eq!(
-            &page[..13],
-            &[9, 0, 0, 0, 0, 0, 0, 0, b'h', b'e', b'l', b'l', b'o']
-        );
-        // Direct bounds checks of FileLabels.
-        let f = FileLabels::new(std::fs::File::open(&path).unwrap(), 1 << 20, 16, true);
-        let mut buf = [0u8; 8];
-        assert!(f.read_label(8, &mut buf).is_ok());
-        assert!(f.read_label(9, &mut buf).is_err());
-        assert!(f.read_label(u64::MAX, &mut buf).is_err());
-        assert!(f.write_label(0, b"x").is_err(), "read-only");
-        // A label area past the end of the file reads as an error, not zeros.
-        let f = FileLabels::new(std::fs::File::open(&path).unwrap(), 2 << 20, 16, false);
-        assert!(f.read_label(0, &mut buf).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

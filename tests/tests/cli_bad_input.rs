@@ -106,45 +106,45 @@ fn cases() -> Vec<Case> {
             &["boot", KERNEL, "{K}", "--nvdimm", ",file={D}/x.img"],
             "''",
         ),
-        case(&["boot", KERNEL, "{K}", "--nvdimm", "4M,bogus"], "'bogus'"),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "16M,bogus"], "'bogus'"),
         case(
-            &["boot", KERNEL, "{K}", "--nvdimm", "4M,readonly=yes"],
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,readonly=yes"],
             "'readonly=yes'",
         ),
         case(
-            &["boot", KERNEL, "{K}", "--nvdimm", "4M,readonly,readonly"],
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,readonly,readonly"],
             "'readonly'",
         ),
-        case(&["boot", KERNEL, "{K}", "--nvdimm", "4M,file="], "file="),
-        case(&["boot", KERNEL, "{K}", "--nvdimm", "4M,file"], "'file'"),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "16M,file="], "file="),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "16M,file"], "'file'"),
         case(
             &[
                 "boot",
                 KERNEL,
                 "{K}",
                 "--nvdimm",
-                "4M,file={D}/a.img,file={D}/b.img",
+                "16M,file={D}/a.img,file={D}/b.img",
             ],
             "'file'",
         ),
         case(
-            &["boot", KERNEL, "{K}", "--nvdimm", "4M,label-size=5K"],
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,label-size=5K"],
             "label-size=5K",
         ),
         case(
-            &["boot", KERNEL, "{K}", "--nvdimm", "4M,label-size=64K"],
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,label-size=64K"],
             "label-size=64K",
         ),
         case(
-            &["boot", KERNEL, "{K}", "--nvdimm", "4M,label-size=4M"],
-            "label-size=4M",
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,label-size=8G"],
+            "label-size=8G",
         ),
         case(
-            &["boot", KERNEL, "{K}", "--nvdimm", "4M,label-size="],
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,label-size="],
             "label-size=",
         ),
         case(
-            &["boot", KERNEL, "{K}", "--nvdimm", "4M,label-size=-1"],
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,label-size=-1"],
             "label-size=-1",
         ),
         case(
@@ -153,19 +153,35 @@ fn cases() -> Vec<Case> {
                 KERNEL,
                 "{K}",
                 "--nvdimm",
-                "4M,label-size=99999999999999999999",
+                "16M,label-size=99999999999999999999",
             ],
             "label-size=99999999999999999999",
         ),
         case(
             &["boot", KERNEL, "{K}", "--nvdimm", "2M,label-size=128K"],
-            "size 2M",
+            "size '2M' is not a multiple of 16 MiB",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "1000M"],
+            "'1000M' is not a multiple of 16 MiB (the guest's persistent-memory region is exactly SIZE, and Linux aligns regions to 16 MiB); the nearest valid sizes are 992M and 1008M",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "1G,node=300"],
+            "node=300 is not valid; use a guest NUMA node number from 0 to 255",
+        ),
+        case(
+            &["acpi", "--out", "{D}/o", "--nvdimm", "16M,node=2"],
+            "node=2 leaves guest NUMA node 1 without CPUs or NVDIMMs",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/old.img"],
+            "old.img is 16777216 bytes, the layout of pmemvm 0.1",
         ),
         kvm(
             &["boot", KERNEL, "{K}", "--nvdimm", "100000T"],
             "NVDIMMs do not fit",
         ),
-        kvm(&["boot", KERNEL, "{K}", "--nvdimm=4M*300"], "300 NVDIMMs"),
+        kvm(&["boot", KERNEL, "{K}", "--nvdimm=16M*300"], "300 NVDIMMs"),
         // --nvdimm files
         kvm(
             &[
@@ -173,9 +189,9 @@ fn cases() -> Vec<Case> {
                 KERNEL,
                 "{K}",
                 "--nvdimm",
-                "4M,file={D}/dup.img",
+                "16M,file={D}/dup.img",
                 "--nvdimm",
-                "4M,file={D}/./dup.img",
+                "16M,file={D}/./dup.img",
             ],
             "dup.img is given more than once",
         ),
@@ -185,18 +201,18 @@ fn cases() -> Vec<Case> {
                 KERNEL,
                 "{K}",
                 "--nvdimm",
-                "4M,file={D}/link.img",
+                "16M,file={D}/link.img",
                 "--nvdimm",
-                "4M,file={D}/sized.img",
+                "16M,file={D}/sized.img",
             ],
             "sized.img is given more than once",
         ),
         kvm(
-            &["boot", KERNEL, "{K}", "--nvdimm", "4M,file={D}/adir"],
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/adir"],
             "adir is a directory",
         ),
         kvm(
-            &["boot", KERNEL, "{K}", "--nvdimm", "4M,file=/dev/null"],
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file=/dev/null"],
             "/dev/null is not a regular file",
         ),
         kvm(
@@ -205,12 +221,12 @@ fn cases() -> Vec<Case> {
                 KERNEL,
                 "{K}",
                 "--nvdimm",
-                "4M,file={D}/missing/x.img",
+                "16M,file={D}/missing/x.img",
             ],
             "missing/x.img cannot be created",
         ),
         kvm(
-            &["boot", KERNEL, "{K}", "--nvdimm", "4M,file={D}/small.img"],
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/small.img"],
             "small.img is 4096 bytes",
         ),
         kvm(
@@ -219,12 +235,12 @@ fn cases() -> Vec<Case> {
                 KERNEL,
                 "{K}",
                 "--nvdimm",
-                "4M,file={D}/nofile.img,readonly",
+                "16M,file={D}/nofile.img,readonly",
             ],
             "nofile.img does not exist",
         ),
         Case {
-            args: &["boot", KERNEL, "{K}", "--nvdimm", "4M,file={D}/ro.img"],
+            args: &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/ro.img"],
             names: "ro.img is not writable",
             needs: Needs::ReadOnlyFile,
         },
@@ -234,9 +250,9 @@ fn cases() -> Vec<Case> {
                 KERNEL,
                 "{K}",
                 "--nvdimm",
-                "4M,file={D}/new.img",
+                "16M,file={D}/new.img",
                 "--nvdimm",
-                "4M,file={D}/adir",
+                "16M,file={D}/adir",
             ],
             "adir is a directory",
         ),
@@ -359,11 +375,13 @@ fn populate(d: &Path) {
     std::fs::write(d.join("badelf"), bad).expect("badelf");
     std::fs::write(d.join("highelf"), elf_loaded_at(0x200_0000)).expect("highelf");
     std::fs::write(d.join("small.img"), vec![0x5a; 4096]).expect("small.img");
+    // A backing file of pmemvm 0.1's layout for --nvdimm 16M: exactly 16 MiB.
+    std::fs::write(d.join("old.img"), vec![0x6b; 16 << 20]).expect("old.img");
     let sized = std::fs::File::create(d.join("sized.img")).expect("sized.img");
     sized.set_len(4 << 20).expect("sizing");
     std::fs::hard_link(d.join("sized.img"), d.join("link.img")).expect("hard link");
     let ro = std::fs::File::create(d.join("ro.img")).expect("ro.img");
-    ro.set_len(4 << 20).expect("sizing");
+    ro.set_len((16 << 20) + (128 << 10) + 4096).expect("sizing"); // --nvdimm 16M
     let big = std::fs::File::create(d.join("big.initrd")).expect("big.initrd");
     big.set_len(32 << 20).expect("sizing");
     std::fs::write(d.join("job.fio"), b"[job]\nrw=read\nsize=1M\n").expect("job.fio");
@@ -525,11 +543,11 @@ fn malformed_invocations_are_refused_cleanly() {
                 .replace("{LONG}", &long)
         };
         let mut args: Vec<String> = c.args.iter().map(|a| subst(a)).collect();
-        // "--nvdimm=4M*300": 300 temporary DIMMs.
-        if let Some(i) = args.iter().position(|a| a == "--nvdimm=4M*300") {
+        // "--nvdimm=16M*300": 300 temporary DIMMs.
+        if let Some(i) = args.iter().position(|a| a == "--nvdimm=16M*300") {
             args.splice(
                 i..=i,
-                (0..300).flat_map(|_| ["--nvdimm".to_string(), "4M".to_string()]),
+                (0..300).flat_map(|_| ["--nvdimm".to_string(), "16M".to_string()]),
             );
         }
         let names = subst(c.names);

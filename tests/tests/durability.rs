@@ -91,10 +91,26 @@ impl Params {
         v.to_le_bytes()
     }
 
-    /// The whole backing file as it must be after the guest wrote every word
+    /// The identity block pmemvm finds at the end of the prepared file (a
+    /// fixed serial: the file's bytes are all known in advance).
+    fn identity(&self, region: u64, labels: u64) -> vmm::identity::Identity {
+        vmm::identity::Identity {
+            serial: 0x1000_0001,
+            region_size: region,
+            label_size: labels,
+            id: [0x42; 16],
+        }
+    }
+
+    /// The whole backing file (region of `region` bytes, `labels` bytes of
+    /// labels, identity page) as it must be after the guest wrote every word
     /// below DIMM offset `upto`.
-    fn expected(&self, file_size: u64, upto: u64) -> Vec<u8> {
+    fn expected(&self, region: u64, labels: u64, upto: u64) -> Vec<u8> {
+        let file_size = region + labels + vmm::layout::NVDIMM_IDENTITY_SIZE;
         let mut v = vec![0u8; usize::try_from(file_size).expect("file size")];
+        let id = self.identity(region, labels).encode();
+        let at = usize::try_from(region + labels).expect("offset");
+        v[at..].copy_from_slice(&id);
         let block = self.block();
         v[..block.len()].copy_from_slice(&block);
         let end = (self.offset + self.len).min(upto);
@@ -108,12 +124,19 @@ impl Params {
     }
 }
 
-/// Creates a sparse backing file of `size` bytes holding the parameter block.
-fn prepare_file(path: &Path, size: u64, p: &Params) {
+/// Default label area of `--nvdimm SIZE,file=...`.
+const LABELS: u64 = 128 << 10;
+
+/// Creates a sparse backing file for `--nvdimm REGION` with `labels` bytes
+/// of labels: the parameter block at offset 0, the identity page at the end.
+fn prepare_file(path: &Path, region: u64, labels: u64, p: &Params) {
     let f = std::fs::File::create(path).expect("creating the backing file");
-    f.set_len(size).expect("sizing the backing file");
+    f.set_len(region + labels + vmm::layout::NVDIMM_IDENTITY_SIZE)
+        .expect("sizing the backing file");
     f.write_all_at(&p.block(), 0)
         .expect("writing the parameter block");
+    f.write_all_at(&p.identity(region, labels).encode(), region + labels)
+        .expect("writing the identity page");
 }
 
 /// Compares the file with `want`; returns the number of differing bytes and
@@ -423,15 +446,15 @@ fn exit_path(what: &str, end: End, signal: Option<i32>, want_status: Option<i32>
     let seed = 0x5eed_0000 | (end as u32) << 8 | u32::try_from(signal.unwrap_or(0)).unwrap_or(0);
     let mut p = Params::new(end, seed);
     p.flush_hint = end == End::PowerOff;
-    prepare_file(&file, 4 * MIB, &p);
+    prepare_file(&file, 16 * MIB, LABELS, &p);
     let args: Vec<String> = [
         "boot",
         "--kernel",
         &g,
         "--nvdimm",
-        &format!("4M,file={}", file.display()),
+        &format!("16M,file={}", file.display()),
         "--nvdimm",
-        "4M",
+        "16M",
     ]
     .iter()
     .map(ToString::to_string)
@@ -454,7 +477,12 @@ fn exit_path(what: &str, end: End, signal: Option<i32>, want_status: Option<i32>
     }
     assert!(out.stdout.contains("pattern written"), "{}", out.dump());
     assert!(!out.stderr.contains("panicked"), "{}", out.dump());
-    check_file(what, &file, &p.expected(4 * MIB, u64::MAX), &out.dump());
+    check_file(
+        what,
+        &file,
+        &p.expected(16 * MIB, LABELS, u64::MAX),
+        &out.dump(),
+    );
     match out.syncs_of(&file) {
         Some(n) => {
             // Flush-hint writes sync too; the one at exit is what matters.
@@ -584,7 +612,7 @@ fn terminal_restored(what: &str, end: End, signal: Option<i32>, want_status: i32
     let file = dir.join("pm0.img");
     let mut p = Params::new(end, 0x7777);
     p.len = 64 << 10;
-    prepare_file(&file, 4 * MIB, &p);
+    prepare_file(&file, 16 * MIB, LABELS, &p);
     let before = term_settings(&slave);
     let stty_before = stty_g(&slave);
     let args: Vec<String> = vec![
@@ -592,7 +620,7 @@ fn terminal_restored(what: &str, end: End, signal: Option<i32>, want_status: i32
         "--kernel".into(),
         g,
         "--nvdimm".into(),
-        format!("4M,file={}", file.display()),
+        format!("16M,file={}", file.display()),
     ];
     let stdin = Stdio::from(slave.try_clone().expect("dup pty"));
     let mut run = Running::start(&args, &dir.0, stdin, None);
@@ -628,7 +656,7 @@ fn terminal_restored(what: &str, end: End, signal: Option<i32>, want_status: i32
     check_file(
         &format!("tty-{what}"),
         &file,
-        &p.expected(4 * MIB, u64::MAX),
+        &p.expected(16 * MIB, LABELS, u64::MAX),
         &out.dump(),
     );
 }
@@ -696,7 +724,7 @@ fn full_host_file_system_stops_the_vm_and_names_the_file() {
     let mut p = Params::new(End::PowerOff, 0xf011);
     p.len = 64 * MIB - DATA_OFFSET;
     p.stride = 4096;
-    prepare_file(&file, 64 * MIB, &p);
+    prepare_file(&file, 64 * MIB, 0, &p);
     let args: Vec<String> = vec![
         "boot".into(),
         "--kernel".into(),
@@ -794,8 +822,8 @@ fn second_pmemvm_on_the_same_file_is_refused_and_stale_locks_do_not_block() {
         len: 64 << 10,
         ..Params::new(End::HaltForever, 0x1111)
     };
-    prepare_file(&file, 4 * MIB, &p);
-    let spec = format!("4M,file={}", file.display());
+    prepare_file(&file, 16 * MIB, LABELS, &p);
+    let spec = format!("16M,file={}", file.display());
     let args = |end: &str| -> Vec<String> {
         vec![
             "boot".into(),
@@ -850,7 +878,7 @@ fn second_pmemvm_on_the_same_file_is_refused_and_stale_locks_do_not_block() {
     check_file(
         "after-stale-lock",
         &file,
-        &p2.expected(4 * MIB, u64::MAX),
+        &p2.expected(16 * MIB, LABELS, u64::MAX),
         &next.dump(),
     );
 }

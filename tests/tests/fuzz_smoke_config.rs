@@ -54,6 +54,11 @@ const OPTIONS: &[&str] = &[
     "label-size=",
     "label-size=0",
     "label-size=",
+    "node=",
+    "node=0",
+    "node=255",
+    "node=256",
+    "node=-1",
     "bogus",
     "",
     "=",
@@ -85,7 +90,7 @@ fn config_parsers_survive_hostile_text() {
             text.push(',');
             let opt = rng.pick(OPTIONS);
             text.push_str(opt);
-            if opt == "label-size=" {
+            if opt == "label-size=" || opt == "node=" {
                 text.push_str(rng.pick(NUMBERS));
                 text.push_str(rng.pick(SUFFIXES));
             }

@@ -57,11 +57,12 @@ fn triple_fault_ends_the_vm() {
 fn nvdimm_bytes_reach_the_file_and_host_bytes_reach_the_guest() {
     let dir = TempDir::new("tiny-nvdimm");
     let file = dir.join("pm0.img");
-    // The file exists with the exact size and a host pattern at offset 4096.
-    let mut data = vec![0u8; 4 << 20];
+    // The file exists with the exact size (16 MiB region, no labels, the
+    // identity page still zero) and a host pattern at offset 4096.
+    let mut data = vec![0u8; (16 << 20) + 4096];
     data[4096..4112].copy_from_slice(b"HOST-PATTERN-123");
     std::fs::write(&file, &data).unwrap();
-    let spec = format!("4M,file={},label-size=0", file.display());
+    let spec = format!("16M,file={},label-size=0", file.display());
     let out = require!(boot("nvdimm", &["-v", "--nvdimm", &spec]));
     assert_eq!(
         out.status,
@@ -70,11 +71,17 @@ fn nvdimm_bytes_reach_the_file_and_host_bytes_reach_the_guest() {
         out.dump()
     );
     let after = std::fs::read(&file).unwrap();
-    assert_eq!(after.len(), 4 << 20, "size unchanged");
+    assert_eq!(after.len(), (16 << 20) + 4096, "size unchanged");
     assert_eq!(&after[0..16], b"GUEST-WROTE-THIS", "{}", out.dump());
     assert!(after[8192..12288].iter().all(|&b| b == 0xa5));
     assert_eq!(&after[4096..4112], b"HOST-PATTERN-123");
-    assert!(after[12288..].iter().all(|&b| b == 0));
+    assert!(after[12288..16 << 20].iter().all(|&b| b == 0));
+    // pmemvm wrote the DIMM's identity into the zero page at the end.
+    let tail: [u8; 4096] = after[16 << 20..].try_into().unwrap();
+    assert!(
+        matches!(vmm::identity::parse(&tail), vmm::identity::Block::Valid(_)),
+        "no identity page written"
+    );
     assert!(
         out.stderr.contains("1 flushes"),
         "the flush-hint write was not counted as an fdatasync:\n{}",

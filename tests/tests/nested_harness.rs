@@ -242,7 +242,8 @@ fn guest_boots_and_its_pmem_writes_reach_the_backing_file() {
     assert_eq!(report.status, Some(0), "{}", out.dump());
 
     let backing = fs::read(out.path("pm0.img")).expect("backing file on the host");
-    assert_eq!(backing.len(), 64 << 20);
+    // The 64 MiB region, the 128 KiB label area and pmemvm's identity page.
+    assert_eq!(backing.len(), (64 << 20) + (128 << 10) + 4096);
     let found = backing
         .windows(pattern.len())
         .step_by(512)
@@ -317,7 +318,7 @@ fn stock_kernel_boots_under_pmemvm_and_writes_pmem() {
     assert_eq!(out.status, 42, "{context}");
     let expected: Vec<u8> = token.bytes().cycle().take(4096).collect();
     let backing = fs::read(out.path("pm0.img")).expect("backing file on the host");
-    assert_eq!(backing.len(), 64 << 20, "{context}");
+    assert_eq!(backing.len(), (64 << 20) + (128 << 10) + 4096, "{context}");
     let at = backing
         .windows(expected.len())
         .step_by(512)

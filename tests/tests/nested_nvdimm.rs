@@ -66,12 +66,13 @@ fn fsdax_namespace_survives_a_second_run_and_deep_flush_syncs() {
     let initrd = require!(guest_image("initramfs.cpio.gz"));
     let base = fs::read(&initrd).expect("initramfs");
     let first = FIRST.replace("DEEP", &DEEP_FLUSHES.to_string());
-    // 258M with the default 128 KiB label area: a 256 MiB persistent-memory range.
+    // --nvdimm 256M: a 256 MiB region; the default 128 KiB label area and the
+    // identity page follow it in the file.
     let boot = |n: u32| {
         format!(
             "pmemvm -v boot --kernel vmlinux --initrd run{n}.img \
              --cmdline 'console=ttyS0 reboot=acpi panic=-1 quiet' --memory 512M \
-             --nvdimm 258M,file=pm0.img --console-log console{n}.txt --channel channel{n}.bin \
+             --nvdimm 256M,file=pm0.img --console-log console{n}.txt --channel channel{n}.bin \
              2> pmemvm{n}.err; echo \"run{n} exited $?\""
         )
     };
@@ -109,8 +110,16 @@ fn fsdax_namespace_survives_a_second_run_and_deep_flush_syncs() {
         serde_json::from_str(&text(&r1, "list-before.json")).expect("ndctl list -DRN");
     let dimm = &before["dimms"][0];
     assert_eq!(dimm["handle"], 1, "{before:#}");
-    // Linux prints the NFIT serial big-endian: pmemvm's DIMM 0 serial 0x504d0000.
-    let serial = format!("{:08x}", vmm::acpi_setup::nvdimm_serial(0).swap_bytes());
+    // Linux prints the NFIT serial big-endian; the serial is the one in the
+    // backing file's identity block (its last 4 KiB).
+    let backing = fs::read(out.path("pm0.img")).expect("backing file");
+    let block: [u8; 4096] = backing[backing.len() - 4096..]
+        .try_into()
+        .expect("identity page");
+    let vmm::identity::Block::Valid(id) = vmm::identity::parse(&block) else {
+        panic!("no identity block at the end of pm0.img\n{ctx}");
+    };
+    let serial = format!("{:08x}", id.serial.swap_bytes());
     assert!(
         dimm["id"].as_str().is_some_and(|id| id.ends_with(&serial)),
         "{before:#}"
@@ -148,10 +157,9 @@ fn fsdax_namespace_survives_a_second_run_and_deep_flush_syncs() {
     assert!(after.contains("\"mode\":\"fsdax\""), "{after}");
     assert_eq!(text(&r2, "pmem0").trim(), "present", "{ctx}");
 
-    // The labels live at the end of the host file (last 128 KiB): an index block is there.
-    let backing = fs::read(out.path("pm0.img")).expect("backing file");
-    assert_eq!(backing.len(), 258 << 20);
-    let labels = &backing[(258 << 20) - (128 << 10)..];
+    // The labels live right after the region in the host file: an index block is there.
+    assert_eq!(backing.len(), (256 << 20) + (128 << 10) + 4096);
+    let labels = &backing[256 << 20..(256 << 20) + (128 << 10)];
     assert!(
         labels.windows(16).any(|w| w == b"NAMESPACE_INDEX\0"),
         "no label index in the file's label area"

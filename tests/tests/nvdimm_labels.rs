@@ -9,7 +9,7 @@
 //! and a pattern goes to the new `/dev/pmem0`. Boot 2 (same backing file):
 //! the kernel reads the labels back (functions 4 and 5) and shows the same
 //! namespace uuid, with the pattern. The host then finds the index block
-//! signature in the file's last 128 KiB and the pattern in the data area.
+//! signature in the 128 KiB after the region and the pattern in the region.
 //!
 //! Skips with `SKIP:` when the nested tier (QEMU, the Debian kernel package,
 //! a built pmemvm) or ndctl is missing.
@@ -24,7 +24,8 @@ use pmemvm_tests::nested::{cache_dir, NestedVm};
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
 
-/// Backing file size; the guest sees 64 MiB − 2 MiB (label area 128 KiB at the end).
+/// Region size; the backing file holds the region, then the 128 KiB label
+/// area, then pmemvm's 4 KiB identity page.
 const DIMM_MIB: u64 = 64;
 /// Default label area size.
 const LABEL_SIZE: usize = 128 << 10;
@@ -223,14 +224,15 @@ fn ndctl_labels_persist_across_boots() {
     assert!(c2.contains("LT-PATTERN ok"), "{context}");
     // On the host: index blocks in the label area, pattern in the data area.
     let backing = std::fs::read(out.path("pm0.img")).unwrap();
-    assert_eq!(backing.len() as u64, DIMM_MIB << 20);
-    let labels = &backing[backing.len() - LABEL_SIZE..];
+    let region = usize::try_from(DIMM_MIB << 20).unwrap();
+    assert_eq!(backing.len(), region + LABEL_SIZE + 4096);
+    let labels = &backing[region..region + LABEL_SIZE];
     let sig = b"NAMESPACE_INDEX\0";
     assert!(
         labels.windows(sig.len()).filter(|w| *w == sig).count() >= 2,
         "{context}"
     );
-    let data = &backing[..backing.len() - LABEL_SIZE];
+    let data = &backing[..region];
     let pattern: Vec<u8> = token.bytes().cycle().take(4096).collect();
     assert!(
         data.windows(4096)

@@ -10,25 +10,27 @@ use devices::nvdimm_dsm::{DsmHandler, FileLabels, DSM_PAGE_SIZE};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::config::NvdimmSpec;
+use crate::identity;
 use crate::layout;
 use crate::vm::{Nvdimm, VmError};
 
-/// One DIMM as placed: spec, guest base.
+/// One DIMM as placed: spec, guest base, serial number, NUMA node.
 #[derive(Debug, Clone, Copy)]
 pub struct PlacedNvdimm<'a> {
     /// What the user asked for.
     pub spec: &'a NvdimmSpec,
     /// Guest physical base.
     pub base: u64,
+    /// NFIT serial: from the backing file's identity block, or `None` for
+    /// an order-based one ([`crate::identity::order_serial`]).
+    pub serial: Option<u32>,
+    /// Guest NUMA node (= SRAT proximity domain), from
+    /// [`crate::config::resolve_nodes`].
+    pub node: u32,
 }
 
-/// NFIT serial number of DIMM `index` (stable across runs).
-pub fn nvdimm_serial(index: u32) -> u32 {
-    0x504d_0000 | index
-}
-
-/// The machine as ACPI describes it.
-pub fn describe(cpus: u8, dimms: &[PlacedNvdimm]) -> MachineDescription {
+/// The machine as ACPI describes it: `ram` is the guest RAM as (base, length).
+pub fn describe(cpus: u8, ram: &[(u64, u64)], dimms: &[PlacedNvdimm]) -> MachineDescription {
     let nvdimms: Vec<NvdimmDescription> = dimms
         .iter()
         .zip(0u32..)
@@ -40,8 +42,9 @@ pub fn describe(cpus: u8, dimms: &[PlacedNvdimm]) -> MachineDescription {
                 layout::NVDIMM_FLUSH_HINT_START.0 + u64::from(i) * layout::NVDIMM_FLUSH_HINT_SIZE,
             ),
             readonly: d.spec.readonly,
-            serial: nvdimm_serial(i),
+            serial: d.serial.unwrap_or_else(|| identity::order_serial(i)),
             label_size: u32::try_from(d.spec.label_size).unwrap_or(0),
+            proximity_domain: Some(d.node),
         })
         .collect();
     let dsm = nvdimms
@@ -71,6 +74,7 @@ pub fn describe(cpus: u8, dimms: &[PlacedNvdimm]) -> MachineDescription {
                 u8::try_from(layout::COM2_IRQ).unwrap_or(3),
             ),
         ],
+        ram: ram.to_vec(),
         nvdimms,
         dsm,
     }
@@ -117,18 +121,24 @@ impl BusDevice for DsmDoorbell {
 /// Returns the DSM handler (for its counters) when any DIMM has labels.
 pub fn install(
     cpus: u8,
+    ram: &[(u64, u64)],
     mem: &GuestMemoryMmap,
     nvdimms: &[Nvdimm],
     pio: &mut Bus,
 ) -> Result<Option<Arc<DsmHandler>>, VmError> {
+    let specs: Vec<NvdimmSpec> = nvdimms.iter().map(|n| n.backing.spec.clone()).collect();
+    let nodes = crate::config::resolve_nodes(&specs)?;
     let placed: Vec<PlacedNvdimm> = nvdimms
         .iter()
-        .map(|n| PlacedNvdimm {
+        .zip(nodes)
+        .map(|(n, node)| PlacedNvdimm {
             spec: &n.backing.spec,
             base: n.base,
+            serial: n.backing.serial,
+            node,
         })
         .collect();
-    let desc = describe(cpus, &placed);
+    let desc = describe(cpus, ram, &placed);
     let tables = build(&desc)?;
     let write = |bytes: &[u8], addr: u64| {
         mem.write_slice(bytes, GuestAddress(addr))

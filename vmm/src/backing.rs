@@ -1,10 +1,15 @@
-//! NVDIMM backing files: open or create, size check, lock, optional
-//! preallocation, and the `MAP_SHARED` mapping that becomes guest memory.
+//! NVDIMM backing files: open or create, size check, lock, identity,
+//! optional preallocation, and the `MAP_SHARED` mapping that becomes guest
+//! memory.
 //!
+//! A backing file is the guest's region (`--nvdimm` SIZE bytes from offset
+//! 0), then the label area, then pmemvm's identity block ([`crate::identity`]).
 //! Nothing the user owns is changed unless asked: an existing file must have
-//! exactly the requested size (never truncated or grown), a read-only file
-//! needs `readonly`, and a file this module created is removed again if the
-//! VM cannot be set up.
+//! exactly that length (never truncated or grown; a file of pmemvm 0.1's
+//! layout gets [`BackingError::OldLayout`] with the command that converts
+//! it), a read-only file needs `readonly`, and a file this module created is
+//! removed again if the VM cannot be set up. The only write to an existing
+//! file is its identity block, when that block is still all zero.
 
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
@@ -17,6 +22,7 @@ use vm_memory::mmap::MmapRegionBuilder;
 use vm_memory::{FileOffset, MmapRegion};
 
 use crate::config::NvdimmSpec;
+use crate::identity::{self, geometry_text, wrong_size, Block, Identity};
 
 /// Errors opening or mapping a backing file.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +34,7 @@ pub enum BackingError {
     #[error("NVDIMM backing file {0} is not a regular file; give a path to a regular file")]
     NotRegular(PathBuf),
     /// The existing file's size differs from the requested one.
-    #[error("NVDIMM backing file {path} is {actual} bytes but --nvdimm asks for {wanted} bytes ({wanted_text}); pmemvm never resizes an existing file — give its exact size or another path")]
+    #[error("NVDIMM backing file {path} is {actual} bytes but --nvdimm {wanted_text} needs a file of {wanted} bytes (the region, then the label area and pmemvm's 4 KiB identity page); pmemvm never resizes an existing file — give the size it was made for or another path")]
     WrongSize {
         /// Path.
         path: PathBuf,
@@ -38,6 +44,46 @@ pub enum BackingError {
         wanted: u64,
         /// Requested size as typed.
         wanted_text: String,
+    },
+    /// A file of pmemvm 0.1's layout (labels inside the file's last bytes).
+    #[error("NVDIMM backing file {path} is {actual} bytes, the layout of pmemvm 0.1, which kept the labels in the file's last {label} bytes and gave the guest a smaller region; pmemvm now gives the guest exactly {wanted_text} and keeps the labels after it: run `truncate -s {wanted} {path}` to keep the first {wanted_text} as the region (old namespace labels are not carried over; see docs/nvdimm.md, \"Backing files of pmemvm 0.1\")")]
+    OldLayout {
+        /// Path.
+        path: PathBuf,
+        /// Size on disk.
+        actual: u64,
+        /// Label bytes asked for.
+        label: u64,
+        /// The new file length.
+        wanted: u64,
+        /// Region size as typed.
+        wanted_text: String,
+    },
+    /// A pmemvm backing file made for another geometry.
+    #[error("NVDIMM backing file {path} was made for --nvdimm {recorded}; give that size and label-size (or another path)")]
+    OtherGeometry {
+        /// Path.
+        path: PathBuf,
+        /// "1G,label-size=128K".
+        recorded: String,
+    },
+    /// The identity block holds something pmemvm did not write.
+    #[error("NVDIMM backing file {path} has the right size but its last 4 KiB are not a pmemvm identity block (bytes {offset} to the end); pmemvm will not overwrite them — give another path")]
+    ForeignIdentity {
+        /// Path.
+        path: PathBuf,
+        /// Offset of the block.
+        offset: u64,
+    },
+    /// Two files with the same DIMM serial (one is a copy of the other).
+    #[error("NVDIMM backing files {first} and {second} carry the same DIMM serial number {serial:#010x} (one is a copy of the other); Linux cannot tell their namespaces apart — use one of them per guest")]
+    DuplicateIdentity {
+        /// First file.
+        first: String,
+        /// Second file.
+        second: String,
+        /// The serial.
+        serial: u32,
     },
     /// The file cannot be opened for writing.
     #[error("NVDIMM backing file {0} is not writable; add ',readonly' to use it read-only")]
@@ -101,6 +147,9 @@ pub struct NvdimmBacking {
     pub file: Arc<File>,
     /// The path for messages ("(temporary)" for unnamed files).
     pub display: String,
+    /// The DIMM serial number recorded in the file's identity block; `None`
+    /// for temporary DIMMs and read-only files without one (order-based).
+    pub serial: Option<u32>,
     /// Path of a file this process created (removed again if setup fails).
     created: Option<PathBuf>,
 }
@@ -112,9 +161,13 @@ impl NvdimmBacking {
             Some(path) => Self::open_path(spec, path)?,
             None => Self::open_temporary(spec)?,
         };
+        let mut backing = backing;
         backing.lock()?;
         if spec.prealloc {
             backing.preallocate()?;
+        }
+        if spec.file.is_some() {
+            backing.serial = backing.identity()?;
         }
         Ok(backing)
     }
@@ -140,13 +193,8 @@ impl NvdimmBacking {
                 if !ft.is_file() || ft.is_block_device() {
                     return Err(BackingError::NotRegular(path.into()));
                 }
-                if md.len() != spec.size {
-                    return Err(BackingError::WrongSize {
-                        path: path.into(),
-                        actual: md.len(),
-                        wanted: spec.size,
-                        wanted_text: spec.size_text.clone(),
-                    });
+                if md.len() != spec.file_len() {
+                    return Err(wrong_size(spec, path, md.len()));
                 }
                 let file = OpenOptions::new()
                     .read(true)
@@ -163,6 +211,7 @@ impl NvdimmBacking {
                     spec: spec.clone(),
                     file: Arc::new(file),
                     display: path.display().to_string(),
+                    serial: None,
                     created: None,
                 })
             }
@@ -186,9 +235,13 @@ impl NvdimmBacking {
                     spec: spec.clone(),
                     file: Arc::new(file),
                     display: path.display().to_string(),
+                    serial: None,
                     created: Some(path.into()),
                 };
-                backing.file.set_len(spec.size).map_err(backing.io())?;
+                backing
+                    .file
+                    .set_len(spec.file_len())
+                    .map_err(backing.io())?;
                 Ok(backing)
             }
             Err(e) => Err(io(e)),
@@ -209,11 +262,12 @@ impl NvdimmBacking {
             .mode(0o600)
             .open(&dir)
             .map_err(io)?;
-        file.set_len(spec.size).map_err(io)?;
+        file.set_len(spec.file_len()).map_err(io)?;
         Ok(Self {
             spec: spec.clone(),
             file: Arc::new(file),
             display: format!("(temporary in {})", dir.display()),
+            serial: None,
             created: None,
         })
     }
@@ -237,26 +291,59 @@ impl NvdimmBacking {
         }
     }
 
+    /// Reads the identity block of a named file (the lock is held), writing
+    /// a new one when it is still all zero and the DIMM is writable.
+    fn identity(&self) -> Result<Option<u32>, BackingError> {
+        let path = PathBuf::from(&self.display);
+        let offset = self.spec.identity_offset();
+        match identity::read_at(&self.file, offset).map_err(self.io())? {
+            Block::Valid(id) => {
+                if id.region_size != self.spec.size || id.label_size != self.spec.label_size {
+                    return Err(BackingError::OtherGeometry {
+                        path,
+                        recorded: geometry_text(&id),
+                    });
+                }
+                Ok(Some(id.serial))
+            }
+            Block::Foreign => Err(BackingError::ForeignIdentity { path, offset }),
+            Block::Empty if self.spec.readonly => {
+                log::info!(
+                    "NVDIMM backing file {} has no identity block yet (read-only): order-based serial",
+                    self.display
+                );
+                Ok(None)
+            }
+            Block::Empty => {
+                let id = Identity::new_random(self.spec.size, self.spec.label_size)
+                    .map_err(self.io())?;
+                identity::write_at(&self.file, offset, &id).map_err(self.io())?;
+                Ok(Some(id.serial))
+            }
+        }
+    }
+
     fn preallocate(&self) -> Result<(), BackingError> {
-        let len = libc::off_t::try_from(self.spec.size).map_err(|_| BackingError::Prealloc {
-            path: self.display.clone(),
-            size: self.spec.size,
-            source: std::io::Error::from(ErrorKind::InvalidInput),
-        })?;
+        let len =
+            libc::off_t::try_from(self.spec.file_len()).map_err(|_| BackingError::Prealloc {
+                path: self.display.clone(),
+                size: self.spec.file_len(),
+                source: std::io::Error::from(ErrorKind::InvalidInput),
+            })?;
         // SAFETY: fallocate only reads the fd, which `self.file` keeps open; mode 0
         // allocates blocks without changing the file size (already `len`).
         let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, len) };
         if rc != 0 {
             return Err(BackingError::Prealloc {
                 path: self.display.clone(),
-                size: self.spec.size,
+                size: self.spec.file_len(),
                 source: std::io::Error::last_os_error(),
             });
         }
         Ok(())
     }
 
-    /// Maps the persistent-memory part of the file (`spec.spa_size()` bytes
+    /// Maps the guest's region (`spec.spa_size()` bytes
     /// from offset 0) `MAP_SHARED`, read-only when the DIMM is.
     pub fn map(&self) -> Result<MmapRegion, BackingError> {
         let size = usize::try_from(self.spec.spa_size()).map_err(|_| BackingError::Io {
@@ -334,7 +421,23 @@ pub fn open_all(specs: &[NvdimmSpec]) -> Result<Vec<NvdimmBacking>, BackingError
         }
         seen.push(key);
     }
-    specs.iter().map(NvdimmBacking::open).collect()
+    let backings: Vec<NvdimmBacking> = specs
+        .iter()
+        .map(NvdimmBacking::open)
+        .collect::<Result<_, _>>()?;
+    for (i, a) in backings.iter().enumerate() {
+        let twin = backings[..i]
+            .iter()
+            .find(|b| a.serial.is_some() && b.serial == a.serial);
+        if let (Some(b), Some(serial)) = (twin, a.serial) {
+            return Err(BackingError::DuplicateIdentity {
+                first: b.display.clone(),
+                second: a.display.clone(),
+                serial,
+            });
+        }
+    }
+    Ok(backings)
 }
 
 /// What makes two `file=` paths the same file: the inode of an existing file
@@ -386,14 +489,38 @@ mod tests {
         let p = d.join("a.img");
         let b = NvdimmBacking::open(&spec(&format!("64M,file={}", p.display()))).unwrap();
         let md = std::fs::metadata(&p).unwrap();
-        assert_eq!(md.len(), 64 << 20);
-        assert_eq!(md.blocks(), 0, "a new backing file is sparse");
+        assert_eq!(md.len(), (64 << 20) + (128 << 10) + 4096);
+        assert!(
+            md.blocks() * 512 <= 64 << 10,
+            "a new backing file is sparse but for its identity page ({} blocks)",
+            md.blocks()
+        );
         drop(b); // not kept: setup "failed"
         assert!(!p.exists());
         let mut b = NvdimmBacking::open(&spec(&format!("64M,file={}", p.display()))).unwrap();
         b.keep();
         drop(b);
         assert!(p.exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn large_dimm_is_sparse_and_quick() {
+        let d = tmpdir("large");
+        let p = d.join("big.img");
+        let t = std::time::Instant::now();
+        let mut b = NvdimmBacking::open(&spec(&format!("128G,file={}", p.display()))).unwrap();
+        b.keep();
+        let m = b.map().unwrap();
+        assert_eq!(m.size(), 128 << 30);
+        drop((m, b));
+        let mut b = NvdimmBacking::open(&spec(&format!("128G,file={}", p.display()))).unwrap();
+        b.keep();
+        drop(b);
+        assert!(t.elapsed().as_secs() < 5, "{:?}", t.elapsed());
+        let md = std::fs::metadata(&p).unwrap();
+        assert_eq!(md.len(), (128 << 30) + (128 << 10) + 4096);
+        assert!(md.blocks() * 512 <= 64 << 10, "{} blocks", md.blocks());
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -425,19 +552,20 @@ mod tests {
     fn second_writer_is_refused_and_readers_share() {
         let d = tmpdir("lock");
         let p = d.join("c.img");
-        let s = spec(&format!("4M,file={}", p.display()));
+        let s = spec(&format!("16M,file={}", p.display()));
         let mut a = NvdimmBacking::open(&s).unwrap();
         a.keep();
         let e = NvdimmBacking::open(&s).unwrap_err();
         assert!(matches!(e, BackingError::Locked(_)), "{e}");
         drop(a); // lock released with the fd
-        let ro = spec(&format!("4M,file={},readonly", p.display()));
+        let ro = spec(&format!("16M,file={},readonly", p.display()));
         let r1 = NvdimmBacking::open(&ro).unwrap();
         let r2 = NvdimmBacking::open(&ro).unwrap();
         assert!(matches!(
             NvdimmBacking::open(&s),
             Err(BackingError::Locked(_))
         ));
+        assert!(r1.serial.is_some() && r1.serial == r2.serial);
         drop((r1, r2));
         let dup = [s.clone(), s];
         assert!(matches!(open_all(&dup), Err(BackingError::Duplicate(_))));
@@ -445,8 +573,8 @@ mod tests {
         let new = d.join("new.img");
         let dot = d.join(".").join("new.img");
         let dup = [
-            spec(&format!("4M,file={}", new.display())),
-            spec(&format!("4M,file={}", dot.display())),
+            spec(&format!("16M,file={}", new.display())),
+            spec(&format!("16M,file={}", dot.display())),
         ];
         assert!(matches!(open_all(&dup), Err(BackingError::Duplicate(_))));
         assert!(!new.exists());
@@ -455,10 +583,17 @@ mod tests {
 
     #[test]
     fn temporary_and_mapping() {
-        let b = NvdimmBacking::open(&spec("4M,label-size=0")).unwrap();
-        let m = b.map().unwrap();
-        assert_eq!(m.size(), 4 << 20);
-        let b = NvdimmBacking::open(&spec("4M")).unwrap();
-        assert_eq!(b.map().unwrap().size(), 2 << 20, "label area is not mapped");
+        let b = NvdimmBacking::open(&spec("16M,label-size=0")).unwrap();
+        assert_eq!(b.map().unwrap().size(), 16 << 20);
+        let b = NvdimmBacking::open(&spec("16M")).unwrap();
+        assert_eq!(
+            b.map().unwrap().size(),
+            16 << 20,
+            "the region is exactly SIZE; labels are after it"
+        );
+        assert_eq!(
+            b.file.metadata().unwrap().len(),
+            (16 << 20) + (128 << 10) + 4096
+        );
     }
 }

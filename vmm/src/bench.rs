@@ -170,14 +170,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
     let mut files = Vec::new();
     let nvdimms: Vec<NvdimmSpec> = plan
         .nvdimm_bytes
-        .map(|b| NvdimmSpec {
-            size: b,
-            size_text: format!("{b}"),
-            file: None,
-            readonly: false,
-            label_size: 0,
-            prealloc: false,
-        })
+        .map(NvdimmSpec::temporary)
         .into_iter()
         .collect();
     let boots = req.runs as usize * plan.sides.len();

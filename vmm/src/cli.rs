@@ -108,7 +108,13 @@ pub struct MachineArgs {
     /// Guest RAM (K, M, G, T suffixes).
     #[arg(long, default_value = "512M", value_parser = parse_size_arg, value_name = "SIZE")]
     pub memory: u64,
-    /// An NVDIMM: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc]. Repeat for more.
+    /// An NVDIMM: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,node=N]. Repeat for more.
+    ///
+    /// SIZE is the guest's persistent-memory region, a multiple of 16 MiB. The
+    /// backing file holds the region, then the label area (label-size, default
+    /// 128K; 0 = label-less), then a 4 KiB identity page with the DIMM's serial:
+    /// SIZE + label-size + 4K bytes. node=N puts the DIMM in guest NUMA node N
+    /// (default: DIMM i in node i+1; the vCPUs and RAM are node 0).
     #[arg(long, value_parser = parse_nvdimm, value_name = "SPEC")]
     pub nvdimm: Vec<NvdimmSpec>,
 }

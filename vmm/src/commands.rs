@@ -130,13 +130,22 @@ pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
     let ram = memory::ram_regions(m.memory).map_err(VmError::from)?;
     let sizes: Vec<u64> = m.nvdimm.iter().map(|n| n.spa_size()).collect();
     let bases = memory::nvdimm_bases(&ram, &sizes).map_err(VmError::from)?;
+    let nodes = crate::config::resolve_nodes(&m.nvdimm).map_err(VmError::from)?;
+    // Serials as a guest would see them: from existing backing files (read
+    // only, nothing is created), order-based otherwise.
     let placed: Vec<PlacedNvdimm> = m
         .nvdimm
         .iter()
         .zip(bases)
-        .map(|(spec, base)| PlacedNvdimm { spec, base })
+        .zip(nodes)
+        .map(|((spec, base), node)| PlacedNvdimm {
+            spec,
+            base,
+            serial: crate::identity::peek_serial(spec),
+            node,
+        })
         .collect();
-    let tables = acpi_setup::build(&acpi_setup::describe(m.cpus, &placed))?;
+    let tables = acpi_setup::build(&acpi_setup::describe(m.cpus, &ram, &placed))?;
     let out_err = |path: PathBuf| move |source| CommandError::Output { path, source };
     if args.out.exists() && !args.out.is_dir() {
         return Err(out_err(args.out.clone())(std::io::Error::new(

@@ -16,18 +16,16 @@ pub enum ConfigError {
         /// What is wrong with it.
         why: &'static str,
     },
-    /// A size that must be a multiple of some alignment.
-    #[error("{what} '{value}' is not a multiple of {align}")]
-    Alignment {
-        /// Which size.
-        what: &'static str,
+    /// An `--nvdimm` size that is not a multiple of 16 MiB.
+    #[error("--nvdimm size '{value}' is not a multiple of 16 MiB (the guest's persistent-memory region is exactly SIZE, and Linux aligns regions to 16 MiB); {nearest}")]
+    RegionSize {
         /// The text the user gave.
         value: String,
-        /// Human-readable alignment.
-        align: &'static str,
+        /// "the nearest valid sizes are 992M and 1008M".
+        nearest: String,
     },
     /// An `--nvdimm` option this version does not know.
-    #[error("--nvdimm option '{0}' is not known; accepted: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc]")]
+    #[error("--nvdimm option '{0}' is not known; accepted: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,node=N]")]
     NvdimmOption(String),
     /// An `--nvdimm` option given twice.
     #[error("--nvdimm option '{0}' is given more than once")]
@@ -43,15 +41,27 @@ pub enum ConfigError {
         /// What is wrong with it.
         why: String,
     },
-    /// A DIMM too small to hold a 2 MiB-aligned range after its label area.
-    #[error("--nvdimm size {size} leaves no 2 MiB-aligned persistent-memory range after its {label}-byte label area; use a larger size or label-size=0")]
-    NvdimmTooSmall {
-        /// The size text.
-        size: String,
-        /// Label bytes.
-        label: u64,
+    /// A `node=` that is not a number in range.
+    #[error("--nvdimm node={0} is not valid; use a guest NUMA node number from 0 to {MAX_NODE}")]
+    Node(String),
+    /// Guest NUMA nodes with a gap (Linux numbers nodes densely in SRAT order).
+    #[error("--nvdimm node={used} leaves guest NUMA node {missing} without CPUs or NVDIMMs; nodes must be numbered without gaps, so use node numbers from 0 to {max_ok}")]
+    NodeGap {
+        /// The highest node named.
+        used: u32,
+        /// The first node number nobody uses.
+        missing: u32,
+        /// The highest node number that keeps the numbering dense.
+        max_ok: u32,
     },
+    /// More DIMMs without `node=` than node numbers left.
+    #[error("the --nvdimm options need more than {MAX_NODE} guest NUMA nodes; give some DIMMs a shared node=N")]
+    TooManyNodes,
 }
+
+/// Highest guest NUMA node (proximity domain) a DIMM can be placed in:
+/// Linux maps at most 256 proximity domains (`MAX_PXM_DOMAINS`).
+pub const MAX_NODE: u32 = 255;
 
 /// Parses a size such as `512M`, `16G`, `4096` (bytes) or `1.5G`-free integer
 /// forms with K/M/G/T suffixes (powers of 1024; a trailing `B`/`iB` is accepted).
@@ -93,9 +103,14 @@ pub fn parse_size(text: &str) -> Result<u64, ConfigError> {
 }
 
 /// One `--nvdimm` as given.
+///
+/// Geometry (see docs/nvdimm.md): the guest's persistent-memory region is
+/// exactly `size` bytes (a multiple of [`layout::NVDIMM_REGION_ALIGN`]);
+/// the backing file holds the region at offset 0, then the label area,
+/// then pmemvm's identity block — `size + label_size + 4 KiB` bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NvdimmSpec {
-    /// Size of the backing file in bytes (label area included).
+    /// Size of the guest's persistent-memory region in bytes.
     pub size: u64,
     /// The size text, for messages.
     pub size_text: String,
@@ -103,22 +118,80 @@ pub struct NvdimmSpec {
     pub file: Option<PathBuf>,
     /// Map read-only (the region is "not armed" for the guest).
     pub readonly: bool,
-    /// Bytes of label storage at the end of the file (0 = label-less).
+    /// Bytes of label storage after the region (0 = label-less).
     pub label_size: u64,
     /// Allocate the whole file up front (fallocate).
     pub prealloc: bool,
+    /// Guest NUMA node given with `node=`; `None` = the next node of its own.
+    pub node: Option<u32>,
 }
 
 impl NvdimmSpec {
-    /// Length of the persistent-memory range the guest sees: the file size
-    /// minus the label area, rounded down to 2 MiB.
-    pub fn spa_size(&self) -> u64 {
-        (self.size - self.label_size) & !(layout::NVDIMM_SIZE_ALIGN - 1)
+    /// A temporary DIMM of `size` bytes without labels (for bench plans).
+    pub fn temporary(size: u64) -> Self {
+        Self {
+            size,
+            size_text: size.to_string(),
+            file: None,
+            readonly: false,
+            label_size: 0,
+            prealloc: false,
+            node: None,
+        }
     }
 
-    /// Offset of the label area in the backing file.
+    /// Length of the persistent-memory range the guest sees: exactly `size`.
+    pub fn spa_size(&self) -> u64 {
+        self.size
+    }
+
+    /// Offset of the label area in the backing file (right after the region).
     pub fn label_offset(&self) -> u64 {
-        self.size - self.label_size
+        self.size
+    }
+
+    /// Offset of pmemvm's identity block in the backing file (after the labels).
+    pub fn identity_offset(&self) -> u64 {
+        self.size + self.label_size
+    }
+
+    /// Length of the backing file: region + label area + identity block.
+    pub fn file_len(&self) -> u64 {
+        self.identity_offset() + layout::NVDIMM_IDENTITY_SIZE
+    }
+}
+
+/// A size in the largest binary unit that divides it ("1008M", "2G", "4096").
+pub fn size_text(bytes: u64) -> String {
+    const UNITS: [(u32, &str); 4] = [(40, "T"), (30, "G"), (20, "M"), (10, "K")];
+    for (shift, unit) in UNITS {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
+/// The phrase naming the valid region sizes nearest to `bytes`.
+fn nearest_region_sizes(bytes: u64) -> String {
+    let align = layout::NVDIMM_REGION_ALIGN;
+    let below = bytes - bytes % align;
+    let above = below.checked_add(align);
+    match (below, above) {
+        (0, Some(a)) => format!("the smallest valid size is {}", size_text(a)),
+        (b, Some(a)) => format!(
+            "the nearest valid sizes are {} and {}",
+            size_text(b),
+            size_text(a)
+        ),
+        (b, None) => format!("the nearest valid size is {}", size_text(b)),
+    }
+}
+
+fn parse_node(text: &str) -> Result<u32, ConfigError> {
+    match text.trim().parse::<u32>() {
+        Ok(n) if n <= MAX_NODE && text == text.trim() => Ok(n),
+        _ => Err(ConfigError::Node(text.to_string())),
     }
 }
 
@@ -129,11 +202,10 @@ impl std::str::FromStr for NvdimmSpec {
         let mut parts = spec.split(',');
         let size_text = parts.next().unwrap_or_default().to_string();
         let size = parse_size(&size_text)?;
-        if size % layout::NVDIMM_SIZE_ALIGN != 0 {
-            return Err(ConfigError::Alignment {
-                what: "--nvdimm size",
+        if size % layout::NVDIMM_REGION_ALIGN != 0 {
+            return Err(ConfigError::RegionSize {
+                nearest: nearest_region_sizes(size),
                 value: size_text,
-                align: "2 MiB (2M)",
             });
         }
         let mut out = NvdimmSpec {
@@ -143,6 +215,7 @@ impl std::str::FromStr for NvdimmSpec {
             readonly: false,
             label_size: layout::NVDIMM_DEFAULT_LABEL_SIZE,
             prealloc: false,
+            node: None,
         };
         let mut seen: Vec<&str> = Vec::new();
         for part in parts {
@@ -159,21 +232,64 @@ impl std::str::FromStr for NvdimmSpec {
                 ("file", Some(v)) => out.file = Some(PathBuf::from(v)),
                 ("readonly", None) => out.readonly = true,
                 ("prealloc", None) => out.prealloc = true,
-                ("label-size", Some(v)) => out.label_size = parse_label_size(v, size)?,
+                ("label-size", Some(v)) => out.label_size = parse_label_size(v)?,
+                ("node", Some(v)) => out.node = Some(parse_node(v)?),
                 _ => return Err(ConfigError::NvdimmOption(part.to_string())),
             }
         }
-        if out.label_size >= out.size || out.spa_size() == 0 {
-            return Err(ConfigError::NvdimmTooSmall {
-                size: out.size_text.clone(),
-                label: out.label_size,
+        if size
+            .checked_add(out.label_size + layout::NVDIMM_IDENTITY_SIZE)
+            .is_none()
+        {
+            return Err(ConfigError::Size {
+                value: out.size_text,
+                why: "it is too large",
             });
         }
         Ok(out)
     }
 }
 
-fn parse_label_size(text: &str, dimm_size: u64) -> Result<u64, ConfigError> {
+/// The guest NUMA node of every DIMM, in order: `node=N` where given; DIMMs
+/// without it get nodes of their own, the lowest numbers from 1 up that no
+/// `node=` names (so by default DIMM *i* is node *i* + 1, node 0 being the
+/// CPUs' and RAM's). Linux numbers nodes densely in the order the SRAT
+/// names proximity domains, so a gap in the numbers is refused: node *N*
+/// of the guest is then proximity domain *N* of the SRAT.
+pub fn resolve_nodes(specs: &[NvdimmSpec]) -> Result<Vec<u32>, ConfigError> {
+    let named: std::collections::BTreeSet<u32> = specs.iter().filter_map(|s| s.node).collect();
+    let mut next = 1u32;
+    let mut nodes = Vec::with_capacity(specs.len());
+    for s in specs {
+        let node = match s.node {
+            Some(n) => n,
+            None => {
+                while named.contains(&next) {
+                    next += 1;
+                }
+                if next > MAX_NODE {
+                    return Err(ConfigError::TooManyNodes);
+                }
+                next += 1;
+                next - 1
+            }
+        };
+        nodes.push(node);
+    }
+    let mut used: std::collections::BTreeSet<u32> = nodes.iter().copied().collect();
+    used.insert(0);
+    let max = used.last().copied().unwrap_or(0);
+    if let Some(missing) = (0..=max).find(|n| !used.contains(n)) {
+        return Err(ConfigError::NodeGap {
+            used: max,
+            missing,
+            max_ok: u32::try_from(used.len() - 1).unwrap_or(MAX_NODE),
+        });
+    }
+    Ok(nodes)
+}
+
+fn parse_label_size(text: &str) -> Result<u64, ConfigError> {
     let bad = |why: String| ConfigError::LabelSize {
         value: text.to_string(),
         why,
@@ -185,15 +301,13 @@ fn parse_label_size(text: &str, dimm_size: u64) -> Result<u64, ConfigError> {
     if n % 4096 != 0 {
         return Err(bad("it must be a multiple of 4 KiB (4K)".into()));
     }
-    if n < 128 << 10 {
+    if n < layout::NVDIMM_DEFAULT_LABEL_SIZE {
         return Err(bad(
             "Linux needs at least 128 KiB of labels (use 0 for label-less)".into(),
         ));
     }
-    if n > u64::from(u32::MAX) || n >= dimm_size {
-        return Err(bad(
-            "it must be smaller than the DIMM and below 4 GiB".into()
-        ));
+    if n > u64::from(u32::MAX) {
+        return Err(bad("it must be below 4 GiB".into()));
     }
     Ok(n)
 }
@@ -302,16 +416,18 @@ mod tests {
         let s: NvdimmSpec = "1G".parse().unwrap();
         assert_eq!(s.size, 1 << 30);
         assert_eq!(s.label_size, 128 << 10);
-        assert_eq!(s.spa_size(), (1 << 30) - (2 << 20));
-        assert_eq!(s.label_offset(), (1 << 30) - (128 << 10));
-        let s: NvdimmSpec = "64M,file=/tmp/x,readonly,label-size=0,prealloc"
+        assert_eq!(s.node, None);
+        let s: NvdimmSpec = "64M,file=/tmp/x,readonly,label-size=0,prealloc,node=3"
             .parse()
             .unwrap();
         assert_eq!(s.file, Some(PathBuf::from("/tmp/x")));
         assert!(s.readonly && s.prealloc);
-        assert_eq!(s.spa_size(), 64 << 20);
-        let s: NvdimmSpec = "64M,label-size=256K".parse().unwrap();
-        assert_eq!(s.label_size, 256 << 10);
+        assert_eq!(s.label_size, 0);
+        assert_eq!(s.node, Some(3));
+        let s: NvdimmSpec = "16M,label-size=256K,node=0".parse().unwrap();
+        assert_eq!((s.label_size, s.node), (256 << 10, Some(0)));
+        let s: NvdimmSpec = "128G,label-size=4194300K".parse().unwrap();
+        assert_eq!(s.label_size, (4 << 30) - 4096);
         for bad in [
             "1M",
             "3M",
@@ -321,12 +437,104 @@ mod tests {
             "1G,readonly,readonly",
             "1G,label-size=5K",
             "1G,label-size=4K",
-            "2M,label-size=128K",
-            "1G,label-size=2G",
+            "1G,label-size=8G",
+            "1G,label-size=4G",
             "1G,file",
             "1G,readonly=yes",
+            "1G,node",
+            "1G,node=",
+            "1G,node=256",
+            "1G,node=-1",
+            "1G,node= 1",
+            "1G,node=1,node=2",
         ] {
             assert!(bad.parse::<NvdimmSpec>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn geometry_is_region_then_labels_then_identity() {
+        // --nvdimm 1G: the guest's region is exactly 1 GiB (a multiple of the
+        // 16 MiB region align), labels at 1 GiB, identity page after them.
+        let s: NvdimmSpec = "1G".parse().unwrap();
+        assert_eq!(s.spa_size(), 1 << 30);
+        assert_eq!(s.spa_size() % (16 << 20), 0);
+        assert_eq!(s.label_offset(), 1 << 30);
+        assert_eq!(s.identity_offset(), (1 << 30) + (128 << 10));
+        assert_eq!(s.file_len(), (1 << 30) + (128 << 10) + 4096);
+        let s: NvdimmSpec = "48M,label-size=0".parse().unwrap();
+        assert_eq!(
+            (s.spa_size(), s.label_offset(), s.file_len()),
+            (48 << 20, 48 << 20, (48 << 20) + 4096)
+        );
+        let s: NvdimmSpec = "128G,label-size=1M".parse().unwrap();
+        assert_eq!(s.file_len(), (128 << 30) + (1 << 20) + 4096);
+    }
+
+    #[test]
+    fn bad_sizes_name_the_value_and_the_nearest_valid_sizes() {
+        let msg = |t: &str| t.parse::<NvdimmSpec>().unwrap_err().to_string();
+        let m = msg("1000M");
+        assert!(m.contains("'1000M'"), "{m}");
+        assert!(m.contains("nearest valid sizes are 992M and 1008M"), "{m}");
+        let m = msg("1022M");
+        assert!(m.contains("1008M and 1G"), "{m}");
+        let m = msg("258M,file=pm0.img");
+        assert!(m.contains("'258M'") && m.contains("256M and 272M"), "{m}");
+        let m = msg("4M");
+        assert!(
+            m.contains("'4M'") && m.contains("smallest valid size is 16M"),
+            "{m}"
+        );
+        let m = msg("1073741825");
+        assert!(m.contains("1G and 1040M"), "{m}");
+        let m = msg("1G,node=300");
+        assert!(m.contains("node=300") && m.contains("0 to 255"), "{m}");
+        assert_eq!(size_text(1 << 30), "1G");
+        assert_eq!(size_text(1008 << 20), "1008M");
+        assert_eq!(size_text(3 << 40), "3T");
+        assert_eq!(size_text(4097), "4097");
+    }
+
+    fn specs(list: &[&str]) -> Vec<NvdimmSpec> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn numa_nodes() {
+        // Default: DIMM i in node i + 1 (node 0 holds the CPUs and RAM).
+        assert_eq!(
+            resolve_nodes(&specs(&["1G", "1G", "1G"])),
+            Ok(vec![1, 2, 3])
+        );
+        assert_eq!(resolve_nodes(&[]), Ok(vec![]));
+        // Explicit nodes are kept; the others take the lowest free numbers.
+        assert_eq!(resolve_nodes(&specs(&["1G", "1G,node=1"])), Ok(vec![2, 1]));
+        assert_eq!(
+            resolve_nodes(&specs(&["1G,node=0", "1G,node=0"])),
+            Ok(vec![0, 0])
+        );
+        assert_eq!(
+            resolve_nodes(&specs(&["1G,node=1", "1G,node=1", "1G"])),
+            Ok(vec![1, 1, 2])
+        );
+        // Gaps are refused with the numbers that would work.
+        let e = resolve_nodes(&specs(&["1G,node=3"])).unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::NodeGap {
+                used: 3,
+                missing: 1,
+                max_ok: 1
+            }
+        );
+        assert!(e.to_string().contains("node=3"), "{e}");
+        assert!(e.to_string().contains("from 0 to 1"), "{e}");
+        assert_eq!(resolve_nodes(&specs(&["1G,node=0", "1G"])), Ok(vec![0, 1]));
+        let e = resolve_nodes(&specs(&["1G", "1G,node=3"])).unwrap_err();
+        assert!(matches!(e, ConfigError::NodeGap { missing: 2, .. }), "{e}");
+        let many: Vec<NvdimmSpec> = (0..256).map(|_| NvdimmSpec::temporary(16 << 20)).collect();
+        assert_eq!(resolve_nodes(&many), Err(ConfigError::TooManyNodes));
+        assert_eq!(resolve_nodes(&many[..255]).map(|n| n[254]), Ok(255));
     }
 }

@@ -431,6 +431,14 @@ impl Experiment {
                     format!("use at least {}", human(min)),
                 ));
             }
+            let align = crate::layout::NVDIMM_REGION_ALIGN;
+            if !size.is_multiple_of(align) {
+                return Err(self.invalid(
+                    "NVDIMM size",
+                    human(size),
+                    "use a multiple of 16 MiB (the region align Linux uses since 5.7)",
+                ));
+            }
             Some(size)
         } else {
             None

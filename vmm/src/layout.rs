@@ -66,10 +66,16 @@ pub const RAM_64BIT_START: GuestAddress = GuestAddress(1 << 32);
 
 /// NVDIMM ranges are aligned to this (and the first starts at or above 4 GiB).
 pub const NVDIMM_ALIGN: u64 = 1 << 30;
-/// NVDIMM sizes must be a multiple of this.
-pub const NVDIMM_SIZE_ALIGN: u64 = 2 << 20;
-/// Default size of the label storage area at the end of each backing file.
+/// NVDIMM region sizes must be a multiple of this: since Linux 5.7 a
+/// region's default `align` is 16 MiB, and ndctl refuses namespaces on a
+/// region whose size is not a multiple of it.
+pub const NVDIMM_REGION_ALIGN: u64 = 16 << 20;
+/// Default size of the label storage area (ndctl's default), which follows
+/// the region in the backing file.
 pub const NVDIMM_DEFAULT_LABEL_SIZE: u64 = 128 << 10;
+/// pmemvm's identity block at the end of each backing file (magic, DIMM
+/// serial number, geometry): one 4 KiB page after the label area.
+pub const NVDIMM_IDENTITY_SIZE: u64 = 4096;
 
 // ---- I/O ports ---------------------------------------------------------------
 

@@ -19,6 +19,7 @@ pub mod experiments;
 pub mod fio;
 pub mod guest_job;
 pub mod host;
+pub mod identity;
 pub mod inference;
 pub mod kconfig;
 pub mod layout;

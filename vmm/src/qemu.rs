@@ -79,7 +79,7 @@ impl QemuMachine<'_> {
     pub fn command(&self) -> Command {
         let mut c = Command::new(self.qemu);
         let mib = |b: u64| b.div_ceil(1 << 20);
-        let dimm_total: u64 = self.nvdimms.iter().map(|(s, _)| s.size).sum();
+        let dimm_total: u64 = self.nvdimms.iter().map(|(s, _)| s.file_len()).sum();
         c.args(["-accel", self.accel.name()]);
         c.args([
             "-cpu",
@@ -107,7 +107,10 @@ impl QemuMachine<'_> {
                 &format!(
                     "memory-backend-file,id=pmem{i},share=on,mem-path={},size={}{ro}",
                     path.display(),
-                    spec.size
+                    // QEMU's region is size − label-size: the same SIZE as
+                    // pmemvm's, labels after it (the identity page beyond
+                    // `size` is left alone: QEMU accepts a longer file).
+                    spec.size + spec.label_size
                 ),
             ]);
             let mut dev = format!("nvdimm,memdev=pmem{i},id=nv{i}");
@@ -164,9 +167,9 @@ mod tests {
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
         let joined = args.join(" ");
-        assert!(joined.contains("-m 512M,slots=2,maxmem=2624M"), "{joined}");
+        assert!(joined.contains("-m 512M,slots=2,maxmem=2625M"), "{joined}");
         assert!(
-            joined.contains("mem-path=/a,size=1073741824,readonly=on"),
+            joined.contains("mem-path=/a,size=1073872896,readonly=on"),
             "{joined}"
         );
         assert!(

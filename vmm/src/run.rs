@@ -183,7 +183,7 @@ pub fn describe_host() -> HostDescription {
 /// The DIMMs of a run, for reports.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct DimmDescription {
-    /// Backing file size.
+    /// Region size (`--nvdimm` SIZE; the backing file adds labels and an identity page).
     pub size: u64,
     /// Backing file (None = temporary).
     pub file: Option<String>,
@@ -421,7 +421,8 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
                 .collect();
             for (n, p) in &dimms {
                 if !p.exists() {
-                    let f = std::fs::File::create(p).and_then(|f| f.set_len(n.size).map(|_| f));
+                    let f =
+                        std::fs::File::create(p).and_then(|f| f.set_len(n.file_len()).map(|_| f));
                     f.map_err(|source| RunError::Io {
                         what: format!("creating {}", p.display()),
                         source,

@@ -68,6 +68,9 @@ pub enum VmError {
     /// Memory layout.
     #[error(transparent)]
     Layout(#[from] MemoryLayoutError),
+    /// Configuration that is only checked as a whole (e.g. NUMA nodes).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// Kernel/initrd loading.
     #[error(transparent)]
     Boot(#[from] BootError),
@@ -123,6 +126,7 @@ impl VmError {
         match self {
             Self::NoKvm | Self::KvmPermission | Self::TooManyCpus { .. } => true,
             Self::TooManyNvdimms { .. } | Self::Layout(_) | Self::OutputFile { .. } => true,
+            Self::Config(_) => true,
             Self::Boot(e) => e.is_usage(),
             Self::Backing(e) => e.is_usage(),
             _ => false,
@@ -315,6 +319,7 @@ impl Vm {
         }
         let spa_sizes: Vec<u64> = config.nvdimms.iter().map(|n| n.spa_size()).collect();
         let bases = memory::nvdimm_bases(&ram, &spa_sizes)?;
+        crate::config::resolve_nodes(&config.nvdimms)?;
         boot::detect_format(&config.kernel)?;
 
         let vm_fd = kvm.create_vm().map_err(kvm_err("VM creation"))?;
@@ -464,7 +469,7 @@ impl Vm {
                 len,
             )?;
         }
-        let dsm = crate::acpi_setup::install(config.cpus, &mem, &nvdimms, &mut pio)?;
+        let dsm = crate::acpi_setup::install(config.cpus, &ram, &mem, &nvdimms, &mut pio)?;
 
         let cpuid = kvm
             .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)

@@ -4,10 +4,10 @@
 //!
 //! Checked: nothing panics; an accepted size is above zero and reads back
 //! the same from its decimal form; a refused size's message quotes the text;
-//! an accepted `--nvdimm` spec has a 2 MiB-multiple size, a label area that
-//! is 0 or a 4 KiB multiple of at least 128 KiB and smaller than the DIMM,
-//! and a non-empty 2 MiB-multiple persistent-memory range that fits before
-//! the labels.
+//! an accepted `--nvdimm` spec has a 16 MiB-multiple region size that is
+//! exactly the guest's range, a label area that is 0 or a 4 KiB multiple of
+//! at least 128 KiB below 4 GiB, the label area right after the region and
+//! the identity page after that, and a NUMA node of at most 255.
 
 use vmm::config::{parse_size, NvdimmSpec};
 
@@ -29,20 +29,20 @@ pub fn run(data: &[u8]) {
     }
     match text.parse::<NvdimmSpec>() {
         Ok(s) => {
-            const TWO_MIB: u64 = 2 << 20;
-            assert_eq!(s.size % TWO_MIB, 0, "{text:?}");
-            assert!(s.label_size < s.size, "{text:?}");
+            const SIXTEEN_MIB: u64 = 16 << 20;
+            assert!(s.size > 0 && s.size % SIXTEEN_MIB == 0, "{text:?}");
             assert!(
-                s.label_size == 0 || (s.label_size % 4096 == 0 && s.label_size >= 128 << 10),
+                s.label_size == 0
+                    || (s.label_size % 4096 == 0
+                        && s.label_size >= 128 << 10
+                        && s.label_size <= u64::from(u32::MAX)),
                 "{text:?}: label size {}",
                 s.label_size
             );
-            let spa = s.spa_size();
-            assert!(spa > 0 && spa % TWO_MIB == 0, "{text:?}: range {spa}");
-            assert!(
-                spa <= s.label_offset() && s.label_offset() <= s.size,
-                "{text:?}"
-            );
+            assert_eq!(s.spa_size(), s.size, "{text:?}");
+            assert_eq!(s.label_offset(), s.size, "{text:?}");
+            assert_eq!(s.file_len(), s.size + s.label_size + 4096, "{text:?}");
+            assert!(s.node.is_none_or(|n| n <= 255), "{text:?}");
             assert!(s.file.as_ref().is_none_or(|f| !f.as_os_str().is_empty()));
         }
         Err(e) => assert!(!e.to_string().is_empty()),

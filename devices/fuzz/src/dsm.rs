@@ -86,6 +86,11 @@ impl LabelStorage for MemLabels {
         Ok(())
     }
 
+    fn sync_labels(&self) -> io::Result<()> {
+        assert!(!self.readonly, "handler synced a read-only label area");
+        Ok(())
+    }
+
     fn readonly(&self) -> bool {
         self.readonly
     }
