@@ -48,11 +48,11 @@ compgen -G 'patches/*.patch' >/dev/null || die "no kernel patches in $GI_DIR/pat
 # ---- host packages --------------------------------------------------------
 # Kernel build, initramfs contents and fio's (static) build dependencies.
 HOST_PACKAGES="linux-source-6.1 build-essential flex bison bc libelf-dev libssl-dev
-    busybox-static ndctl daxctl xfsprogs e2fsprogs bcache-tools cpio zstd xz-utils patch
+    busybox-static ndctl daxctl xfsprogs e2fsprogs bcache-tools kmod cpio zstd xz-utils patch
     dpkg-dev libaio-dev zlib1g-dev pkg-config python3 file"
 # Packages whose exact versions feed the cache key.
 KERNEL_KEY_PACKAGES="linux-source-6.1 gcc-12 binutils flex bison libelf-dev libssl-dev"
-INITRAMFS_KEY_PACKAGES="busybox-static ndctl daxctl xfsprogs e2fsprogs bcache-tools libaio-dev zlib1g-dev gcc-12 libc6-dev libc6"
+INITRAMFS_KEY_PACKAGES="busybox-static ndctl daxctl xfsprogs e2fsprogs bcache-tools kmod libaio-dev zlib1g-dev gcc-12 libc6-dev libc6"
 
 ensure_deb_src() {
     if apt-cache showsrc fio 2>/dev/null | grep -q '^Version:'; then
@@ -126,6 +126,8 @@ initramfs_inputs() {
         echo "file $f $(sha "$GI_DIR/$f")"
     done
     echo "fio-source=$FIO_VERSION"
+    # The initramfs carries the kernel's modules.builtin: it follows the kernel.
+    echo "kernel=$KERNEL_KEY"
     pkg_versions $INITRAMFS_KEY_PACKAGES
 }
 KERNEL_KEY=$(kernel_inputs | sha256sum | cut -c1-16)

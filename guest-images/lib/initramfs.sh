@@ -4,7 +4,7 @@
 # Builds a static fio from Debian's fio source package and packs busybox,
 # fio, ndctl/daxctl, mkfs.xfs, make-bcache (with the shared libraries they
 # need) and guest-images/rootfs/init into a reproducible newc cpio (gzip).
-# Expects: GI_DIR, WORK, JOBS, log(), die().
+# Expects: GI_DIR, WORK, JOBS, KDIR (the built kernel), log(), die().
 # Produces in "$1": initramfs.cpio.gz, contents.txt, fio-version, build-seconds.
 
 # Dynamic binaries copied from the Debian packages (with their libraries).
@@ -84,6 +84,15 @@ initramfs_build() {
     ln -sf e2fsck "$root/usr/sbin/fsck.ext4"
     install -m 0644 /etc/mke2fs.conf "$root/etc/mke2fs.conf"
     install -m 0755 "$GI_DIR/rootfs/init" "$root/init"
+    # The kernel's list of built-in modules, indexed by depmod: kmod users in
+    # the guest (daxctl reconfigure-device --mode=system-ram looks up "kmem")
+    # then know that what they need is built in.
+    local krel
+    krel=$(cat "$KDIR/kernelrelease")
+    mkdir -p "$root/lib/modules/$krel"
+    cp "$KDIR/modules.builtin" "$KDIR/modules.builtin.modinfo" "$root/lib/modules/$krel/"
+    depmod -b "$root" "$krel" || die "depmod for the guest's modules.builtin failed"
+    [ -s "$root/lib/modules/$krel/modules.builtin.bin" ] || die "depmod wrote no modules.builtin.bin"
     printf 'root:x:0:0:root:/root:/bin/sh\n' > "$root/etc/passwd"
     printf 'root:x:0:\n' > "$root/etc/group"
     printf 'pmemvm\n' > "$root/etc/hostname"

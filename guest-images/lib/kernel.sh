@@ -4,7 +4,8 @@
 # Builds Debian's linux-source-6.1 with guest-images/patches/*.patch and the
 # config fragment guest-images/config/pmemvm.config merged over tinyconfig.
 # Expects: GI_DIR (guest-images/), WORK (build dir), JOBS, log(), die().
-# Produces in "$1": vmlinux, bzImage, config, kernelrelease, build-seconds.
+# Produces in "$1": vmlinux, bzImage, config, modules.builtin{,.modinfo},
+# kernelrelease, build-seconds.
 
 # Options that must be exactly =y in the final .config.  Taken from every
 # `CONFIG_X=y` line of the fragment, plus these (no silent Kconfig drops).
@@ -56,6 +57,9 @@ kernel_build() {
     cp "$tree/vmlinux" "$dest/vmlinux"
     cp "$tree/arch/x86/boot/bzImage" "$dest/bzImage"
     cp "$tree/.config" "$dest/config"
+    # What is built in, for kmod in the guest: daxctl asks kmod for "kmem"
+    # and fails without /lib/modules/$(uname -r)/modules.builtin*.
+    cp "$tree/modules.builtin" "$tree/modules.builtin.modinfo" "$dest/"
     make -s -C "$tree" ARCH=x86_64 kernelrelease > "$dest/kernelrelease"
     echo $(( $(date +%s) - t0 )) > "$dest/build-seconds"
     log "kernel: done in $(cat "$dest/build-seconds") s ($(cat "$dest/kernelrelease"))"

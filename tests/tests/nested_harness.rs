@@ -185,7 +185,7 @@ impl GuestRun {
                 "--memory",
                 "512M",
                 "--nvdimm",
-                "64M,file=pm0.img",
+                "64M,file=pm0.img,label-size=0",
                 "--console-log",
                 "console.txt",
                 "--channel",
@@ -243,7 +243,11 @@ fn guest_boots_and_its_pmem_writes_reach_the_backing_file() {
 
     let backing = fs::read(out.path("pm0.img")).expect("backing file on the host");
     // The 64 MiB region, the 128 KiB label area and pmemvm's identity page.
-    assert_eq!(backing.len(), (64 << 20) + (128 << 10) + 4096);
+    assert_eq!(
+        backing.len(),
+        (64 << 20) + 4096,
+        "label-less: the region, then the identity page"
+    );
     let found = backing
         .windows(pattern.len())
         .step_by(512)
@@ -296,7 +300,7 @@ fn stock_kernel_boots_under_pmemvm_and_writes_pmem() {
             "--memory",
             "512M",
             "--nvdimm",
-            "64M,file=pm0.img",
+            "64M,file=pm0.img,label-size=0",
             "--cmdline",
             &cmdline,
             "--console-log",
@@ -318,7 +322,7 @@ fn stock_kernel_boots_under_pmemvm_and_writes_pmem() {
     assert_eq!(out.status, 42, "{context}");
     let expected: Vec<u8> = token.bytes().cycle().take(4096).collect();
     let backing = fs::read(out.path("pm0.img")).expect("backing file on the host");
-    assert_eq!(backing.len(), (64 << 20) + (128 << 10) + 4096, "{context}");
+    assert_eq!(backing.len(), (64 << 20) + 4096, "{context}");
     let at = backing
         .windows(expected.len())
         .step_by(512)
@@ -365,7 +369,7 @@ fn fio_verify_runs_in_the_guest_image_under_pmemvm_run() {
             "--initrd",
             "initramfs.cpio.gz",
             "--nvdimm",
-            "128M,file=pm0.img",
+            "128M,file=pm0.img,label-size=0",
             "--fio",
             "verify.fio",
             "--json",

@@ -3,9 +3,10 @@
 //! real `ndctl` through pmemvm's `_DSM` transport, and they persist in the
 //! label area of the backing file across two boots.
 //!
-//! Boot 1: the DIMM starts label-less (zeroed label area → raw
-//! `namespace0.0`, `/dev/pmem0`); `ndctl init-labels` writes index blocks
-//! (DSM function 6), `ndctl create-namespace -m raw` writes a namespace label,
+//! Boot 1: the new DIMM starts with pmemvm's empty label index, which the
+//! stock kernel accepts: a labelled region, all of it available, no
+//! namespace and no `/dev/pmem0`; `ndctl init-labels -f` rewrites the index
+//! blocks (DSM function 6), `ndctl create-namespace -m raw` writes a namespace label,
 //! and a pattern goes to the new `/dev/pmem0`. Boot 2 (same backing file):
 //! the kernel reads the labels back (functions 4 and 5) and shows the same
 //! namespace uuid, with the pattern. The host then finds the index block
@@ -63,6 +64,7 @@ wait_pmem() {
 }
 if [ "$phase" = 1 ]; then
     wait_pmem && echo "LT-ATTR pmem_before yes" || echo "LT-ATTR pmem_before no"
+    echo "LT-ATTR available_before $(cat /sys/bus/nd/devices/region0/available_size)"
     ndctl disable-region all || finish 91
     ndctl init-labels -f all 2>&1 | sed 's/^/LT-NDCTL /'
     ndctl enable-region all || finish 92
@@ -209,8 +211,14 @@ fn ndctl_labels_persist_across_boots() {
     for c in ["get_size", "get_data", "set_data"] {
         assert!(commands.contains(c), "{commands}\n{context}");
     }
-    // A fresh DIMM is label-less and still gives /dev/pmem0.
-    assert_eq!(attr(&c1, "pmem_before"), "yes", "{context}");
+    // A fresh DIMM has labels (pmemvm's empty index) and no namespace yet:
+    // no /dev/pmem0, the whole region available for ndctl create-namespace.
+    assert_eq!(attr(&c1, "pmem_before"), "no", "{context}");
+    assert_eq!(
+        attr(&c1, "available_before"),
+        (DIMM_MIB << 20).to_string(),
+        "the kernel did not take pmemvm's empty label index\n{context}"
+    );
     // The namespace created in boot 1 comes back from the labels in boot 2.
     let uuid1 = lines(&c1, "LT-UUID ").first().copied().unwrap_or("");
     let uuid2 = lines(&c2, "LT-UUID ").first().copied().unwrap_or("");

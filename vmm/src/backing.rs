@@ -168,6 +168,8 @@ impl NvdimmBacking {
         }
         if spec.file.is_some() {
             backing.serial = backing.identity()?;
+        } else {
+            backing.init_labels()?;
         }
         Ok(backing)
     }
@@ -317,10 +319,44 @@ impl NvdimmBacking {
             Block::Empty => {
                 let id = Identity::new_random(self.spec.size, self.spec.label_size)
                     .map_err(self.io())?;
+                // A DIMM pmemvm has not seen before: labels as on a new NVDIMM.
+                self.init_labels()?;
                 identity::write_at(&self.file, offset, &id).map_err(self.io())?;
                 Ok(Some(id.serial))
             }
         }
+    }
+
+    /// Writes an empty label index ([`crate::label_index`]) into a label
+    /// area that is still all zero, so the guest sees a labelled DIMM with
+    /// no namespace and its whole region free (as `ndctl init-labels` leaves
+    /// it). A label area with anything in it is the user's and is left alone.
+    fn init_labels(&self) -> Result<(), BackingError> {
+        use std::os::unix::fs::FileExt;
+        if self.spec.readonly || self.spec.label_size == 0 {
+            return Ok(());
+        }
+        let Some(index) = crate::label_index::empty_index(self.spec.label_size) else {
+            return Ok(());
+        };
+        let len = usize::try_from(self.spec.label_size).map_err(|_| {
+            (self.io())(std::io::Error::new(
+                ErrorKind::InvalidInput,
+                "label area larger than this host's address space",
+            ))
+        })?;
+        let mut area = vec![0u8; len];
+        self.file
+            .read_exact_at(&mut area, self.spec.label_offset())
+            .map_err(self.io())?;
+        if area.iter().any(|&b| b != 0) {
+            return Ok(());
+        }
+        // Durable like every label write (the guest's go through _DSM + fdatasync).
+        self.file
+            .write_all_at(&index, self.spec.label_offset())
+            .and_then(|()| self.file.sync_data())
+            .map_err(self.io())
     }
 
     fn preallocate(&self) -> Result<(), BackingError> {

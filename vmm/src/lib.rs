@@ -22,6 +22,7 @@ pub mod host;
 pub mod identity;
 pub mod inference;
 pub mod kconfig;
+pub mod label_index;
 pub mod layout;
 pub mod memory;
 pub mod preflight;
