@@ -108,3 +108,15 @@ fn emulation_failure_is_reported_with_rip_bytes_and_host_reason() {
         out.dump()
     );
 }
+
+#[test]
+fn boot_gdt_is_not_overwritten_by_the_idt() {
+    let out = require!(boot("gdtcheck", &[]));
+    assert!(!out.timed_out, "{}", out.dump());
+    assert_eq!(
+        out.status,
+        Some(0x11),
+        "0x21: GDT limit wrong, 0x22: TSS descriptor overwritten\n{}",
+        out.dump()
+    );
+}
