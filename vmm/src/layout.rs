@@ -146,8 +146,9 @@ pub const NVDIMM_DEFAULT_LABEL_SIZE: u64 = 128 << 10;
 
 // ---- I/O ports ---------------------------------------------------------------
 
-/// i8042 command port: a write of 0xfe resets the machine.
-pub const I8042_PORT: u16 = 0x64;
+/// i8042 keyboard controller: data port 0x60, command port 0x64 (a write of
+/// 0xfe there resets the machine).
+pub const I8042_PORT: u16 = 0x60;
 /// COM2 (16550): the host/guest data channel (fio JSON).
 pub const COM2_PORT: u16 = 0x2f8;
 /// COM1 (16550): the console.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use devices::bus::{Bus, BusError};
 use devices::exit::{ExitNotifier, ExitRequest};
 use devices::nvdimm::{FlushHintDevice, FlushStats, FlushTarget};
-use devices::power::{AcpiPowerDevice, GuestExitDevice, I8042ResetDevice};
+use devices::power::{AcpiPowerDevice, GuestExitDevice, I8042Device};
 use devices::serial::SerialDevice;
 use kvm_bindings::{
     kvm_pit_config, kvm_userspace_memory_region, KVM_MAX_CPUID_ENTRIES, KVM_MEM_READONLY,
@@ -438,9 +438,9 @@ impl Vm {
             AcpiPowerDevice::LEN,
         )?;
         pio.insert(
-            Arc::new(Mutex::new(I8042ResetDevice::new(exit.clone()))),
+            Arc::new(Mutex::new(I8042Device::new(exit.clone()))),
             layout::I8042_PORT.into(),
-            1,
+            I8042Device::LEN,
         )?;
         pio.insert(
             Arc::new(Mutex::new(GuestExitDevice::new(exit.clone()))),
