@@ -120,3 +120,17 @@ fn boot_gdt_is_not_overwritten_by_the_idt() {
         out.dump()
     );
 }
+
+#[test]
+fn label_calls_are_counted_per_dimm() {
+    let out = require!(boot("dsmcall", &["-v", "--nvdimm", "4M", "--nvdimm", "4M"]));
+    assert_eq!(out.status, Some(42), "{}", out.dump());
+    let calls: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("label calls"))
+        .collect();
+    assert_eq!(calls.len(), 2, "{}", out.dump());
+    assert!(calls[0].ends_with(" 0 label calls"), "{}", out.dump());
+    assert!(calls[1].ends_with(" 1 label calls"), "{}", out.dump());
+}

@@ -101,7 +101,12 @@ pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
     let status = exit_status::for_request(&outcome.reason);
     log::info!("VM exits: {:?}", outcome.exits);
     for n in &outcome.nvdimms {
-        log::info!("NVDIMM {}: {} flushes", n.file, n.flushes);
+        log::info!(
+            "NVDIMM {}: {} flushes, {} label calls",
+            n.file,
+            n.flushes,
+            n.label_calls
+        );
     }
     match &outcome.reason {
         devices::exit::ExitRequest::PowerOff | devices::exit::ExitRequest::GuestExit(_) => {

@@ -150,6 +150,8 @@ pub struct Nvdimm {
     pub base: u64,
     /// Flush counters.
     pub flush_stats: Arc<FlushStats>,
+    /// NFIT device handle (addresses its `_DSM` calls).
+    pub handle: u32,
 }
 
 impl Nvdimm {
@@ -376,7 +378,7 @@ impl Vm {
         // From here on the user's files may be created.
         let backings = backing::open_all(&config.nvdimms)?;
         let mut nvdimms = Vec::with_capacity(backings.len());
-        for (b, base) in backings.into_iter().zip(bases) {
+        for (i, (b, base)) in backings.into_iter().zip(bases).enumerate() {
             let mapping = b.map()?;
             add_memslot(
                 &vm_fd,
@@ -392,6 +394,7 @@ impl Vm {
                 mapping,
                 base,
                 flush_stats: Arc::new(FlushStats::default()),
+                handle: acpi::nfit_handle(u32::try_from(i).unwrap_or(u32::MAX)),
             });
         }
 
@@ -617,10 +620,7 @@ impl Vm {
                     size: n.size(),
                     flushes: n.flush_stats.flushes.load(Ordering::Relaxed),
                     flush_failures: n.flush_stats.failures.load(Ordering::Relaxed),
-                    label_calls: self
-                        .dsm
-                        .as_ref()
-                        .map_or(0, |d| d.stats().calls.load(Ordering::Relaxed)),
+                    label_calls: self.dsm.as_ref().map_or(0, |d| d.calls_for(n.handle)),
                 })
                 .collect(),
             host_hint,
