@@ -257,7 +257,10 @@ fn cases() -> Vec<Case> {
             &["boot", KERNEL, "{D}/cutelf"],
             "kernel {D}/cutelf is truncated",
         ),
-        kvm(&["boot", KERNEL, "{D}/bz32"], "without a 64-bit entry point"),
+        kvm(
+            &["boot", KERNEL, "{D}/bz32"],
+            "without a 64-bit entry point",
+        ),
         kvm(
             &["boot", KERNEL, "{K}", "--initrd", "{D}/noinitrd"],
             "noinitrd",

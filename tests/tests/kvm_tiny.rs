@@ -134,3 +134,124 @@ fn label_calls_are_counted_per_dimm() {
     assert!(calls[0].ends_with(" 0 label calls"), "{}", out.dump());
     assert!(calls[1].ends_with(" 1 label calls"), "{}", out.dump());
 }
+
+#[test]
+fn rep_outsb_reaches_the_console_whole() {
+    let out = require!(boot("repouts", &[]));
+    assert_eq!(out.status, Some(42), "{}", out.dump());
+    assert!(
+        out.stdout
+            .contains("rep outsb reached the console in one piece\n"),
+        "{}",
+        out.dump()
+    );
+}
+
+#[test]
+fn rep_insb_answers_every_byte() {
+    let out = require!(boot("repins", &[]));
+    assert_eq!(
+        out.status,
+        Some(0x11),
+        "0x22: a byte of the string read was not answered\n{}",
+        out.dump()
+    );
+}
+
+// ---- In-process: several VMs in one process, as `pmemvm bench` runs them --
+
+/// The in-process tests look at this process's threads: one at a time.
+static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn config(kernel: &str, cpus: u8) -> vmm::config::VmConfig {
+    vmm::config::VmConfig {
+        kernel: kernel.into(),
+        initrd: None,
+        initrd_append: Vec::new(),
+        cmdline: vmm::config::DEFAULT_CMDLINE.into(),
+        cpus,
+        memory: 64 << 20,
+        nvdimms: Vec::new(),
+        console: vmm::config::ConsoleMode::Null,
+        channel: None,
+    }
+}
+
+/// Names of this process's threads that start with one of `prefixes`.
+fn threads_named(prefixes: &[&str]) -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .filter(|c| prefixes.iter().any(|p| c.starts_with(p)))
+        .collect()
+}
+
+fn tiny_path(name: &str) -> Result<String, Skip> {
+    kvm_available()?;
+    Ok(guest(name)?.to_string_lossy().into_owned())
+}
+
+#[test]
+fn a_vcpu_that_cannot_start_leaves_no_vcpu_running() {
+    let halt = require!(tiny_path("halt"));
+    let _one = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+    let vm = vmm::vm::Vm::build(&config(&halt, 2)).expect("build");
+    let opts = vmm::run_loop::RunOptions {
+        timeout: None,
+        faults: vmm::fault::Faults {
+            vcpu_spawn_fails: Some(1),
+            ..Default::default()
+        },
+    };
+    let err = vm.run_with(opts).expect_err("vCPU 1 cannot start");
+    assert!(
+        err.to_string().contains("starting the thread of vCPU 1"),
+        "{err}"
+    );
+    // vCPU 0 was in KVM_RUN (the guest halts); it must be stopped and
+    // joined before run returns and the VM's memory is unmapped.
+    assert_eq!(threads_named(&["vcpu"]), Vec::<String>::new());
+}
+
+#[test]
+fn a_signal_ends_only_its_own_vm_and_runs_leave_no_threads() {
+    let halt = require!(tiny_path("halt"));
+    let hello = require!(tiny_path("hello"));
+    let _one = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() };
+    let kicker = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: tgkill to a thread of this process that is alive (it
+        // waits for this thread's join below); SIGINT is blocked there
+        // while the VM runs, so it is read by the VM's signalfd.
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), me, libc::SIGINT) };
+    });
+    let first = vmm::vm::Vm::build(&config(&halt, 1))
+        .expect("build")
+        .run()
+        .expect("run");
+    kicker.join().expect("kicker");
+    assert_eq!(vmm::exit_status::for_request(&first.reason), 130);
+    // The next VM in the same process is not ended by the old signal.
+    let second = vmm::vm::Vm::build(&config(&hello, 1))
+        .expect("build")
+        .run_with(vmm::run_loop::RunOptions {
+            timeout: Some(Duration::from_secs(3600)),
+            ..Default::default()
+        })
+        .expect("run");
+    assert_eq!(
+        vmm::exit_status::for_request(&second.reason),
+        42,
+        "{:?}",
+        second.reason
+    );
+    // Nothing of either run is left: no vCPU, watchdog or sync thread.
+    assert_eq!(
+        threads_named(&["vcpu", "watchdog", "fdatasync", "console"]),
+        Vec::<String>::new()
+    );
+}

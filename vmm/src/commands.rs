@@ -92,12 +92,8 @@ pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
     let config = args.to_config(kernel, initrd);
     let vm = Vm::build(&config)?;
     warn_if_host_cannot_run(&config.kernel);
-    let _terminal = config
-        .console
-        .uses_terminal()
-        .then(crate::console::raw_terminal);
+    // The terminal is raw for the run when the console uses it (run_loop).
     let outcome = vm.run()?;
-    drop(_terminal);
     let status = exit_status::for_request(&outcome.reason);
     log::info!("VM exits: {:?}", outcome.exits);
     for n in &outcome.nvdimms {
