@@ -255,3 +255,27 @@ fn a_signal_ends_only_its_own_vm_and_runs_leave_no_threads() {
         Vec::<String>::new()
     );
 }
+
+#[test]
+fn nvdimm_placement_uses_the_cpus_physical_address_width() {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let Some(bits) = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("address sizes"))
+        .and_then(|l| l.split(':').nth(1))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|b| b.parse::<u32>().ok())
+    else {
+        skip!("/proc/cpuinfo has no 'address sizes' line");
+    };
+    // Far beyond any width: refused before any file is created, naming
+    // the width the guest's CPUID (KVM's, the host's here) gives.
+    let out = require!(boot("hello", &["--nvdimm", "4096T"]));
+    assert_eq!(out.status, Some(2), "{}", out.dump());
+    assert!(
+        out.stderr
+            .contains(&format!("below the {bits}-bit guest physical")),
+        "{}",
+        out.dump()
+    );
+}

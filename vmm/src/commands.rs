@@ -126,7 +126,8 @@ pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
     let m = &args.machine;
     let ram = memory::ram_regions(m.memory).map_err(VmError::from)?;
     let sizes: Vec<u64> = m.nvdimm.iter().map(|n| n.spa_size()).collect();
-    let bases = memory::nvdimm_bases(&ram, &sizes).map_err(VmError::from)?;
+    let bases =
+        memory::nvdimm_bases(&ram, &sizes, memory::host_phys_addr_bits()).map_err(VmError::from)?;
     let placed: Vec<PlacedNvdimm> = m
         .nvdimm
         .iter()

@@ -312,8 +312,13 @@ impl Vm {
                 max: dimm_max,
             });
         }
+        let cpuid = kvm
+            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+            .map_err(kvm_err("supported CPUID query"))?;
+        // The guest gets this CPUID, so its address width bounds the DIMMs.
+        let phys_bits = memory::phys_addr_bits(cpuid.as_slice());
         let spa_sizes: Vec<u64> = config.nvdimms.iter().map(|n| n.spa_size()).collect();
-        let bases = memory::nvdimm_bases(&ram, &spa_sizes)?;
+        let bases = memory::nvdimm_bases(&ram, &spa_sizes, phys_bits)?;
         boot::detect_format(&config.kernel)?;
 
         let vm_fd = kvm.create_vm().map_err(kvm_err("VM creation"))?;
@@ -466,9 +471,6 @@ impl Vm {
         }
         let dsm = crate::acpi_setup::install(config.cpus, &mem, &nvdimms, &mut pio)?;
 
-        let cpuid = kvm
-            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
-            .map_err(kvm_err("supported CPUID query"))?;
         let mut vcpus = Vec::with_capacity(config.cpus.into());
         for i in 0..config.cpus {
             let vcpu = vm_fd
