@@ -416,4 +416,19 @@ mod tests {
         );
         assert!(start.elapsed() < Duration::from_secs(5));
     }
+
+    #[test]
+    fn release_builds_unwind() {
+        // With panic = "abort" a vCPU panic would skip the exit fdatasync.
+        let manifest = include_str!("../../Cargo.toml");
+        let release = manifest
+            .split("[profile.release]")
+            .nth(1)
+            .map(|rest| rest.split("\n[").next().unwrap_or(rest))
+            .unwrap_or("");
+        assert!(
+            !release.replace(' ', "").contains("panic=\"abort\""),
+            "{release}"
+        );
+    }
 }
