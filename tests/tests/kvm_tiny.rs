@@ -279,3 +279,26 @@ fn nvdimm_placement_uses_the_cpus_physical_address_width() {
         out.dump()
     );
 }
+
+/// Runs `readbyte` with `stdin`; its exit status is the byte it read.
+fn read_one_byte(stdin: std::process::Stdio) -> Result<pmemvm_tests::pmemvm::Output, Skip> {
+    kvm_available()?;
+    let g = guest("readbyte")?;
+    let mut cmd = std::process::Command::new(pmemvm_tests::pmemvm::pmemvm_bin());
+    cmd.args(["boot", "--kernel"]).arg(g).stdin(stdin);
+    Ok(pmemvm_tests::pmemvm::run_cmd_with_stdin(&mut cmd, DEADLINE))
+}
+
+#[test]
+fn console_input_reaches_the_guest_from_a_pipe_and_a_file() {
+    let dir = TempDir::new("console-in");
+    let file = dir.join("input.txt");
+    std::fs::write(&file, b"A").unwrap();
+    let out = require!(read_one_byte(std::fs::File::open(&file).unwrap().into()));
+    assert_eq!(out.status, Some(i32::from(b'A')), "{}", out.dump());
+    let (r, mut w) = std::io::pipe().unwrap();
+    std::io::Write::write_all(&mut w, b"Z").unwrap();
+    let out = require!(read_one_byte(r.into()));
+    drop(w);
+    assert_eq!(out.status, Some(i32::from(b'Z')), "{}", out.dump());
+}

@@ -96,6 +96,11 @@ impl Drop for RawTerminal {
 }
 
 const CTRL_A: u8 = 0x01;
+
+/// True for event-manager's error for an fd epoll refuses (a regular file).
+fn is_eperm(e: &event_manager::Error) -> bool {
+    matches!(e, event_manager::Error::Epoll(errno) if errno.errno() == libc::EPERM)
+}
 /// How often queued input is offered again while the UART's FIFO is full.
 const FIFO_RETRY: Duration = Duration::from_millis(2);
 
@@ -115,6 +120,8 @@ pub struct ConsoleInput {
     pending: Vec<u8>,
     escape: bool,
     reading: bool,
+    /// Stdin cannot be polled (a regular file): read it on the timer.
+    polled_by_timer: bool,
 }
 
 impl ConsoleInput {
@@ -127,6 +134,7 @@ impl ConsoleInput {
             pending: Vec::new(),
             escape: false,
             reading: false,
+            polled_by_timer: false,
         })
     }
 
@@ -169,7 +177,7 @@ impl ConsoleInput {
                     self.exit.request(ExitRequest::Signal(libc::SIGINT));
                     return;
                 }
-                if !self.flush_pending() {
+                if !self.flush_pending() && !self.polled_by_timer {
                     // FIFO full: pause stdin, retry on the timer.
                     self.stop_reading(ops);
                     if let Err(e) = self.retry.reset(FIFO_RETRY, Some(FIFO_RETRY)) {
@@ -186,6 +194,11 @@ impl ConsoleInput {
     }
 
     fn stop_reading(&mut self, ops: &mut EventOps) {
+        if self.polled_by_timer {
+            self.polled_by_timer = false;
+            let _ = self.retry.clear();
+            return;
+        }
         if self.reading {
             let _ = ops.remove(Events::with_data_raw(
                 libc::STDIN_FILENO,
@@ -203,7 +216,16 @@ impl ConsoleInput {
             EventSet::IN,
         )) {
             Ok(()) => self.reading = true,
-            // A regular file or /dev/null cannot be polled: no console input.
+            // A regular file cannot be polled (EPERM), but is always
+            // readable: feed it at the timer's pace until its end.
+            Err(_) if self.polled_by_timer => {}
+            Err(e) if is_eperm(&e) => {
+                self.polled_by_timer = true;
+                if let Err(e) = self.retry.reset(FIFO_RETRY, Some(FIFO_RETRY)) {
+                    log::debug!("console input is unavailable: {e}");
+                    self.polled_by_timer = false;
+                }
+            }
             Err(e) => log::debug!("console input is unavailable: {e}"),
         }
     }
@@ -225,7 +247,12 @@ impl MutEventSubscriber for ConsoleInput {
             STDIN_EVENT => self.stop_reading(ops),
             _ => {
                 let _ = self.retry.wait();
-                if self.flush_pending() {
+                if !self.flush_pending() {
+                    return;
+                }
+                if self.polled_by_timer {
+                    self.read_stdin(ops);
+                } else {
                     let _ = self.retry.clear();
                     self.start_reading(ops);
                 }
