@@ -58,6 +58,21 @@ impl Default for RunOptions {
 
 type Subscriber = Box<dyn MutEventSubscriber>;
 
+/// Syncs the backing files when a panic unwinds through `Vm::run` (the
+/// orderly path disarms it and syncs in `finish`). Declared before the
+/// [`VcpuSet`], so it runs after the vCPUs were stopped.
+struct SyncOnUnwind(Option<Vec<(String, Arc<File>)>>);
+
+impl Drop for SyncOnUnwind {
+    fn drop(&mut self) {
+        if let Some(files) = self.0.take() {
+            if let Some(e) = sync_all(files, SYNC_DEADLINE) {
+                eprintln!("pmemvm: {e}");
+            }
+        }
+    }
+}
+
 /// Drains the exit eventfd; the request itself is read from the notifier.
 struct ExitEvent(Arc<ExitNotifier>);
 
@@ -231,6 +246,7 @@ impl Vm {
             None => None,
         };
 
+        let mut unwind_sync = SyncOnUnwind(Some(self.writable_files()));
         let mut vcpus = VcpuSet::new().map_err(io_err("installing the vCPU kick signal"))?;
         let started = self.start_vcpus(&mut vcpus, opts.faults);
         if started.is_ok() {
@@ -243,6 +259,7 @@ impl Vm {
             }
         }
         let stopped = vcpus.stop_and_join(STOP_DEADLINE);
+        unwind_sync.0 = None;
         drop(terminal);
         let outcome = self.finish(exit.get(), stopped);
         drop(events);
@@ -297,13 +314,7 @@ impl Vm {
         reason: Option<ExitRequest>,
         stopped: Result<(), Vec<usize>>,
     ) -> RunOutcome {
-        let files = self
-            .nvdimms
-            .iter()
-            .filter(|n| !n.backing.spec.readonly)
-            .map(|n| (n.backing.display.clone(), n.backing.file.clone()))
-            .collect();
-        let sync_error = sync_all(files, SYNC_DEADLINE);
+        let sync_error = sync_all(self.writable_files(), SYNC_DEADLINE);
         self.log_rss();
         // No request: a vCPU thread could not start (the caller reports it).
         let reason = reason.unwrap_or(ExitRequest::Fatal("the VM did not start".into()));
@@ -358,6 +369,15 @@ impl Vm {
             nvdimms,
             host_hint,
         }
+    }
+
+    /// The writable DIMMs' files, named for messages.
+    fn writable_files(&self) -> Vec<(String, Arc<File>)> {
+        self.nvdimms
+            .iter()
+            .filter(|n| !n.backing.spec.readonly)
+            .map(|n| (n.backing.display.clone(), n.backing.file.clone()))
+            .collect()
     }
 
     fn log_rss(&self) {
