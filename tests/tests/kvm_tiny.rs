@@ -223,7 +223,24 @@ fn a_signal_ends_only_its_own_vm_and_runs_leave_no_threads() {
     // SAFETY: gettid has no preconditions.
     let me = unsafe { libc::gettid() };
     let kicker = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
+        // Only once the VM's run has blocked SIGINT on that thread (else
+        // the default action would end the test process); then a little
+        // later, so the guest is running.
+        let status = format!("/proc/self/task/{me}/status");
+        let blocked = || {
+            std::fs::read_to_string(&status)
+                .ok()
+                .and_then(|s| {
+                    let mask = s.lines().find_map(|l| l.strip_prefix("SigBlk:"))?;
+                    u64::from_str_radix(mask.trim(), 16).ok()
+                })
+                .is_some_and(|m| m & (1 << (libc::SIGINT - 1)) != 0)
+        };
+        let start = std::time::Instant::now();
+        while !blocked() && start.elapsed() < DEADLINE {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(100));
         // SAFETY: tgkill to a thread of this process that is alive (it
         // waits for this thread's join below); SIGINT is blocked there
         // while the VM runs, so it is read by the VM's signalfd.

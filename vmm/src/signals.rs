@@ -39,6 +39,8 @@ fn stop_set() -> std::io::Result<libc::sigset_t> {
 pub struct StopSignals {
     fd: OwnedFd,
     previous: libc::sigset_t,
+    /// Not `Send`: the mask it restores belongs to the thread that made it.
+    _thread_bound: std::marker::PhantomData<*const ()>,
 }
 
 impl StopSignals {
@@ -63,7 +65,11 @@ impl StopSignals {
         }
         // SAFETY: `raw` is a new fd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        Ok(Self { fd, previous })
+        Ok(Self {
+            fd,
+            previous,
+            _thread_bound: std::marker::PhantomData,
+        })
     }
 
     /// The next pending stop signal, if any (never blocks).

@@ -342,6 +342,15 @@ impl VcpuContext {
         (outside && io.size > 0).then_some(usize::from(io.size))
     }
 
+    /// KVM put port I/O data where pmemvm does not expect it (never seen:
+    /// KVM uses the page after `kvm_run`).
+    fn io_layout_error(&self) -> ExitRequest {
+        ExitRequest::Fatal(format!(
+            "vCPU {}: KVM reported port I/O data inside its kvm_run structure",
+            self.index
+        ))
+    }
+
     /// One KVM_RUN; returns a request when the VM must end.
     fn run_once(&mut self) -> Option<ExitRequest> {
         let stats = self.stats.clone();
@@ -350,13 +359,15 @@ impl VcpuContext {
                 ExitStats::bump(&stats.io_in);
                 let (ptr, len) = (data.as_mut_ptr(), data.len());
                 // A string IN (`rep insb`) carries `count` elements of `size` bytes.
-                let width = self.io_width().unwrap_or(len);
+                let Some(width) = self.io_width() else {
+                    return Some(self.io_layout_error());
+                };
                 // SAFETY: `ptr..ptr+len` is the exit's data in this vCPU's
                 // kvm_run mapping, alive as long as `self.vcpu`; `io_width`
                 // checked it lies beyond the `kvm_run` struct, the only part
                 // a reference was taken to since, and that reference is gone.
                 let data = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-                for element in data.chunks_mut(width.max(1)) {
+                for element in data.chunks_mut(width) {
                     if self.pio.read(port.into(), element).is_err() {
                         ExitStats::bump(&stats.unhandled);
                     }
@@ -366,13 +377,15 @@ impl VcpuContext {
             Ok(VcpuExit::IoOut(port, data)) => {
                 ExitStats::bump(&stats.io_out);
                 let (ptr, len) = (data.as_ptr(), data.len());
-                let width = self.io_width().unwrap_or(len);
+                let Some(width) = self.io_width() else {
+                    return Some(self.io_layout_error());
+                };
                 // SAFETY: as for IoIn; read-only here.
                 let data = unsafe { std::slice::from_raw_parts(ptr, len) };
                 if self.faults.vcpu_panics && port == crate::layout::GUEST_EXIT_PORT {
                     panic!("fault injection: vCPU {} panics", self.index);
                 }
-                for element in data.chunks(width.max(1)) {
+                for element in data.chunks(width) {
                     if self.pio.write(port.into(), element).is_err() {
                         ExitStats::bump(&stats.unhandled);
                     }

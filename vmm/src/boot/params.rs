@@ -4,7 +4,9 @@
 //! module list (`PvhBootConfigurator`), the command line (`Cmdline`,
 //! `load_cmdline`); and the identity page tables of the 64-bit entry, which
 //! no rust-vmm crate writes (Firecracker and Cloud Hypervisor keep their own
-//! too).
+//! too). linux-loader has the E820 entry type but no builder: the map itself
+//! is `memory::e820_map`, copied into `boot_params` or the PVH memory map
+//! here.
 
 use linux_loader::cmdline::Cmdline;
 use linux_loader::configurator::linux::LinuxBootConfigurator;
