@@ -263,6 +263,10 @@ impl Vm {
         drop(terminal);
         let outcome = self.finish(exit.get(), stopped);
         drop(events);
+        if let (Err(_), ExitRequest::StorageFailure(e)) = (&started, &outcome.reason) {
+            // The start failure is the error returned; this one is logged.
+            log::error!("{e}");
+        }
         started.map(|()| outcome)
     }
 
@@ -446,8 +450,12 @@ mod tests {
             .nth(1)
             .map(|rest| rest.split("\n[").next().unwrap_or(rest))
             .unwrap_or("");
+        let settings: Vec<String> = release
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or("").replace(' ', ""))
+            .collect();
         assert!(
-            !release.replace(' ', "").contains("panic=\"abort\""),
+            !settings.iter().any(|l| l == "panic=\"abort\""),
             "{release}"
         );
     }
