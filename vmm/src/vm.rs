@@ -498,7 +498,8 @@ impl Vm {
         })
     }
 
-    /// The exit notifier (signal handlers post to it).
+    /// The exit notifier (devices, vCPUs and the event loop post to it;
+    /// a caller may post a request to end the VM from another thread).
     pub fn exit_notifier(&self) -> Arc<ExitNotifier> {
         self.exit.clone()
     }
