@@ -319,3 +319,32 @@ fn console_input_reaches_the_guest_from_a_pipe_and_a_file() {
     drop(w);
     assert_eq!(out.status, Some(i32::from(b'Z')), "{}", out.dump());
 }
+
+#[test]
+fn run_timeout_ends_a_guest_that_never_finishes() {
+    let halt = require!(tiny_path("halt"));
+    let dir = TempDir::new("run-timeout");
+    let job = dir.join("job.fio");
+    std::fs::write(&job, "[x]\nioengine=null\nsize=1M\n").unwrap();
+    let job = job.display().to_string();
+    let args = [
+        "run",
+        "--engine",
+        "pmemvm",
+        "--kernel",
+        halt.as_str(),
+        "--fio",
+        job.as_str(),
+        "--timeout",
+        "1",
+    ];
+    let out = run(&args, DEADLINE);
+    assert!(!out.timed_out, "{}", out.dump());
+    assert_eq!(out.status, Some(5), "{}", out.dump());
+    assert!(
+        out.stderr.contains("did not finish within 1 s"),
+        "{}",
+        out.dump()
+    );
+    assert!(out.elapsed < Duration::from_secs(15), "{}", out.dump());
+}
