@@ -268,7 +268,7 @@ fn a_signal_ends_only_its_own_vm_and_runs_leave_no_threads() {
     );
     // Nothing of either run is left: no vCPU, watchdog or sync thread.
     assert_eq!(
-        threads_named(&["vcpu", "watchdog", "fdatasync", "console"]),
+        threads_named(&["vcpu", "watchdog", "fdatasync", "console-in"]),
         Vec::<String>::new()
     );
 }

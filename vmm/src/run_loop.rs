@@ -171,9 +171,10 @@ where
                 let _ = tx.send((i, Some(job())));
             }
         });
-    if let Err(e) = spawned {
-        return Some(format!("the exit fdatasync could not start: {e}"));
-    }
+    let helper = match spawned {
+        Ok(h) => h,
+        Err(e) => return Some(format!("the exit fdatasync could not start: {e}")),
+    };
     let end = Instant::now() + deadline;
     let mut first_error = None;
     let mut current = None;
@@ -191,6 +192,7 @@ where
                     ));
                 }
             }
+            // The helper is left to finish (or hang) on its own.
             Err(_) => {
                 let which = current.map_or("(none)", |i| names[i].as_str());
                 return first_error.or(Some(format!(
@@ -200,6 +202,8 @@ where
             }
         }
     }
+    // Every job reported: the helper is returning, reap it.
+    let _ = helper.join();
     first_error
 }
 
