@@ -652,6 +652,21 @@ fn a_panicking_vcpu_still_ends_in_order() {
 }
 
 #[test]
+fn a_panic_in_the_event_loop_still_stops_the_vcpus_and_syncs() {
+    fault_path(&FaultCase {
+        what: "loop-panic",
+        fault: "loop-panic",
+        cpus: "1",
+        end: End::GuestExitPort,
+        signal: None,
+        // Rust's status for a panic that reaches the top of `main`.
+        want_status: 101,
+        want: "fault injection: the event loop panics",
+        whole_pattern: true,
+    });
+}
+
+#[test]
 fn a_vcpu_thread_that_cannot_start_still_syncs() {
     fault_path(&FaultCase {
         what: "vcpu-spawn",

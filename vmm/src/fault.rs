@@ -1,7 +1,8 @@
 //! Fault injection for the tests of pmemvm's own failure paths (a vCPU
-//! thread that cannot start, panics, or does not stop). Debug builds read
-//! `PMEMVM_TEST_FAULT` (comma-separated: `vcpu-spawn=N`, `vcpu-panic`,
-//! `vcpu-ignores-stop`); release builds never inject anything.
+//! thread that cannot start, panics, or does not stop; the event loop
+//! panicking). Debug builds read `PMEMVM_TEST_FAULT` (comma-separated:
+//! `vcpu-spawn=N`, `vcpu-panic`, `vcpu-ignores-stop`, `loop-panic`); release
+//! builds never inject anything.
 
 /// Faults to inject into one run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -12,6 +13,8 @@ pub struct Faults {
     pub vcpu_panics: bool,
     /// vCPU threads never return once asked to stop.
     pub vcpu_ignores_stop: bool,
+    /// The event loop (main thread) panics at the first exit request.
+    pub loop_panics: bool,
 }
 
 impl Faults {
@@ -32,6 +35,7 @@ impl Faults {
                 Some(("vcpu-spawn", n)) => f.vcpu_spawn_fails = n.parse().ok(),
                 _ if item == "vcpu-panic" => f.vcpu_panics = true,
                 _ if item == "vcpu-ignores-stop" => f.vcpu_ignores_stop = true,
+                _ if item == "loop-panic" => f.loop_panics = true,
                 _ if item.is_empty() => {}
                 _ => log::warn!("PMEMVM_TEST_FAULT: unknown fault {item:?} ignored"),
             }
@@ -51,10 +55,12 @@ mod tests {
             Faults {
                 vcpu_spawn_fails: Some(1),
                 vcpu_panics: true,
-                vcpu_ignores_stop: false
+                vcpu_ignores_stop: false,
+                loop_panics: false,
             }
         );
         assert_eq!(Faults::parse(""), Faults::default());
         assert!(Faults::parse("vcpu-ignores-stop").vcpu_ignores_stop);
+        assert!(Faults::parse("loop-panic").loop_panics);
     }
 }

@@ -74,7 +74,7 @@ impl Drop for SyncOnUnwind {
 }
 
 /// Drains the exit eventfd; the request itself is read from the notifier.
-struct ExitEvent(Arc<ExitNotifier>);
+struct ExitEvent(Arc<ExitNotifier>, Faults);
 
 impl MutEventSubscriber for ExitEvent {
     fn init(&mut self, ops: &mut EventOps) {
@@ -87,6 +87,9 @@ impl MutEventSubscriber for ExitEvent {
 
     fn process(&mut self, _: Events, _: &mut EventOps) {
         let _ = self.0.event().read();
+        if self.1.loop_panics {
+            panic!("fault injection: the event loop panics");
+        }
     }
 }
 
@@ -220,7 +223,7 @@ impl Vm {
             what: "creating the event loop".into(),
             source: std::io::Error::other(e.to_string()),
         })?;
-        events.add_subscriber(Box::new(ExitEvent(exit.clone())));
+        events.add_subscriber(Box::new(ExitEvent(exit.clone(), opts.faults)));
         let signals = StopSignals::block().map_err(io_err("blocking SIGINT/SIGTERM/SIGHUP"))?;
         events.add_subscriber(Box::new(SignalEvent {
             signals,
