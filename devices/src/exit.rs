@@ -17,7 +17,7 @@ pub enum ExitRequest {
     GuestExit(u8),
     /// Triple fault or other KVM shutdown exit.
     TripleFault,
-    /// A host signal (SIGINT, SIGTERM) asked for an orderly stop.
+    /// A host signal (SIGINT, SIGTERM, SIGHUP) asked for an orderly stop.
     Signal(i32),
     /// The host could not store what the guest wrote (e.g. disk full).
     StorageFailure(String),

@@ -99,6 +99,8 @@ pub struct DsmStats {
 pub struct DsmHandler<L: LabelStorage = FileLabels> {
     dimms: BTreeMap<u32, L>,
     stats: DsmStats,
+    /// Calls addressed to each known DIMM, by handle.
+    calls_by_handle: BTreeMap<u32, AtomicU64>,
 }
 
 impl<L: LabelStorage> Default for DsmHandler<L> {
@@ -129,12 +131,21 @@ impl<L: LabelStorage> DsmHandler<L> {
         Self {
             dimms: BTreeMap::new(),
             stats: DsmStats::default(),
+            calls_by_handle: BTreeMap::new(),
         }
     }
 
     /// Adds (or replaces) the label storage of the DIMM with `handle`.
     pub fn add_dimm(&mut self, handle: u32, labels: L) {
         self.dimms.insert(handle, labels);
+        self.calls_by_handle.entry(handle).or_default();
+    }
+
+    /// `_DSM` calls addressed to the DIMM with `handle` (0 for an unknown one).
+    pub fn calls_for(&self, handle: u32) -> u64 {
+        self.calls_by_handle
+            .get(&handle)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
     }
 
     /// The counters.
@@ -145,6 +156,9 @@ impl<L: LabelStorage> DsmHandler<L> {
     /// Handles the request in `page` and replaces it with the response.
     pub fn handle(&self, page: &mut [u8; DSM_PAGE_SIZE]) {
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = self.calls_by_handle.get(&get_u32(page, 0)) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
         let reply = self.dispatch(page);
         let out: Vec<u8> = match reply {
             Reply::Bitmap(b) => {
@@ -430,6 +444,8 @@ mod tests {
         assert_eq!(call(&h, &mut request(1, 2, 0, &[])), vec![0x00]);
         assert_eq!(h.stats().calls.load(Ordering::Relaxed), 5);
         assert_eq!(h.stats().errors.load(Ordering::Relaxed), 2);
+        // Per DIMM: handle 1 got two calls, 2 and 3 one each, 9 is unknown.
+        assert_eq!([1, 2, 3, 9].map(|handle| h.calls_for(handle)), [2, 1, 1, 0]);
     }
 
     #[test]

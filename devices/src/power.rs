@@ -1,5 +1,6 @@
 //! Small platform devices that end the VM: the ACPI sleep/reset registers
-//! (FADT, hardware-reduced), the i8042 reset line and the guest-exit port.
+//! (FADT, hardware-reduced), the i8042 reset line (vm-superio's
+//! `I8042Device`) and the guest-exit port.
 
 use std::sync::Arc;
 
@@ -8,8 +9,6 @@ use crate::exit::{ExitNotifier, ExitRequest};
 
 /// SLP_EN bit of the ACPI sleep control register.
 const SLP_EN: u8 = 1 << 5;
-/// i8042 command "pulse reset line".
-const I8042_RESET_CMD: u8 = 0xfe;
 
 /// ACPI hardware-reduced sleep control (offset 0), sleep status (offset 1)
 /// and reset (offset 2) registers, one byte each.
@@ -63,29 +62,44 @@ impl BusDevice for AcpiPowerDevice {
     }
 }
 
-/// The i8042 keyboard controller's command port, reduced to its reset command
-/// (Linux's `reboot=kbd` path).
+/// Posts a reset request when vm-superio's i8042 sees the reset command.
 #[derive(Debug)]
-pub struct I8042ResetDevice {
-    exit: Arc<ExitNotifier>,
+pub struct ResetTrigger(Arc<ExitNotifier>);
+
+impl vm_superio::Trigger for ResetTrigger {
+    type E = std::convert::Infallible;
+
+    fn trigger(&self) -> Result<(), Self::E> {
+        self.0.request(ExitRequest::Reset);
+        Ok(())
+    }
 }
 
-impl I8042ResetDevice {
-    /// A device that posts reset when 0xfe is written.
+/// The i8042 keyboard controller (data port at offset 0, command port at
+/// offset 4), reduced to its reset command (Linux's `reboot=kbd` path).
+#[derive(Debug)]
+pub struct I8042Device(vm_superio::I8042Device<ResetTrigger>);
+
+impl I8042Device {
+    /// Ports the device spans (0x60-0x64).
+    pub const LEN: u64 = 5;
+
+    /// A device that posts reset when 0xfe is written to its command port.
     pub fn new(exit: Arc<ExitNotifier>) -> Self {
-        Self { exit }
+        Self(vm_superio::I8042Device::new(ResetTrigger(exit)))
     }
 }
 
-impl BusDevice for I8042ResetDevice {
-    fn read(&mut self, _offset: u64, data: &mut [u8]) {
-        // Status register: output buffer empty, input buffer empty.
-        data.fill(0);
+impl BusDevice for I8042Device {
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        if let (Ok(off), Some(first)) = (u8::try_from(offset), data.first_mut()) {
+            *first = self.0.read(off);
+        }
     }
 
-    fn write(&mut self, _offset: u64, data: &[u8]) {
-        if data.first() == Some(&I8042_RESET_CMD) {
-            self.exit.request(ExitRequest::Reset);
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        if let (Ok(off), Some(&value)) = (u8::try_from(offset), data.first()) {
+            let Ok(()) = self.0.write(off, value);
         }
     }
 }
@@ -145,10 +159,11 @@ mod tests {
     #[test]
     fn i8042_and_guest_exit() {
         let n = notifier();
-        let mut k = I8042ResetDevice::new(n.clone());
-        k.write(0, &[0xd1]);
-        assert_eq!(n.get(), None);
+        let mut k = I8042Device::new(n.clone());
+        k.write(4, &[0xd1]);
         k.write(0, &[0xfe]);
+        assert_eq!(n.get(), None, "0xfe on the data port is no reset");
+        k.write(4, &[0xfe]);
         assert_eq!(n.get(), Some(ExitRequest::Reset));
 
         let n = notifier();

@@ -69,9 +69,13 @@ pub fn run(args: &[&str], deadline: Duration) -> Output {
 
 /// Runs a prepared command with stdin closed; kills it at `deadline`.
 pub fn run_cmd(cmd: &mut Command, deadline: Duration) -> Output {
+    run_cmd_with_stdin(cmd.stdin(Stdio::null()), deadline)
+}
+
+/// Runs a prepared command with the stdin it was given; kills it at `deadline`.
+pub fn run_cmd_with_stdin(cmd: &mut Command, deadline: Duration) -> Output {
     let start = Instant::now();
     let mut child = cmd
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -270,6 +270,14 @@ fn cases() -> Vec<Case> {
             "too small for kernel {D}/highelf",
         ),
         kvm(
+            &["boot", KERNEL, "{D}/cutelf"],
+            "kernel {D}/cutelf is truncated",
+        ),
+        kvm(
+            &["boot", KERNEL, "{D}/bz32"],
+            "without a 64-bit entry point",
+        ),
+        kvm(
             &["boot", KERNEL, "{K}", "--initrd", "{D}/noinitrd"],
             "noinitrd",
         ),
@@ -374,6 +382,16 @@ fn populate(d: &Path) {
     bad.resize(64, 0);
     std::fs::write(d.join("badelf"), bad).expect("badelf");
     std::fs::write(d.join("highelf"), elf_loaded_at(0x200_0000)).expect("highelf");
+    // The same ELF cut inside its segment: the file is at fault, not --memory.
+    let mut cut = elf_loaded_at(0x10_0000);
+    cut.truncate(0x1008);
+    std::fs::write(d.join("cutelf"), cut).expect("cutelf");
+    // A bzImage header (boot protocol 2.15) without XLF_KERNEL_64.
+    let mut bz = vec![0u8; 0x1000];
+    bz[0x1fe..0x200].copy_from_slice(&0xaa55u16.to_le_bytes());
+    bz[0x202..0x206].copy_from_slice(b"HdrS");
+    bz[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
+    std::fs::write(d.join("bz32"), bz).expect("bz32");
     std::fs::write(d.join("small.img"), vec![0x5a; 4096]).expect("small.img");
     // A backing file of pmemvm 0.1's layout for --nvdimm 16M: exactly 16 MiB.
     std::fs::write(d.join("old.img"), vec![0x6b; 16 << 20]).expect("old.img");

@@ -279,6 +279,17 @@ impl Running {
     /// Starts `pmemvm ARGS` with `TMPDIR=tmpdir` and `stdin`; under strace
     /// (fdatasync/fsync, paths shown) when `trace_to` is given.
     fn start(args: &[String], tmpdir: &Path, stdin: Stdio, trace_to: Option<&Path>) -> Self {
+        Self::start_with_env(args, tmpdir, stdin, trace_to, &[])
+    }
+
+    /// [`Running::start`] with extra environment variables.
+    fn start_with_env(
+        args: &[String],
+        tmpdir: &Path,
+        stdin: Stdio,
+        trace_to: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut cmd = match trace_to {
             Some(log) => {
                 let mut c = Command::new("strace");
@@ -298,6 +309,7 @@ impl Running {
             None => Command::new(pmemvm_bin()),
         };
         cmd.args(args)
+            .envs(env.iter().copied())
             .env("TMPDIR", tmpdir)
             .stdin(stdin)
             .stdout(Stdio::piped())
@@ -553,8 +565,166 @@ fn sigterm_is_orderly_and_keeps_every_byte() {
 }
 
 #[test]
+fn sighup_is_orderly_and_keeps_every_byte() {
+    exit_path("sighup", End::HaltForever, Some(libc::SIGHUP), Some(129));
+}
+
+#[test]
 fn sigkill_keeps_every_byte_in_the_page_cache() {
     exit_path("sigkill", End::HaltForever, Some(libc::SIGKILL), None);
+}
+
+// ---- pmemvm's own failures (injected, debug builds) -------------------------
+
+/// One injected failure (`PMEMVM_TEST_FAULT`): the guest writes its pattern
+/// and ends by `end` (or `signal` while it halts); pmemvm must still end
+/// with `want_status`, say `want` on stderr and fdatasync the backing file.
+/// `whole_pattern`: the run gets far enough for every byte to be checked.
+struct FaultCase<'a> {
+    what: &'a str,
+    fault: &'a str,
+    cpus: &'a str,
+    end: End,
+    signal: Option<i32>,
+    want_status: i32,
+    want: &'a str,
+    whole_pattern: bool,
+}
+
+fn fault_path(c: &FaultCase) {
+    let g = require!(durable_guest());
+    let dir = TempDir::new(&format!("fault-{}", c.what));
+    let file = dir.join("pm0.img");
+    let p = Params::new(c.end, 0x0fa0_1700);
+    prepare_file(&file, 16 * MIB, LABELS, &p);
+    let args: Vec<String> = [
+        "boot",
+        "--kernel",
+        &g,
+        "--cpus",
+        c.cpus,
+        "--nvdimm",
+        &format!("16M,file={}", file.display()),
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    let trace = strace_available().then(|| dir.join("strace.log"));
+    let start = Instant::now();
+    let mut run = Running::start_with_env(
+        &args,
+        &dir.0,
+        Stdio::null(),
+        trace.as_deref(),
+        &[("PMEMVM_TEST_FAULT", c.fault)],
+    );
+    if let Some(sig) = c.signal {
+        assert!(
+            run.wait_for("pattern written"),
+            "guest never wrote its pattern"
+        );
+        run.signal(sig);
+    }
+    let out = run.finish();
+    eprintln!(
+        "DURABILITY: fault {}: status {:?} after {:.1} s",
+        c.what,
+        out.status,
+        start.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        out.status,
+        Some(c.want_status),
+        "{}: {}",
+        c.what,
+        out.dump()
+    );
+    assert!(out.stderr.contains(c.want), "{}: {}", c.what, out.dump());
+    if c.what != "vcpu-stuck" {
+        assert!(
+            !out.stderr.contains("did not leave KVM_RUN"),
+            "{}: {}",
+            c.what,
+            out.dump()
+        );
+    }
+    if c.whole_pattern {
+        check_file(
+            c.what,
+            &file,
+            &p.expected(16 * MIB, LABELS, u64::MAX),
+            &out.dump(),
+        );
+    }
+    match out.syncs_of(&file) {
+        Some(n) => assert!(
+            n >= 1,
+            "{}: the backing file was not fdatasynced\n{}",
+            c.what,
+            out.dump()
+        ),
+        None => pmemvm_tests::skip::skip(&format!(
+            "strace is not installed (apt-get install strace); fdatasync not verified for {}",
+            c.what
+        )),
+    }
+}
+
+#[test]
+fn a_panicking_vcpu_still_ends_in_order() {
+    fault_path(&FaultCase {
+        what: "vcpu-panic",
+        fault: "vcpu-panic",
+        cpus: "1",
+        end: End::GuestExitPort,
+        signal: None,
+        want_status: 5,
+        want: "vCPU 0 failed: pmemvm bug: fault injection",
+        whole_pattern: true,
+    });
+}
+
+#[test]
+fn a_panic_in_the_event_loop_still_stops_the_vcpus_and_syncs() {
+    fault_path(&FaultCase {
+        what: "loop-panic",
+        fault: "loop-panic",
+        cpus: "1",
+        end: End::GuestExitPort,
+        signal: None,
+        // Rust's status for a panic that reaches the top of `main`.
+        want_status: 101,
+        want: "fault injection: the event loop panics",
+        whole_pattern: true,
+    });
+}
+
+#[test]
+fn a_vcpu_thread_that_cannot_start_still_syncs() {
+    fault_path(&FaultCase {
+        what: "vcpu-spawn",
+        fault: "vcpu-spawn=1",
+        cpus: "2",
+        end: End::HaltForever,
+        signal: None,
+        want_status: 1,
+        want: "starting the thread of vCPU 1",
+        whole_pattern: false,
+    });
+}
+
+#[test]
+fn a_vcpu_that_does_not_stop_is_named_and_pmemvm_still_exits() {
+    fault_path(&FaultCase {
+        what: "vcpu-stuck",
+        fault: "vcpu-ignores-stop",
+        cpus: "2",
+        end: End::HaltForever,
+        signal: Some(libc::SIGTERM),
+        want_status: 5,
+        want: "vCPU 0, 1 did not leave KVM_RUN within 5 s",
+        whole_pattern: true,
+    });
 }
 
 // ---- The terminal --------------------------------------------------------
@@ -674,6 +844,77 @@ fn terminal_is_restored_after_sigterm() {
 #[test]
 fn terminal_is_restored_after_triple_fault() {
     terminal_restored("triple-fault", End::TripleFault, None, 4);
+}
+
+/// `pmemvm run --console` uses the terminal the way `boot` does: raw while
+/// the guest runs, restored afterwards.
+#[test]
+fn run_with_console_uses_raw_mode_and_restores_the_terminal() {
+    let g = require!(durable_guest());
+    let (_master, slave) = require!(openpty());
+    let dir = TempDir::new("tty-run");
+    let file = dir.join("pm0.img");
+    let mut p = Params::new(End::HaltForever, 0x7778);
+    p.len = 64 << 10;
+    prepare_file(&file, 16 * MIB, LABELS, &p);
+    let job = dir.join("job.fio");
+    std::fs::write(&job, "[x]\nioengine=null\nsize=1M\n").expect("job.fio");
+    let before = term_settings(&slave);
+    let args: Vec<String> = [
+        "run",
+        "--kernel",
+        &g,
+        "--fio",
+        &job.display().to_string(),
+        "--engine",
+        "pmemvm",
+        "--console",
+        "--timeout",
+        "60",
+        "--nvdimm",
+        &format!("16M,file={}", file.display()),
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    let stdin = Stdio::from(slave.try_clone().expect("dup pty"));
+    let mut run = Running::start(&args, &dir.0, stdin, None);
+    assert!(
+        run.wait_for("pattern written"),
+        "guest never wrote its pattern"
+    );
+    let start = Instant::now();
+    while term_settings(&slave) == before && start.elapsed() < DEADLINE {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_ne!(
+        term_settings(&slave),
+        before,
+        "pmemvm run --console did not put the terminal in raw mode"
+    );
+    // SAFETY: F_GETFL on an open fd.
+    let nonblocking = unsafe { libc::fcntl(slave.as_raw_fd(), libc::F_GETFL) } & libc::O_NONBLOCK;
+    assert_ne!(
+        nonblocking, 0,
+        "console input is not non-blocking while the VM runs"
+    );
+    run.signal(libc::SIGTERM);
+    let out = run.finish();
+    assert_eq!(out.status, Some(143), "{}", out.dump());
+    assert_eq!(
+        term_settings(&slave),
+        before,
+        "terminal not restored\n{}",
+        out.dump()
+    );
+    // SAFETY: as above.
+    let flags = unsafe { libc::fcntl(slave.as_raw_fd(), libc::F_GETFL) };
+    assert_eq!(
+        flags & libc::O_NONBLOCK,
+        0,
+        "O_NONBLOCK left on the terminal"
+    );
+    eprintln!("DURABILITY: terminal after run --console + SIGTERM: restored");
 }
 
 // ---- A full host file system -----------------------------------------------

@@ -115,3 +115,246 @@ fn emulation_failure_is_reported_with_rip_bytes_and_host_reason() {
         out.dump()
     );
 }
+
+#[test]
+fn boot_gdt_is_not_overwritten_by_the_idt() {
+    let out = require!(boot("gdtcheck", &[]));
+    assert!(!out.timed_out, "{}", out.dump());
+    assert_eq!(
+        out.status,
+        Some(0x11),
+        "0x21: GDT limit wrong, 0x22: TSS descriptor overwritten\n{}",
+        out.dump()
+    );
+}
+
+#[test]
+fn label_calls_are_counted_per_dimm() {
+    let out = require!(boot(
+        "dsmcall",
+        &["-v", "--nvdimm", "16M", "--nvdimm", "16M"]
+    ));
+    assert_eq!(out.status, Some(42), "{}", out.dump());
+    let calls: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("label calls"))
+        .collect();
+    assert_eq!(calls.len(), 2, "{}", out.dump());
+    assert!(calls[0].ends_with(" 0 label calls"), "{}", out.dump());
+    assert!(calls[1].ends_with(" 1 label calls"), "{}", out.dump());
+}
+
+#[test]
+fn rep_outsb_reaches_the_console_whole() {
+    let out = require!(boot("repouts", &[]));
+    assert_eq!(out.status, Some(42), "{}", out.dump());
+    assert!(
+        out.stdout
+            .contains("rep outsb reached the console in one piece\n"),
+        "{}",
+        out.dump()
+    );
+}
+
+#[test]
+fn rep_insb_answers_every_byte() {
+    let out = require!(boot("repins", &[]));
+    assert_eq!(
+        out.status,
+        Some(0x11),
+        "0x22: a byte of the string read was not answered\n{}",
+        out.dump()
+    );
+}
+
+// ---- In-process: several VMs in one process, as `pmemvm bench` runs them --
+
+/// The in-process tests look at this process's threads: one at a time.
+static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn config(kernel: &str, cpus: u8) -> vmm::config::VmConfig {
+    vmm::config::VmConfig {
+        kernel: kernel.into(),
+        initrd: None,
+        initrd_append: Vec::new(),
+        cmdline: vmm::config::DEFAULT_CMDLINE.into(),
+        cpus,
+        memory: 64 << 20,
+        nvdimms: Vec::new(),
+        console: vmm::config::ConsoleMode::Null,
+        channel: None,
+    }
+}
+
+/// Names of this process's threads that start with one of `prefixes`.
+fn threads_named(prefixes: &[&str]) -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .filter(|c| prefixes.iter().any(|p| c.starts_with(p)))
+        .collect()
+}
+
+fn tiny_path(name: &str) -> Result<String, Skip> {
+    kvm_available()?;
+    Ok(guest(name)?.to_string_lossy().into_owned())
+}
+
+#[test]
+fn a_vcpu_that_cannot_start_leaves_no_vcpu_running() {
+    let halt = require!(tiny_path("halt"));
+    let _one = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+    let vm = vmm::vm::Vm::build(&config(&halt, 2)).expect("build");
+    let opts = vmm::run_loop::RunOptions {
+        timeout: None,
+        faults: vmm::fault::Faults {
+            vcpu_spawn_fails: Some(1),
+            ..Default::default()
+        },
+    };
+    let err = vm.run_with(opts).expect_err("vCPU 1 cannot start");
+    assert!(
+        err.to_string().contains("starting the thread of vCPU 1"),
+        "{err}"
+    );
+    // vCPU 0 was in KVM_RUN (the guest halts); it must be stopped and
+    // joined before run returns and the VM's memory is unmapped.
+    assert_eq!(threads_named(&["vcpu"]), Vec::<String>::new());
+}
+
+#[test]
+fn a_signal_ends_only_its_own_vm_and_runs_leave_no_threads() {
+    let halt = require!(tiny_path("halt"));
+    let hello = require!(tiny_path("hello"));
+    let _one = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() };
+    let kicker = std::thread::spawn(move || {
+        // Only once the VM's run has blocked SIGINT on that thread (else
+        // the default action would end the test process); then a little
+        // later, so the guest is running.
+        let status = format!("/proc/self/task/{me}/status");
+        let blocked = || {
+            std::fs::read_to_string(&status)
+                .ok()
+                .and_then(|s| {
+                    let mask = s.lines().find_map(|l| l.strip_prefix("SigBlk:"))?;
+                    u64::from_str_radix(mask.trim(), 16).ok()
+                })
+                .is_some_and(|m| m & (1 << (libc::SIGINT - 1)) != 0)
+        };
+        let start = std::time::Instant::now();
+        while !blocked() && start.elapsed() < DEADLINE {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: tgkill to a thread of this process that is alive (it
+        // waits for this thread's join below); SIGINT is blocked there
+        // while the VM runs, so it is read by the VM's signalfd.
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), me, libc::SIGINT) };
+    });
+    let first = vmm::vm::Vm::build(&config(&halt, 1))
+        .expect("build")
+        .run()
+        .expect("run");
+    kicker.join().expect("kicker");
+    assert_eq!(vmm::exit_status::for_request(&first.reason), 130);
+    // The next VM in the same process is not ended by the old signal.
+    let second = vmm::vm::Vm::build(&config(&hello, 1))
+        .expect("build")
+        .run_with(vmm::run_loop::RunOptions {
+            timeout: Some(Duration::from_secs(3600)),
+            ..Default::default()
+        })
+        .expect("run");
+    assert_eq!(
+        vmm::exit_status::for_request(&second.reason),
+        42,
+        "{:?}",
+        second.reason
+    );
+    // Nothing of either run is left: no vCPU, watchdog or sync thread.
+    assert_eq!(
+        threads_named(&["vcpu", "watchdog", "fdatasync", "console-in"]),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn nvdimm_placement_uses_the_cpus_physical_address_width() {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let Some(bits) = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("address sizes"))
+        .and_then(|l| l.split(':').nth(1))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|b| b.parse::<u32>().ok())
+    else {
+        skip!("/proc/cpuinfo has no 'address sizes' line");
+    };
+    // Far beyond any width: refused before any file is created, naming
+    // the width the guest's CPUID (KVM's, the host's here) gives.
+    let out = require!(boot("hello", &["--nvdimm", "4096T"]));
+    assert_eq!(out.status, Some(2), "{}", out.dump());
+    assert!(
+        out.stderr
+            .contains(&format!("below the {bits}-bit guest physical")),
+        "{}",
+        out.dump()
+    );
+}
+
+/// Runs `readbyte` with `stdin`; its exit status is the byte it read.
+fn read_one_byte(stdin: std::process::Stdio) -> Result<pmemvm_tests::pmemvm::Output, Skip> {
+    kvm_available()?;
+    let g = guest("readbyte")?;
+    let mut cmd = std::process::Command::new(pmemvm_tests::pmemvm::pmemvm_bin());
+    cmd.args(["boot", "--kernel"]).arg(g).stdin(stdin);
+    Ok(pmemvm_tests::pmemvm::run_cmd_with_stdin(&mut cmd, DEADLINE))
+}
+
+#[test]
+fn console_input_reaches_the_guest_from_a_pipe_and_a_file() {
+    let dir = TempDir::new("console-in");
+    let file = dir.join("input.txt");
+    std::fs::write(&file, b"A").unwrap();
+    let out = require!(read_one_byte(std::fs::File::open(&file).unwrap().into()));
+    assert_eq!(out.status, Some(i32::from(b'A')), "{}", out.dump());
+    let (r, mut w) = std::io::pipe().unwrap();
+    std::io::Write::write_all(&mut w, b"Z").unwrap();
+    let out = require!(read_one_byte(r.into()));
+    drop(w);
+    assert_eq!(out.status, Some(i32::from(b'Z')), "{}", out.dump());
+}
+
+#[test]
+fn run_timeout_ends_a_guest_that_never_finishes() {
+    let halt = require!(tiny_path("halt"));
+    let dir = TempDir::new("run-timeout");
+    let job = dir.join("job.fio");
+    std::fs::write(&job, "[x]\nioengine=null\nsize=1M\n").unwrap();
+    let job = job.display().to_string();
+    let args = [
+        "run",
+        "--engine",
+        "pmemvm",
+        "--kernel",
+        halt.as_str(),
+        "--fio",
+        job.as_str(),
+        "--timeout",
+        "1",
+    ];
+    let out = run(&args, DEADLINE);
+    assert!(!out.timed_out, "{}", out.dump());
+    assert_eq!(out.status, Some(5), "{}", out.dump());
+    assert!(
+        out.stderr.contains("did not finish within 1 s"),
+        "{}",
+        out.dump()
+    );
+    assert!(out.elapsed < Duration::from_secs(15), "{}", out.dump());
+}

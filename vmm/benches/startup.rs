@@ -8,7 +8,9 @@
 //!
 //! Run: `cargo bench -p vmm --bench startup` (needs /dev/kvm and binutils; it
 //! assembles the tiny `hello` guest from tests/guests). `PMEMVM_BENCH_RUNS`
-//! sets N (default 15).
+//! sets N (default 15). `PMEMVM_BENCH_BASELINE=PATH` also measures another
+//! pmemvm binary (e.g. a build of an earlier commit), alternating with this
+//! one run by run, so both sets of figures come from the same conditions.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -87,6 +89,41 @@ fn median(mut v: Vec<u64>) -> u64 {
     v[v.len() / 2]
 }
 
+/// The figures of one binary.
+#[derive(Default)]
+struct Figures {
+    t1: Vec<u64>,
+    t128: Vec<u64>,
+    rss: Vec<u64>,
+}
+
+impl Figures {
+    fn measure(&mut self, bin: &Path, guest: &Path) {
+        let (t, r) = one(bin, guest, "1G");
+        self.t1.push(t);
+        self.rss.push(r);
+        let (t, r) = one(bin, guest, "128G");
+        self.t128.push(t);
+        self.rss.push(r);
+    }
+
+    fn print(&self, name: &str, runs: usize) {
+        let (m1, m128) = (median(self.t1.clone()), median(self.t128.clone()));
+        println!("{name} ({runs} runs each, alternating; release build)");
+        println!("  main -> first KVM_RUN, --nvdimm 1G   : {m1} us (median)");
+        println!("  main -> first KVM_RUN, --nvdimm 128G : {m128} us (median)");
+        println!(
+            "  ratio 128G / 1G                      : {:.2}",
+            m128 as f64 / m1 as f64
+        );
+        println!(
+            "  VMM RSS excluding guest memory       : {} KiB (max {} KiB)",
+            median(self.rss.clone()),
+            self.rss.iter().max().unwrap_or(&0)
+        );
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -99,32 +136,22 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let guest = assemble_hello(&dir);
     let bin = pmemvm();
-    let (mut t1, mut t128, mut rss) = (Vec::new(), Vec::new(), Vec::new());
+    let baseline = std::env::var_os("PMEMVM_BENCH_BASELINE").map(PathBuf::from);
+    let (mut this, mut base) = (Figures::default(), Figures::default());
     for _ in 0..runs {
-        let (t, r) = one(&bin, &guest, "1G");
-        t1.push(t);
-        rss.push(r);
-        let (t, r) = one(&bin, &guest, "128G");
-        t128.push(t);
-        rss.push(r);
+        if let Some(b) = &baseline {
+            base.measure(b, &guest);
+        }
+        this.measure(&bin, &guest);
     }
     let file = dir.join("untouched-128g.img");
     let spec = format!("128G,file={}", file.display());
     one(&bin, &guest, &spec);
     let md = std::fs::metadata(&file).expect("backing file");
-    let (m1, m128) = (median(t1), median(t128));
-    println!("pmemvm startup ({runs} runs each, alternating; release build)");
-    println!("  main -> first KVM_RUN, --nvdimm 1G   : {m1} us (median)");
-    println!("  main -> first KVM_RUN, --nvdimm 128G : {m128} us (median)");
-    println!(
-        "  ratio 128G / 1G                      : {:.2}",
-        m128 as f64 / m1 as f64
-    );
-    println!(
-        "  VMM RSS excluding guest memory       : {} KiB (max {} KiB)",
-        median(rss.clone()),
-        rss.iter().max().unwrap_or(&0)
-    );
+    if let Some(b) = &baseline {
+        base.print(&format!("baseline {}", b.display()), runs);
+    }
+    this.print("pmemvm startup", runs);
     println!(
         "  untouched 128G backing file          : {} bytes, {} blocks allocated",
         md.len(),

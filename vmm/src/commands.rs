@@ -96,16 +96,17 @@ pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
     let config = args.to_config(kernel, initrd);
     let vm = Vm::build(&config)?;
     warn_if_host_cannot_run(&config.kernel);
-    let _terminal = config
-        .console
-        .uses_terminal()
-        .then(crate::console::raw_terminal);
+    // The terminal is raw for the run when the console uses it (run_loop).
     let outcome = vm.run()?;
-    drop(_terminal);
     let status = exit_status::for_request(&outcome.reason);
     log::info!("VM exits: {:?}", outcome.exits);
     for n in &outcome.nvdimms {
-        log::info!("NVDIMM {}: {} flushes", n.file, n.flushes);
+        log::info!(
+            "NVDIMM {}: {} flushes, {} label calls",
+            n.file,
+            n.flushes,
+            n.label_calls
+        );
     }
     match &outcome.reason {
         devices::exit::ExitRequest::PowerOff | devices::exit::ExitRequest::GuestExit(_) => {
@@ -129,7 +130,8 @@ pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
     let m = &args.machine;
     let ram = memory::ram_regions(m.memory).map_err(VmError::from)?;
     let sizes: Vec<u64> = m.nvdimm.iter().map(|n| n.spa_size()).collect();
-    let bases = memory::nvdimm_bases(&ram, &sizes).map_err(VmError::from)?;
+    let bases =
+        memory::nvdimm_bases(&ram, &sizes, memory::host_phys_addr_bits()).map_err(VmError::from)?;
     let nodes = crate::config::resolve_nodes(&m.nvdimm).map_err(VmError::from)?;
     // Serials as a guest would see them: from existing backing files (read
     // only, nothing is created), order-based otherwise.

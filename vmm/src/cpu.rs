@@ -198,7 +198,8 @@ pub fn configure(
         ..Default::default()
     };
     // GDT: null, 64-bit code, flat data, 32-bit code (PVH), TSS placeholder.
-    let gdt: [u64; 5] = [
+    // Its size is the layout's, so it cannot grow into the IDT behind it.
+    let gdt: [u64; layout::BOOT_GDT_ENTRIES] = [
         0,
         0x00af_9b00_0000_ffff,
         0x00cf_9300_0000_ffff,
@@ -215,7 +216,7 @@ pub fn configure(
     sregs.gdt.base = layout::BOOT_GDT_START.0;
     sregs.gdt.limit = u16::try_from(gdt.len() * 8 - 1).unwrap_or(0);
     sregs.idt.base = layout::BOOT_IDT_START.0;
-    sregs.idt.limit = 7;
+    sregs.idt.limit = u16::try_from(layout::BOOT_IDT_SIZE - 1).unwrap_or(0);
     let data = segment(0x10, 0, 0xffff_ffff, 3, 1, 0);
     let mut tss = segment(0x20, 0, 0xfffff, 11, 0, 0);
     tss.s = 0;

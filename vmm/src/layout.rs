@@ -7,24 +7,44 @@ use vm_memory::GuestAddress;
 
 // ---- Low memory (below 1 MiB) -------------------------------------------
 
-/// Initial stack pointer for the boot vCPU (grows down from the zero page).
-pub const BOOT_STACK_POINTER: GuestAddress = GuestAddress(0x0000_8ff0);
-/// Linux `boot_params` ("zero page") for the 64-bit boot protocol.
-pub const ZERO_PAGE_START: GuestAddress = GuestAddress(0x0000_7000);
+/// GDT used at entry: null, 64-bit code, flat data, 32-bit code (PVH), TSS.
+pub const BOOT_GDT_START: GuestAddress = GuestAddress(0x0000_0500);
+/// Number of 8-byte descriptors in the boot GDT (`cpu.rs` builds exactly these).
+pub const BOOT_GDT_ENTRIES: usize = 5;
+/// Size of the boot GDT.
+pub const BOOT_GDT_SIZE: u64 = 8 * BOOT_GDT_ENTRIES as u64;
+/// IDT (one empty gate) used at entry, right after the GDT.
+pub const BOOT_IDT_START: GuestAddress = GuestAddress(BOOT_GDT_START.0 + BOOT_GDT_SIZE);
+/// Size of the boot IDT.
+pub const BOOT_IDT_SIZE: u64 = 8;
 /// PVH `hvm_start_info` for ELF kernels entered through the PVH note.
 pub const PVH_INFO_START: GuestAddress = GuestAddress(0x0000_6000);
+/// Room for `hvm_start_info` (56 bytes).
+pub const PVH_INFO_SIZE: u64 = 0x40;
 /// PVH memory map (array of `hvm_memmap_table_entry`), right after the start info.
-pub const PVH_MEMMAP_START: GuestAddress = GuestAddress(0x0000_6040);
+pub const PVH_MEMMAP_START: GuestAddress = GuestAddress(PVH_INFO_START.0 + PVH_INFO_SIZE);
+/// Room for the PVH memory map (24-byte entries, up to the module list).
+pub const PVH_MEMMAP_SIZE: u64 = PVH_MODLIST_START.0 - PVH_MEMMAP_START.0;
+/// PVH module list (one `hvm_modlist_entry`: the initrd).
+pub const PVH_MODLIST_START: GuestAddress = GuestAddress(0x0000_6fc0);
+/// Room for the PVH module list.
+pub const PVH_MODLIST_SIZE: u64 = ZERO_PAGE_START.0 - PVH_MODLIST_START.0;
+/// Linux `boot_params` ("zero page") for the 64-bit boot protocol.
+pub const ZERO_PAGE_START: GuestAddress = GuestAddress(0x0000_7000);
+/// Size of the zero page.
+pub const ZERO_PAGE_SIZE: u64 = 0x1000;
+/// Lowest address of the boot vCPU's initial stack.
+pub const BOOT_STACK_START: GuestAddress = GuestAddress(0x0000_8000);
+/// Initial stack pointer for the boot vCPU (grows down towards `BOOT_STACK_START`).
+pub const BOOT_STACK_POINTER: GuestAddress = GuestAddress(0x0000_8ff0);
 /// Identity-mapped page tables for the 64-bit entry: PML4, PDPT, PD.
 pub const PML4_START: GuestAddress = GuestAddress(0x0000_9000);
 /// Page-directory-pointer table.
 pub const PDPTE_START: GuestAddress = GuestAddress(0x0000_a000);
 /// Page directory (first 1 GiB as 2 MiB pages).
 pub const PDE_START: GuestAddress = GuestAddress(0x0000_b000);
-/// GDT used at entry.
-pub const BOOT_GDT_START: GuestAddress = GuestAddress(0x0000_0500);
-/// IDT (empty) used at entry.
-pub const BOOT_IDT_START: GuestAddress = GuestAddress(0x0000_0520);
+/// Size of each boot page table.
+pub const PAGE_TABLE_SIZE: u64 = 0x1000;
 /// Kernel command line.
 pub const CMDLINE_START: GuestAddress = GuestAddress(0x0002_0000);
 /// Longest kernel command line accepted, including the terminating NUL.
@@ -41,6 +61,59 @@ pub const NVDIMM_DSM_PAGE_START: GuestAddress = GuestAddress(0x000f_f000);
 pub const ACPI_TABLES_MAX_SIZE: u64 = NVDIMM_DSM_PAGE_START.0 - ACPI_TABLES_START.0;
 /// End of the low reserved area; RAM above is usable.
 pub const HIGH_RAM_START: GuestAddress = GuestAddress(0x0010_0000);
+
+/// Every range pmemvm writes below 1 MiB before the guest runs, by address:
+/// (start, size, what). Checked at compile time to be ordered and disjoint.
+pub const BOOT_AREA: [(u64, u64, &str); 14] = [
+    (BOOT_GDT_START.0, BOOT_GDT_SIZE, "boot GDT"),
+    (BOOT_IDT_START.0, BOOT_IDT_SIZE, "boot IDT"),
+    (PVH_INFO_START.0, PVH_INFO_SIZE, "PVH start info"),
+    (PVH_MEMMAP_START.0, PVH_MEMMAP_SIZE, "PVH memory map"),
+    (PVH_MODLIST_START.0, PVH_MODLIST_SIZE, "PVH module list"),
+    (ZERO_PAGE_START.0, ZERO_PAGE_SIZE, "zero page"),
+    (
+        BOOT_STACK_START.0,
+        BOOT_STACK_POINTER.0 + 0x10 - BOOT_STACK_START.0,
+        "boot stack",
+    ),
+    (PML4_START.0, PAGE_TABLE_SIZE, "PML4"),
+    (PDPTE_START.0, PAGE_TABLE_SIZE, "PDPT"),
+    (PDE_START.0, PAGE_TABLE_SIZE, "PD"),
+    (
+        CMDLINE_START.0,
+        CMDLINE_MAX_SIZE as u64,
+        "kernel command line",
+    ),
+    (RSDP_ADDR.0, ACPI_TABLES_START.0 - RSDP_ADDR.0, "RSDP"),
+    (ACPI_TABLES_START.0, ACPI_TABLES_MAX_SIZE, "ACPI tables"),
+    (
+        NVDIMM_DSM_PAGE_START.0,
+        HIGH_RAM_START.0 - NVDIMM_DSM_PAGE_START.0,
+        "NVDIMM _DSM page",
+    ),
+];
+
+/// The index of the first range of `ranges` that overlaps its predecessor
+/// or comes before it, or `None` when they are ordered and disjoint.
+pub const fn first_overlap(ranges: &[(u64, u64, &str)]) -> Option<usize> {
+    let mut i = 1;
+    while i < ranges.len() {
+        let (prev_start, prev_size, _) = ranges[i - 1];
+        if prev_start + prev_size > ranges[i].0 {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+const _: () = assert!(
+    first_overlap(&BOOT_AREA).is_none(),
+    "boot-area ranges overlap"
+);
+const _: () = assert!(
+    BOOT_AREA[BOOT_AREA.len() - 1].0 + BOOT_AREA[BOOT_AREA.len() - 1].1 <= HIGH_RAM_START.0
+);
 
 // ---- 32-bit MMIO hole [3 GiB, 4 GiB) --------------------------------------
 
@@ -79,8 +152,9 @@ pub const NVDIMM_IDENTITY_SIZE: u64 = 4096;
 
 // ---- I/O ports ---------------------------------------------------------------
 
-/// i8042 command port: a write of 0xfe resets the machine.
-pub const I8042_PORT: u16 = 0x64;
+/// i8042 keyboard controller: data port 0x60, command port 0x64 (a write of
+/// 0xfe there resets the machine).
+pub const I8042_PORT: u16 = 0x60;
 /// COM2 (16550): the host/guest data channel (fio JSON).
 pub const COM2_PORT: u16 = 0x2f8;
 /// COM1 (16550): the console.
@@ -106,3 +180,20 @@ pub const ACPI_RESET_PORT: u16 = 0x602;
 pub const ACPI_RESET_VALUE: u8 = 0x1;
 /// SLP_TYP value of the `_S5_` (soft-off) package in the DSDT.
 pub const ACPI_S5_SLP_TYP: u8 = 5;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_area_is_ordered_and_disjoint() {
+        assert_eq!(first_overlap(&BOOT_AREA), None);
+        // The IDT at 0x520 used to sit on the GDT's fifth (TSS) descriptor.
+        let old = [
+            (0x500, BOOT_GDT_SIZE, "boot GDT"),
+            (0x520, BOOT_IDT_SIZE, "boot IDT"),
+        ];
+        assert_eq!(first_overlap(&old), Some(1));
+        assert_eq!(BOOT_IDT_START.0, 0x528);
+    }
+}

@@ -3,7 +3,8 @@
 //!
 //! The flow (see docs/design.md): [`config`] → [`memory`] layout →
 //! [`backing`] files → [`boot`] (kernel, initrd, boot params) → [`acpi_setup`]
-//! → [`cpu`] setup → [`vm`] run loop → [`exit_status`].
+//! → [`cpu`] setup → [`vm`] build → [`run_loop`] with [`vcpu`] threads →
+//! [`exit_status`].
 
 pub mod acpi_setup;
 pub mod backing;
@@ -16,6 +17,7 @@ pub mod console;
 pub mod cpu;
 pub mod exit_status;
 pub mod experiments;
+pub mod fault;
 pub mod fio;
 pub mod guest_job;
 pub mod host;
@@ -29,7 +31,9 @@ pub mod preflight;
 pub mod qemu;
 pub mod report;
 pub mod run;
+pub mod run_loop;
 pub mod signals;
 pub mod stats;
 pub mod threads;
+pub mod vcpu;
 pub mod vm;

@@ -99,7 +99,6 @@ fn main() -> ExitCode {
     match result {
         Ok(status) => ExitCode::from(status),
         Err(f) => {
-            vmm::console::restore_terminal();
             report(f.error.as_ref());
             ExitCode::from(f.status)
         }

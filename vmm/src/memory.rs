@@ -25,9 +25,38 @@ pub enum MemoryLayoutError {
 pub const MIN_RAM: u64 = 16 << 20;
 /// Largest RAM accepted.
 pub const MAX_RAM: u64 = 1 << 40;
-/// Guest physical address bits assumed for placement checks (x86-64 with 4-level paging
-/// supports 46 bits in hardware; KVM guests commonly get 40+). Kept conservative.
-pub const PHYS_ADDR_BITS: u8 = 46;
+/// Guest physical address bits when CPUID has no usable leaf 0x8000_0008
+/// (the architectural width with PAE).
+pub const DEFAULT_PHYS_ADDR_BITS: u8 = 36;
+/// Most physical address bits x86-64 defines.
+pub const MAX_PHYS_ADDR_BITS: u8 = 52;
+
+/// The physical address width a guest with this CPUID sees: leaf
+/// 0x8000_0008 EAX[7:0], or [`DEFAULT_PHYS_ADDR_BITS`] when the leaf is
+/// missing or its value is outside what x86-64 allows.
+pub fn phys_addr_bits(cpuid: &[kvm_bindings::kvm_cpuid_entry2]) -> u8 {
+    cpuid
+        .iter()
+        .find(|e| e.function == 0x8000_0008)
+        .and_then(|e| u8::try_from(e.eax & 0xff).ok())
+        .filter(|b| (DEFAULT_PHYS_ADDR_BITS..=MAX_PHYS_ADDR_BITS).contains(b))
+        .unwrap_or(DEFAULT_PHYS_ADDR_BITS)
+}
+
+/// The host CPU's physical address width (for `pmemvm acpi`, which opens
+/// no KVM; KVM passes the host's width on to its guests).
+pub fn host_phys_addr_bits() -> u8 {
+    let max_leaf = std::arch::x86_64::__cpuid(0x8000_0000).eax;
+    if max_leaf < 0x8000_0008 {
+        return DEFAULT_PHYS_ADDR_BITS;
+    }
+    let leaf = kvm_bindings::kvm_cpuid_entry2 {
+        function: 0x8000_0008,
+        eax: std::arch::x86_64::__cpuid(0x8000_0008).eax,
+        ..Default::default()
+    };
+    phys_addr_bits(&[leaf])
+}
 
 /// A RAM region: guest address and length.
 pub type RamRegion = (u64, u64);
@@ -63,11 +92,15 @@ fn align_up(v: u64, align: u64) -> Option<u64> {
 /// Guest base address of each NVDIMM range of the given lengths: the first at
 /// the first 1 GiB boundary at or above max(4 GiB, end of RAM), each next one
 /// at the 1 GiB boundary after its predecessor.
-pub fn nvdimm_bases(ram: &[RamRegion], lengths: &[u64]) -> Result<Vec<u64>, MemoryLayoutError> {
-    let limit = 1u64 << PHYS_ADDR_BITS;
-    let err = MemoryLayoutError::AddressSpace {
-        bits: PHYS_ADDR_BITS,
-    };
+/// Every DIMM must end below 2^`phys_bits`.
+pub fn nvdimm_bases(
+    ram: &[RamRegion],
+    lengths: &[u64],
+    phys_bits: u8,
+) -> Result<Vec<u64>, MemoryLayoutError> {
+    let bits = phys_bits.min(MAX_PHYS_ADDR_BITS);
+    let limit = 1u64 << bits;
+    let err = MemoryLayoutError::AddressSpace { bits };
     let mut next = ram_end(ram).max(layout::RAM_64BIT_START.0);
     let mut bases = Vec::with_capacity(lengths.len());
     for &len in lengths {
@@ -149,17 +182,23 @@ mod tests {
     #[test]
     fn nvdimm_placement() {
         let ram = ram_regions(512 * M).unwrap();
-        assert_eq!(nvdimm_bases(&ram, &[G]).unwrap(), vec![4 * G]);
+        assert_eq!(nvdimm_bases(&ram, &[G], 46).unwrap(), vec![4 * G]);
         assert_eq!(
-            nvdimm_bases(&ram, &[G - 2 * M, 2 * M, 128 * G]).unwrap(),
+            nvdimm_bases(&ram, &[G - 2 * M, 2 * M, 128 * G], 46).unwrap(),
             vec![4 * G, 5 * G, 6 * G]
         );
         let ram = ram_regions(5 * G).unwrap(); // RAM ends at 6 GiB
-        assert_eq!(nvdimm_bases(&ram, &[G, G]).unwrap(), vec![6 * G, 7 * G]);
+        assert_eq!(nvdimm_bases(&ram, &[G, G], 46).unwrap(), vec![6 * G, 7 * G]);
         let ram = ram_regions(5 * G + 1).unwrap();
-        assert_eq!(nvdimm_bases(&ram, &[2 * M]).unwrap(), vec![7 * G]);
-        assert!(nvdimm_bases(&ram, &[1 << 46]).is_err());
-        assert!(nvdimm_bases(&ram, &[u64::MAX - G]).is_err());
+        assert_eq!(nvdimm_bases(&ram, &[2 * M], 46).unwrap(), vec![7 * G]);
+        assert!(nvdimm_bases(&ram, &[1 << 46], 46).is_err());
+        assert!(nvdimm_bases(&ram, &[u64::MAX - G], 46).is_err());
+        // The width comes from the CPU: 1 TiB fits under 48 bits, not under 36.
+        assert!(nvdimm_bases(&ram, &[1 << 40], 48).is_ok());
+        assert_eq!(
+            nvdimm_bases(&ram, &[1 << 40], 36),
+            Err(MemoryLayoutError::AddressSpace { bits: 36 })
+        );
     }
 
     #[test]
@@ -199,5 +238,22 @@ mod tests {
         assert!(map
             .iter()
             .all(|e| e.addr + e.size <= 3 * G || e.addr >= 4 * G));
+    }
+
+    #[test]
+    fn phys_bits_come_from_cpuid_leaf_8000_0008() {
+        let leaf = |eax| kvm_bindings::kvm_cpuid_entry2 {
+            function: 0x8000_0008,
+            eax,
+            ..Default::default()
+        };
+        assert_eq!(phys_addr_bits(&[leaf(0x3028)]), 40);
+        assert_eq!(phys_addr_bits(&[leaf(0x3030)]), 48);
+        // Missing or nonsense: the architectural default.
+        assert_eq!(phys_addr_bits(&[]), DEFAULT_PHYS_ADDR_BITS);
+        assert_eq!(phys_addr_bits(&[leaf(0xff)]), DEFAULT_PHYS_ADDR_BITS);
+        assert_eq!(phys_addr_bits(&[leaf(0x10)]), DEFAULT_PHYS_ADDR_BITS);
+        let host = host_phys_addr_bits();
+        assert!((DEFAULT_PHYS_ADDR_BITS..=MAX_PHYS_ADDR_BITS).contains(&host));
     }
 }

@@ -4,7 +4,6 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use devices::exit::ExitRequest;
@@ -17,6 +16,7 @@ use crate::guest_job::{self, GuestJob, GuestReport, FIO_JSON_FRAME};
 use crate::host::HostKvm;
 use crate::preflight::PreflightError;
 use crate::qemu::{self, QemuAccel, QemuMachine};
+use crate::run_loop::RunOptions;
 use crate::stats::{ExitCounts, NvdimmCounts};
 use crate::vm::{Vm, VmError};
 
@@ -366,10 +366,10 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
                 channel: Some(channel.clone()),
             };
             let vm = Vm::build(&config)?;
-            let exit = vm.exit_notifier();
-            let timeout = spec.timeout;
-            watchdog(exit.clone(), timeout);
-            let outcome = vm.run()?;
+            let outcome = vm.run_with(RunOptions {
+                timeout: Some(spec.timeout),
+                ..RunOptions::default()
+            })?;
             result.exits = Some(outcome.exits.clone());
             result.nvdimm_stats = outcome.nvdimms.clone();
             match &outcome.reason {
@@ -571,19 +571,6 @@ fn in_nested_l1() -> bool {
         && std::fs::read_to_string("/proc/cpuinfo")
             .map(|c| c.contains("hypervisor"))
             .unwrap_or(false)
-}
-
-/// Ends the VM with a clear message after `timeout`.
-fn watchdog(exit: Arc<devices::exit::ExitNotifier>, timeout: Duration) {
-    let _ = std::thread::Builder::new()
-        .name("watchdog".into())
-        .spawn(move || {
-            std::thread::sleep(timeout);
-            exit.request(ExitRequest::Fatal(format!(
-                "the guest did not finish within {} s (use --timeout to allow more)",
-                timeout.as_secs()
-            )));
-        });
 }
 
 /// Runs a command until it exits or the deadline passes (then kills it, None).

@@ -1,76 +1,165 @@
-//! Host signals: SIGINT/SIGTERM ask for an orderly stop (the handler only
-//! records the signal and wakes the main thread through the exit eventfd), and
-//! a real-time "kick" signal interrupts KVM_RUN so vCPU threads see the stop.
+//! Host signals, without process-global mutable state.
+//!
+//! * **Stop signals** (SIGINT, SIGTERM, SIGHUP) are blocked on the thread
+//!   that runs a VM before its vCPU threads start (they inherit the mask) and
+//!   read from a `signalfd` by the VM's event loop, which turns each into an
+//!   orderly stop. Nothing runs in signal context for them, so there is no
+//!   handler state to reset between VMs, no fd for a handler to outlive and no
+//!   errno to save. When the run ends, signals of the set still pending are
+//!   read (they were meant for that VM) and the thread's previous mask comes
+//!   back, so the next VM in the same process starts clean.
+//! * **The kick signal** (SIGRTMIN) interrupts a vCPU thread's `KVM_RUN`. Its
+//!   handler (installed with vmm-sys-util's `register_signal_handler`, sent
+//!   with its `Killable`) sets the interrupted thread's own `immediate_exit`
+//!   through a thread-local pointer to its `kvm_run` (see [`crate::vcpu`]), so
+//!   a kick that lands just before the thread enters `KVM_RUN` still makes it
+//!   return at once — one kick is enough, there is no re-kick loop.
+//!
+//! vmm-sys-util 0.15 has no `signalfd` wrapper, so [`StopSignals`] is a small
+//! one over libc.
 
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use devices::exit::ExitNotifier;
-
-/// The signal that was received (0 = none).
-static PENDING: AtomicI32 = AtomicI32::new(0);
-/// The eventfd the handler writes to (-1 = none).
-static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
-
-extern "C" fn on_stop_signal(signum: libc::c_int) {
-    PENDING.store(signum, Ordering::SeqCst);
-    let fd = WAKE_FD.load(Ordering::SeqCst);
-    if fd >= 0 {
-        let one: u64 = 1;
-        // SAFETY: write(2) is async-signal-safe; the buffer is a live local.
-        unsafe {
-            libc::write(fd, std::ptr::addr_of!(one).cast(), 8);
-        }
-    }
-}
-
-extern "C" fn on_kick(_: libc::c_int) {}
-
-/// Routes SIGINT and SIGTERM to `notifier`'s eventfd. The notifier must outlive
-/// the process's use of it (it is kept in an `Arc` by the VM for its whole run).
-pub fn install_stop_handlers(notifier: &ExitNotifier) -> std::io::Result<()> {
-    WAKE_FD.store(notifier.event().as_raw_fd(), Ordering::SeqCst);
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value;
-        // the handler only touches atomics and calls write(2).
-        let rc = unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as usize;
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut())
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// The stop signal received so far, if any.
-pub fn pending() -> Option<i32> {
-    match PENDING.load(Ordering::SeqCst) {
-        0 => None,
-        s => Some(s),
-    }
-}
+/// The signals that ask pmemvm for an orderly stop.
+pub const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 /// The real-time signal used to kick vCPU threads out of KVM_RUN.
 pub fn kick_signal() -> libc::c_int {
     vmm_sys_util::signal::SIGRTMIN()
 }
 
-/// Installs the (empty) kick handler; without SA_RESTART so KVM_RUN returns EINTR.
-pub fn install_kick_handler() -> std::io::Result<()> {
-    // SAFETY: as above; the handler does nothing.
-    let rc = unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_kick as extern "C" fn(libc::c_int) as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(kick_signal(), &sa, std::ptr::null_mut())
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
+fn stop_set() -> std::io::Result<libc::sigset_t> {
+    vmm_sys_util::signal::create_sigset(&STOP_SIGNALS)
+        .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))
+}
+
+/// The stop signals blocked on this thread and readable from a signalfd;
+/// dropping it drains what is still pending and restores the previous mask.
+#[derive(Debug)]
+pub struct StopSignals {
+    fd: OwnedFd,
+    previous: libc::sigset_t,
+    /// Not `Send`: the mask it restores belongs to the thread that made it.
+    _thread_bound: std::marker::PhantomData<*const ()>,
+}
+
+impl StopSignals {
+    /// Blocks [`STOP_SIGNALS`] on the calling thread (threads it starts
+    /// afterwards inherit that) and opens a non-blocking signalfd for them.
+    pub fn block() -> std::io::Result<Self> {
+        let set = stop_set()?;
+        // SAFETY: a zeroed sigset_t is a valid value; pthread_sigmask fills it.
+        let mut previous: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` and `previous` are valid sigsets owned by this frame.
+        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut previous) };
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        // SAFETY: -1 asks for a new fd; `set` is a valid sigset; the flags are valid.
+        let raw = unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
+        if raw < 0 {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: restores the mask saved above on this same thread.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut()) };
+            return Err(e);
+        }
+        // SAFETY: `raw` is a new fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok(Self {
+            fd,
+            previous,
+            _thread_bound: std::marker::PhantomData,
+        })
     }
-    Ok(())
+
+    /// The next pending stop signal, if any (never blocks).
+    pub fn read(&self) -> Option<libc::c_int> {
+        // SAFETY: a zeroed signalfd_siginfo is a valid out-buffer.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: reads at most `size` bytes into `info`, which is that large.
+        let n = unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                std::ptr::addr_of_mut!(info).cast(),
+                size,
+            )
+        };
+        (usize::try_from(n).ok() == Some(size))
+            .then(|| libc::c_int::try_from(info.ssi_signo).ok())
+            .flatten()
+    }
+}
+
+impl AsRawFd for StopSignals {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Drop for StopSignals {
+    fn drop(&mut self) {
+        // Signals that arrived for this VM must not hit the next one, nor
+        // kill the process with their default action once unblocked.
+        while self.read().is_some() {}
+        // SAFETY: restores the mask saved by `block` on this thread (a
+        // `StopSignals` is not Send: its owner thread drops it).
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut()) };
+    }
+}
+
+/// Whether `signal` is blocked on the calling thread.
+pub fn is_blocked(signal: libc::c_int) -> bool {
+    vmm_sys_util::signal::get_blocked_signals().is_ok_and(|s| s.contains(&signal))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_signals_are_read_not_delivered_and_the_mask_comes_back() {
+        // Run on a fresh thread: the test harness's threads keep their masks.
+        std::thread::spawn(|| {
+            assert!(!is_blocked(libc::SIGHUP));
+            let s = StopSignals::block().unwrap();
+            assert!(STOP_SIGNALS.iter().all(|&sig| is_blocked(sig)));
+            assert_eq!(s.read(), None);
+            // Directed at this thread: without the block, SIGHUP's default
+            // action would end the test process.
+            // SAFETY: tgkill on this process and thread with a valid signal.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_tgkill,
+                    libc::getpid(),
+                    libc::gettid(),
+                    libc::SIGHUP,
+                )
+            };
+            assert_eq!(rc, 0);
+            assert_eq!(s.read(), Some(libc::SIGHUP));
+            assert_eq!(s.read(), None);
+            // A second VM in the same process starts with nothing pending.
+            // SAFETY: as above.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_tgkill,
+                    libc::getpid(),
+                    libc::gettid(),
+                    libc::SIGTERM,
+                );
+            }
+            drop(s);
+            assert!(!is_blocked(libc::SIGHUP));
+            let s2 = StopSignals::block().unwrap();
+            assert_eq!(
+                s2.read(),
+                None,
+                "a signal of the first run leaked into the second"
+            );
+            drop(s2);
+        })
+        .join()
+        .unwrap();
+    }
 }

@@ -1,4 +1,5 @@
-//! Building a VM from a validated [`VmConfig`] and running it to its end.
+//! Building a VM from a validated [`VmConfig`]; running it is
+//! [`crate::run_loop`], its vCPU threads [`crate::vcpu`].
 //!
 //! Order matters for the "nothing changed on disk" promise: everything that
 //! can be checked without touching the user's files (KVM, sizes, layout,
@@ -7,22 +8,18 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::thread::JoinHandleExt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use devices::bus::{Bus, BusError};
 use devices::exit::{ExitNotifier, ExitRequest};
 use devices::nvdimm::{FlushHintDevice, FlushStats, FlushTarget};
-use devices::power::{AcpiPowerDevice, GuestExitDevice, I8042ResetDevice};
+use devices::power::{AcpiPowerDevice, GuestExitDevice, I8042Device};
 use devices::serial::SerialDevice;
 use kvm_bindings::{
     kvm_pit_config, kvm_userspace_memory_region, KVM_MAX_CPUID_ENTRIES, KVM_MEM_READONLY,
     KVM_PIT_SPEAKER_DUMMY,
 };
-use kvm_ioctls::{Kvm, VcpuExit, VcpuFd, VmFd};
+use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use vm_memory::{
     Address, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MmapRegion,
 };
@@ -154,6 +151,8 @@ pub struct Nvdimm {
     pub base: u64,
     /// Flush counters.
     pub flush_stats: Arc<FlushStats>,
+    /// NFIT device handle (addresses its `_DSM` calls).
+    pub handle: u32,
 }
 
 impl Nvdimm {
@@ -178,17 +177,17 @@ pub struct RunOutcome {
 
 /// A VM ready to run.
 pub struct Vm {
-    vm_fd: VmFd,
-    mem: GuestMemoryMmap,
-    nvdimms: Vec<Nvdimm>,
-    vcpus: Vec<VcpuFd>,
-    pio: Arc<Bus>,
-    mmio: Arc<Bus>,
-    exit: Arc<ExitNotifier>,
-    stats: Arc<ExitStats>,
-    console_in: Option<Arc<Mutex<SerialDevice>>>,
-    host: HostKvm,
-    dsm: Option<Arc<devices::nvdimm_dsm::DsmHandler>>,
+    pub(crate) vm_fd: VmFd,
+    pub(crate) mem: GuestMemoryMmap,
+    pub(crate) nvdimms: Vec<Nvdimm>,
+    pub(crate) vcpus: Vec<VcpuFd>,
+    pub(crate) pio: Arc<Bus>,
+    pub(crate) mmio: Arc<Bus>,
+    pub(crate) exit: Arc<ExitNotifier>,
+    pub(crate) stats: Arc<ExitStats>,
+    pub(crate) console_in: Option<Arc<Mutex<SerialDevice>>>,
+    pub(crate) host: HostKvm,
+    pub(crate) dsm: Option<Arc<devices::nvdimm_dsm::DsmHandler>>,
 }
 
 impl std::fmt::Debug for Vm {
@@ -317,8 +316,13 @@ impl Vm {
                 max: dimm_max,
             });
         }
+        let cpuid = kvm
+            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+            .map_err(kvm_err("supported CPUID query"))?;
+        // The guest gets this CPUID, so its address width bounds the DIMMs.
+        let phys_bits = memory::phys_addr_bits(cpuid.as_slice());
         let spa_sizes: Vec<u64> = config.nvdimms.iter().map(|n| n.spa_size()).collect();
-        let bases = memory::nvdimm_bases(&ram, &spa_sizes)?;
+        let bases = memory::nvdimm_bases(&ram, &spa_sizes, phys_bits)?;
         crate::config::resolve_nodes(&config.nvdimms)?;
         boot::detect_format(&config.kernel)?;
 
@@ -381,7 +385,7 @@ impl Vm {
         // From here on the user's files may be created.
         let backings = backing::open_all(&config.nvdimms)?;
         let mut nvdimms = Vec::with_capacity(backings.len());
-        for (b, base) in backings.into_iter().zip(bases) {
+        for (i, (b, base)) in backings.into_iter().zip(bases).enumerate() {
             let mapping = b.map()?;
             add_memslot(
                 &vm_fd,
@@ -397,6 +401,7 @@ impl Vm {
                 mapping,
                 base,
                 flush_stats: Arc::new(FlushStats::default()),
+                handle: acpi::nfit_handle(u32::try_from(i).unwrap_or(u32::MAX)),
             });
         }
 
@@ -443,9 +448,9 @@ impl Vm {
             AcpiPowerDevice::LEN,
         )?;
         pio.insert(
-            Arc::new(Mutex::new(I8042ResetDevice::new(exit.clone()))),
+            Arc::new(Mutex::new(I8042Device::new(exit.clone()))),
             layout::I8042_PORT.into(),
-            1,
+            I8042Device::LEN,
         )?;
         pio.insert(
             Arc::new(Mutex::new(GuestExitDevice::new(exit.clone()))),
@@ -471,9 +476,6 @@ impl Vm {
         }
         let dsm = crate::acpi_setup::install(config.cpus, &ram, &mem, &nvdimms, &mut pio)?;
 
-        let cpuid = kvm
-            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
-            .map_err(kvm_err("supported CPUID query"))?;
         let mut vcpus = Vec::with_capacity(config.cpus.into());
         for i in 0..config.cpus {
             let vcpu = vm_fd
@@ -501,7 +503,8 @@ impl Vm {
         })
     }
 
-    /// The exit notifier (signal handlers post to it).
+    /// The exit notifier (devices, vCPUs and the event loop post to it;
+    /// a caller may post a request to end the VM from another thread).
     pub fn exit_notifier(&self) -> Arc<ExitNotifier> {
         self.exit.clone()
     }
@@ -516,341 +519,8 @@ impl Vm {
         &self.mem
     }
 
-    /// Runs the vCPUs until the guest or the host ends the VM; syncs every
-    /// writable backing file before returning.
-    pub fn run(mut self) -> Result<RunOutcome, VmError> {
-        crate::signals::install_kick_handler()
-            .map_err(io_err("installing the vCPU kick signal"))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let dimm_ranges: Arc<Vec<DimmRange>> = Arc::new(
-            self.nvdimms
-                .iter()
-                .map(|n| DimmRange {
-                    base: n.base,
-                    size: n.size(),
-                    readonly: n.backing.spec.readonly,
-                    path: n.backing.display.clone(),
-                    file: n.backing.file.clone(),
-                })
-                .collect(),
-        );
-        let mut threads: Vec<JoinHandle<()>> = Vec::new();
-        for (i, vcpu) in std::mem::take(&mut self.vcpus).into_iter().enumerate() {
-            let ctx = VcpuContext {
-                index: i,
-                vcpu,
-                pio: self.pio.clone(),
-                mmio: self.mmio.clone(),
-                exit: self.exit.clone(),
-                stats: self.stats.clone(),
-                stop: stop.clone(),
-                dimms: dimm_ranges.clone(),
-                mem: self.mem.clone(),
-            };
-            let t = std::thread::Builder::new()
-                .name(format!("vcpu{i}"))
-                .spawn(move || ctx.run())
-                .map_err(io_err("starting a vCPU thread"))?;
-            threads.push(t);
-        }
-        if let Some(com1) = self.console_in.clone() {
-            let exit = self.exit.clone();
-            crate::console::spawn_input_thread(com1, stop.clone(), move || {
-                exit.request(ExitRequest::Signal(libc::SIGINT));
-            });
-        }
-        crate::signals::install_stop_handlers(&self.exit)
-            .map_err(io_err("installing SIGINT/SIGTERM handlers"))?;
-
-        let reason = loop {
-            if let Some(r) = self.exit.get() {
-                break r;
-            }
-            if let Some(sig) = crate::signals::pending() {
-                self.exit.request(ExitRequest::Signal(sig));
-                continue;
-            }
-            // EINTR (a signal) just loops back to the checks.
-            let _ = self.exit.event().read();
-        };
-        stop.store(true, Ordering::SeqCst);
-        kick_and_join(threads);
-
-        let mut sync_error = None;
-        for n in &self.nvdimms {
-            if let Err(e) = n.backing.sync() {
-                sync_error.get_or_insert(format!(
-                    "fdatasync of NVDIMM backing file {} failed at exit: {e}",
-                    n.backing.display
-                ));
-            }
-        }
-        let mut guest_maps: Vec<(usize, usize)> = self
-            .mem
-            .iter()
-            .filter_map(|r| {
-                let host = self.mem.get_host_address(r.start_addr()).ok()?;
-                Some((host as usize, usize::try_from(r.len()).ok()?))
-            })
-            .collect();
-        guest_maps.extend(
-            self.nvdimms
-                .iter()
-                .map(|n| (n.mapping.as_ptr() as usize, n.mapping.size())),
-        );
-        if let Some(kib) = crate::stats::rss_excluding_kib(&guest_maps) {
-            log::info!("memory: VMM RSS excluding guest memory {kib} KiB");
-        }
-        let reason = match (reason, sync_error) {
-            (r @ ExitRequest::StorageFailure(_), _) => r,
-            (_, Some(e)) => ExitRequest::StorageFailure(e),
-            (r, None) => r,
-        };
-        let host_hint = match &reason {
-            ExitRequest::Fatal(_) | ExitRequest::TripleFault => self.host.explanation(),
-            _ => None,
-        };
-        Ok(RunOutcome {
-            reason,
-            exits: self.stats.snapshot(),
-            nvdimms: self
-                .nvdimms
-                .iter()
-                .map(|n| NvdimmCounts {
-                    file: n.backing.display.clone(),
-                    base: n.base,
-                    size: n.size(),
-                    flushes: n.flush_stats.flushes.load(Ordering::Relaxed),
-                    flush_failures: n.flush_stats.failures.load(Ordering::Relaxed),
-                    label_calls: self
-                        .dsm
-                        .as_ref()
-                        .map_or(0, |d| d.stats().calls.load(Ordering::Relaxed)),
-                })
-                .collect(),
-            host_hint,
-        })
-    }
-
     /// The VM fd (for tests and tools).
     pub fn vm_fd(&self) -> &VmFd {
         &self.vm_fd
-    }
-}
-
-/// Interrupts every vCPU thread until it has left KVM_RUN and returned.
-fn kick_and_join(threads: Vec<JoinHandle<()>>) {
-    let mut threads = threads;
-    while !threads.is_empty() {
-        for t in &threads {
-            if !t.is_finished() {
-                // SAFETY: the pthread id belongs to a thread we spawned and have
-                // not joined yet; the kick signal's handler does nothing.
-                unsafe {
-                    libc::pthread_kill(t.as_pthread_t(), crate::signals::kick_signal());
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(1));
-        let (done, running): (Vec<_>, Vec<_>) = threads.into_iter().partition(|t| t.is_finished());
-        for t in done {
-            let _ = t.join();
-        }
-        threads = running;
-    }
-}
-
-struct VcpuContext {
-    index: usize,
-    vcpu: VcpuFd,
-    pio: Arc<Bus>,
-    mmio: Arc<Bus>,
-    exit: Arc<ExitNotifier>,
-    stats: Arc<ExitStats>,
-    stop: Arc<AtomicBool>,
-    dimms: Arc<Vec<DimmRange>>,
-    mem: GuestMemoryMmap,
-}
-
-/// Where a DIMM sits in guest memory, for telling an MMIO exit inside it
-/// (KVM could not reach the backing file's page) from a device access.
-#[derive(Debug)]
-struct DimmRange {
-    base: u64,
-    size: u64,
-    readonly: bool,
-    path: String,
-    file: Arc<File>,
-}
-
-impl DimmRange {
-    fn contains(&self, addr: u64) -> bool {
-        addr >= self.base && addr - self.base < self.size
-    }
-
-    /// Why a page of this DIMM could not be reached, naming the file.
-    fn storage_failure(&self, vcpu: usize, access: &str, addr: u64) -> ExitRequest {
-        ExitRequest::StorageFailure(format!(
-            "vCPU {vcpu}: the guest's {access} at NVDIMM offset {:#x} (guest address {addr:#x}) \
-             could not reach backing file {}: {} — use ',prealloc' to allocate it up front",
-            addr - self.base,
-            self.path,
-            backing::space_report(&self.file)
-        ))
-    }
-}
-
-impl VcpuContext {
-    fn run(mut self) {
-        if self.index == 0 {
-            if let Some(us) = crate::stats::micros_since_start() {
-                log::info!("startup: first KVM_RUN {us} us after main");
-            }
-        }
-        while !self.stop.load(Ordering::SeqCst) {
-            if let Some(request) = self.run_once() {
-                self.exit.request(request);
-                return;
-            }
-        }
-    }
-
-    /// One KVM_RUN; returns a request when the VM must end.
-    fn run_once(&mut self) -> Option<ExitRequest> {
-        let stats = &self.stats;
-        match self.vcpu.run() {
-            Ok(VcpuExit::IoIn(port, data)) => {
-                ExitStats::bump(&stats.io_in);
-                if self.pio.read(port.into(), data).is_err() {
-                    ExitStats::bump(&stats.unhandled);
-                }
-                None
-            }
-            Ok(VcpuExit::IoOut(port, data)) => {
-                ExitStats::bump(&stats.io_out);
-                if self.pio.write(port.into(), data).is_err() {
-                    ExitStats::bump(&stats.unhandled);
-                }
-                None
-            }
-            Ok(VcpuExit::MmioRead(addr, data)) => {
-                ExitStats::bump(&stats.mmio_read);
-                // A DIMM page KVM could not read (e.g. a hole the full host
-                // file system cannot back) comes here instead of the guest.
-                if let Some(d) = self.dimms.iter().find(|d| d.contains(addr)) {
-                    return Some(d.storage_failure(self.index, "read", addr));
-                }
-                if self.mmio.read(addr, data).is_err() {
-                    ExitStats::bump(&stats.unhandled);
-                }
-                None
-            }
-            Ok(VcpuExit::MmioWrite(addr, data)) => {
-                ExitStats::bump(&stats.mmio_write);
-                match self.dimms.iter().find(|d| d.contains(addr)) {
-                    Some(d) if d.readonly => ExitStats::bump(&stats.readonly_writes),
-                    // KVM could not store into the file's page (host disk
-                    // full): never drop the guest's data silently.
-                    Some(d) => return Some(d.storage_failure(self.index, "write", addr)),
-                    None => {
-                        if self.mmio.write(addr, data).is_err() {
-                            ExitStats::bump(&stats.unhandled);
-                        }
-                    }
-                }
-                None
-            }
-            Ok(VcpuExit::Hlt) => {
-                ExitStats::bump(&stats.hlt);
-                None
-            }
-            Ok(VcpuExit::Shutdown) => Some(ExitRequest::TripleFault),
-            Ok(VcpuExit::SystemEvent(kind, _)) => Some(match kind {
-                kvm_bindings::KVM_SYSTEM_EVENT_SHUTDOWN => ExitRequest::PowerOff,
-                kvm_bindings::KVM_SYSTEM_EVENT_RESET => ExitRequest::Reset,
-                other => ExitRequest::Fatal(format!("vCPU {} reported system event {other}", self.index)),
-            }),
-            Ok(VcpuExit::InternalError) => Some(ExitRequest::Fatal(self.internal_error())),
-            Ok(VcpuExit::FailEntry(reason, cpu)) => Some(ExitRequest::Fatal(format!(
-                "vCPU {} could not enter the guest (hardware entry failure reason {reason:#x} on host CPU {cpu})",
-                self.index
-            ))),
-            Ok(other) => {
-                ExitStats::bump(&stats.other);
-                Some(ExitRequest::Fatal(format!(
-                    "vCPU {} stopped on an exit pmemvm does not handle: {other:?}",
-                    self.index
-                )))
-            }
-            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
-                ExitStats::bump(&stats.interrupted);
-                None
-            }
-            Err(e) if e.errno() == libc::EFAULT => Some(ExitRequest::StorageFailure(format!(
-                "vCPU {} could not access guest memory ({e}); an NVDIMM backing file may have \
-                 failed to grow: {} — use ',prealloc' to allocate it up front",
-                self.index,
-                self.dimm_space_report()
-            ))),
-            Err(e) => Some(ExitRequest::Fatal(format!("vCPU {} KVM_RUN failed: {e}", self.index))),
-        }
-    }
-
-    /// Every writable DIMM's file with its file system's free space (KVM's
-    /// EFAULT does not say which page failed).
-    fn dimm_space_report(&self) -> String {
-        let all: Vec<String> = self
-            .dimms
-            .iter()
-            .filter(|d| !d.readonly)
-            .map(|d| {
-                format!(
-                    "backing file {}: {}",
-                    d.path,
-                    backing::space_report(&d.file)
-                )
-            })
-            .collect();
-        if all.is_empty() {
-            "no writable NVDIMM backing file".into()
-        } else {
-            all.join("; ")
-        }
-    }
-
-    /// "KVM internal error" with the vCPU's RIP and the instruction bytes there.
-    fn internal_error(&mut self) -> String {
-        // SAFETY: reading the `internal` member of the kvm_run union is valid
-        // right after KVM_RUN returned KVM_EXIT_INTERNAL_ERROR.
-        let suberror = unsafe { self.vcpu.get_kvm_run().__bindgen_anon_1.internal.suberror };
-        let what = match suberror {
-            kvm_bindings::KVM_INTERNAL_ERROR_EMULATION => "a KVM emulation failure",
-            kvm_bindings::KVM_INTERNAL_ERROR_SIMUL_EX => {
-                "a KVM internal error (exception during exception delivery)"
-            }
-            kvm_bindings::KVM_INTERNAL_ERROR_DELIVERY_EV => "a KVM internal error (event delivery)",
-            _ => "a KVM internal error",
-        };
-        let mut msg = format!("vCPU {} stopped on {what}", self.index);
-        if let Ok(regs) = self.vcpu.get_regs() {
-            msg.push_str(&format!(" at RIP {:#x}", regs.rip));
-            let linear = self
-                .vcpu
-                .get_sregs()
-                .map(|s| s.cs.base.wrapping_add(regs.rip))
-                .unwrap_or(regs.rip);
-            let phys = match self.vcpu.translate_gva(linear) {
-                Ok(t) if t.valid != 0 => Some(t.physical_address),
-                _ => None,
-            };
-            if let Some(pa) = phys {
-                let mut bytes = [0u8; 16];
-                if vm_memory::Bytes::read_slice(&self.mem, &mut bytes, GuestAddress(pa)).is_ok() {
-                    let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
-                    msg.push_str(&format!(", instruction bytes {}", hex.join(" ")));
-                }
-            }
-        }
-        msg
     }
 }

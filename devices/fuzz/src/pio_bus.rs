@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use devices::bus::{Bus, SharedDevice};
 use devices::exit::{ExitNotifier, ExitRequest};
-use devices::power::{AcpiPowerDevice, GuestExitDevice, I8042ResetDevice};
+use devices::power::{AcpiPowerDevice, GuestExitDevice, I8042Device};
 use devices::serial::SerialDevice;
 use vmm_sys_util::eventfd::EventFd;
 
@@ -25,7 +25,7 @@ use vmm_sys_util::eventfd::EventFd;
 const COM1: u16 = 0x3f8;
 const COM2: u16 = 0x2f8;
 const ACPI_PM: u16 = 0x600;
-const I8042: u16 = 0x64;
+const I8042: u16 = 0x60;
 const GUEST_EXIT: u16 = 0x501;
 const BASES: [u16; 5] = [COM1, COM2, ACPI_PM, I8042, GUEST_EXIT];
 
@@ -60,9 +60,9 @@ pub fn bus() -> (Bus, Arc<Mutex<SerialDevice>>, Arc<ExitNotifier>) {
             AcpiPowerDevice::LEN,
         ),
         (
-            Arc::new(Mutex::new(I8042ResetDevice::new(exit.clone()))),
+            Arc::new(Mutex::new(I8042Device::new(exit.clone()))),
             I8042,
-            1,
+            I8042Device::LEN,
         ),
         (
             Arc::new(Mutex::new(GuestExitDevice::new(exit.clone()))),

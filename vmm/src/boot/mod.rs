@@ -1,18 +1,27 @@
 //! Loading the guest kernel, initrd and command line, and writing the boot
 //! information the kernel reads first: the Linux zero page (bzImage, 64-bit
 //! boot protocol) or `hvm_start_info` (ELF vmlinux through its PVH note).
+//!
+//! linux-loader loads the images (`Elf`, `BzImage`) and writes the boot
+//! information ([`params`]); pmemvm reads the headers itself only to name
+//! the real cause of a failure before loading ([`elf`], the bzImage setup
+//! header fields below).
+
+mod elf;
+mod params;
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use linux_loader::loader::bootparam::boot_params;
 use linux_loader::loader::elf::{Elf, PvhBootCapability};
 use linux_loader::loader::{BzImage, KernelLoader};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::layout;
 use crate::memory::E820Entry;
+
+pub use elf::ElfHeaderError;
 
 /// Errors loading the kernel and boot data.
 #[derive(Debug, thiserror::Error)]
@@ -59,9 +68,49 @@ pub enum BootError {
         /// Initrd bytes.
         size: u64,
     },
+    /// The ELF headers are unusable.
+    #[error("kernel {path} cannot be loaded: {source}")]
+    ElfHeaders {
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: ElfHeaderError,
+    },
+    /// The file ends before a part the kernel needs.
+    #[error("kernel {path} is truncated: {what}")]
+    Truncated {
+        /// Path.
+        path: PathBuf,
+        /// Which part is missing.
+        what: String,
+    },
+    /// A bzImage without the 64-bit entry point pmemvm uses.
+    #[error("kernel {path} is a bzImage without a 64-bit entry point (boot protocol {version:#06x}, XLF_KERNEL_64 not set); pmemvm enters bzImages in 64-bit mode, so give an x86_64 kernel")]
+    NotKernel64 {
+        /// Path.
+        path: PathBuf,
+        /// Boot protocol version of its setup header.
+        version: u16,
+    },
     /// Command line too long.
     #[error("the kernel command line is {0} bytes; at most {max} are accepted", max = layout::CMDLINE_MAX_SIZE - 1)]
     CmdlineTooLong(usize),
+    /// linux-loader refused the command line.
+    #[error("the kernel command line is not accepted: {0}")]
+    Cmdline(linux_loader::cmdline::Error),
+    /// Writing the command line into guest memory failed.
+    #[error("writing the kernel command line into guest memory failed: {0}")]
+    CmdlineLoad(#[source] linux_loader::loader::Error),
+    /// Writing the zero page or PVH start info failed.
+    #[error("writing the boot parameters into guest memory failed: {0}")]
+    Configure(#[source] linux_loader::configurator::Error),
+    /// The initrd was placed where the boot protocol cannot point.
+    #[error("the initrd at {0:#x} is out of the boot protocol's 32-bit reach")]
+    InitrdAddress(u64),
+    /// More E820 entries than the boot protocol holds.
+    #[error("the memory map has {0} entries, more than the boot protocol holds")]
+    TooManyE820Entries(usize),
     /// Writing boot data into guest memory failed.
     #[error("writing boot data into guest memory failed: {0}")]
     GuestMemory(#[from] vm_memory::GuestMemoryError),
@@ -70,7 +119,14 @@ pub enum BootError {
 impl BootError {
     /// True when the user's input is at fault (exit status 2).
     pub fn is_usage(&self) -> bool {
-        !matches!(self, Self::GuestMemory(_))
+        !matches!(
+            self,
+            Self::GuestMemory(_)
+                | Self::CmdlineLoad(_)
+                | Self::Configure(_)
+                | Self::InitrdAddress(_)
+                | Self::TooManyE820Entries(_)
+        )
     }
 }
 
@@ -134,39 +190,11 @@ pub fn looks_like_linux(path: &Path) -> bool {
 
 /// Scans the ELF's PT_NOTE segments for a note named "Linux".
 fn elf_has_linux_note(path: &Path) -> std::io::Result<bool> {
-    const PT_NOTE: u32 = 4;
     let mut f = File::open(path)?;
-    let mut ehdr = [0u8; 64];
-    f.read_exact(&mut ehdr)?;
-    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
-    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-    let u64_at = |b: &[u8], o: usize| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&b[o..o + 8]);
-        u64::from_le_bytes(a)
-    };
-    let phoff = u64_at(&ehdr, 0x20);
-    let phentsize = u64::from(u16_at(&ehdr, 0x36));
-    let phnum = u64::from(u16_at(&ehdr, 0x38)).min(256);
-    if phentsize < 56 {
-        return Ok(false);
+    match elf::read_info(&mut f)? {
+        Ok(info) => info.has_linux_note(&mut f),
+        Err(_) => Ok(false),
     }
-    for i in 0..phnum {
-        let mut ph = [0u8; 56];
-        f.seek(SeekFrom::Start(phoff.saturating_add(i * phentsize)))?;
-        f.read_exact(&mut ph)?;
-        if u32_at(&ph, 0) != PT_NOTE {
-            continue;
-        }
-        let (off, size) = (u64_at(&ph, 0x08), u64_at(&ph, 0x20).min(1 << 16));
-        let mut notes = vec![0u8; usize::try_from(size).unwrap_or(0)];
-        f.seek(SeekFrom::Start(off))?;
-        let n = read_up_to(&mut f, &mut notes)?;
-        if notes[..n].windows(6).any(|w| w == b"Linux\0") {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -200,10 +228,13 @@ pub struct BootInputs<'a> {
 /// Loads everything and returns where the boot vCPU starts.
 pub fn load(mem: &GuestMemoryMmap, inputs: &BootInputs) -> Result<EntryPoint, BootError> {
     let format = detect_format(inputs.kernel)?;
-    if inputs.cmdline.len() >= layout::CMDLINE_MAX_SIZE {
-        return Err(BootError::CmdlineTooLong(inputs.cmdline.len()));
-    }
+    let cmdline = params::cmdline(inputs.cmdline)?;
     let mut kernel = open_input(inputs.kernel, "kernel")?;
+    let read_err = |source| BootError::Read {
+        what: "kernel",
+        path: inputs.kernel.into(),
+        source,
+    };
     let load_err = |source| BootError::Load {
         path: inputs.kernel.into(),
         source,
@@ -212,36 +243,56 @@ pub fn load(mem: &GuestMemoryMmap, inputs: &BootInputs) -> Result<EntryPoint, Bo
         path: inputs.kernel.into(),
         needed,
     };
+    let truncated = |what: String| BootError::Truncated {
+        path: inputs.kernel.into(),
+        what,
+    };
+    let file_len = kernel.metadata().map_err(read_err)?.len();
     // Check the fit before writing anything, so a small --memory gets a clear message.
     let (entry, kernel_end, setup_header) = match format {
         KernelFormat::Elf => {
-            let r = Elf::load(mem, None, &mut kernel, Some(layout::HIGH_RAM_START)).map_err(
-                |e| match e {
-                    linux_loader::loader::Error::Elf(
-                        linux_loader::loader::elf::Error::ReadKernelImage,
-                    ) => too_big(inputs.low_ram_end + 1),
-                    e => load_err(e),
-                },
-            )?;
+            let info =
+                elf::read_info(&mut kernel)
+                    .map_err(read_err)?
+                    .map_err(|source| match source {
+                        ElfHeaderError::Truncated(part) => truncated(format!(
+                            "its {part} extends past the end of the file ({file_len} bytes)"
+                        )),
+                        source => BootError::ElfHeaders {
+                            path: inputs.kernel.into(),
+                            source,
+                        },
+                    })?;
+            if let Some(i) = info.truncated_segment(file_len) {
+                return Err(truncated(format!(
+                    "its loadable segment {i} extends past the end of the file ({file_len} bytes)"
+                )));
+            }
+            let needed = info.load_end();
+            if needed > inputs.low_ram_end {
+                return Err(too_big(needed));
+            }
+            let r = Elf::load(mem, None, &mut kernel, Some(layout::HIGH_RAM_START))
+                .map_err(load_err)?;
             let entry = match r.pvh_boot_cap {
                 PvhBootCapability::PvhEntryPresent(a) => EntryPoint::Pvh(a.0),
-                _ => EntryPoint::Linux64(elf_entry(&mut kernel).map_err(|source| {
-                    BootError::Read {
-                        what: "kernel",
-                        path: inputs.kernel.into(),
-                        source,
-                    }
-                })?),
+                _ => EntryPoint::Linux64(info.physical_entry()),
             };
             (entry, r.kernel_end, None)
         }
         KernelFormat::BzImage => {
-            let hdr = bz_header(&mut kernel).map_err(|source| BootError::Read {
-                what: "kernel",
-                path: inputs.kernel.into(),
-                source,
+            let hdr = bz_header(&mut kernel).map_err(read_err)?.ok_or_else(|| {
+                truncated(format!(
+                    "its setup header extends past the end of the file ({file_len} bytes)"
+                ))
             })?;
-            let needed = u64::from(hdr.0).saturating_add(u64::from(hdr.1));
+            if hdr.version < BZ_PROTOCOL_XLOADFLAGS || hdr.xloadflags & XLF_KERNEL_64 == 0 {
+                return Err(BootError::NotKernel64 {
+                    path: inputs.kernel.into(),
+                    version: hdr.version,
+                });
+            }
+            let needed = u64::from(hdr.code32_start).saturating_add(u64::from(hdr.init_size));
             if needed > inputs.low_ram_end {
                 return Err(too_big(needed));
             }
@@ -249,6 +300,7 @@ pub fn load(mem: &GuestMemoryMmap, inputs: &BootInputs) -> Result<EntryPoint, Bo
                 .map_err(load_err)?;
             let header = r.setup_header.unwrap_or_default();
             (
+                // The 64-bit entry is 0x200 past the protected-mode kernel's start.
                 EntryPoint::Linux64(r.kernel_load.0 + 0x200),
                 r.kernel_end.max(needed),
                 Some(header),
@@ -265,42 +317,49 @@ pub fn load(mem: &GuestMemoryMmap, inputs: &BootInputs) -> Result<EntryPoint, Bo
         kernel_end,
         setup_header.map(|h| h.initrd_addr_max),
     )?;
-
-    let mut cmdline = inputs.cmdline.as_bytes().to_vec();
-    cmdline.push(0);
-    mem.write_slice(&cmdline, layout::CMDLINE_START)?;
-
+    let cmdline_len = params::write_cmdline(mem, &cmdline)?;
     match entry {
-        EntryPoint::Pvh(_) => write_pvh_info(mem, inputs, initrd)?,
+        EntryPoint::Pvh(_) => params::write_pvh_info(mem, inputs.e820, initrd)?,
         EntryPoint::Linux64(_) => {
-            write_zero_page(mem, inputs, initrd, setup_header, cmdline.len())?;
-            write_page_tables(mem)?;
+            params::write_zero_page(mem, inputs.e820, initrd, setup_header, cmdline_len)?;
+            params::write_page_tables(mem)?;
         }
     }
     Ok(entry)
 }
 
-/// (code32_start, init_size) of a bzImage.
-fn bz_header(f: &mut File) -> std::io::Result<(u32, u32)> {
-    let mut b = [0u8; 4];
-    f.seek(SeekFrom::Start(0x214))?;
-    f.read_exact(&mut b)?;
-    let code32 = u32::from_le_bytes(b);
-    f.seek(SeekFrom::Start(0x260))?;
-    f.read_exact(&mut b)?;
-    Ok((code32, u32::from_le_bytes(b)))
+/// Boot protocol 2.12: the first with `xloadflags`.
+const BZ_PROTOCOL_XLOADFLAGS: u16 = 0x020c;
+/// `xloadflags` bit: the kernel has the 64-bit entry at +0x200.
+const XLF_KERNEL_64: u16 = 1 << 0;
+
+/// The bzImage setup header fields pmemvm checks before loading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BzHeader {
+    version: u16,
+    code32_start: u32,
+    xloadflags: u16,
+    init_size: u32,
 }
 
-fn elf_entry(f: &mut File) -> std::io::Result<u64> {
-    let mut b = [0u8; 8];
-    f.seek(SeekFrom::Start(0x18))?;
-    f.read_exact(&mut b)?;
-    // Linux vmlinux entry addresses are virtual (0xffffffff8...): take the physical alias.
-    Ok(u64::from_le_bytes(b) & 0x7fff_ffff)
+/// The setup header's fields, or `None` when the file ends inside it.
+fn bz_header(f: &mut File) -> std::io::Result<Option<BzHeader>> {
+    let mut h = [0u8; 0x264];
+    f.seek(SeekFrom::Start(0))?;
+    if read_up_to(f, &mut h)? < h.len() {
+        return Ok(None);
+    }
+    let u32_at = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
+    Ok(Some(BzHeader {
+        version: u16::from_le_bytes([h[0x206], h[0x207]]),
+        code32_start: u32_at(0x214),
+        xloadflags: u16::from_le_bytes([h[0x236], h[0x237]]),
+        init_size: u32_at(0x260),
+    }))
 }
 
 /// (address, size) of the loaded initrd.
-type Initrd = Option<(u64, u64)>;
+pub(crate) type Initrd = Option<(u64, u64)>;
 
 fn load_initrd(
     mem: &GuestMemoryMmap,
@@ -342,101 +401,6 @@ fn load_initrd(
     Ok(Some((addr, size)))
 }
 
-fn write_zero_page(
-    mem: &GuestMemoryMmap,
-    inputs: &BootInputs,
-    initrd: Initrd,
-    header: Option<linux_loader::loader::bootparam::setup_header>,
-    cmdline_len: usize,
-) -> Result<(), BootError> {
-    const KERNEL_BOOT_FLAG_MAGIC: u16 = 0xaa55;
-    const KERNEL_HDR_MAGIC: u32 = 0x5372_6448;
-    const KERNEL_LOADER_OTHER: u8 = 0xff;
-    const KERNEL_MIN_ALIGNMENT_BYTES: u32 = 0x0100_0000;
-
-    let mut params = boot_params::default();
-    if let Some(h) = header {
-        params.hdr = h;
-    }
-    params.hdr.type_of_loader = KERNEL_LOADER_OTHER;
-    params.hdr.boot_flag = KERNEL_BOOT_FLAG_MAGIC;
-    params.hdr.header = KERNEL_HDR_MAGIC;
-    params.hdr.cmd_line_ptr = u32::try_from(layout::CMDLINE_START.0).unwrap_or(0);
-    params.hdr.cmdline_size = u32::try_from(cmdline_len).unwrap_or(0);
-    if params.hdr.kernel_alignment == 0 {
-        params.hdr.kernel_alignment = KERNEL_MIN_ALIGNMENT_BYTES;
-    }
-    if let Some((addr, size)) = initrd {
-        params.hdr.ramdisk_image = u32::try_from(addr).unwrap_or(0);
-        params.hdr.ramdisk_size = u32::try_from(size).unwrap_or(0);
-    }
-    params.acpi_rsdp_addr = layout::RSDP_ADDR.0;
-    let n = inputs.e820.len().min(params.e820_table.len());
-    for (slot, e) in params.e820_table.iter_mut().zip(inputs.e820) {
-        slot.addr = e.addr;
-        slot.size = e.size;
-        slot.r#type = e.kind as u32;
-    }
-    params.e820_entries = u8::try_from(n).unwrap_or(0);
-    mem.write_obj(params, layout::ZERO_PAGE_START)?;
-    Ok(())
-}
-
-/// Little-endian serialisation of the PVH start info (48 bytes), memory map
-/// entries (24 bytes each) and the initrd module entry (32 bytes).
-fn write_pvh_info(
-    mem: &GuestMemoryMmap,
-    inputs: &BootInputs,
-    initrd: Initrd,
-) -> Result<(), BootError> {
-    const XEN_HVM_START_MAGIC_VALUE: u32 = 0x336e_c578;
-
-    let mut memmap = Vec::new();
-    for e in inputs.e820 {
-        memmap.extend_from_slice(&e.addr.to_le_bytes());
-        memmap.extend_from_slice(&e.size.to_le_bytes());
-        memmap.extend_from_slice(&(e.kind as u32).to_le_bytes());
-        memmap.extend_from_slice(&0u32.to_le_bytes());
-    }
-    let memmap_addr = layout::PVH_MEMMAP_START.0;
-    let modlist_addr = memmap_addr + memmap.len() as u64;
-    let mut info = Vec::with_capacity(48);
-    info.extend_from_slice(&XEN_HVM_START_MAGIC_VALUE.to_le_bytes());
-    info.extend_from_slice(&1u32.to_le_bytes()); // version
-    info.extend_from_slice(&0u32.to_le_bytes()); // flags
-    info.extend_from_slice(&u32::from(initrd.is_some()).to_le_bytes()); // nr_modules
-    info.extend_from_slice(&(if initrd.is_some() { modlist_addr } else { 0 }).to_le_bytes());
-    info.extend_from_slice(&layout::CMDLINE_START.0.to_le_bytes());
-    info.extend_from_slice(&layout::RSDP_ADDR.0.to_le_bytes());
-    info.extend_from_slice(&memmap_addr.to_le_bytes());
-    info.extend_from_slice(&u32::try_from(inputs.e820.len()).unwrap_or(0).to_le_bytes());
-    info.extend_from_slice(&0u32.to_le_bytes());
-    mem.write_slice(&info, layout::PVH_INFO_START)?;
-    mem.write_slice(&memmap, GuestAddress(memmap_addr))?;
-    if let Some((addr, size)) = initrd {
-        let mut m = Vec::with_capacity(32);
-        m.extend_from_slice(&addr.to_le_bytes());
-        m.extend_from_slice(&size.to_le_bytes());
-        m.extend_from_slice(&[0u8; 16]);
-        mem.write_slice(&m, GuestAddress(modlist_addr))?;
-    }
-    Ok(())
-}
-
-/// Identity map of the first 1 GiB with 2 MiB pages for the 64-bit entry.
-fn write_page_tables(mem: &GuestMemoryMmap) -> Result<(), BootError> {
-    const PRESENT_RW: u64 = 0x3;
-    const PAGE_SIZE_2M: u64 = 0x80;
-    mem.write_obj(layout::PDPTE_START.0 | PRESENT_RW, layout::PML4_START)?;
-    mem.write_obj(layout::PDE_START.0 | PRESENT_RW, layout::PDPTE_START)?;
-    let mut pd = Vec::with_capacity(4096);
-    for i in 0..512u64 {
-        pd.extend_from_slice(&((i << 21) | PRESENT_RW | PAGE_SIZE_2M).to_le_bytes());
-    }
-    mem.write_slice(&pd, layout::PDE_START)?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -465,5 +429,82 @@ mod tests {
             Err(BootError::Read { .. })
         ));
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    fn inputs<'a>(kernel: &'a Path, e820: &'a [E820Entry], low_ram_end: u64) -> BootInputs<'a> {
+        BootInputs {
+            kernel,
+            initrd: None,
+            initrd_append: &[],
+            cmdline: "console=ttyS0",
+            e820,
+            low_ram_end,
+        }
+    }
+
+    fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("pmemvm-boot-{}-{name}", std::process::id()));
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+
+    #[test]
+    fn bzimage_without_64_bit_entry_is_refused_as_usage() {
+        let mut bz = vec![0u8; 0x1000];
+        bz[0x202..0x206].copy_from_slice(b"HdrS");
+        bz[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
+        bz[0x1fe..0x200].copy_from_slice(&0xaa55u16.to_le_bytes());
+        let p = scratch("bz32", &bz);
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 4 << 20)]).unwrap();
+        let e = load(&mem, &inputs(&p, &[], 4 << 20)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BootError::NotKernel64 {
+                    version: 0x020f,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.is_usage());
+        assert!(e.to_string().contains("64-bit"), "{e}");
+        // Cut inside the setup header: named as truncated, not as a memory problem.
+        let p2 = scratch("bzcut", &bz[..0x220]);
+        let e = load(&mem, &inputs(&p2, &[], 4 << 20)).unwrap_err();
+        assert!(matches!(e, BootError::Truncated { .. }), "{e}");
+        std::fs::remove_file(p).unwrap();
+        std::fs::remove_file(p2).unwrap();
+    }
+
+    #[test]
+    fn elf_errors_name_their_real_cause() {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 4 << 20)]).unwrap();
+        // A segment past the end of the file: truncated, with enough memory.
+        let p = scratch(
+            "elfcut",
+            &elf::tests::elf(0x10_0000, 0x10_0000, 0x10_0000, 0x100, 0x1080),
+        );
+        let e = load(&mem, &inputs(&p, &[], 4 << 20)).unwrap_err();
+        assert!(matches!(e, BootError::Truncated { .. }), "{e}");
+        assert!(e.to_string().contains("segment 0"), "{e}");
+        // A segment above RAM: too small, with the segment's real end.
+        let p2 = scratch(
+            "elfhigh",
+            &elf::tests::elf(0x200_0000, 0x200_0000, 0x200_0000, 16, 0x1010),
+        );
+        let e = load(&mem, &inputs(&p2, &[], 4 << 20)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BootError::KernelTooBig {
+                    needed: 0x200_0010,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        std::fs::remove_file(p).unwrap();
+        std::fs::remove_file(p2).unwrap();
     }
 }

@@ -1,0 +1,66 @@
+//! Fault injection for the tests of pmemvm's own failure paths (a vCPU
+//! thread that cannot start, panics, or does not stop; the event loop
+//! panicking). Debug builds read `PMEMVM_TEST_FAULT` (comma-separated:
+//! `vcpu-spawn=N`, `vcpu-panic`, `vcpu-ignores-stop`, `loop-panic`); release
+//! builds never inject anything.
+
+/// Faults to inject into one run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Starting the thread of this vCPU fails.
+    pub vcpu_spawn_fails: Option<usize>,
+    /// A vCPU thread panics when the guest writes the guest-exit port.
+    pub vcpu_panics: bool,
+    /// vCPU threads never return once asked to stop.
+    pub vcpu_ignores_stop: bool,
+    /// The event loop (main thread) panics at the first exit request.
+    pub loop_panics: bool,
+}
+
+impl Faults {
+    /// The faults `PMEMVM_TEST_FAULT` asks for (debug builds only).
+    pub fn from_env() -> Self {
+        if !cfg!(debug_assertions) {
+            return Self::default();
+        }
+        std::env::var("PMEMVM_TEST_FAULT")
+            .map(|v| Self::parse(&v))
+            .unwrap_or_default()
+    }
+
+    fn parse(spec: &str) -> Self {
+        let mut f = Self::default();
+        for item in spec.split(',').map(str::trim) {
+            match item.split_once('=') {
+                Some(("vcpu-spawn", n)) => f.vcpu_spawn_fails = n.parse().ok(),
+                _ if item == "vcpu-panic" => f.vcpu_panics = true,
+                _ if item == "vcpu-ignores-stop" => f.vcpu_ignores_stop = true,
+                _ if item == "loop-panic" => f.loop_panics = true,
+                _ if item.is_empty() => {}
+                _ => log::warn!("PMEMVM_TEST_FAULT: unknown fault {item:?} ignored"),
+            }
+        }
+        f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_fault_list() {
+        assert_eq!(
+            Faults::parse("vcpu-spawn=1, vcpu-panic"),
+            Faults {
+                vcpu_spawn_fails: Some(1),
+                vcpu_panics: true,
+                vcpu_ignores_stop: false,
+                loop_panics: false,
+            }
+        );
+        assert_eq!(Faults::parse(""), Faults::default());
+        assert!(Faults::parse("vcpu-ignores-stop").vcpu_ignores_stop);
+        assert!(Faults::parse("loop-panic").loop_panics);
+    }
+}

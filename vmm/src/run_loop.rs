@@ -1,0 +1,469 @@
+//! Running a built [`Vm`] to its end: one event loop on the calling thread
+//! (rust-vmm's event-manager) and one thread per vCPU.
+//!
+//! The loop's subscribers: the exit notifier's eventfd (devices and vCPUs
+//! post their [`ExitRequest`] there), a signalfd for SIGINT/SIGTERM/SIGHUP
+//! ([`StopSignals`], blocked on this thread before any vCPU thread starts),
+//! stdin for the console ([`ConsoleInput`], with the terminal in raw mode
+//! for the run) and, for `pmemvm run`, a timerfd watchdog. The loop runs
+//! until a request is recorded. Then, on every path — also when a vCPU
+//! thread could not be started —
+//!
+//! 1. every started vCPU is kicked once and joined within
+//!    [`STOP_DEADLINE`]; one that does not return is named, and the VM's
+//!    memory is left mapped (never unmapped under a live memslot) until the
+//!    process exits;
+//! 2. every writable backing file is fdatasynced, within [`SYNC_DEADLINE`]
+//!    for all of them; a sync that does not finish is named (status 6);
+//! 3. the request becomes the [`RunOutcome`].
+
+use std::fs::File;
+use std::sync::mpsc::channel;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use devices::exit::{ExitNotifier, ExitRequest};
+use event_manager::{EventManager, EventOps, EventSet, Events, MutEventSubscriber, SubscriberOps};
+use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+use vmm_sys_util::timerfd::TimerFd;
+
+use crate::console::{ConsoleInput, RawTerminal};
+use crate::exit_status;
+use crate::fault::Faults;
+use crate::signals::StopSignals;
+use crate::stats::NvdimmCounts;
+use crate::vcpu::{DimmRange, VcpuContext, VcpuSet, STOP_DEADLINE};
+use crate::vm::{RunOutcome, Vm, VmError};
+
+/// How long the exit fdatasync of all backing files may take.
+pub const SYNC_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How a run is watched.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    /// End the VM (status 5) when it runs longer than this.
+    pub timeout: Option<Duration>,
+    /// Faults to inject (tests; see [`crate::fault`]).
+    pub faults: Faults,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            timeout: None,
+            faults: Faults::from_env(),
+        }
+    }
+}
+
+type Subscriber = Box<dyn MutEventSubscriber>;
+
+/// Syncs the backing files when a panic unwinds through `Vm::run` (the
+/// orderly path disarms it and syncs in `finish`). Declared before the
+/// [`VcpuSet`], so it runs after the vCPUs were stopped.
+struct SyncOnUnwind(Option<Vec<(String, Arc<File>)>>);
+
+impl Drop for SyncOnUnwind {
+    fn drop(&mut self) {
+        if let Some(files) = self.0.take() {
+            if let Some(e) = sync_all(files, SYNC_DEADLINE) {
+                eprintln!("pmemvm: {e}");
+            }
+        }
+    }
+}
+
+/// Drains the exit eventfd; the request itself is read from the notifier.
+struct ExitEvent(Arc<ExitNotifier>, Faults);
+
+impl MutEventSubscriber for ExitEvent {
+    fn init(&mut self, ops: &mut EventOps) {
+        if let Err(e) = ops.add(Events::new(self.0.event(), EventSet::IN)) {
+            self.0.request(ExitRequest::Fatal(format!(
+                "watching the exit eventfd failed: {e}"
+            )));
+        }
+    }
+
+    fn process(&mut self, _: Events, _: &mut EventOps) {
+        let _ = self.0.event().read();
+        if self.1.loop_panics {
+            panic!("fault injection: the event loop panics");
+        }
+    }
+}
+
+/// Turns SIGINT, SIGTERM and SIGHUP into an orderly stop.
+struct SignalEvent {
+    signals: StopSignals,
+    exit: Arc<ExitNotifier>,
+}
+
+impl MutEventSubscriber for SignalEvent {
+    fn init(&mut self, ops: &mut EventOps) {
+        if let Err(e) = ops.add(Events::new(&self.signals, EventSet::IN)) {
+            self.exit.request(ExitRequest::Fatal(format!(
+                "watching the stop signals failed: {e}"
+            )));
+        }
+    }
+
+    fn process(&mut self, _: Events, _: &mut EventOps) {
+        while let Some(signal) = self.signals.read() {
+            self.exit.request(ExitRequest::Signal(signal));
+        }
+    }
+}
+
+/// Ends the VM when its time is up.
+struct Watchdog {
+    timer: TimerFd,
+    timeout: Duration,
+    exit: Arc<ExitNotifier>,
+}
+
+impl MutEventSubscriber for Watchdog {
+    fn init(&mut self, ops: &mut EventOps) {
+        if let Err(e) = ops.add(Events::new(&self.timer, EventSet::IN)) {
+            self.exit.request(ExitRequest::Fatal(format!(
+                "starting the watchdog failed: {e}"
+            )));
+        }
+    }
+
+    fn process(&mut self, _: Events, _: &mut EventOps) {
+        let _ = self.timer.wait();
+        self.exit.request(ExitRequest::Fatal(format!(
+            "the guest did not finish within {} s (use --timeout to allow more)",
+            self.timeout.as_secs()
+        )));
+    }
+}
+
+fn io_err(what: &str) -> impl FnOnce(std::io::Error) -> VmError + '_ {
+    move |source| VmError::Io {
+        what: what.into(),
+        source,
+    }
+}
+
+/// fdatasyncs `files` on a helper thread; the first failure, or the file
+/// whose sync did not finish within `deadline`, as a sentence.
+pub fn sync_all(files: Vec<(String, Arc<File>)>, deadline: Duration) -> Option<String> {
+    let jobs = files
+        .into_iter()
+        .map(|(name, f)| (name, move || f.sync_data()))
+        .collect();
+    run_syncs(jobs, deadline)
+}
+
+/// Runs `jobs` in order on one helper thread, waiting at most `deadline`
+/// for all of them.
+fn run_syncs<F>(jobs: Vec<(String, F)>, deadline: Duration) -> Option<String>
+where
+    F: FnOnce() -> std::io::Result<()> + Send + 'static,
+{
+    let names: Vec<String> = jobs.iter().map(|(n, _)| n.clone()).collect();
+    // (index, None) when a sync starts, (index, Some(result)) when it ends.
+    let (tx, rx) = channel::<(usize, Option<std::io::Result<()>>)>();
+    let spawned = std::thread::Builder::new()
+        .name("fdatasync".into())
+        .spawn(move || {
+            for (i, (_, job)) in jobs.into_iter().enumerate() {
+                let _ = tx.send((i, None));
+                let _ = tx.send((i, Some(job())));
+            }
+        });
+    let helper = match spawned {
+        Ok(h) => h,
+        Err(e) => return Some(format!("the exit fdatasync could not start: {e}")),
+    };
+    let end = Instant::now() + deadline;
+    let mut first_error = None;
+    let mut current = None;
+    let mut done = 0;
+    while done < names.len() {
+        match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
+            Ok((i, None)) => current = Some(i),
+            Ok((i, Some(result))) => {
+                done += 1;
+                current = None;
+                if let Err(e) = result {
+                    first_error.get_or_insert(format!(
+                        "fdatasync of NVDIMM backing file {} failed at exit: {e}",
+                        names[i]
+                    ));
+                }
+            }
+            // The helper is left to finish (or hang) on its own.
+            Err(_) => {
+                let which = current.map_or("(none)", |i| names[i].as_str());
+                return first_error.or(Some(format!(
+                    "fdatasync of NVDIMM backing file {which} did not finish within {} s at exit",
+                    deadline.as_secs_f64()
+                )));
+            }
+        }
+    }
+    // Every job reported: the helper is returning, reap it.
+    let _ = helper.join();
+    first_error
+}
+
+impl Vm {
+    /// Runs the VM until the guest or the host ends it (see the module docs).
+    pub fn run(self) -> Result<RunOutcome, VmError> {
+        self.run_with(RunOptions::default())
+    }
+
+    /// [`Vm::run`] with a watchdog and injected faults.
+    pub fn run_with(mut self, opts: RunOptions) -> Result<RunOutcome, VmError> {
+        let exit = self.exit.clone();
+        let mut events = EventManager::<Subscriber>::new().map_err(|e| VmError::Io {
+            what: "creating the event loop".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        events.add_subscriber(Box::new(ExitEvent(exit.clone(), opts.faults)));
+        let signals = StopSignals::block().map_err(io_err("blocking SIGINT/SIGTERM/SIGHUP"))?;
+        events.add_subscriber(Box::new(SignalEvent {
+            signals,
+            exit: exit.clone(),
+        }));
+        if let Some(timeout) = opts.timeout {
+            let mut timer = TimerFd::new()
+                .map_err(std::io::Error::from)
+                .map_err(io_err("creating the watchdog timer"))?;
+            timer
+                .reset(timeout, None)
+                .map_err(std::io::Error::from)
+                .map_err(io_err("arming the watchdog timer"))?;
+            events.add_subscriber(Box::new(Watchdog {
+                timer,
+                timeout,
+                exit: exit.clone(),
+            }));
+        }
+        let terminal = match self.console_in.clone() {
+            Some(com1) => {
+                let input =
+                    ConsoleInput::new(com1, exit.clone()).map_err(io_err("console input"))?;
+                events.add_subscriber(Box::new(input));
+                Some(RawTerminal::new())
+            }
+            None => None,
+        };
+
+        let mut unwind_sync = SyncOnUnwind(Some(self.writable_files()));
+        let mut vcpus = VcpuSet::new().map_err(io_err("installing the vCPU kick signal"))?;
+        let started = self.start_vcpus(&mut vcpus, opts.faults);
+        if started.is_ok() {
+            while exit.get().is_none() {
+                if let Err(e) = events.run() {
+                    exit.request(ExitRequest::Fatal(format!(
+                        "pmemvm's event loop failed: {e}"
+                    )));
+                }
+            }
+        }
+        let stopped = vcpus.stop_and_join(STOP_DEADLINE);
+        unwind_sync.0 = None;
+        drop(terminal);
+        let outcome = self.finish(exit.get(), stopped);
+        drop(events);
+        if let (Err(_), ExitRequest::StorageFailure(e)) = (&started, &outcome.reason) {
+            // The start failure is the error returned; this one is logged.
+            log::error!("{e}");
+        }
+        started.map(|()| outcome)
+    }
+
+    /// Starts one thread per vCPU; on an error the threads already started
+    /// stay in `vcpus` for the caller to stop.
+    fn start_vcpus(&mut self, vcpus: &mut VcpuSet, faults: Faults) -> Result<(), VmError> {
+        let dimms: Arc<Vec<DimmRange>> = Arc::new(
+            self.nvdimms
+                .iter()
+                .map(|n| DimmRange {
+                    base: n.base,
+                    size: n.size(),
+                    readonly: n.backing.spec.readonly,
+                    path: n.backing.display.clone(),
+                    file: n.backing.file.clone(),
+                })
+                .collect(),
+        );
+        for (index, vcpu) in std::mem::take(&mut self.vcpus).into_iter().enumerate() {
+            let ctx = VcpuContext {
+                index,
+                vcpu,
+                pio: self.pio.clone(),
+                mmio: self.mmio.clone(),
+                exit: self.exit.clone(),
+                stats: self.stats.clone(),
+                stop: vcpus.stop_flag(),
+                dimms: dimms.clone(),
+                mem: self.mem.clone(),
+                faults,
+            };
+            let spawned = if faults.vcpu_spawn_fails == Some(index) {
+                Err(std::io::Error::other("injected fault"))
+            } else {
+                vcpus.spawn(index, move || ctx.run())
+            };
+            spawned.map_err(|source| VmError::Io {
+                what: format!("starting the thread of vCPU {index}"),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Syncs the backing files and builds the outcome; `stopped` names the
+    /// vCPUs that did not stop, whose memory must then stay mapped.
+    fn finish(
+        mut self,
+        reason: Option<ExitRequest>,
+        stopped: Result<(), Vec<usize>>,
+    ) -> RunOutcome {
+        let sync_error = sync_all(self.writable_files(), SYNC_DEADLINE);
+        self.log_rss();
+        // No request: a vCPU thread could not start (the caller reports it).
+        let reason = reason.unwrap_or(ExitRequest::Fatal("the VM did not start".into()));
+        let reason = match (&stopped, reason, sync_error) {
+            (Err(stuck), r, _) => ExitRequest::Fatal(format!(
+                "vCPU {} did not leave KVM_RUN within {} s of the stop request (the VM was \
+                 ending: {}); its memory stays mapped until pmemvm exits",
+                stuck
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                STOP_DEADLINE.as_secs(),
+                exit_status::describe(&r)
+            )),
+            (_, r @ ExitRequest::StorageFailure(_), _) => r,
+            (_, _, Some(e)) => ExitRequest::StorageFailure(e),
+            (_, r, None) => r,
+        };
+        let host_hint = match &reason {
+            ExitRequest::Fatal(_) | ExitRequest::TripleFault => self.host.explanation(),
+            _ => None,
+        };
+        let nvdimms = self
+            .nvdimms
+            .iter()
+            .map(|n| NvdimmCounts {
+                file: n.backing.display.clone(),
+                base: n.base,
+                size: n.size(),
+                flushes: n
+                    .flush_stats
+                    .flushes
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                flush_failures: n
+                    .flush_stats
+                    .failures
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                label_calls: self.dsm.as_ref().map_or(0, |d| d.calls_for(n.handle)),
+            })
+            .collect();
+        if stopped.is_err() {
+            // A vCPU may still be in KVM_RUN on these mappings.
+            std::mem::forget(self.mem.clone());
+            for n in std::mem::take(&mut self.nvdimms) {
+                std::mem::forget(n.mapping);
+            }
+        }
+        RunOutcome {
+            reason,
+            exits: self.stats.snapshot(),
+            nvdimms,
+            host_hint,
+        }
+    }
+
+    /// The writable DIMMs' files, named for messages.
+    fn writable_files(&self) -> Vec<(String, Arc<File>)> {
+        self.nvdimms
+            .iter()
+            .filter(|n| !n.backing.spec.readonly)
+            .map(|n| (n.backing.display.clone(), n.backing.file.clone()))
+            .collect()
+    }
+
+    fn log_rss(&self) {
+        let mut guest_maps: Vec<(usize, usize)> = self
+            .mem
+            .iter()
+            .filter_map(|r| {
+                let host = self.mem.get_host_address(r.start_addr()).ok()?;
+                Some((host as usize, usize::try_from(r.len()).ok()?))
+            })
+            .collect();
+        guest_maps.extend(
+            self.nvdimms
+                .iter()
+                .map(|n| (n.mapping.as_ptr() as usize, n.mapping.size())),
+        );
+        if let Some(kib) = crate::stats::rss_excluding_kib(&guest_maps) {
+            log::info!("memory: VMM RSS excluding guest memory {kib} KiB");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sync_reports_failures_and_files_that_do_not_finish() {
+        let p = std::env::temp_dir().join(format!("pmemvm-sync-{}", std::process::id()));
+        let f = Arc::new(File::create(&p).unwrap());
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(
+            sync_all(vec![("ok".into(), f.clone())], SYNC_DEADLINE),
+            None
+        );
+        let failing = || Err(std::io::Error::from_raw_os_error(libc::EIO));
+        let e = run_syncs(vec![("a.img".to_string(), failing)], SYNC_DEADLINE);
+        assert!(
+            e.as_deref()
+                .is_some_and(|e| e.contains("a.img failed at exit")),
+            "{e:?}"
+        );
+        let start = Instant::now();
+        let stuck = || {
+            std::thread::sleep(Duration::from_secs(20));
+            Ok(())
+        };
+        let e = run_syncs(
+            vec![("stuck.img".to_string(), stuck)],
+            Duration::from_millis(200),
+        );
+        assert!(
+            e.as_deref()
+                .is_some_and(|e| e.contains("stuck.img did not finish within 0.2 s")),
+            "{e:?}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn release_builds_unwind() {
+        // With panic = "abort" a vCPU panic would skip the exit fdatasync.
+        let manifest = include_str!("../../Cargo.toml");
+        let release = manifest
+            .split("[profile.release]")
+            .nth(1)
+            .map(|rest| rest.split("\n[").next().unwrap_or(rest))
+            .unwrap_or("");
+        let settings: Vec<String> = release
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or("").replace(' ', ""))
+            .collect();
+        assert!(
+            !settings.iter().any(|l| l == "panic=\"abort\""),
+            "{release}"
+        );
+    }
+}

@@ -1,0 +1,572 @@
+//! vCPU threads: each runs `KVM_RUN` and dispatches its exits by bus lookup;
+//! [`VcpuSet`] starts them, kicks them out of `KVM_RUN` (see
+//! [`crate::signals`]) and joins them within a deadline.
+//!
+//! The memslots point into mappings the `Vm` owns, so no vCPU may still be
+//! in `KVM_RUN` when they are unmapped: every path out of `Vm::run` goes
+//! through [`VcpuSet::stop_and_join`], and a `VcpuSet` dropped with threads
+//! still registered (an unwinding panic) stops them first. A vCPU that does
+//! not return within the deadline is reported by index; its VM's memory is
+//! then left mapped until the process exits.
+
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use devices::bus::Bus;
+use devices::exit::{ExitNotifier, ExitRequest};
+use kvm_bindings::kvm_run;
+use kvm_ioctls::{VcpuExit, VcpuFd};
+use vm_memory::{GuestAddress, GuestMemoryMmap};
+use vmm_sys_util::signal::{register_signal_handler, Killable};
+
+use crate::backing;
+use crate::fault::Faults;
+use crate::stats::ExitStats;
+
+thread_local! {
+    /// This thread's `kvm_run` while its vCPU loop runs (null otherwise),
+    /// for the kick handler. Const-initialised and without a destructor, so
+    /// reading it in a signal handler allocates nothing and cannot fail.
+    static KVM_RUN: Cell<*mut kvm_run> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+extern "C" fn on_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    let run = KVM_RUN.with(Cell::get);
+    if !run.is_null() {
+        // SAFETY: a non-null value was set by this thread's vCPU loop to its
+        // own VcpuFd's kvm_run mapping and is cleared before that loop ends
+        // (and so before the VcpuFd and its mapping go away). The store is
+        // a single volatile byte, what `set_kvm_immediate_exit` writes too.
+        unsafe { std::ptr::addr_of_mut!((*run).immediate_exit).write_volatile(1) };
+    }
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// Clears [`KVM_RUN`] when the vCPU loop ends, however it ends.
+struct KvmRunRegistration;
+
+impl KvmRunRegistration {
+    fn new(vcpu: &mut VcpuFd) -> Self {
+        let run: *mut kvm_run = vcpu.get_kvm_run();
+        KVM_RUN.with(|c| c.set(run));
+        Self
+    }
+}
+
+impl Drop for KvmRunRegistration {
+    fn drop(&mut self) {
+        KVM_RUN.with(|c| c.set(std::ptr::null_mut()));
+    }
+}
+
+/// How long stopping waits for every vCPU to leave `KVM_RUN`.
+pub const STOP_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Sends the vCPU's index when its thread body ends (also by a panic).
+struct Done(Sender<usize>, usize);
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        let _ = self.0.send(self.1);
+    }
+}
+
+/// The started vCPU threads and their stop flag.
+#[derive(Debug)]
+pub struct VcpuSet {
+    threads: Vec<(usize, JoinHandle<()>)>,
+    stop: Arc<AtomicBool>,
+    done_tx: Sender<usize>,
+    done_rx: Receiver<usize>,
+    finished: BTreeSet<usize>,
+}
+
+impl VcpuSet {
+    /// An empty set; installs the kick handler (stateless, so installing it
+    /// again for the next VM changes nothing).
+    pub fn new() -> std::io::Result<Self> {
+        register_signal_handler(crate::signals::kick_signal(), on_kick)
+            .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))?;
+        let (done_tx, done_rx) = channel();
+        Ok(Self {
+            threads: Vec::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+            done_tx,
+            done_rx,
+            finished: BTreeSet::new(),
+        })
+    }
+
+    /// The flag the threads check before every `KVM_RUN`.
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Starts thread `vcpu<index>` running `body`.
+    pub fn spawn(
+        &mut self,
+        index: usize,
+        body: impl FnOnce() + Send + 'static,
+    ) -> std::io::Result<()> {
+        let done = Done(self.done_tx.clone(), index);
+        let handle = std::thread::Builder::new()
+            .name(format!("vcpu{index}"))
+            .spawn(move || {
+                let _done = done;
+                body();
+            })?;
+        self.threads.push((index, handle));
+        Ok(())
+    }
+
+    /// Number of started threads not yet joined.
+    pub fn len(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// True when no thread is started (or all were joined).
+    pub fn is_empty(&self) -> bool {
+        self.threads.is_empty()
+    }
+
+    /// Sets the stop flag, kicks every thread once and joins those that
+    /// return within `deadline`; the indices of the others are the error
+    /// (their threads are left running, detached).
+    pub fn stop_and_join(&mut self, deadline: Duration) -> Result<(), Vec<usize>> {
+        self.stop.store(true, Ordering::SeqCst);
+        for (i, t) in &self.threads {
+            if let Err(e) = t.kill(crate::signals::kick_signal()) {
+                log::debug!("kicking vCPU {i} failed: {e}");
+            }
+        }
+        let end = Instant::now() + deadline;
+        while self.finished.len() < self.threads.len() {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.done_rx.recv_timeout(left) {
+                Ok(i) => {
+                    self.finished.insert(i);
+                }
+                Err(_) => break,
+            }
+        }
+        let mut stuck = Vec::new();
+        for (i, t) in self.threads.drain(..) {
+            if self.finished.contains(&i) {
+                // Its body has returned; join only reaps the thread.
+                let _ = t.join();
+            } else {
+                stuck.push(i);
+            }
+        }
+        if stuck.is_empty() {
+            Ok(())
+        } else {
+            Err(stuck)
+        }
+    }
+}
+
+impl Drop for VcpuSet {
+    /// Reached with threads only when a panic unwinds through `Vm::run`:
+    /// stop them before the VM's memory goes; if one cannot be stopped the
+    /// process ends here rather than unmap memory under a running vCPU.
+    fn drop(&mut self) {
+        if self.threads.is_empty() {
+            return;
+        }
+        if let Err(stuck) = self.stop_and_join(STOP_DEADLINE) {
+            eprintln!(
+                "pmemvm: vCPU {stuck:?} did not leave KVM_RUN within {} s; exiting",
+                STOP_DEADLINE.as_secs()
+            );
+            std::process::exit(crate::exit_status::VCPU_FAILURE.into());
+        }
+    }
+}
+
+/// Where a DIMM sits in guest memory, for telling an MMIO exit inside it
+/// (KVM could not reach the backing file's page) from a device access.
+#[derive(Debug)]
+pub struct DimmRange {
+    /// Guest base.
+    pub base: u64,
+    /// Guest length.
+    pub size: u64,
+    /// Read-only DIMM.
+    pub readonly: bool,
+    /// Backing file path for messages.
+    pub path: String,
+    /// The backing file.
+    pub file: Arc<File>,
+}
+
+impl DimmRange {
+    fn contains(&self, addr: u64) -> bool {
+        addr >= self.base && addr - self.base < self.size
+    }
+
+    /// Why a page of this DIMM could not be reached, naming the file.
+    fn storage_failure(&self, vcpu: usize, access: &str, addr: u64) -> ExitRequest {
+        ExitRequest::StorageFailure(format!(
+            "vCPU {vcpu}: the guest's {access} at NVDIMM offset {:#x} (guest address {addr:#x}) \
+             could not reach backing file {}: {} — use ',prealloc' to allocate it up front",
+            addr - self.base,
+            self.path,
+            backing::space_report(&self.file)
+        ))
+    }
+}
+
+/// Every writable DIMM's file with its file system's free space (KVM's
+/// plain EFAULT does not say which page failed).
+fn dimm_space_report(dimms: &[DimmRange]) -> String {
+    let all: Vec<String> = dimms
+        .iter()
+        .filter(|d| !d.readonly)
+        .map(|d| {
+            format!(
+                "backing file {}: {}",
+                d.path,
+                backing::space_report(&d.file)
+            )
+        })
+        .collect();
+    if all.is_empty() {
+        "no writable NVDIMM backing file".into()
+    } else {
+        all.join("; ")
+    }
+}
+
+/// The request for a `KVM_EXIT_MEMORY_FAULT` (EFAULT tagged with the guest
+/// address): a storage failure naming the DIMM when the address is in one.
+pub fn memory_fault(vcpu: usize, dimms: &[DimmRange], gpa: u64, size: u64) -> ExitRequest {
+    match dimms.iter().find(|d| d.contains(gpa)) {
+        Some(d) => d.storage_failure(vcpu, "access", gpa),
+        None => ExitRequest::StorageFailure(format!(
+            "vCPU {vcpu}: KVM could not reach guest memory at {gpa:#x} (+{size:#x}), which is \
+             no NVDIMM; {}",
+            dimm_space_report(dimms)
+        )),
+    }
+}
+
+/// Everything one vCPU thread needs.
+#[derive(Debug)]
+pub struct VcpuContext {
+    /// vCPU index.
+    pub index: usize,
+    /// Its fd.
+    pub vcpu: VcpuFd,
+    /// Port I/O bus.
+    pub pio: Arc<Bus>,
+    /// MMIO bus.
+    pub mmio: Arc<Bus>,
+    /// Where exit requests go.
+    pub exit: Arc<ExitNotifier>,
+    /// Exit counters.
+    pub stats: Arc<ExitStats>,
+    /// Set when the VM stops.
+    pub stop: Arc<AtomicBool>,
+    /// The DIMMs' guest ranges.
+    pub dimms: Arc<Vec<DimmRange>>,
+    /// Guest RAM (for instruction bytes in error reports).
+    pub mem: GuestMemoryMmap,
+    /// Injected faults (tests).
+    pub faults: Faults,
+}
+
+/// A panic payload as text.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+impl VcpuContext {
+    /// The thread body: runs until the VM stops; a panic becomes a fatal
+    /// exit request, so the VM still ends in order (stop, fdatasync).
+    pub fn run(self) {
+        let exit = self.exit.clone();
+        let index = self.index;
+        if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| self.run_loop())) {
+            exit.request(ExitRequest::Fatal(format!(
+                "vCPU {index} failed: pmemvm bug: {}",
+                panic_text(p.as_ref())
+            )));
+        }
+    }
+
+    fn run_loop(mut self) {
+        let _registered = KvmRunRegistration::new(&mut self.vcpu);
+        if self.index == 0 {
+            if let Some(us) = crate::stats::micros_since_start() {
+                log::info!("startup: first KVM_RUN {us} us after main");
+            }
+        }
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                if self.faults.vcpu_ignores_stop {
+                    log::warn!("fault injection: vCPU {} ignores the stop", self.index);
+                    loop {
+                        std::thread::sleep(Duration::from_secs(3600));
+                    }
+                }
+                return;
+            }
+            if let Some(request) = self.run_once() {
+                self.exit.request(request);
+                return;
+            }
+        }
+    }
+
+    /// The element size of the port I/O exit KVM just reported, when its
+    /// data lies outside the `kvm_run` struct (where KVM puts it).
+    fn io_width(&mut self) -> Option<usize> {
+        let run = self.vcpu.get_kvm_run();
+        // SAFETY: called right after KVM_RUN returned KVM_EXIT_IO, so the
+        // `io` member of the union is the valid one.
+        let io = unsafe { run.__bindgen_anon_1.io };
+        let outside =
+            usize::try_from(io.data_offset).is_ok_and(|o| o >= std::mem::size_of::<kvm_run>());
+        (outside && io.size > 0).then_some(usize::from(io.size))
+    }
+
+    /// KVM put port I/O data where pmemvm does not expect it (never seen:
+    /// KVM uses the page after `kvm_run`).
+    fn io_layout_error(&self) -> ExitRequest {
+        ExitRequest::Fatal(format!(
+            "vCPU {}: KVM reported port I/O data inside its kvm_run structure",
+            self.index
+        ))
+    }
+
+    /// One KVM_RUN; returns a request when the VM must end.
+    fn run_once(&mut self) -> Option<ExitRequest> {
+        let stats = self.stats.clone();
+        match self.vcpu.run() {
+            Ok(VcpuExit::IoIn(port, data)) => {
+                ExitStats::bump(&stats.io_in);
+                let (ptr, len) = (data.as_mut_ptr(), data.len());
+                // A string IN (`rep insb`) carries `count` elements of `size` bytes.
+                let Some(width) = self.io_width() else {
+                    return Some(self.io_layout_error());
+                };
+                // SAFETY: `ptr..ptr+len` is the exit's data in this vCPU's
+                // kvm_run mapping, alive as long as `self.vcpu`; `io_width`
+                // checked it lies beyond the `kvm_run` struct, the only part
+                // a reference was taken to since, and that reference is gone.
+                let data = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+                for element in data.chunks_mut(width) {
+                    if self.pio.read(port.into(), element).is_err() {
+                        ExitStats::bump(&stats.unhandled);
+                    }
+                }
+                None
+            }
+            Ok(VcpuExit::IoOut(port, data)) => {
+                ExitStats::bump(&stats.io_out);
+                let (ptr, len) = (data.as_ptr(), data.len());
+                let Some(width) = self.io_width() else {
+                    return Some(self.io_layout_error());
+                };
+                // SAFETY: as for IoIn; read-only here.
+                let data = unsafe { std::slice::from_raw_parts(ptr, len) };
+                if self.faults.vcpu_panics && port == crate::layout::GUEST_EXIT_PORT {
+                    panic!("fault injection: vCPU {} panics", self.index);
+                }
+                for element in data.chunks(width) {
+                    if self.pio.write(port.into(), element).is_err() {
+                        ExitStats::bump(&stats.unhandled);
+                    }
+                }
+                None
+            }
+            Ok(VcpuExit::MmioRead(addr, data)) => {
+                ExitStats::bump(&stats.mmio_read);
+                // A DIMM page KVM could not read (e.g. a hole the full host
+                // file system cannot back) comes here instead of the guest.
+                if let Some(d) = self.dimms.iter().find(|d| d.contains(addr)) {
+                    return Some(d.storage_failure(self.index, "read", addr));
+                }
+                if self.mmio.read(addr, data).is_err() {
+                    ExitStats::bump(&stats.unhandled);
+                }
+                None
+            }
+            Ok(VcpuExit::MmioWrite(addr, data)) => {
+                ExitStats::bump(&stats.mmio_write);
+                match self.dimms.iter().find(|d| d.contains(addr)) {
+                    Some(d) if d.readonly => ExitStats::bump(&stats.readonly_writes),
+                    // KVM could not store into the file's page (host disk
+                    // full): never drop the guest's data silently.
+                    Some(d) => return Some(d.storage_failure(self.index, "write", addr)),
+                    None => {
+                        if self.mmio.write(addr, data).is_err() {
+                            ExitStats::bump(&stats.unhandled);
+                        }
+                    }
+                }
+                None
+            }
+            Ok(VcpuExit::Hlt) => {
+                ExitStats::bump(&stats.hlt);
+                None
+            }
+            Ok(VcpuExit::Shutdown) => Some(ExitRequest::TripleFault),
+            Ok(VcpuExit::SystemEvent(kind, _)) => Some(match kind {
+                kvm_bindings::KVM_SYSTEM_EVENT_SHUTDOWN => ExitRequest::PowerOff,
+                kvm_bindings::KVM_SYSTEM_EVENT_RESET => ExitRequest::Reset,
+                other => ExitRequest::Fatal(format!(
+                    "vCPU {} reported system event {other}",
+                    self.index
+                )),
+            }),
+            Ok(VcpuExit::MemoryFault { gpa, size, .. }) => {
+                Some(memory_fault(self.index, &self.dimms, gpa, size))
+            }
+            Ok(VcpuExit::InternalError) => Some(ExitRequest::Fatal(self.internal_error())),
+            Ok(VcpuExit::FailEntry(reason, cpu)) => Some(ExitRequest::Fatal(format!(
+                "vCPU {} could not enter the guest (hardware entry failure reason {reason:#x} on host CPU {cpu})",
+                self.index
+            ))),
+            Ok(other) => {
+                ExitStats::bump(&stats.other);
+                Some(ExitRequest::Fatal(format!(
+                    "vCPU {} stopped on an exit pmemvm does not handle: {other:?}",
+                    self.index
+                )))
+            }
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                // A kick: clear what its handler set; the loop checks `stop`.
+                self.vcpu.set_kvm_immediate_exit(0);
+                ExitStats::bump(&stats.interrupted);
+                None
+            }
+            Err(e) if e.errno() == libc::EFAULT => Some(ExitRequest::StorageFailure(format!(
+                "vCPU {} could not access guest memory ({e}); an NVDIMM backing file may have \
+                 failed to grow: {} — use ',prealloc' to allocate it up front",
+                self.index,
+                dimm_space_report(&self.dimms)
+            ))),
+            Err(e) => Some(ExitRequest::Fatal(format!(
+                "vCPU {} KVM_RUN failed: {e}",
+                self.index
+            ))),
+        }
+    }
+
+    /// "KVM internal error" with the vCPU's RIP and the instruction bytes there.
+    fn internal_error(&mut self) -> String {
+        // SAFETY: reading the `internal` member of the kvm_run union is valid
+        // right after KVM_RUN returned KVM_EXIT_INTERNAL_ERROR.
+        let suberror = unsafe { self.vcpu.get_kvm_run().__bindgen_anon_1.internal.suberror };
+        let what = match suberror {
+            kvm_bindings::KVM_INTERNAL_ERROR_EMULATION => "a KVM emulation failure",
+            kvm_bindings::KVM_INTERNAL_ERROR_SIMUL_EX => {
+                "a KVM internal error (exception during exception delivery)"
+            }
+            kvm_bindings::KVM_INTERNAL_ERROR_DELIVERY_EV => "a KVM internal error (event delivery)",
+            _ => "a KVM internal error",
+        };
+        let mut msg = format!("vCPU {} stopped on {what}", self.index);
+        if let Ok(regs) = self.vcpu.get_regs() {
+            msg.push_str(&format!(" at RIP {:#x}", regs.rip));
+            let linear = self
+                .vcpu
+                .get_sregs()
+                .map(|s| s.cs.base.wrapping_add(regs.rip))
+                .unwrap_or(regs.rip);
+            let phys = match self.vcpu.translate_gva(linear) {
+                Ok(t) if t.valid != 0 => Some(t.physical_address),
+                _ => None,
+            };
+            if let Some(pa) = phys {
+                let mut bytes = [0u8; 16];
+                if vm_memory::Bytes::read_slice(&self.mem, &mut bytes, GuestAddress(pa)).is_ok() {
+                    let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                    msg.push_str(&format!(", instruction bytes {}", hex.join(" ")));
+                }
+            }
+        }
+        msg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dimm(base: u64, path: &str) -> DimmRange {
+        DimmRange {
+            base,
+            size: 1 << 30,
+            readonly: false,
+            path: path.into(),
+            file: Arc::new(File::open("/proc/self/exe").unwrap()),
+        }
+    }
+
+    #[test]
+    fn memory_fault_in_a_dimm_names_it_with_status_6() {
+        let dimms = [dimm(4 << 30, "pm0.img"), dimm(5 << 30, "pm1.img")];
+        let r = memory_fault(1, &dimms, (5 << 30) + 0x1000, 0x1000);
+        let ExitRequest::StorageFailure(m) = &r else {
+            panic!("{r:?}")
+        };
+        assert!(m.contains("pm1.img") && m.contains("offset 0x1000"), "{m}");
+        assert_eq!(crate::exit_status::for_request(&r), 6);
+        let r = memory_fault(0, &dimms, 0x1000, 8);
+        assert_eq!(crate::exit_status::for_request(&r), 6);
+    }
+
+    #[test]
+    fn stop_joins_threads_that_return_and_names_those_that_do_not() {
+        let mut set = VcpuSet::new().unwrap();
+        for i in 0..2 {
+            let stop = set.stop_flag();
+            set.spawn(i, move || {
+                while !stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+            .unwrap();
+        }
+        // vCPU 2 never looks at the flag (as one stuck in the kernel).
+        set.spawn(2, || std::thread::sleep(Duration::from_secs(30)))
+            .unwrap();
+        let start = Instant::now();
+        assert_eq!(set.stop_and_join(Duration::from_millis(300)), Err(vec![2]));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert!(set.is_empty());
+    }
+
+    #[test]
+    fn a_kick_interrupts_a_blocking_call() {
+        // The kick handler has no SA_RESTART: a blocked read returns EINTR,
+        // as KVM_RUN does.
+        let mut set = VcpuSet::new().unwrap();
+        let stop = set.stop_flag();
+        let (r, _w) = std::os::unix::net::UnixStream::pair().unwrap();
+        set.spawn(0, move || {
+            use std::io::Read;
+            let mut b = [0u8; 1];
+            while !stop.load(Ordering::SeqCst) {
+                let _ = (&r).read(&mut b);
+            }
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(set.stop_and_join(Duration::from_secs(5)), Ok(()));
+    }
+}
