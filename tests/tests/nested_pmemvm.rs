@@ -25,6 +25,7 @@ fn vm_with_image(kernel: &str, setup: &str) -> Result<NestedVm, NestedError> {
         fio_job: NULL_FIO_JOB.into(),
         setup: Some(setup.into()),
         args: None,
+        ..GuestJob::default()
     }
     .archive()
     .expect("job archive");
@@ -131,9 +132,10 @@ fn elf_pvh_two_cpus_nowait_off() {
 }
 
 #[test]
-fn bzimage_one_cpu_nowait_default_on() {
+fn bzimage_one_cpu_nowait_default_off() {
+    // The parameter defaults to off, as V1's module parameter did.
     let (out, report) = require!(boot_platform("bzImage", "1", ""));
-    check_platform(&out, &report, "0", "Y");
+    check_platform(&out, &report, "0", "N");
 }
 
 #[test]

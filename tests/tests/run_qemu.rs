@@ -107,8 +107,9 @@ fn failing_job_on_qemu_gives_its_error_and_nonzero_status() {
     );
 }
 
+/// The pmem thread's script per side in one boot: verify, fill, three measured randreads.
 #[test]
-fn bench_pmem_nowait_on_qemu_reports_both_sides() {
+fn bench_pmem_nowait_on_qemu_runs_the_thread_script_per_side() {
     let _tcg = require!(ready());
     let dir = TempDir::new("bench-qemu");
     let out_dir = dir.join("report");
@@ -122,12 +123,12 @@ fn bench_pmem_nowait_on_qemu_reports_both_sides() {
             "1",
             "--cpus",
             "1",
-            "--jobs",
-            "1",
             "--nvdimm",
             "64M",
+            "--size",
+            "16M",
             "--runtime",
-            "2",
+            "1",
             "--out",
             out_dir.to_str().unwrap(),
         ],
@@ -137,8 +138,28 @@ fn bench_pmem_nowait_on_qemu_reports_both_sides() {
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out_dir.join("report.json")).unwrap()).unwrap();
     let runs = report["runs"].as_array().expect("runs");
-    let sides: Vec<&str> = runs.iter().filter_map(|r| r["side"].as_str()).collect();
-    assert_eq!(sides, ["off", "on"], "{report:#}");
+    let got: Vec<(&str, &str, u64)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r["side"].as_str().unwrap_or(""),
+                r["phase"].as_str().unwrap_or(""),
+                r["run"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("off", "randread-1", 1),
+            ("off", "randread-2", 2),
+            ("off", "randread-3", 3),
+            ("on", "randread-1", 1),
+            ("on", "randread-2", 2),
+            ("on", "randread-3", 3)
+        ],
+        "{report:#}"
+    );
     for r in runs {
         assert_eq!(r["outcome"]["status"], "ok", "{r:#}");
         assert!(
@@ -147,20 +168,68 @@ fn bench_pmem_nowait_on_qemu_reports_both_sides() {
                 .is_some_and(|v| v > 0.0),
             "{r:#}"
         );
+        let p = &r["provenance"];
+        assert!(
+            p["kernel_sha256"].as_str().is_some_and(|s| s.len() == 64),
+            "{p:#}"
+        );
+        assert!(
+            p["kernel_release"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("6.1")),
+            "{p:#}"
+        );
+        assert!(
+            p["fio_version"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("fio-3")),
+            "{p:#}"
+        );
+        assert!(p["image"]["input_hash"].is_string(), "{p:#}");
     }
+    // Verify and fill ran before the measurement on each side, and passed.
+    let checks: Vec<(&str, &str)> = report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .map(|c| {
+            assert!(c["error"].is_null(), "{c:#}");
+            (
+                c["side"].as_str().unwrap_or(""),
+                c["phase"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            ("off", "write-and-verify"),
+            ("off", "randwrite"),
+            ("on", "write-and-verify"),
+            ("on", "randwrite")
+        ]
+    );
     // Each side booted with its own nowait value.
     assert!(runs[0]["kernel_cmdline"]
         .as_str()
         .unwrap()
         .contains("nd_pmem.nowait=0"));
-    assert!(runs[1]["kernel_cmdline"]
+    assert!(runs[3]["kernel_cmdline"]
         .as_str()
         .unwrap()
         .contains("nd_pmem.nowait=1"));
+    assert!(report["deviations"]
+        .as_array()
+        .is_some_and(|d| !d.is_empty()));
     for f in ["report.txt", "runs.csv", "summary.csv", "chart.svg"] {
         assert!(out_dir.join(f).is_file(), "{f} missing");
     }
     let text = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
+    assert!(text.contains("Deviations from the thread"), "{text}");
+    assert!(
+        text.contains("off boot 1 write-and-verify (check): ok"),
+        "{text}"
+    );
     if report["accelerator"] == "tcg" {
         assert!(text.contains("functional only"), "{text}");
     }
