@@ -192,3 +192,201 @@ pub fn boot_records(
     }
     records
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiments::{find_experiment, BenchParams};
+    use crate::run::{Engine, HashedFile, HostDescription};
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fio");
+
+    /// A real fio report (fixture) with its job renamed to `job`.
+    fn fio_json(fixture: &str, from: &str, job: &str) -> String {
+        let text = std::fs::read_to_string(format!("{FIXTURES}/{fixture}")).unwrap();
+        let start = text.find('{').unwrap();
+        text[start..].replace(
+            &format!("\"jobname\" : \"{from}\""),
+            &format!("\"jobname\" : \"{job}\""),
+        )
+    }
+
+    fn result(files: &[(&str, String)], error: Option<&str>) -> RunResult {
+        RunResult {
+            pmemvm_version: "test",
+            engine: Engine::Qemu,
+            accelerator: "tcg".into(),
+            functional_only: true,
+            status: 0,
+            error: error.map(str::to_owned),
+            kernel: HashedFile {
+                path: "/img/bzImage".into(),
+                sha256: "ab".repeat(32),
+            },
+            initrd: Some(HashedFile {
+                path: "/img/initramfs.cpio.gz".into(),
+                sha256: "cd".repeat(32),
+            }),
+            image_manifest: Some(serde_json::json!({
+                "input_hash": "0123",
+                "initramfs": {"files": [1, 2, 3], "cache_key": "k"}
+            })),
+            cmdline: "console=ttyS0 nd_pmem.nowait=0".into(),
+            cpus: 1,
+            memory: 1 << 30,
+            nvdimms: Vec::new(),
+            host: HostDescription {
+                cpu: "cpu".into(),
+                cpus: 2,
+                kernel: "6.1".into(),
+                hw_virt: false,
+                pvm: true,
+            },
+            exits: None,
+            nvdimm_stats: Vec::new(),
+            wall_seconds: 1.0,
+            fio: None,
+            guest_files: files
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect(),
+            console_tail: String::new(),
+        }
+    }
+
+    fn plan(name: &str) -> (&'static Experiment, ExperimentPlan) {
+        let e = find_experiment(name).unwrap();
+        let p = e
+            .plan(&BenchParams {
+                vcpus: 1,
+                ..BenchParams::default()
+            })
+            .unwrap();
+        (e, p)
+    }
+
+    const INFO: &str = "kernel_release=6.1.192\nfio_version=fio-3.33\ncmdline=x\n";
+
+    #[test]
+    fn a_failed_verify_before_the_measurement_is_a_failed_check_with_fio_s_words() {
+        let (e, p) = plan("pmem-nowait");
+        let good = fio_json("verify-pass.json", "verify", "randread");
+        let files = vec![
+            ("guest-info", INFO.to_owned()),
+            (
+                "phases.status",
+                "write-and-verify 1\nrandwrite 0\nrandread-1 0\nrandread-2 0\n".to_owned(),
+            ),
+            (
+                "write-and-verify.json",
+                fio_json("verify-fail.out", "verify-garbage", "write-and-verify"),
+            ),
+            (
+                "write-and-verify.stderr",
+                "verify: bad header numberio 63917, wanted 64003 at file /dev/pmem0\nfio: pid=1, err=84\n"
+                    .to_owned(),
+            ),
+            ("randwrite.json", fio_json("verify-pass.json", "verify", "RANDWRITE")),
+            ("randread-1.json", good.clone()),
+            ("randread-2.json", good),
+        ];
+        let r = boot_records(e, &p, "off", 2, 4, &result(&files, Some("guest status 1")));
+        assert_eq!(r.checks.len(), 2);
+        let verify = r.checks[0].error.as_deref().unwrap();
+        assert!(
+            verify.starts_with(
+                "fio error 84 in job write-and-verify (verify: bad header numberio 63917"
+            ),
+            "{verify}"
+        );
+        assert_eq!(r.checks[1].error, None);
+        // Runs numbered on from 4; the third randread never ran (the guest stopped).
+        let runs: Vec<(u32, &str, bool)> = r
+            .runs
+            .iter()
+            .map(|x| (x.run, x.phase.as_str(), x.outcome.failure().is_none()))
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                (4, "randread-1", true),
+                (5, "randread-2", true),
+                (6, "randread-3", false)
+            ]
+        );
+        assert_eq!(
+            r.runs[2].outcome.failure().unwrap(),
+            "phase randread-3 did not run: guest status 1"
+        );
+        let prov = r.runs[0].provenance.as_ref().unwrap();
+        assert_eq!(prov.kernel_release, "6.1.192");
+        assert_eq!(prov.fio_version, "fio-3.33");
+        assert_eq!(prov.kernel_sha256, "ab".repeat(32));
+        assert!(prov.image.as_ref().unwrap()["initramfs"]
+            .get("files")
+            .is_none());
+        assert_eq!(r.runs[0].boot, 2);
+    }
+
+    #[test]
+    fn a_failed_setup_fails_every_run_of_the_boot() {
+        let (e, p) = plan("bcache-verify");
+        let files = vec![
+            ("phases.status", "setup 1\n".to_owned()),
+            (
+                "setup.log",
+                "setup: /dev/nullb0 did not appear\n".to_owned(),
+            ),
+        ];
+        let r = boot_records(e, &p, "on", 1, 1, &result(&files, None));
+        assert_eq!(r.runs.len(), 1);
+        assert_eq!(
+            r.runs[0].outcome.failure().unwrap(),
+            "setup failed with status 1: setup: /dev/nullb0 did not appear"
+        );
+        assert_eq!(r.runs[0].provenance.as_ref().unwrap().kernel_release, "");
+    }
+
+    #[test]
+    fn no_phase_results_and_a_nonzero_fio_without_job_error_are_failures() {
+        let (e, p) = plan("pmem-verify");
+        let r = boot_records(
+            e,
+            &p,
+            "off",
+            1,
+            1,
+            &result(&[], Some("the guest did not finish within 60 s")),
+        );
+        assert_eq!(
+            r.runs[0].outcome.failure().unwrap(),
+            "the guest did not finish within 60 s"
+        );
+        let files = vec![
+            ("phases.status", "write-and-verify 1\n".to_owned()),
+            (
+                "write-and-verify.json",
+                fio_json("verify-pass.json", "verify", "write-and-verify"),
+            ),
+            ("write-and-verify.stderr", "fio: some trouble\n".to_owned()),
+        ];
+        let r = boot_records(e, &p, "off", 1, 1, &result(&files, None));
+        assert_eq!(
+            r.runs[0].outcome.failure().unwrap(),
+            "fio exited with status 1: fio: some trouble"
+        );
+        let files = vec![
+            ("phases.status", "write-and-verify 0\n".to_owned()),
+            (
+                "write-and-verify.json",
+                fio_json("verify-pass.json", "verify", "write-and-verify"),
+            ),
+        ];
+        let r = boot_records(e, &p, "off", 1, 1, &result(&files, None));
+        assert!(
+            r.runs[0].outcome.failure().is_none(),
+            "{:?}",
+            r.runs[0].outcome
+        );
+    }
+}

@@ -238,3 +238,99 @@ impl BenchReport {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fio::FioSummary;
+    use crate::report::{Accelerator, HostInfo, RunOutcome, RunRecord, Upstream};
+
+    fn run(side: &str, failed: bool) -> RunRecord {
+        RunRecord {
+            side: side.into(),
+            run: 1,
+            kernel_cmdline: None,
+            outcome: if failed {
+                RunOutcome::Failed {
+                    error: "fio error 84 in job write-and-verify".into(),
+                }
+            } else {
+                RunOutcome::Ok {
+                    summary: Box::new(FioSummary::default()),
+                }
+            },
+            boot: 1,
+            phase: "write-and-verify".into(),
+            provenance: None,
+        }
+    }
+
+    fn report(sides: &[&str], runs: Vec<RunRecord>) -> BenchReport {
+        BenchReport {
+            experiment: "bcache-verify".into(),
+            description: String::new(),
+            engine: "qemu".into(),
+            accelerator: Accelerator::Tcg,
+            host: HostInfo::default(),
+            sides: sides.iter().map(|s| (*s).to_owned()).collect(),
+            runs,
+            upstream: Upstream::default(),
+            upstream_source: String::new(),
+            checks: Vec::new(),
+            verify_expectation: Some(VerifyExpectation {
+                job: "write-and-verify".into(),
+                fails_off: true,
+                fails_on: false,
+                thread: "off: err=84; on: err=0".into(),
+            }),
+            deviations: vec![Deviation::new("jobs", "48", "1", "one per vCPU")],
+        }
+    }
+
+    #[test]
+    fn verdict_follows_the_runs() {
+        let r = report(&["off", "on"], vec![run("off", true), run("on", false)]);
+        let v = r.verify_verdict().unwrap();
+        assert_eq!(v.reproduced, Some(true));
+        assert_eq!(
+            v.summary,
+            "the thread's verify outcome reproduced (off: failed in 1 of 1 boot(s), on: failed in 0 of 1 boot(s))"
+        );
+        let text = r.provenance_sections();
+        assert!(
+            text.contains("\nVerify (write-and-verify): thread: off: err=84; on: err=0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  off boot 1: fio error 84 in job write-and-verify\n  on boot 1: passed\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "Deviations from the thread (1)\n  - jobs: thread 48, here 1: one per vCPU"
+            ),
+            "{text}"
+        );
+        for runs in [
+            vec![run("off", false), run("on", false)],
+            vec![run("off", true), run("on", true)],
+        ] {
+            let v = report(&["off", "on"], runs).verify_verdict().unwrap();
+            assert_eq!(v.reproduced, Some(false), "{}", v.summary);
+        }
+        let v = report(
+            &["base", "patched"],
+            vec![run("base", true), run("patched", false)],
+        )
+        .verify_verdict()
+        .unwrap();
+        assert_eq!(v.reproduced, None);
+        assert!(
+            v.summary.starts_with("not compared with the thread"),
+            "{}",
+            v.summary
+        );
+    }
+}
