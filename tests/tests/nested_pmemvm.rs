@@ -463,6 +463,13 @@ fn bench_xfs_dax_write_under_pmemvm() {
     let runs = report["runs"].as_array().expect("runs");
     assert_eq!(runs.len(), 1, "{report:#}");
     assert_eq!(runs[0]["phase"], "ten-256m-per-thread");
+    // fio's command-line-only option of the famfs command reached fio.
+    assert_eq!(
+        runs[0]["command"],
+        "fio --output-format=json --output=/tmp/ten-256m-per-thread.json --alloc-size=1048576 \
+         /job/ten-256m-per-thread.fio",
+        "{report:#}"
+    );
     let s = &runs[0]["outcome"]["summary"];
     assert_eq!(s["write"]["io_bytes"], 10 * (2 << 20), "{s:#}");
     let devs: Vec<&str> = report["deviations"]

@@ -187,6 +187,10 @@ fn bench_pmem_nowait_on_qemu_runs_the_thread_script_per_side() {
         );
         assert!(p["image"]["input_hash"].is_string(), "{p:#}");
     }
+    assert_eq!(
+        runs[0]["command"],
+        "fio --output-format=json --output=/tmp/randread-1.json  /job/randread-1.fio"
+    );
     // Verify and fill ran before the measurement on each side, and passed.
     let checks: Vec<(&str, &str)> = report["checks"]
         .as_array()
@@ -225,6 +229,7 @@ fn bench_pmem_nowait_on_qemu_runs_the_thread_script_per_side() {
         assert!(out_dir.join(f).is_file(), "{f} missing");
     }
     let text = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
+    eprintln!("{text}");
     assert!(text.contains("Deviations from the thread"), "{text}");
     assert!(
         text.contains("off boot 1 write-and-verify (check): ok"),

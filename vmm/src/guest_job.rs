@@ -30,6 +30,8 @@ pub const JOB_ARGS_PATH: &str = "job/args";
 pub const JOB_PHASES_PATH: &str = "job/phases";
 /// Name of the frame with one `<phase> <status>` line per phase (`setup` first, if any).
 pub const PHASES_STATUS_FRAME: &str = "phases.status";
+/// Name of the frame with one `<phase> <fio command line>` line per phase run.
+pub const PHASES_COMMANDS_FRAME: &str = "phases.commands";
 /// Name of the frame with the guest's kernel release, fio version and command line.
 pub const GUEST_INFO_FRAME: &str = "guest-info";
 /// Name of the frame that carries fio's JSON output.

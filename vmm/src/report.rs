@@ -179,6 +179,9 @@ pub struct RunRecord {
     /// Which kernel, initrd, fio and image the boot ran.
     #[serde(default)]
     pub provenance: Option<Provenance>,
+    /// The fio command line the guest ran for this phase, as it reported it.
+    #[serde(default)]
+    pub command: String,
 }
 
 impl RunRecord {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::experiments::{Experiment, ExperimentPlan, Phase, PhaseRole};
 use crate::fio;
-use crate::guest_job::{GUEST_INFO_FRAME, PHASES_STATUS_FRAME};
+use crate::guest_job::{GUEST_INFO_FRAME, PHASES_COMMANDS_FRAME, PHASES_STATUS_FRAME};
 use crate::report::{CheckRecord, Provenance, RunOutcome, RunRecord};
 use crate::run::RunResult;
 
@@ -153,6 +153,20 @@ fn phase_outcome(
     }
 }
 
+/// `<phase> <command>` lines.
+fn commands(result: &RunResult) -> BTreeMap<String, String> {
+    result
+        .guest_files
+        .get(PHASES_COMMANDS_FRAME)
+        .map(|t| {
+            t.lines()
+                .filter_map(|l| l.split_once(' '))
+                .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The records of one boot of `side`: runs numbered from `first_run`.
 pub fn boot_records(
     e: &Experiment,
@@ -163,11 +177,13 @@ pub fn boot_records(
     result: &RunResult,
 ) -> BootRecords {
     let statuses = statuses(result);
+    let commands = commands(result);
     let prov = provenance(result);
     let mut records = BootRecords::default();
     let mut run = first_run;
     for phase in &plan.phases {
         let outcome = phase_outcome(e, phase, result, statuses.as_ref());
+        let command = commands.get(&phase.name).cloned().unwrap_or_default();
         match phase.role {
             PhaseRole::Measured { .. } => {
                 records.runs.push(RunRecord {
@@ -178,6 +194,7 @@ pub fn boot_records(
                     boot,
                     phase: phase.name.clone(),
                     provenance: Some(prov.clone()),
+                    command,
                 });
                 run += 1;
             }
@@ -187,6 +204,7 @@ pub fn boot_records(
                 phase: phase.name.clone(),
                 role: phase.role.name().to_owned(),
                 error: outcome.failure(),
+                command,
             }),
         }
     }
@@ -274,6 +292,11 @@ mod tests {
         let files = vec![
             ("guest-info", INFO.to_owned()),
             (
+                "phases.commands",
+                "randread-1 fio --output-format=json --output=/tmp/randread-1.json  /job/randread-1.fio\n"
+                    .to_owned(),
+            ),
+            (
                 "phases.status",
                 "write-and-verify 1\nrandwrite 0\nrandread-1 0\nrandread-2 0\n".to_owned(),
             ),
@@ -326,6 +349,11 @@ mod tests {
             .get("files")
             .is_none());
         assert_eq!(r.runs[0].boot, 2);
+        assert_eq!(
+            r.runs[0].command,
+            "fio --output-format=json --output=/tmp/randread-1.json  /job/randread-1.fio"
+        );
+        assert_eq!(r.runs[1].command, "", "not reported");
     }
 
     #[test]

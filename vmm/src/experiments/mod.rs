@@ -175,9 +175,8 @@ const BCACHE_NOWAIT: AbParameter = AbParameter {
 pub static EXPERIMENTS: [Experiment; 6] = [
     Experiment {
         name: "pmem-nowait",
-        description: "the pmem QUEUE_FLAG_NOWAIT test script: write-and-verify, a 48-job randwrite \
-                      fill, three 60 s 4k randread runs (measured), io_uring, /dev/pmem0; \
-                      nd_pmem.nowait=0 vs 1",
+        description: "the pmem QUEUE_FLAG_NOWAIT test script: write-and-verify, randwrite fill, \
+                      three 4k randread runs (measured), io_uring, /dev/pmem0; nd_pmem.nowait=0 vs 1",
         ab: Some(PMEM_NOWAIT),
         needs_nvdimm: true,
         upstream: &threads::PMEM_NOWAIT,
@@ -189,8 +188,8 @@ pub static EXPERIMENTS: [Experiment; 6] = [
     },
     Experiment {
         name: "pmem-randwrite",
-        description: "the pmem test script's write-and-verify and 48-job 4k randwrite fill \
-                      (measured), io_uring, /dev/pmem0; nd_pmem.nowait=0 vs 1",
+        description: "the pmem test script's write-and-verify and 4k randwrite fill (measured), \
+                      io_uring, /dev/pmem0; nd_pmem.nowait=0 vs 1",
         ab: Some(PMEM_NOWAIT),
         needs_nvdimm: true,
         upstream: &threads::PMEM_RANDWRITE,
@@ -219,9 +218,9 @@ pub static EXPERIMENTS: [Experiment; 6] = [
     },
     Experiment {
         name: "bcache-nowait",
-        description: "the bcache QUEUE_FLAG_NOWAIT test script on null_blk: write-and-verify, a \
-                      48-job 60 s randwrite, three 60 s 4k randread runs (measured), io_uring, \
-                      /dev/bcache0; bcache.bch_nowait=0 vs 1",
+        description: "the bcache QUEUE_FLAG_NOWAIT test script on null_blk: write-and-verify, \
+                      randwrite, three 4k randread runs (measured), io_uring, /dev/bcache0; \
+                      bcache.bch_nowait=0 vs 1",
         ab: Some(BCACHE_NOWAIT),
         needs_nvdimm: false,
         upstream: &threads::BCACHE_NOWAIT,
@@ -252,8 +251,8 @@ pub static EXPERIMENTS: [Experiment; 6] = [
     },
     Experiment {
         name: "xfs-dax-write",
-        description: "2M direct io_uring writes into 10 files per job on XFS mounted -o dax on \
-                      /dev/pmem0 (fsdax)",
+        description: "the famfs thread's XFS-DAX write: 2M direct io_uring writes into 10 files \
+                      per job on XFS mounted -o dax on /dev/pmem0 (fsdax)",
         ab: None,
         needs_nvdimm: true,
         upstream: &threads::XFS_DAX_WRITE,

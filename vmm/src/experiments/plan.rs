@@ -209,8 +209,8 @@ impl ExperimentPlan {
             s,
             "Guest: NVDIMM {}, at least {} MiB RAM",
             self.nvdimm_bytes.map_or("none".to_owned(), |b| format!(
-                "{} MiB (label-less)",
-                b >> 20
+                "{} (label-less)",
+                super::human(b)
             )),
             self.min_guest_mem_mib
         );

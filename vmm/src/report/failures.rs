@@ -101,6 +101,7 @@ mod tests {
             boot: 1,
             phase: String::new(),
             provenance: None,
+            command: String::new(),
         }
     }
 

@@ -41,6 +41,9 @@ pub struct CheckRecord {
     pub role: String,
     /// `None`: passed; otherwise why it failed.
     pub error: Option<String>,
+    /// The fio command line the guest ran, as it reported it.
+    #[serde(default)]
+    pub command: String,
 }
 
 /// One way the plan differed from the thread's script (see `pmemvm bench EXP --plan`).
@@ -262,6 +265,7 @@ mod tests {
             boot: 1,
             phase: "write-and-verify".into(),
             provenance: None,
+            command: String::new(),
         }
     }
 

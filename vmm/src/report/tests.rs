@@ -26,6 +26,7 @@ fn ok(side: &str, run: u32, summary: FioSummary) -> RunRecord {
         boot: run,
         phase: String::new(),
         provenance: None,
+        command: String::new(),
     }
 }
 
@@ -62,6 +63,7 @@ fn sample(accelerator: Accelerator) -> BenchReport {
                 boot: 3,
                 phase: String::new(),
                 provenance: None,
+                command: String::new(),
             },
             ok("on", 1, summary("group-reporting.json", 0)),
             ok("on", 2, summary("normal-json.out", 0)),
