@@ -145,7 +145,10 @@ fn phase_outcome(
             },
             Err(err) => failed(err.to_string()),
         },
-        Some(Err(err)) => failed(format!("fio's JSON could not be read: {err}")),
+        Some(Err(err)) => failed(format!(
+            "fio exited with status {st} and its JSON could not be read ({err}): {}",
+            tail(stderr, 3)
+        )),
         None => failed(format!(
             "fio exited with status {st} without a JSON report: {}",
             tail(stderr, 3)

@@ -329,6 +329,8 @@ fn xfs_dax_write_is_the_famfs_command_line() {
     assert!(ph
         .command()
         .contains("--alloc-size=1048576 /job/ten-256m-per-thread.fio"));
+    // Room for fio's 1 GiB --alloc-size pool.
+    assert_eq!(p.min_guest_mem_mib, 1536);
 
     // A small host: jobs per vCPU, files and AGs scaled to the NVDIMM, the disk bounds the default.
     let s = plan(

@@ -153,7 +153,8 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         extra_cmdline: Vec::new(),
         nvdimm_bytes: Some(nvdimm),
         jobs: c.jobs,
-        min_guest_mem_mib: 512,
+        // fio's --alloc-size=1048576 (KiB) maps a 1 GiB shared pool: the guest needs room for it.
+        min_guest_mem_mib: 1024 + 512,
         deviations,
     })
 }
