@@ -150,6 +150,8 @@ pub fn plan(
         size_bytes: req.size,
         host: HostLimits {
             disk_free_bytes: preflight::free_bytes(&tmp),
+            guest_mem_bytes: preflight::mem_available()
+                .map(|m| m.saturating_sub(preflight::HOST_OVERHEAD_BYTES)),
         },
     })?;
     Ok((

@@ -52,7 +52,14 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         Some(pmem::THREAD_RANDWRITE_IODEPTH),
         &mut deviations,
     )?;
-    let size = p.size_bytes.unwrap_or(THREAD_SIZE);
+    // Both memory-backed devices live in guest RAM, besides 512 MiB for the guest itself.
+    let fits = p
+        .host
+        .guest_mem_bytes
+        .map(|m| (m.saturating_sub(512 * MIB) / 2 / MIB * MIB).max(64 * MIB));
+    let size = p
+        .size_bytes
+        .unwrap_or_else(|| fits.map_or(THREAD_SIZE, |f| f.min(THREAD_SIZE)));
     if !(64 * MIB..=64 * GIB).contains(&size) || !size.is_multiple_of(MIB) {
         return Err(e.invalid(
             "size",
@@ -71,11 +78,20 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         )]
     };
     if size != THREAD_SIZE {
+        let why = if p.size_bytes.is_some() {
+            "set with --size".to_owned()
+        } else {
+            format!(
+                "two memory-backed devices of 1 GiB and the guest do not fit the {} of RAM \
+                 this host has available",
+                human(p.host.guest_mem_bytes.unwrap_or(0) / MIB * MIB)
+            )
+        };
         deviations.push(Deviation::new(
             "null_blk size and --size",
             "gb=1, --size=1G",
             human(size),
-            "set with --size",
+            why,
         ));
     }
     if configfs {

@@ -141,6 +141,9 @@ pub struct Experiment {
 pub struct HostLimits {
     /// Free bytes where the NVDIMM backing file goes (`None`: unknown, assume enough).
     pub disk_free_bytes: Option<u64>,
+    /// Memory the host can give the guest, after pmemvm's own overhead (`None`: unknown,
+    /// assume enough).
+    pub guest_mem_bytes: Option<u64>,
 }
 
 /// The user's scaling knobs; `None` means the experiment's default (the thread's value where

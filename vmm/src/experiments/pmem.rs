@@ -141,7 +141,12 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         Some(THREAD_RANDWRITE_IODEPTH),
         &mut deviations,
     )?;
-    let nvdimm = p.nvdimm_bytes.unwrap_or(GIB);
+    // 1 GiB holds the thread's 896 MiB; on a short disk, three quarters of what is free.
+    let nvdimm = p.nvdimm_bytes.unwrap_or_else(|| {
+        p.host.disk_free_bytes.map_or(GIB, |free| {
+            (free / 4 * 3 / (2 * MIB) * (2 * MIB)).clamp(16 * MIB, GIB)
+        })
+    });
     if nvdimm < 16 * MIB {
         return Err(e.invalid("NVDIMM size", human(nvdimm), "use at least 16 MiB"));
     }
@@ -159,9 +164,15 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
     if size != THREAD_SIZE {
         let why = if p.size_bytes.is_some() {
             "set with --size".to_owned()
-        } else {
+        } else if p.nvdimm_bytes.is_some() {
             format!(
                 "the thread's 896 MiB does not fit the {} NVDIMM (--nvdimm)",
+                human(nvdimm)
+            )
+        } else {
+            format!(
+                "the thread's 896 MiB does not fit the {} NVDIMM that three quarters of the \
+                 free disk hold",
                 human(nvdimm)
             )
         };
