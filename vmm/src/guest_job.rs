@@ -28,6 +28,11 @@ pub const JOB_SETUP_PATH: &str = "job/setup.sh";
 pub const JOB_ARGS_PATH: &str = "job/args";
 /// Path of the phase list (one phase name a line) inside the job archive.
 pub const JOB_PHASES_PATH: &str = "job/phases";
+/// `/job/job.fio` of a job with phases, for an init that does not know `/job/phases`: fio
+/// refuses it (unknown engine), so that init reports a failure the host can explain.
+pub const PHASES_FALLBACK_JOB: &str = "; pmemvm: this job has phases (/job/phases); an init that \
+runs only /job/job.fio gets this job, which fails on purpose: rebuild the guest image.\n\
+[pmemvm-image-without-phases]\nioengine=pmemvm-image-without-phases\nsize=4k\n";
 /// Name of the frame with one `<phase> <status>` line per phase (`setup` first, if any).
 pub const PHASES_STATUS_FRAME: &str = "phases.status";
 /// Name of the frame with one `<phase> <fio command line>` line per phase run.
@@ -227,6 +232,9 @@ impl GuestJob {
         }
         if !self.phases.is_empty() {
             owned.push((JOB_PHASES_PATH.into(), list.as_bytes(), 0o644));
+            // An older image's init knows only /job/job.fio: it runs this one, which fails at
+            // once, instead of starting a shell that waits for the time-out.
+            owned.push((JOB_FIO_PATH.into(), PHASES_FALLBACK_JOB.as_bytes(), 0o644));
         }
         let files: Vec<(&str, &[u8], u32)> =
             owned.iter().map(|(p, d, m)| (p.as_str(), *d, *m)).collect();
@@ -587,9 +595,11 @@ mod tests {
                 "job/write-and-verify.fio",
                 "job/randread-1.fio",
                 "job/randread-1.args",
-                "job/phases"
+                "job/phases",
+                "job/job.fio"
             ]
         );
+        assert_eq!(entries[6].3, PHASES_FALLBACK_JOB.as_bytes());
         assert_eq!(entries[5].3, b"write-and-verify\nrandread-1\n");
         assert_eq!(entries[4].3, b"--alloc-size=1048576");
         for bad in ["", "../x", "a b", ".hidden", "a/b"] {

@@ -94,6 +94,17 @@ fn phase_outcome(
 ) -> RunOutcome {
     let failed = |error: String| RunOutcome::Failed { error };
     let Some(statuses) = statuses else {
+        if result
+            .guest_files
+            .get("fio.stderr")
+            .is_some_and(|t| t.contains("pmemvm-image-without-phases"))
+        {
+            return failed(
+                "the guest image's /init does not run /job/phases (the image is older than this \
+                 pmemvm): rebuild it with guest-images/build.sh"
+                    .into(),
+            );
+        }
         return failed(
             result
                 .error
@@ -392,6 +403,20 @@ mod tests {
         assert_eq!(
             r.runs[0].outcome.failure().unwrap(),
             "the guest did not finish within 60 s"
+        );
+        let old_image = vec![(
+            "fio.stderr",
+            "fio: engine pmemvm-image-without-phases not loadable\n".to_owned(),
+        )];
+        let r = boot_records(e, &p, "off", 1, 1, &result(&old_image, Some("status 1")));
+        assert!(
+            r.runs[0]
+                .outcome
+                .failure()
+                .unwrap()
+                .contains("rebuild it with guest-images/build.sh"),
+            "{:?}",
+            r.runs[0].outcome
         );
         let files = vec![
             ("phases.status", "write-and-verify 1\n".to_owned()),
