@@ -269,6 +269,8 @@ fn readme_first_command_on_a_host_without_qemu() {
             "1",
             "--nvdimm",
             "256M",
+            "--size",
+            "32M",
             "--out",
             &report_s,
         ],

@@ -239,8 +239,16 @@ fn fio_verify_job_on_pmem_reports_json_over_com2() {
         fio_job: VERIFY_JOB.into(),
         setup: Some(NOWAIT_SETUP.into()),
         args: None,
+        ..GuestJob::default()
     };
-    let boot = boot("verify", &qemu, &image, "", &job);
+    // nd_pmem.nowait=1 is V2's behaviour (flag always set); the parameters default to off (V1).
+    let boot = boot(
+        "verify",
+        &qemu,
+        &image,
+        "nd_pmem.nowait=1 bcache.bch_nowait=1",
+        &job,
+    );
     let report = boot.report();
     assert_eq!(report.status, Some(0), "{}", boot.dump());
     assert_eq!(
@@ -255,7 +263,6 @@ fn fio_verify_job_on_pmem_reports_json_over_com2() {
         "{}",
         boot.dump()
     );
-    // Default of the patched driver: QUEUE_FLAG_NOWAIT on.
     assert_eq!(boot.file("nd_pmem.nowait").trim(), "Y", "{}", boot.dump());
     assert_eq!(
         boot.file("bcache.bch_nowait").trim(),
@@ -287,20 +294,16 @@ fn fio_verify_job_on_pmem_reports_json_over_com2() {
 }
 
 #[test]
-fn nd_pmem_nowait_off_on_the_command_line() {
+fn nd_pmem_nowait_defaults_to_off_as_in_v1() {
     let (qemu, image) = require!(requirements());
     let job = GuestJob {
         fio_job: RWF_NOWAIT_JOB.into(),
         setup: Some(NOWAIT_SETUP.into()),
         args: None,
+        ..GuestJob::default()
     };
-    let boot = boot(
-        "nowait-off",
-        &qemu,
-        &image,
-        "nd_pmem.nowait=0 bcache.bch_nowait=0",
-        &job,
-    );
+    // No parameter on the command line: V1's default, QUEUE_FLAG_NOWAIT off.
+    let boot = boot("nowait-off", &qemu, &image, "", &job);
     assert_eq!(boot.file("nd_pmem.nowait").trim(), "N", "{}", boot.dump());
     assert_eq!(
         boot.file("bcache.bch_nowait").trim(),
@@ -348,6 +351,7 @@ ls /sys/block > \"$PMEMVM_OUT/blocks\"
             .into(),
         setup: Some(setup),
         args: None,
+        ..GuestJob::default()
     };
     let boot = boot_with_nvdimm("xfs-dax", &qemu, &image, "", &job, 512);
     assert_eq!(boot.report().status, Some(0), "{}", boot.dump());
@@ -374,6 +378,7 @@ fn failing_fio_job_reports_non_zero_status() {
         fio_job: "[bad]\nfilename=/dev/pmem0\nioengine=no-such-engine\nrw=read\nsize=1m\n".into(),
         setup: None,
         args: None,
+        ..GuestJob::default()
     };
     let boot = boot("fio-fails", &qemu, &image, "", &job);
     let report = boot.report();
@@ -395,6 +400,7 @@ fn failing_setup_skips_fio_and_reports_its_status_and_log() {
         fio_job: "[never]\nfilename=/dev/pmem0\nrw=read\nsize=1m\n".into(),
         setup: Some("echo preparing the disk\necho this went wrong >&2\nexit 7\n".into()),
         args: None,
+        ..GuestJob::default()
     };
     let boot = boot("setup-fails", &qemu, &image, "", &job);
     let report = boot.report();
@@ -434,6 +440,7 @@ fn bcache_bch_nowait_switches_rwf_nowait_on_bcache_devices() {
         fio_job: RWF_NOWAIT_JOB.replace("/dev/pmem0", "/dev/bcache0"),
         setup: Some(BCACHE_SETUP.into()),
         args: None,
+        ..GuestJob::default()
     };
     for (param, flag, error) in [("1", "Y", 0), ("0", "N", EOPNOTSUPP)] {
         let boot = boot(

@@ -160,6 +160,7 @@ fn guest_run(setup: &str) -> Result<GuestRun, NestedError> {
         fio_job: NULL_FIO_JOB.to_string(),
         setup: Some(setup.to_string()),
         args: None,
+        ..GuestJob::default()
     }
     .archive()
     .expect("build the job archive");

@@ -19,6 +19,7 @@ fn job_initrd(base: &[u8], setup: &str) -> Vec<u8> {
         fio_job: NULL_FIO_JOB.into(),
         setup: Some(setup.into()),
         args: None,
+        ..GuestJob::default()
     }
     .archive()
     .expect("job archive");

@@ -171,6 +171,7 @@ fn job_initrd(base: &[u8], script: &str, token: &str) -> Vec<u8> {
         fio_job: NULL_FIO_JOB.into(),
         setup: Some(setup),
         args: None,
+        ..GuestJob::default()
     }
     .archive()
     .expect("job archive");

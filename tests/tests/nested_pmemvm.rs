@@ -25,6 +25,7 @@ fn vm_with_image(kernel: &str, setup: &str) -> Result<NestedVm, NestedError> {
         fio_job: NULL_FIO_JOB.into(),
         setup: Some(setup.into()),
         args: None,
+        ..GuestJob::default()
     }
     .archive()
     .expect("job archive");
@@ -131,9 +132,10 @@ fn elf_pvh_two_cpus_nowait_off() {
 }
 
 #[test]
-fn bzimage_one_cpu_nowait_default_on() {
+fn bzimage_one_cpu_nowait_default_off() {
+    // The parameter defaults to off, as V1's module parameter did.
     let (out, report) = require!(boot_platform("bzImage", "1", ""));
-    check_platform(&out, &report, "0", "Y");
+    check_platform(&out, &report, "0", "N");
 }
 
 #[test]
@@ -278,8 +280,10 @@ fn bench_pmem_nowait_under_pmemvm_reports_both_sides() {
             "1",
             "--nvdimm",
             "64M",
+            "--size",
+            "8M",
             "--runtime",
-            "2",
+            "1",
             "--out",
             "report",
         ])
@@ -289,7 +293,11 @@ fn bench_pmem_nowait_under_pmemvm_reports_both_sides() {
     let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     let runs = report["runs"].as_array().expect("runs");
     let sides: Vec<&str> = runs.iter().filter_map(|r| r["side"].as_str()).collect();
-    assert_eq!(sides, ["off", "on"], "{text}");
+    // One boot per side: the thread's three randread runs each.
+    assert_eq!(sides, ["off", "off", "off", "on", "on", "on"], "{text}");
+    for c in report["checks"].as_array().expect("checks") {
+        assert!(c["error"].is_null(), "{c:#}");
+    }
     for r in runs {
         assert_eq!(r["outcome"]["status"], "ok", "{r:#}");
     }
@@ -297,5 +305,186 @@ fn bench_pmem_nowait_under_pmemvm_reports_both_sides() {
     if out.mode == Mode::Nested {
         assert_eq!(report["accelerator"], "nested", "{text}");
         assert!(txt.contains("functional only"), "{txt}");
+    }
+}
+
+/// A bench in L1 with the image's kernel and initramfs as files of the L1 run.
+fn bench_vm() -> Result<NestedVm, NestedError> {
+    let vm = NestedVm::new().and_then(NestedVm::with_pmemvm)?;
+    let image = |name| guest_image(name).map_err(NestedError::Unavailable);
+    Ok(vm
+        .deadline(Duration::from_secs(600))
+        .file("vmlinux", image("vmlinux")?)
+        .file("bzImage", image("bzImage")?)
+        .file("initramfs.cpio.gz", image("initramfs.cpio.gz")?))
+}
+
+fn report_json(out: &RunOutput) -> serde_json::Value {
+    let text = fs::read_to_string(out.path("report/report.json"))
+        .unwrap_or_else(|e| panic!("report.json: {e}\n{}", out.dump()));
+    serde_json::from_str(&text).expect("JSON")
+}
+
+/// `--side` under pmemvm: the image's vmlinux (PVH) against its bzImage, each run recording
+/// the kernel it booted.
+#[test]
+fn bench_side_ab_of_two_kernels_under_pmemvm() {
+    let vm = require!(bench_vm());
+    let out = vm
+        .run(&[
+            "pmemvm",
+            "bench",
+            "pmem-verify",
+            "--side",
+            "elf:kernel=vmlinux,initrd=initramfs.cpio.gz",
+            "--side",
+            "bz:kernel=bzImage,initrd=initramfs.cpio.gz,append=nd_pmem.nowait=1",
+            "--cpus",
+            "1",
+            "--nvdimm",
+            "64M",
+            "--size",
+            "8M",
+            "--out",
+            "report",
+        ])
+        .expect("run pmemvm in the harness");
+    assert_eq!(out.status, 0, "{}", out.dump());
+    let report = report_json(&out);
+    let runs = report["runs"].as_array().expect("runs");
+    let got: Vec<(&str, &str)> = runs
+        .iter()
+        .map(|r| {
+            assert_eq!(r["outcome"]["status"], "ok", "{r:#}");
+            (
+                r["side"].as_str().unwrap_or(""),
+                r["provenance"]["kernel"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(got, [("elf", "vmlinux"), ("bz", "bzImage")], "{report:#}");
+    let sha = |i: usize| {
+        runs[i]["provenance"]["kernel_sha256"]
+            .as_str()
+            .unwrap_or("")
+    };
+    assert!(sha(0).len() == 64 && sha(0) != sha(1), "{report:#}");
+    assert!(runs[1]["kernel_cmdline"]
+        .as_str()
+        .is_some_and(|c| c.ends_with("nd_pmem.nowait=1")));
+    assert_eq!(report["engine"], "pmemvm");
+}
+
+/// bcache-verify under pmemvm, scaled down: the thread's null_blk + bcache setup and its verify
+/// job per side; the report's verdict on the thread's failure matches the runs.
+#[test]
+fn bench_bcache_verify_under_pmemvm() {
+    let vm = require!(bench_vm());
+    let out = vm
+        .run(&[
+            "pmemvm",
+            "bench",
+            "bcache-verify",
+            "--kernel",
+            "vmlinux",
+            "--initrd",
+            "initramfs.cpio.gz",
+            "--cpus",
+            "1",
+            "--size",
+            "64M",
+            // pmemvm's own per-boot limit first: a hung side is a failed run with its console.
+            "--timeout",
+            "240",
+            "--out",
+            "report",
+        ])
+        .expect("run pmemvm in the harness");
+    let report = report_json(&out);
+    let runs = report["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2, "{report:#}");
+    let failed: Vec<bool> = runs
+        .iter()
+        .map(|r| {
+            let f = r["outcome"]["status"] == "failed";
+            if f {
+                let e = r["outcome"]["error"].as_str().unwrap_or("");
+                assert!(
+                    e.starts_with("fio error"),
+                    "setup or boot failed: {e}\n{}",
+                    out.dump()
+                );
+            }
+            f
+        })
+        .collect();
+    assert_eq!(
+        out.status,
+        i32::from(failed.contains(&true)),
+        "{}",
+        out.dump()
+    );
+    let txt = fs::read_to_string(out.path("report/report.txt")).expect("report.txt");
+    let verdict = if failed == [true, false] {
+        "the thread's verify outcome reproduced"
+    } else {
+        "the thread's verify outcome did not reproduce"
+    };
+    assert!(txt.contains(verdict), "{verdict:?} missing:\n{txt}");
+    eprintln!("bcache-verify under pmemvm: {verdict}");
+}
+
+/// xfs-dax-write under pmemvm, scaled down: fsdax namespace, the thread's mkfs.xfs and mount
+/// -o dax, then its fio job (one job, 10 files of 2 MiB).
+#[test]
+fn bench_xfs_dax_write_under_pmemvm() {
+    let vm = require!(bench_vm());
+    let out = vm
+        .run(&[
+            "pmemvm",
+            "bench",
+            "xfs-dax-write",
+            "--kernel",
+            "vmlinux",
+            "--initrd",
+            "initramfs.cpio.gz",
+            "--cpus",
+            "1",
+            "--nvdimm",
+            "512M",
+            "--size",
+            "2M",
+            "--out",
+            "report",
+        ])
+        .expect("run pmemvm in the harness");
+    assert_eq!(out.status, 0, "{}", out.dump());
+    let report = report_json(&out);
+    let runs = report["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 1, "{report:#}");
+    assert_eq!(runs[0]["phase"], "ten-256m-per-thread");
+    // fio's command-line-only option of the famfs command reached fio.
+    assert_eq!(
+        runs[0]["command"],
+        "fio --output-format=json --output=/tmp/ten-256m-per-thread.json --alloc-size=1048576 \
+         /job/ten-256m-per-thread.fio",
+        "{report:#}"
+    );
+    let s = &runs[0]["outcome"]["summary"];
+    assert_eq!(s["write"]["io_bytes"], 10 * (2 << 20), "{s:#}");
+    let devs: Vec<&str> = report["deviations"]
+        .as_array()
+        .expect("deviations")
+        .iter()
+        .filter_map(|d| d["what"].as_str())
+        .collect();
+    for d in [
+        "jobs (ten-256m-per-thread)",
+        "pmem size",
+        "filesize",
+        "mkfs.xfs -d agcount",
+        "namespace",
+    ] {
+        assert!(devs.contains(&d), "{d} missing: {devs:?}");
     }
 }

@@ -107,8 +107,9 @@ fn failing_job_on_qemu_gives_its_error_and_nonzero_status() {
     );
 }
 
+/// The pmem thread's script per side in one boot: verify, fill, three measured randreads.
 #[test]
-fn bench_pmem_nowait_on_qemu_reports_both_sides() {
+fn bench_pmem_nowait_on_qemu_runs_the_thread_script_per_side() {
     let _tcg = require!(ready());
     let dir = TempDir::new("bench-qemu");
     let out_dir = dir.join("report");
@@ -122,12 +123,12 @@ fn bench_pmem_nowait_on_qemu_reports_both_sides() {
             "1",
             "--cpus",
             "1",
-            "--jobs",
-            "1",
             "--nvdimm",
             "64M",
+            "--size",
+            "16M",
             "--runtime",
-            "2",
+            "1",
             "--out",
             out_dir.to_str().unwrap(),
         ],
@@ -137,8 +138,28 @@ fn bench_pmem_nowait_on_qemu_reports_both_sides() {
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out_dir.join("report.json")).unwrap()).unwrap();
     let runs = report["runs"].as_array().expect("runs");
-    let sides: Vec<&str> = runs.iter().filter_map(|r| r["side"].as_str()).collect();
-    assert_eq!(sides, ["off", "on"], "{report:#}");
+    let got: Vec<(&str, &str, u64)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r["side"].as_str().unwrap_or(""),
+                r["phase"].as_str().unwrap_or(""),
+                r["run"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("off", "randread-1", 1),
+            ("off", "randread-2", 2),
+            ("off", "randread-3", 3),
+            ("on", "randread-1", 1),
+            ("on", "randread-2", 2),
+            ("on", "randread-3", 3)
+        ],
+        "{report:#}"
+    );
     for r in runs {
         assert_eq!(r["outcome"]["status"], "ok", "{r:#}");
         assert!(
@@ -147,21 +168,257 @@ fn bench_pmem_nowait_on_qemu_reports_both_sides() {
                 .is_some_and(|v| v > 0.0),
             "{r:#}"
         );
+        let p = &r["provenance"];
+        assert!(
+            p["kernel_sha256"].as_str().is_some_and(|s| s.len() == 64),
+            "{p:#}"
+        );
+        assert!(
+            p["kernel_release"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("6.1")),
+            "{p:#}"
+        );
+        assert!(
+            p["fio_version"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("fio-3")),
+            "{p:#}"
+        );
+        assert!(p["image"]["input_hash"].is_string(), "{p:#}");
     }
+    assert_eq!(
+        runs[0]["command"],
+        "fio --output-format=json --output=/tmp/randread-1.json  /job/randread-1.fio"
+    );
+    // Verify and fill ran before the measurement on each side, and passed.
+    let checks: Vec<(&str, &str)> = report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .map(|c| {
+            assert!(c["error"].is_null(), "{c:#}");
+            (
+                c["side"].as_str().unwrap_or(""),
+                c["phase"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            ("off", "write-and-verify"),
+            ("off", "randwrite"),
+            ("on", "write-and-verify"),
+            ("on", "randwrite")
+        ]
+    );
     // Each side booted with its own nowait value.
     assert!(runs[0]["kernel_cmdline"]
         .as_str()
         .unwrap()
         .contains("nd_pmem.nowait=0"));
-    assert!(runs[1]["kernel_cmdline"]
+    assert!(runs[3]["kernel_cmdline"]
         .as_str()
         .unwrap()
         .contains("nd_pmem.nowait=1"));
+    assert!(report["deviations"]
+        .as_array()
+        .is_some_and(|d| !d.is_empty()));
     for f in ["report.txt", "runs.csv", "summary.csv", "chart.svg"] {
         assert!(out_dir.join(f).is_file(), "{f} missing");
     }
     let text = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
+    eprintln!("{text}");
+    assert!(text.contains("Deviations from the thread"), "{text}");
+    assert!(
+        text.contains("off boot 1 write-and-verify (check): ok"),
+        "{text}"
+    );
     if report["accelerator"] == "tcg" {
         assert!(text.contains("functional only"), "{text}");
     }
+}
+
+/// `--side`: an A/B between two kernels — the image's bzImage and its vmlinux (PVH ELF) —
+/// each booted with the image's initramfs, every run recording which kernel it booted.
+#[test]
+fn bench_side_ab_between_two_kernels_on_qemu() {
+    let _tcg = require!(ready());
+    let image = guest_job::find_image_dir().expect("image");
+    let dir = TempDir::new("bench-qemu-sides");
+    let out_dir = dir.join("report");
+    let bz = format!("bz:kernel={}", image.bz_image.display());
+    let elf = format!(
+        "elf:kernel={},append=nd_pmem.nowait=1",
+        image.vmlinux.display()
+    );
+    let out = run(
+        &[
+            "bench",
+            "pmem-verify",
+            "--engine",
+            "qemu",
+            "--cpus",
+            "1",
+            "--nvdimm",
+            "64M",
+            "--size",
+            "8M",
+            "--side",
+            &bz,
+            "--side",
+            &elf,
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        DEADLINE,
+    );
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["sides"], serde_json::json!(["bz", "elf"]));
+    let runs = report["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2, "{report:#}");
+    let kernel = |i: usize| runs[i]["provenance"]["kernel"].as_str().unwrap_or("");
+    let sha = |i: usize| {
+        runs[i]["provenance"]["kernel_sha256"]
+            .as_str()
+            .unwrap_or("")
+    };
+    assert_eq!(kernel(0), image.bz_image.display().to_string());
+    assert_eq!(kernel(1), image.vmlinux.display().to_string());
+    assert!(
+        sha(0).len() == 64 && sha(1).len() == 64 && sha(0) != sha(1),
+        "{report:#}"
+    );
+    for r in runs {
+        assert_eq!(r["outcome"]["status"], "ok", "{r:#}");
+        assert_eq!(r["phase"], "write-and-verify");
+        let p = &r["provenance"];
+        assert_eq!(
+            p["initrd"].as_str(),
+            Some(image.initramfs.display().to_string().as_str()),
+            "{p:#}"
+        );
+        // Both files are the same build: one release.
+        assert_eq!(p["kernel_release"], runs[0]["provenance"]["kernel_release"]);
+        assert!(p["fio_version"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("fio-3")));
+    }
+    // The sides carry their own command lines only: no nd_pmem.nowait on bz, =1 on elf.
+    let cmdline = |i: usize| runs[i]["kernel_cmdline"].as_str().unwrap_or("");
+    assert!(!cmdline(0).contains("nd_pmem.nowait"), "{}", cmdline(0));
+    assert!(cmdline(1).ends_with("nd_pmem.nowait=1"), "{}", cmdline(1));
+    // Not the thread's sides: no verdict against the thread.
+    assert!(report["verify_expectation"].is_null(), "{report:#}");
+    let text = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
+    assert!(text.contains("What each side booted"), "{text}");
+    assert!(text.contains("Comparison elf/bz"), "{text}");
+}
+
+/// A setup that fails (here: the side's command line takes null_blk's devices away, so
+/// bcache has nothing to cache) is a failed run: named on stderr, in the report, exit 1.
+#[test]
+fn bench_whose_setup_fails_exits_one_and_names_the_runs() {
+    let _tcg = require!(ready());
+    let dir = TempDir::new("bench-qemu-setup-fail");
+    let out_dir = dir.join("report");
+    let out = run(
+        &[
+            "bench",
+            "bcache-verify",
+            "--engine",
+            "qemu",
+            "--cpus",
+            "1",
+            "--side",
+            "a:append=null_blk.nr_devices=0",
+            "--side",
+            "b:append=null_blk.nr_devices=0 bcache.bch_nowait=1",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        DEADLINE,
+    );
+    assert_eq!(out.status, Some(1), "{}", out.dump());
+    assert!(
+        out.stderr
+            .contains("pmemvm: failed: side a run 1 (write-and-verify): setup failed with status"),
+        "{}",
+        out.dump()
+    );
+    assert!(
+        out.stderr.contains("/dev/nullb0 did not appear"),
+        "{}",
+        out.dump()
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("report.json")).unwrap()).unwrap();
+    for r in report["runs"].as_array().expect("runs") {
+        assert_eq!(r["outcome"]["status"], "failed", "{r:#}");
+    }
+}
+
+/// bcache-verify scaled down (64 MiB null_blk devices): the thread's null_blk + bcache setup
+/// and its write-and-verify job on each side, and a report that says whether the thread's
+/// failure (verify error with bch_nowait off) reproduced — either answer is a finding, so the
+/// test checks that the verdict matches the runs, not which way it went.
+#[test]
+fn bench_bcache_verify_on_qemu_says_whether_the_thread_failure_reproduced() {
+    let _tcg = require!(ready());
+    let dir = TempDir::new("bench-qemu-bcache-verify");
+    let out_dir = dir.join("report");
+    let out = run(
+        &[
+            "bench",
+            "bcache-verify",
+            "--engine",
+            "qemu",
+            "--cpus",
+            "1",
+            "--size",
+            "64M",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        DEADLINE,
+    );
+    let report: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out_dir.join("report.json"))
+            .unwrap_or_else(|e| panic!("no report ({e}):\n{}", out.dump())),
+    )
+    .unwrap();
+    let runs = report["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2, "{report:#}");
+    let failed = |i: usize| runs[i]["outcome"]["status"] == "failed";
+    for (i, side) in ["off", "on"].iter().enumerate() {
+        assert_eq!(runs[i]["side"], *side);
+        // Setup worked: any failure is fio's, on /dev/bcache0.
+        if failed(i) {
+            let e = runs[i]["outcome"]["error"].as_str().unwrap_or("");
+            assert!(
+                e.starts_with("fio error"),
+                "side {side}: {e}\n{}",
+                out.dump()
+            );
+        }
+    }
+    let text = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
+    let reproduced = failed(0) && !failed(1);
+    let verdict = if reproduced {
+        "here: the thread's verify outcome reproduced"
+    } else {
+        "here: the thread's verify outcome did not reproduce"
+    };
+    assert!(text.contains(verdict), "{verdict:?} missing:\n{text}");
+    // A verify failure fails the bench.
+    assert_eq!(
+        out.status,
+        Some(if failed(0) || failed(1) { 1 } else { 0 }),
+        "{}",
+        out.dump()
+    );
+    eprintln!("bcache-verify on QEMU: {verdict}");
 }

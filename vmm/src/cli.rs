@@ -254,10 +254,11 @@ fn parse_count(s: &str) -> Result<u32, String> {
 /// `pmemvm bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// pmem-nowait, pmem-randwrite, pmem-verify, bcache-nowait or xfs-dax-write.
+    /// pmem-nowait, pmem-randwrite, pmem-verify, bcache-nowait, bcache-verify or xfs-dax-write.
     pub experiment: String,
-    /// Repetitions per side.
-    #[arg(long, default_value = "3", value_parser = parse_count, value_name = "N")]
+    /// Boots per side; each boot runs the thread's whole script for that side, so
+    /// pmem-nowait and bcache-nowait give 3 randread runs per boot (the thread's repetitions).
+    #[arg(long, default_value = "1", value_parser = parse_count, value_name = "N")]
     pub runs: u32,
     /// Guest vCPUs.
     #[arg(long, default_value = "2", value_parser = parse_cpus, value_name = "N")]
@@ -265,18 +266,34 @@ pub struct BenchArgs {
     /// Guest RAM (raised to what the experiment needs).
     #[arg(long, default_value = "1G", value_parser = parse_size_arg, value_name = "SIZE")]
     pub memory: u64,
-    /// fio jobs of the measured phase (default: 2 × vCPUs).
+    /// fio jobs of the many-job phases (default: the thread's 48, at most one per vCPU).
     #[arg(long, value_parser = parse_count, value_name = "N")]
     pub jobs: Option<u32>,
     /// NVDIMM size (default: the experiment's).
     #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
     pub nvdimm: Option<u64>,
-    /// Seconds per measured phase (default 10).
+    /// Seconds of the time-bound phases (default: the thread's 60).
     #[arg(long, value_parser = parse_count, value_name = "SECS")]
     pub runtime: Option<u32>,
-    /// io_uring queue depth per job (default 32).
+    /// io_uring queue depth of the many-job phases (default: the thread's 2; xfs-dax-write 1).
     #[arg(long, value_parser = parse_count, value_name = "N")]
     pub iodepth: Option<u32>,
+    /// The thread's fio --size (pmem: 896M; bcache: 1G, also each null_blk device;
+    /// xfs-dax-write: each file, 256M).
+    #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
+    pub size: Option<u64>,
+    /// A side of an A/B between two kernels or command lines:
+    /// NAME:kernel=PATH[,initrd=PATH][,append=ARGS] (append last; twice, instead of the
+    /// experiment's own sides).
+    #[arg(long = "side", value_name = "SPEC")]
+    pub sides: Vec<String>,
+    /// Print each side's boot, phase by phase with the complete fio jobs, and the deviations
+    /// from the thread; boot nothing.
+    #[arg(long)]
+    pub plan: bool,
+    /// With --plan: the plan as JSON.
+    #[arg(long, requires = "plan")]
+    pub json: bool,
     /// Directory for report.txt, report.json, runs.csv, summary.csv, chart.svg.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -285,12 +302,12 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub engine: crate::run::Engine,
     /// Per-boot timeout in seconds.
-    #[arg(long, default_value = "900", value_parser = parse_seconds, value_name = "SECS")]
+    #[arg(long, default_value = "3600", value_parser = parse_seconds, value_name = "SECS")]
     pub timeout: u64,
-    /// Guest kernel (default: the guest image's).
+    /// Guest kernel of every side without its own (default: the guest image's).
     #[arg(long, value_name = "PATH")]
     pub kernel: Option<PathBuf>,
-    /// Initrd (default: the guest image's initramfs).
+    /// Initrd of every side without its own (default: the guest image's initramfs).
     #[arg(long, value_name = "PATH")]
     pub initrd: Option<PathBuf>,
 }

@@ -251,6 +251,7 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
             fio_job,
             setup,
             args: args.fio_args.clone(),
+            ..crate::guest_job::GuestJob::default()
         },
         stream_console: args.console.console,
         console_log: args.console.console_log.clone(),
@@ -348,6 +349,8 @@ fn bench_request(args: &BenchArgs) -> BenchRequest {
         nvdimm: args.nvdimm,
         runtime: args.runtime,
         iodepth: args.iodepth,
+        size: args.size,
+        sides: args.sides.clone(),
         out,
         engine: args.engine,
         timeout: std::time::Duration::from_secs(args.timeout),
@@ -359,6 +362,19 @@ fn bench_request(args: &BenchArgs) -> BenchRequest {
 /// `pmemvm bench`: 0 when every run succeeded.
 pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
     let req = bench_request(args);
+    if args.plan {
+        let (_, plan) = crate::bench::plan(&req)?;
+        if args.json {
+            let mut v = serde_json::to_value(&plan).map_err(crate::bench::BenchError::PlanJson)?;
+            v["runs_per_side"] = req.runs.into();
+            let text =
+                serde_json::to_string_pretty(&v).map_err(crate::bench::BenchError::PlanJson)?;
+            println!("{text}");
+        } else {
+            print!("{}", plan.render_text(req.runs));
+        }
+        return Ok(0);
+    }
     let outcome = crate::bench::bench(&req)?;
     println!("{}", outcome.report.render_text());
     for f in &outcome.files {
@@ -417,6 +433,9 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
                 .map_err(RunError::from)?;
             }
             needs.image = a.kernel.is_none();
+        }
+        Command::Bench(a) if a.plan => {
+            crate::bench::plan(&bench_request(a))?;
         }
         Command::Bench(a) => {
             crate::bench::prepare(&bench_request(a), true, &mut needs)?;

@@ -26,6 +26,19 @@ pub const JOB_FIO_PATH: &str = "job/job.fio";
 pub const JOB_SETUP_PATH: &str = "job/setup.sh";
 /// Path of the optional extra fio arguments (one line) inside the job archive.
 pub const JOB_ARGS_PATH: &str = "job/args";
+/// Path of the phase list (one phase name a line) inside the job archive.
+pub const JOB_PHASES_PATH: &str = "job/phases";
+/// `/job/job.fio` of a job with phases, for an init that does not know `/job/phases`: fio
+/// refuses it (unknown engine), so that init reports a failure the host can explain.
+pub const PHASES_FALLBACK_JOB: &str = "; pmemvm: this job has phases (/job/phases); an init that \
+runs only /job/job.fio gets this job, which fails on purpose: rebuild the guest image.\n\
+[pmemvm-image-without-phases]\nioengine=pmemvm-image-without-phases\nsize=4k\n";
+/// Name of the frame with one `<phase> <status>` line per phase (`setup` first, if any).
+pub const PHASES_STATUS_FRAME: &str = "phases.status";
+/// Name of the frame with one `<phase> <fio command line>` line per phase run.
+pub const PHASES_COMMANDS_FRAME: &str = "phases.commands";
+/// Name of the frame with the guest's kernel release, fio version and command line.
+pub const GUEST_INFO_FRAME: &str = "guest-info";
 /// Name of the frame that carries fio's JSON output.
 pub const FIO_JSON_FRAME: &str = "fio.json";
 /// Name of the frame that carries fio's stderr.
@@ -155,28 +168,76 @@ pub struct GuestReport {
     pub status: Option<u8>,
 }
 
+/// One fio invocation of a job with phases: `/job/<name>.fio`, optional `/job/<name>.args`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GuestPhase {
+    /// File and frame name (letters, digits, `-`, `_`, `.`).
+    pub name: String,
+    /// The job file.
+    pub fio_job: String,
+    /// Extra fio command-line options (one line).
+    pub args: Option<String>,
+}
+
 /// A fio job for the guest image, turned into an archive by [`GuestJob::archive`].
+///
+/// Either one job file (`fio_job`, run as `/job/job.fio`), or `phases`: then `/job/phases`
+/// lists them and the guest's init runs each in order, sending `<name>.json`,
+/// `<name>.stderr` and `phases.status` (see `guest-images/rootfs/init`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GuestJob {
-    /// Contents of `/job/job.fio`.
+    /// Contents of `/job/job.fio` (unused when there are phases).
     pub fio_job: String,
     /// Contents of `/job/setup.sh`, run with `sh -e` in `/job` before fio.
     pub setup: Option<String>,
     /// Extra fio arguments (one line, split on whitespace by the guest shell).
     pub args: Option<String>,
+    /// The phases, in order.
+    pub phases: Vec<GuestPhase>,
 }
 
 impl GuestJob {
     /// The newc cpio archive holding this job, ready for [`append_to_initrd`].
     pub fn archive(&self) -> Result<Vec<u8>, GuestJobError> {
-        let mut files: Vec<(&str, &[u8], u32)> =
-            vec![(JOB_FIO_PATH, self.fio_job.as_bytes(), 0o644)];
+        let mut owned: Vec<(String, &[u8], u32)> = Vec::new();
+        if self.phases.is_empty() {
+            owned.push((JOB_FIO_PATH.into(), self.fio_job.as_bytes(), 0o644));
+        }
         if let Some(setup) = &self.setup {
-            files.push((JOB_SETUP_PATH, setup.as_bytes(), 0o755));
+            owned.push((JOB_SETUP_PATH.into(), setup.as_bytes(), 0o755));
         }
         if let Some(args) = &self.args {
-            files.push((JOB_ARGS_PATH, args.as_bytes(), 0o644));
+            owned.push((JOB_ARGS_PATH.into(), args.as_bytes(), 0o644));
         }
+        let list: String = self
+            .phases
+            .iter()
+            .map(|p| format!("{}\n", p.name))
+            .collect();
+        for p in &self.phases {
+            let ok = !p.name.is_empty()
+                && !p.name.starts_with('.')
+                && p.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+            if !ok {
+                return Err(GuestJobError::InvalidArchivePath {
+                    path: format!("job/{}.fio", p.name),
+                });
+            }
+            owned.push((format!("job/{}.fio", p.name), p.fio_job.as_bytes(), 0o644));
+            if let Some(args) = &p.args {
+                owned.push((format!("job/{}.args", p.name), args.as_bytes(), 0o644));
+            }
+        }
+        if !self.phases.is_empty() {
+            owned.push((JOB_PHASES_PATH.into(), list.as_bytes(), 0o644));
+            // An older image's init knows only /job/job.fio: it runs this one, which fails at
+            // once, instead of starting a shell that waits for the time-out.
+            owned.push((JOB_FIO_PATH.into(), PHASES_FALLBACK_JOB.as_bytes(), 0o644));
+        }
+        let files: Vec<(&str, &[u8], u32)> =
+            owned.iter().map(|(p, d, m)| (p.as_str(), *d, *m)).collect();
         job_archive(&files)
     }
 }
@@ -507,12 +568,60 @@ mod tests {
     }
 
     #[test]
+    fn phases_are_listed_and_delivered_without_job_fio() {
+        let job = GuestJob {
+            setup: Some("true\n".into()),
+            phases: vec![
+                GuestPhase {
+                    name: "write-and-verify".into(),
+                    fio_job: "[a]\n".into(),
+                    args: None,
+                },
+                GuestPhase {
+                    name: "randread-1".into(),
+                    fio_job: "[b]\n".into(),
+                    args: Some("--alloc-size=1048576".into()),
+                },
+            ],
+            ..GuestJob::default()
+        };
+        let entries = read_newc(&job.archive().unwrap());
+        let names: Vec<_> = entries.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "job",
+                "job/setup.sh",
+                "job/write-and-verify.fio",
+                "job/randread-1.fio",
+                "job/randread-1.args",
+                "job/phases",
+                "job/job.fio"
+            ]
+        );
+        assert_eq!(entries[6].3, PHASES_FALLBACK_JOB.as_bytes());
+        assert_eq!(entries[5].3, b"write-and-verify\nrandread-1\n");
+        assert_eq!(entries[4].3, b"--alloc-size=1048576");
+        for bad in ["", "../x", "a b", ".hidden", "a/b"] {
+            let job = GuestJob {
+                phases: vec![GuestPhase {
+                    name: bad.into(),
+                    ..GuestPhase::default()
+                }],
+                ..GuestJob::default()
+            };
+            assert!(job.archive().is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
     fn archive_extracts_with_gnu_cpio() {
         use std::os::unix::fs::PermissionsExt;
         let job = GuestJob {
             fio_job: "[verify]\nrw=write\n".into(),
             setup: Some("echo hi\n".into()),
             args: Some("--minimal".into()),
+            ..GuestJob::default()
         };
         let dir = std::env::temp_dir().join(format!("pmemvm-cpio-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -588,6 +697,7 @@ mod tests {
             fio_job: "[x]\n".into(),
             setup: Some("mkfs.xfs /dev/pmem0\n".into()),
             args: None,
+            ..GuestJob::default()
         };
         let names: Vec<_> = read_newc(&job.archive().unwrap())
             .into_iter()

@@ -23,6 +23,7 @@ mod csv;
 mod failures;
 mod format;
 mod metric;
+mod provenance;
 mod svg;
 mod text;
 mod upstream;
@@ -30,6 +31,7 @@ mod upstream;
 pub use analysis::{Analysis, MetricAnalysis, SideStats};
 pub use failures::{bench_exit_status, FailedRun};
 pub use metric::{Metric, MetricGroup};
+pub use provenance::{CheckRecord, Deviation, Provenance, VerifyExpectation, VerifyVerdict};
 pub use upstream::{Upstream, UpstreamAnalysis, UpstreamFigure, UpstreamSource};
 
 /// Errors from writing report files.
@@ -157,17 +159,29 @@ pub enum RunOutcome {
     },
 }
 
-/// One boot of the guest: a side of the experiment and a repetition.
+/// One run: a measured phase of one boot of a side (e.g. the second randread of boot 1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
-    /// Side label (`off`, `on`, or `default` for single-sided experiments).
+    /// Side label (`off`, `on`, `default`, or a `--side` name).
     pub side: String,
-    /// Repetition, from 1.
+    /// Repetition on this side, from 1 (boots × measured phases per boot).
     pub run: u32,
     /// The kernel command line the guest booted with.
     pub kernel_cmdline: Option<String>,
     /// What happened.
     pub outcome: RunOutcome,
+    /// The side's boot this run belongs to, from 1 (0: not recorded).
+    #[serde(default)]
+    pub boot: u32,
+    /// The phase (e.g. `randread-2`); empty when not recorded.
+    #[serde(default)]
+    pub phase: String,
+    /// Which kernel, initrd, fio and image the boot ran.
+    #[serde(default)]
+    pub provenance: Option<Provenance>,
+    /// The fio command line the guest ran for this phase, as it reported it.
+    #[serde(default)]
+    pub command: String,
 }
 
 impl RunRecord {
@@ -212,6 +226,15 @@ pub struct BenchReport {
     pub upstream: Upstream,
     /// How upstream measured, in one line (the posts are cited in [`Upstream::sources`]).
     pub upstream_source: String,
+    /// The unmeasured phases of each boot (verify, fill) and how they ended.
+    #[serde(default)]
+    pub checks: Vec<CheckRecord>,
+    /// What the thread reported for a verify job, when the experiment compares with it.
+    #[serde(default)]
+    pub verify_expectation: Option<VerifyExpectation>,
+    /// Every way the plan differed from the thread's script.
+    #[serde(default)]
+    pub deviations: Vec<Deviation>,
 }
 
 /// The JSON document written by [`BenchReport::to_json`].

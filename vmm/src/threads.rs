@@ -365,6 +365,16 @@ pub static PMEM_VERIFY: [Posted; 1] = [Posted {
     series: &[],
 }];
 
+/// bcache-verify: the bcache test script's write-and-verify job, which failed with bch_nowait
+/// off; no figures to compare.
+pub static BCACHE_VERIFY: [Posted; 1] = [Posted {
+    post: &BCACHE,
+    how: "fio write-and-verify job (randwrite 4k, iodepth 16, verify, --size=1G) on /dev/bcache0 \
+          before the randwrite and randread runs: \"verify: bad header numberio 63917, wanted \
+          64003\", err=84 with bch_nowait off; err=0 with it on (pass/fail only)",
+    series: &[],
+}];
+
 /// bcache-nowait: the bcache cover letter's randread runs.
 pub static BCACHE_NOWAIT: [Posted; 1] = [Posted {
     post: &BCACHE,

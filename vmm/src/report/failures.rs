@@ -13,20 +13,26 @@ use serde::Serialize;
 use super::{BenchReport, RunOutcome};
 use crate::exit_status;
 
-/// One failed run and why.
+/// One failed run (or unmeasured phase) and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FailedRun {
     /// Side label.
     pub side: String,
-    /// Repetition, from 1.
+    /// Repetition, from 1; 0 for an unmeasured phase (a verify before the measurement, a fill).
     pub run: u32,
+    /// The phase, when recorded.
+    pub phase: String,
     /// What went wrong.
     pub reason: String,
 }
 
 impl fmt::Display for FailedRun {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "side {} run {}: {}", self.side, self.run, self.reason)
+        match (self.run, self.phase.as_str()) {
+            (0, phase) => write!(f, "side {} phase {phase}: {}", self.side, self.reason),
+            (run, "") => write!(f, "side {} run {run}: {}", self.side, self.reason),
+            (run, phase) => write!(f, "side {} run {run} ({phase}): {}", self.side, self.reason),
+        }
     }
 }
 
@@ -51,16 +57,23 @@ impl RunOutcome {
 impl BenchReport {
     /// The runs that failed or ended with a fio job error, in run order.
     pub fn failed_runs(&self) -> Vec<FailedRun> {
-        self.runs
-            .iter()
-            .filter_map(|r| {
-                Some(FailedRun {
-                    side: r.side.clone(),
-                    run: r.run,
-                    reason: r.outcome.failure()?,
-                })
+        let runs = self.runs.iter().filter_map(|r| {
+            Some(FailedRun {
+                side: r.side.clone(),
+                run: r.run,
+                phase: r.phase.clone(),
+                reason: r.outcome.failure()?,
             })
-            .collect()
+        });
+        let checks = self.checks.iter().filter_map(|c| {
+            Some(FailedRun {
+                side: c.side.clone(),
+                run: 0,
+                phase: format!("{} of boot {}", c.phase, c.boot),
+                reason: c.error.clone()?,
+            })
+        });
+        runs.chain(checks).collect()
     }
 }
 
@@ -85,6 +98,10 @@ mod tests {
             run,
             kernel_cmdline: None,
             outcome,
+            boot: 1,
+            phase: String::new(),
+            provenance: None,
+            command: String::new(),
         }
     }
 
@@ -105,6 +122,9 @@ mod tests {
             runs,
             upstream: Upstream::default(),
             upstream_source: String::new(),
+            checks: vec![],
+            verify_expectation: None,
+            deviations: vec![],
         }
     }
 

@@ -23,6 +23,10 @@ fn ok(side: &str, run: u32, summary: FioSummary) -> RunRecord {
         outcome: RunOutcome::Ok {
             summary: Box::new(summary),
         },
+        boot: run,
+        phase: String::new(),
+        provenance: None,
+        command: String::new(),
     }
 }
 
@@ -56,6 +60,10 @@ fn sample(accelerator: Accelerator) -> BenchReport {
                 outcome: RunOutcome::Failed {
                     error: "guest did not reach init within 120 s".into(),
                 },
+                boot: 3,
+                phase: String::new(),
+                provenance: None,
+                command: String::new(),
             },
             ok("on", 1, summary("group-reporting.json", 0)),
             ok("on", 2, summary("normal-json.out", 0)),
@@ -63,6 +71,9 @@ fn sample(accelerator: Accelerator) -> BenchReport {
         ],
         upstream: catalogue.upstream_figures(),
         upstream_source: catalogue.upstream_source.into(),
+        checks: vec![],
+        verify_expectation: None,
+        deviations: vec![],
     }
 }
 

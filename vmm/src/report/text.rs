@@ -98,6 +98,7 @@ impl BenchReport {
             out.push_str(&self.comparison_table(&analysis));
         }
         out.push_str(&self.upstream_section(&analysis));
+        out.push_str(&self.provenance_sections());
         if !self.accelerator.is_performance() {
             let _ = writeln!(
                 out,

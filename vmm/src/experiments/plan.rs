@@ -1,0 +1,268 @@
+//! An experiment's plan: what each side's boot runs, phase by phase, with the complete fio job
+//! texts, and every way the plan differs from the upstream thread's script.
+//!
+//! `pmemvm bench EXP --plan` prints [`ExperimentPlan::render_text`] (or the JSON of the plan
+//! with `--json`) without booting anything.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::guest_job::{GuestJob, GuestPhase};
+pub use crate::report::Deviation;
+
+/// What a phase is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PhaseRole {
+    /// Checks data integrity (a verify job): a fio error makes the run fail; no figures.
+    Check,
+    /// Prepares the device (a fill): a fio error makes the run fail; no figures.
+    Prepare,
+    /// A measurement: its figures are one run of the report (`repetition` from 1).
+    Measured {
+        /// The thread's repetition this phase is (randread 1, 2, 3).
+        repetition: u32,
+    },
+}
+
+impl PhaseRole {
+    /// One word for tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            PhaseRole::Check => "check",
+            PhaseRole::Prepare => "prepare",
+            PhaseRole::Measured { .. } => "measured",
+        }
+    }
+}
+
+/// One fio invocation of a boot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Phase {
+    /// Unique in the plan; the guest's file and frame names (`/job/<name>.fio`, `<name>.json`).
+    pub name: String,
+    /// The fio job (reporting group) whose figures the phase yields.
+    pub job: &'static str,
+    /// What it is for.
+    pub role: PhaseRole,
+    /// The job file's template in the source tree.
+    pub template: &'static str,
+    /// Extra fio command-line options (options that have no job-file form).
+    pub args: Option<String>,
+    /// The complete job file.
+    pub job_file: String,
+}
+
+impl Phase {
+    /// The fio command line the guest runs.
+    pub fn command(&self) -> String {
+        let args = self
+            .args
+            .as_deref()
+            .map(|a| format!(" {a}"))
+            .unwrap_or_default();
+        format!(
+            "fio --output-format=json --output=/tmp/{0}.json{args} /job/{0}.fio",
+            self.name
+        )
+    }
+}
+
+/// One side of an A/B comparison (or the only side): a label, the kernel command line
+/// additions that select it, and optionally its own kernel and initrd.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Side {
+    /// `off`, `on`, `default`, or the name given with `--side`.
+    pub label: String,
+    /// Kernel command line additions of this side (e.g. `nd_pmem.nowait=0`).
+    pub cmdline: Option<String>,
+    /// The side's kernel; `None`: the guest image's (or `--kernel`).
+    pub kernel: Option<PathBuf>,
+    /// The side's initrd; `None`: the guest image's initramfs (or `--initrd`).
+    pub initrd: Option<PathBuf>,
+}
+
+impl Side {
+    /// A side that differs from the others by command line only.
+    pub fn cmdline(label: &str, cmdline: Option<String>) -> Self {
+        Self {
+            label: label.to_owned(),
+            cmdline,
+            kernel: None,
+            initrd: None,
+        }
+    }
+}
+
+/// The setup script a boot runs before its phases.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Setup {
+    /// The template in the source tree.
+    pub template: &'static str,
+    /// The complete script (`/job/setup.sh`).
+    pub script: String,
+}
+
+/// Everything needed to run an experiment: per side, one boot per `--runs` repetition, each
+/// running `setup` and then `phases` in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExperimentPlan {
+    /// Experiment name.
+    pub experiment: &'static str,
+    /// What the experiment reproduces, citing the thread by subject and date.
+    pub thread: &'static str,
+    /// The values substituted into the job files and the setup script.
+    pub vars: BTreeMap<&'static str, String>,
+    /// Run before the phases, if the experiment has a setup.
+    pub setup: Option<Setup>,
+    /// The fio invocations of one boot, in order.
+    pub phases: Vec<Phase>,
+    /// Sides in order; they alternate per repetition.
+    pub sides: Vec<Side>,
+    /// Kernel parameters every boot needs (besides the side's).
+    pub extra_cmdline: Vec<String>,
+    /// NVDIMM size, if the experiment has one (label-less).
+    pub nvdimm_bytes: Option<u64>,
+    /// fio jobs of the many-job phases.
+    pub jobs: u32,
+    /// Guest memory the experiment needs at least (null_blk devices live in guest RAM), MiB.
+    pub min_guest_mem_mib: u64,
+    /// Every difference from the thread's script.
+    pub deviations: Vec<Deviation>,
+}
+
+impl ExperimentPlan {
+    /// The guest job of one boot (files for `/job`).
+    pub fn guest_job(&self) -> GuestJob {
+        GuestJob {
+            setup: self.setup.as_ref().map(|s| s.script.clone()),
+            phases: self
+                .phases
+                .iter()
+                .map(|p| GuestPhase {
+                    name: p.name.clone(),
+                    fio_job: p.job_file.clone(),
+                    args: p.args.clone(),
+                })
+                .collect(),
+            ..GuestJob::default()
+        }
+    }
+
+    /// The kernel command line additions of one side: the experiment's extras plus the side's.
+    pub fn cmdline_for(&self, side: &Side) -> String {
+        let mut parts = self.extra_cmdline.clone();
+        parts.extend(side.cmdline.clone());
+        parts.join(" ")
+    }
+
+    /// The measured phases (each boot yields one run per measured phase).
+    pub fn measured(&self) -> impl Iterator<Item = &Phase> {
+        self.phases
+            .iter()
+            .filter(|p| matches!(p.role, PhaseRole::Measured { .. }))
+    }
+
+    /// Replaces the sides (`--side`); the experiment's own parameter is not added to them.
+    pub fn with_sides(mut self, sides: Vec<Side>) -> Self {
+        self.sides = sides;
+        self
+    }
+
+    /// The plan for a human: sides, each boot's setup and phases with the complete job texts,
+    /// and the deviations from the thread.
+    pub fn render_text(&self, runs: u32) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "{}: {}", self.experiment, self.thread);
+        let _ = writeln!(
+            s,
+            "\nSides ({runs} boot(s) each, alternating: {}):",
+            self.sides
+                .iter()
+                .map(|x| x.label.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        for side in &self.sides {
+            let cmdline = self.cmdline_for(side);
+            let _ = writeln!(
+                s,
+                "  {}: kernel {}, initrd {}, command line + {}",
+                side.label,
+                side.kernel
+                    .as_ref()
+                    .map_or("of the guest image".to_owned(), |k| k.display().to_string()),
+                side.initrd
+                    .as_ref()
+                    .map_or("of the guest image".to_owned(), |k| k.display().to_string()),
+                if cmdline.is_empty() {
+                    "nothing"
+                } else {
+                    &cmdline
+                }
+            );
+        }
+        let _ = writeln!(
+            s,
+            "Guest: NVDIMM {}, at least {} MiB RAM",
+            self.nvdimm_bytes.map_or("none".to_owned(), |b| format!(
+                "{} (label-less)",
+                super::human(b)
+            )),
+            self.min_guest_mem_mib
+        );
+        let _ = writeln!(s, "\nEach boot, in order:");
+        let mut step = 1;
+        if let Some(setup) = &self.setup {
+            let _ = writeln!(
+                s,
+                "\n{step}. setup: sh -e /job/setup.sh  (from {})",
+                setup.template
+            );
+            indent(&mut s, &setup.script);
+            step += 1;
+        }
+        for p in &self.phases {
+            let role = match p.role {
+                PhaseRole::Measured { repetition } => format!("measured, repetition {repetition}"),
+                PhaseRole::Check => "check: a fio error fails the run".to_owned(),
+                PhaseRole::Prepare => "prepare: a fio error fails the run".to_owned(),
+            };
+            let _ = writeln!(
+                s,
+                "\n{step}. {} ({role}; job {}, from {}):\n   {}",
+                p.name,
+                p.job,
+                p.template,
+                p.command()
+            );
+            indent(&mut s, &p.job_file);
+            step += 1;
+        }
+        let _ = writeln!(
+            s,
+            "\nDeviations from the thread ({}):",
+            self.deviations.len()
+        );
+        if self.deviations.is_empty() {
+            let _ = writeln!(s, "  none");
+        }
+        for d in &self.deviations {
+            let _ = writeln!(
+                s,
+                "  - {}: thread {}, here {}: {}",
+                d.what, d.thread, d.here, d.why
+            );
+        }
+        s
+    }
+}
+
+fn indent(s: &mut String, text: &str) {
+    for line in text.lines() {
+        let _ = writeln!(s, "   | {line}");
+    }
+}
