@@ -155,7 +155,9 @@ fn run_wrapper(clone: &Path, bin: &Path, args: &[&str], report: &Path) -> Wrappe
         std::thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
                 let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
-                if line.contains("[bench] boot ") {
+                // "[bench] boot N/M (side S, ...): ..." starts a boot;
+                // "[bench] boot N/M done in ..." ends one.
+                if line.contains("[bench] boot ") && line.contains("(side ") {
                     s.boots.push((line.clone(), report.exists()));
                 }
                 s.lines.push(line);
@@ -314,5 +316,6 @@ fn readme_first_command_on_a_host_without_qemu() {
         run.dump()
     );
     let text = std::fs::read_to_string(report.join("report.txt")).expect("report.txt");
-    assert!(text.contains("runs: 2 of 2 produced figures"), "{text}");
+    // One boot per side, each running the thread's three measured randreads.
+    assert!(text.contains("runs: 6 of 6 produced figures"), "{text}");
 }
