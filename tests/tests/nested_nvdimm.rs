@@ -42,11 +42,12 @@ test -b /dev/pmem0 && echo present > $PMEMVM_OUT/pmem0
 "#;
 
 fn flushes(stderr: &str) -> Option<u64> {
-    // "NVDIMM <file>: <n> flushes" (pmemvm -v).
+    // "NVDIMM <file>: <n> flushes, <m> label calls" (pmemvm -v).
     stderr.lines().find_map(|l| {
-        l.split(": ")
-            .last()?
-            .strip_suffix(" flushes")?
+        let counts = l.split(": ").last()?;
+        counts
+            .split(", ")
+            .find_map(|c| c.strip_suffix(" flushes"))?
             .trim()
             .parse()
             .ok()
