@@ -90,8 +90,12 @@ fn path_without_qemu(dir: &Path, real_qemu: Option<&Path>) -> PathBuf {
         "#!/bin/sh\n\
          # Test stand-in for apt-get (see tests/tests/first_contact.rs).\n\
          echo \"apt-get $*\" >> '{log}'\n\
-         case \" $* \" in *' install '*qemu-system-x86*) {install} ;; esac\n\
-         exit 0\n",
+         case \" $* \" in\n\
+         *' install '*qemu-system-x86*) {install}; exit 0 ;;\n\
+         *' update '*) exit 0 ;;\n\
+         esac\n\
+         # Anything else (e.g. the image build's `apt-get source fio`) is real.\n\
+         exec /usr/bin/apt-get \"$@\"\n",
         log = dir.join("apt.log").display(),
     );
     let apt = bin.join("apt-get");
