@@ -422,15 +422,8 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
                 .as_deref()
                 .is_none_or(crate::boot::looks_like_linux)
             {
-                preflight::engine(
-                    a.engine,
-                    &crate::host::HostKvm::probe(),
-                    preflight::kvm_opens(),
-                    crate::qemu::find_qemu().is_some(),
-                    true,
-                    &mut needs,
-                )
-                .map_err(RunError::from)?;
+                preflight::engine_on_this_host(a.engine, true, &mut needs)
+                    .map_err(RunError::from)?;
             }
             needs.image = a.kernel.is_none();
         }

@@ -116,6 +116,23 @@ pub fn engine(
     Ok(engine)
 }
 
+/// [`engine`] with this host's facts: its KVM, whether /dev/kvm opens, and
+/// whether qemu-system-x86_64 is on PATH.
+pub fn engine_on_this_host(
+    requested: Engine,
+    allow_install: bool,
+    needs: &mut Needs,
+) -> Result<Engine, PreflightError> {
+    engine(
+        requested,
+        &HostKvm::probe(),
+        kvm_opens(),
+        crate::qemu::find_qemu().is_some(),
+        allow_install,
+        needs,
+    )
+}
+
 /// Whether /dev/kvm opens read-write.
 pub fn kvm_opens() -> Result<(), String> {
     std::fs::OpenOptions::new()

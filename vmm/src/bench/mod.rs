@@ -173,14 +173,7 @@ pub fn prepare(
     needs: &mut Needs,
 ) -> Result<Prepared, BenchError> {
     let (experiment, plan) = plan(req)?;
-    let engine = preflight::engine(
-        req.engine,
-        &crate::host::HostKvm::probe(),
-        preflight::kvm_opens(),
-        crate::qemu::find_qemu().is_some(),
-        allow_install,
-        needs,
-    )?;
+    let engine = preflight::engine_on_this_host(req.engine, allow_install, needs)?;
     let memory = req.memory.max(plan.min_guest_mem_mib << 20);
     preflight::memory(memory, preflight::mem_available())?;
     if let Some(bytes) = plan.nvdimm_bytes {
