@@ -205,11 +205,8 @@ pub struct L1Image {
     pub kernel_package: String,
 }
 
-/// The workspace root (the parent of the `tests` crate).
-pub fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
-}
+/// The workspace root (the parent of the `tests` crate): one definition for the harnesses.
+pub use crate::pmemvm::workspace_root;
 
 /// Cache directory of the harness: `$PMEMVM_TEST_CACHE` or `tests/.cache/`.
 pub fn cache_dir() -> PathBuf {
