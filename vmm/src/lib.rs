@@ -35,5 +35,6 @@ pub mod run_loop;
 pub mod signals;
 pub mod stats;
 pub mod threads;
+pub mod transfer;
 pub mod vcpu;
 pub mod vm;

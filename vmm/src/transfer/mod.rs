@@ -1,0 +1,567 @@
+//! `pmemvm run -- CMD`: a command in the guest, with files and trees going in
+//! (`--put HOST[:GUEST]`) and coming back (`--get GUEST` into `--out DIR`).
+//!
+//! Bulk data never crosses the serial port or the initramfs:
+//!
+//! * the `--put` trees are one tar archive on an extra **read-only, label-less
+//!   NVDIMM** placed after the user's `--nvdimm`s, so `/dev/pmem0` stays the first
+//!   `--nvdimm` (Linux numbers regions and their `pmemN` disks in the order of the
+//!   NFIT's SPA ranges; the nested test checks it);
+//! * the `--get` paths come back as one tar archive that the guest writes onto a
+//!   second, **writable** label-less NVDIMM of `--transfer-size` bytes (sparse on
+//!   the host), after the put DIMM.
+//!
+//! Both archives are checked with SHA-256 on both sides: the host sends the put
+//! archive's length and hash in `/job/transfer` and the guest refuses to run the
+//! command on a mismatch; the guest sends the get archive's length and hash as the
+//! `get.manifest` frame and the host refuses a mismatch. The command's stdout and
+//! stderr come back as the frames `cmd.stdout` and `cmd.stderr`; stdout is also
+//! copied to the console, so a run that times out keeps what it printed.
+//!
+//! The guest side is `run_command` in `guest-images/rootfs/init`.
+
+pub mod archive;
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::config::NvdimmSpec;
+use crate::guest_job::GuestReport;
+use crate::layout::NVDIMM_REGION_ALIGN;
+
+/// Path of the command script inside the job archive.
+pub const JOB_COMMAND_PATH: &str = "job/cmd.sh";
+/// Path of the transfer description inside the job archive.
+pub const JOB_TRANSFER_PATH: &str = "job/transfer";
+/// Frame with the command's standard output.
+pub const STDOUT_FRAME: &str = "cmd.stdout";
+/// Frame with the command's standard error.
+pub const STDERR_FRAME: &str = "cmd.stderr";
+/// Frame with `<length> <sha256>` of the get archive.
+pub const GET_MANIFEST_FRAME: &str = "get.manifest";
+/// Frame with one `--get` path a line that the guest did not have.
+pub const GET_MISSING_FRAME: &str = "get.missing";
+/// Frame with `<length>` of a get archive that did not fit the transfer area.
+pub const GET_OVERFLOW_FRAME: &str = "get.overflow";
+/// Frame with why the guest refused the put archive.
+pub const PUT_ERROR_FRAME: &str = "put.error";
+/// Console line after which the command's stdout follows.
+pub const STDOUT_CONSOLE_MARK: &str = "pmemvm-init: command output follows";
+/// Default size of the writable transfer area for `--get`.
+pub const DEFAULT_TRANSFER_SIZE: u64 = 512 << 20;
+/// tar overhead allowed per file or directory when sizing a put tree up front.
+const TAR_ENTRY_OVERHEAD: u64 = 1536;
+
+/// Errors of `--put`, `--get` and the command.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    /// `--` without a command.
+    #[error(
+        "`--` must be followed by the command to run in the guest, e.g. `pmemvm run -- uname -a`"
+    )]
+    NoCommand,
+    /// Neither `--fio` nor a command.
+    #[error("give the job to run: `--fio JOBFILE` or `-- COMMAND [ARGS...]`")]
+    NoJob,
+    /// Both `--fio` and a command.
+    #[error("give either --fio JOBFILE or `-- COMMAND`, not both")]
+    FioAndCommand,
+    /// `--put`/`--get` without a command.
+    #[error("--put and --get work with a command (`-- COMMAND`), not with --fio")]
+    TransferWithFio,
+    /// A `--put` source cannot be read.
+    #[error("--put {path}: cannot read it: {source}")]
+    PutSource {
+        /// Host path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A guest path is not usable.
+    #[error("{option} {text:?}: the guest path must be a file or directory name like \"t\" or \"/data/t\", without \"..\" and not \"/\"")]
+    BadGuestPath {
+        /// `--put` or `--get`.
+        option: &'static str,
+        /// What was given.
+        text: String,
+    },
+    /// Two `--get`s come back under one name.
+    #[error("--get {a} and --get {b} would both be written to {name} in --out; get their common parent instead")]
+    GetNameClash {
+        /// First path.
+        a: String,
+        /// Second path.
+        b: String,
+        /// The shared last name.
+        name: String,
+    },
+    /// `--get` without `--out`.
+    #[error("--get needs --out DIR: the directory the files come back into")]
+    GetWithoutOut,
+    /// `--out` is unusable.
+    #[error("--out {path}: {why}")]
+    BadOut {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// The put trees do not fit the transfer area.
+    #[error("the --put files take about {need} bytes, more than the transfer area of {area} bytes; raise --transfer-size (e.g. --transfer-size {suggest}M)")]
+    PutTooLarge {
+        /// Bytes needed (with tar overhead).
+        need: u64,
+        /// Area.
+        area: u64,
+        /// A size that fits, in MiB.
+        suggest: u64,
+    },
+    /// The guest lacked a `--get` path.
+    #[error("--get {0}: the guest has no such file or directory after the command")]
+    GetMissing(String),
+    /// The get archive did not fit.
+    #[error("the --get files took {need} bytes in the guest, more than the transfer area of {area} bytes; raise --transfer-size")]
+    GetTooLarge {
+        /// Bytes the guest's archive had.
+        need: u64,
+        /// Area.
+        area: u64,
+    },
+    /// The guest refused the put archive.
+    #[error("the guest could not unpack the --put files: {0}")]
+    PutRefused(String),
+    /// The get archive's checksum differs.
+    #[error("the --get archive is damaged: the guest wrote {len} bytes with SHA-256 {guest}, the host read {host}")]
+    GetChecksum {
+        /// Length.
+        len: u64,
+        /// Guest's hash.
+        guest: String,
+        /// Host's hash.
+        host: String,
+    },
+    /// The get archive or its manifest is malformed (hostile or broken guest).
+    #[error("the guest's --get archive is not acceptable: {0}")]
+    BadGetArchive(String),
+    /// Host I/O.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl TransferError {
+    /// True when the user's input (or what the user asked of the guest) is at fault: status 2.
+    pub fn is_usage(&self) -> bool {
+        !matches!(
+            self,
+            Self::GetChecksum { .. } | Self::BadGetArchive(_) | Self::Io { .. }
+        )
+    }
+}
+
+/// Checks a guest path: absolute, or relative to `/job` (the command's cwd).
+fn guest_path(option: &'static str, text: &str) -> Result<String, TransferError> {
+    let bad = || TransferError::BadGuestPath {
+        option,
+        text: text.to_string(),
+    };
+    let trimmed = text.trim_end_matches('/');
+    if trimmed.is_empty() || text.contains('\0') || text.contains('\n') {
+        return Err(bad());
+    }
+    let comps: Vec<&str> = trimmed.trim_start_matches('/').split('/').collect();
+    if comps
+        .iter()
+        .any(|c| c.is_empty() || *c == "." || *c == "..")
+    {
+        return Err(bad());
+    }
+    Ok(if trimmed.starts_with('/') {
+        trimmed.to_string()
+    } else {
+        format!("/job/{trimmed}")
+    })
+}
+
+/// `--put HOST[:GUEST]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PutSpec {
+    /// The host file or directory.
+    pub host: PathBuf,
+    /// Its absolute guest path (default `/job/<last name of HOST>`).
+    pub guest: String,
+}
+
+impl std::str::FromStr for PutSpec {
+    type Err = TransferError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (host, guest) = match s.split_once(':') {
+            Some((h, g)) => (h, Some(g)),
+            None => (s, None),
+        };
+        let host = PathBuf::from(host);
+        let guest = match guest {
+            Some(g) => guest_path("--put", g)?,
+            None => {
+                let name = host
+                    .components()
+                    .filter_map(|c| match c {
+                        Component::Normal(n) => n.to_str(),
+                        _ => None,
+                    })
+                    .next_back()
+                    .ok_or_else(|| TransferError::BadGuestPath {
+                        option: "--put",
+                        text: s.to_string(),
+                    })?;
+                guest_path("--put", name)?
+            }
+        };
+        Ok(PutSpec { host, guest })
+    }
+}
+
+/// `--get GUEST`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GetSpec {
+    /// As the user typed it.
+    pub text: String,
+    /// Absolute guest path.
+    pub guest: String,
+}
+
+impl GetSpec {
+    /// The name it gets in `--out`: the guest path's last component.
+    pub fn out_name(&self) -> &str {
+        self.guest.rsplit('/').next().unwrap_or(&self.guest)
+    }
+}
+
+impl std::str::FromStr for GetSpec {
+    type Err = TransferError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(GetSpec {
+            text: s.to_string(),
+            guest: guest_path("--get", s)?,
+        })
+    }
+}
+
+/// A command run with its transfers, validated on the host.
+#[derive(Debug, Clone)]
+pub struct CommandJob {
+    /// argv.
+    pub argv: Vec<String>,
+    /// `--put`s.
+    pub puts: Vec<PutSpec>,
+    /// `--get`s.
+    pub gets: Vec<GetSpec>,
+    /// `--out`.
+    pub out: Option<PathBuf>,
+    /// Size of the writable transfer area (a multiple of 16 MiB).
+    pub area: u64,
+}
+
+/// Bytes a host tree takes in a tar archive (data rounded to 512 plus headers).
+fn tree_bytes(path: &Path) -> Result<u64, std::io::Error> {
+    let meta = std::fs::symlink_metadata(path)?;
+    let mut total = TAR_ENTRY_OVERHEAD;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            total = total.saturating_add(tree_bytes(&entry?.path())?);
+        }
+    } else if meta.is_file() {
+        total = total.saturating_add(meta.len().next_multiple_of(512));
+    }
+    Ok(total)
+}
+
+impl CommandJob {
+    /// Checks everything that can be checked before the boot; changes nothing.
+    pub fn validate(&self) -> Result<(), TransferError> {
+        if self.argv.is_empty() {
+            return Err(TransferError::NoCommand);
+        }
+        let mut need = 1024u64; // the end-of-archive blocks
+        for put in &self.puts {
+            std::fs::symlink_metadata(&put.host).map_err(|source| TransferError::PutSource {
+                path: put.host.clone(),
+                source,
+            })?;
+            let bytes = tree_bytes(&put.host).map_err(|source| TransferError::PutSource {
+                path: put.host.clone(),
+                source,
+            })?;
+            need = need.saturating_add(bytes);
+        }
+        if !self.puts.is_empty() && need > self.area {
+            return Err(TransferError::PutTooLarge {
+                need,
+                area: self.area,
+                suggest: need.div_ceil(NVDIMM_REGION_ALIGN) * (NVDIMM_REGION_ALIGN >> 20),
+            });
+        }
+        if self.gets.is_empty() {
+            return Ok(());
+        }
+        let out = self.out.as_ref().ok_or(TransferError::GetWithoutOut)?;
+        for (i, a) in self.gets.iter().enumerate() {
+            for b in &self.gets[i + 1..] {
+                if a.out_name() == b.out_name() {
+                    return Err(TransferError::GetNameClash {
+                        a: a.text.clone(),
+                        b: b.text.clone(),
+                        name: a.out_name().to_string(),
+                    });
+                }
+            }
+        }
+        let bad = |why: &str| TransferError::BadOut {
+            path: out.clone(),
+            why: why.to_string(),
+        };
+        if out.exists() && !out.is_dir() {
+            return Err(bad("it exists and is not a directory"));
+        }
+        if !out.exists()
+            && out
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .is_some_and(|p| !p.is_dir())
+        {
+            return Err(bad("its parent directory does not exist"));
+        }
+        for get in &self.gets {
+            let dst = out.join(get.out_name());
+            if std::fs::symlink_metadata(&dst).is_ok() {
+                return Err(TransferError::BadOut {
+                    path: out.clone(),
+                    why: format!(
+                        "{} already exists; pmemvm does not overwrite it (remove it or choose another --out)",
+                        dst.display()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `/job/cmd.sh`: the argv, each word single-quoted for `sh`.
+    pub fn script(&self) -> String {
+        let words: Vec<String> = self
+            .argv
+            .iter()
+            .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
+            .collect();
+        format!("exec {}\n", words.join(" "))
+    }
+}
+
+/// The DIMMs and files a command run adds, laid out in the run's scratch directory.
+#[derive(Debug, Clone)]
+pub struct PreparedTransfer {
+    /// DIMMs to append after the user's.
+    pub dimms: Vec<NvdimmSpec>,
+    /// Job archive files (path, contents, mode).
+    pub files: Vec<(String, Vec<u8>, u32)>,
+    /// The get DIMM's backing file, if any.
+    pub get_file: Option<PathBuf>,
+    /// The put archive, if any.
+    pub put_sum: Option<archive::ArchiveSum>,
+}
+
+/// Writes the put archive and names the transfer DIMMs; `first_index` is the
+/// number of user DIMMs (the guest's `pmemN` of the first transfer DIMM).
+pub fn prepare(
+    job: &CommandJob,
+    scratch: &Path,
+    first_index: usize,
+) -> Result<PreparedTransfer, TransferError> {
+    let mut dimms = Vec::new();
+    let mut desc = String::new();
+    let mut put_sum = None;
+    if !job.puts.is_empty() {
+        let img = scratch.join("put.img");
+        let sum = archive::write_put_archive(&job.puts, &img)?;
+        let size = sum.len.max(1).next_multiple_of(NVDIMM_REGION_ALIGN);
+        let mut spec = NvdimmSpec::temporary(size);
+        spec.file = Some(img.clone());
+        spec.readonly = true;
+        // The backing file holds the region and pmemvm's identity page.
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&img)
+            .and_then(|f| f.set_len(spec.file_len()));
+        f.map_err(|source| TransferError::Io {
+            what: format!("sizing {}", img.display()),
+            source,
+        })?;
+        desc.push_str(&format!(
+            "put {} {} {}\n",
+            first_index + dimms.len(),
+            sum.len,
+            sum.sha256
+        ));
+        dimms.push(spec);
+        put_sum = Some(sum);
+    }
+    let mut get_file = None;
+    if !job.gets.is_empty() {
+        let img = scratch.join("get.img");
+        let mut spec = NvdimmSpec::temporary(job.area);
+        spec.file = Some(img.clone());
+        desc.push_str(&format!("get {} {}\n", first_index + dimms.len(), job.area));
+        for g in &job.gets {
+            desc.push_str(&format!("getpath {}\n", g.guest));
+        }
+        dimms.push(spec);
+        get_file = Some(img);
+    }
+    let mut files = vec![(
+        JOB_COMMAND_PATH.to_string(),
+        job.script().into_bytes(),
+        0o755,
+    )];
+    if !desc.is_empty() {
+        files.push((JOB_TRANSFER_PATH.to_string(), desc.into_bytes(), 0o644));
+    }
+    Ok(PreparedTransfer {
+        dimms,
+        files,
+        get_file,
+        put_sum,
+    })
+}
+
+/// What the command did, for the JSON record.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CommandOutcome {
+    /// argv.
+    pub argv: Vec<String>,
+    /// Its stdout (from the console, and `partial`, when the guest did not finish).
+    pub stdout: String,
+    /// Its stderr.
+    pub stderr: String,
+    /// True when stdout is what the console showed before the run ended early.
+    pub partial: bool,
+    /// Bytes and SHA-256 of the put archive.
+    pub put: Option<ArchiveRecord>,
+    /// Bytes and SHA-256 of the get archive (verified on the host).
+    pub get: Option<ArchiveRecord>,
+    /// Files written below --out (relative paths).
+    pub got_files: Vec<String>,
+    /// Get entries not written (links, devices).
+    pub skipped: Vec<String>,
+}
+
+/// Length and SHA-256 of an archive, for the record.
+#[derive(Debug, Clone, Serialize)]
+pub struct ArchiveRecord {
+    /// Bytes.
+    pub bytes: u64,
+    /// Hex SHA-256.
+    pub sha256: String,
+}
+
+/// Reads the command's output and the get archive from the guest's report.
+/// The outcome is filled as far as it goes; the error says what failed.
+pub fn collect(
+    job: &CommandJob,
+    prepared: &PreparedTransfer,
+    report: &GuestReport,
+    console: &str,
+    outcome: &mut CommandOutcome,
+) -> Result<(), TransferError> {
+    let text = |name: &str| {
+        report
+            .files
+            .get(name)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    };
+    outcome.argv = job.argv.clone();
+    outcome.put = prepared.put_sum.as_ref().map(|s| ArchiveRecord {
+        bytes: s.len,
+        sha256: s.sha256.clone(),
+    });
+    match text(STDOUT_FRAME) {
+        Some(s) => outcome.stdout = s,
+        None => {
+            outcome.partial = true;
+            outcome.stdout = console
+                .split_once(STDOUT_CONSOLE_MARK)
+                .map(|(_, rest)| rest.trim_start_matches(['\r', '\n']).replace("\r\n", "\n"))
+                .unwrap_or_default();
+        }
+    }
+    outcome.stderr = text(STDERR_FRAME).unwrap_or_default();
+    if let Some(why) = text(PUT_ERROR_FRAME) {
+        return Err(TransferError::PutRefused(why.trim().to_string()));
+    }
+    if let Some(missing) = text(GET_MISSING_FRAME) {
+        let first = missing.lines().next().unwrap_or_default().to_string();
+        let shown = job
+            .gets
+            .iter()
+            .find(|g| g.guest == first)
+            .map(|g| g.text.clone())
+            .unwrap_or(first);
+        return Err(TransferError::GetMissing(shown));
+    }
+    if let Some(need) = text(GET_OVERFLOW_FRAME) {
+        return Err(TransferError::GetTooLarge {
+            need: need.trim().parse().unwrap_or(0),
+            area: job.area,
+        });
+    }
+    let (Some(get_file), Some(out)) = (&prepared.get_file, &job.out) else {
+        return Ok(());
+    };
+    let Some(manifest) = text(GET_MANIFEST_FRAME) else {
+        // The guest never got to the get step (it failed or timed out earlier).
+        return Ok(());
+    };
+    let mut fields = manifest.split_whitespace();
+    let (Some(len), Some(sha), None) = (fields.next(), fields.next(), fields.next()) else {
+        return Err(TransferError::BadGetArchive(format!(
+            "malformed manifest {manifest:?}"
+        )));
+    };
+    let len: u64 = len.parse().ok().filter(|&l| l <= job.area).ok_or_else(|| {
+        TransferError::BadGetArchive(format!("length {len:?} is not within the transfer area"))
+    })?;
+    let bytes = archive::read_prefix(get_file, len)?;
+    let host_sha = archive::sha256_hex(&bytes);
+    if bytes.len() as u64 != len || host_sha != sha.to_ascii_lowercase() {
+        return Err(TransferError::GetChecksum {
+            len,
+            guest: sha.to_string(),
+            host: host_sha,
+        });
+    }
+    outcome.get = Some(ArchiveRecord {
+        bytes: len,
+        sha256: host_sha,
+    });
+    let plan = archive::plan_get_archive(&bytes, &job.gets)?;
+    archive::extract_get_archive(&bytes, &plan, out)?;
+    outcome.got_files = plan
+        .entries
+        .iter()
+        .filter(|e| matches!(e.kind, archive::PlannedKind::File { .. }))
+        .map(|e| e.rel.display().to_string())
+        .collect();
+    outcome.skipped = plan.skipped;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

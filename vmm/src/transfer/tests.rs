@@ -1,0 +1,150 @@
+use super::*;
+
+fn job(argv: &[&str]) -> CommandJob {
+    CommandJob {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        puts: Vec::new(),
+        gets: Vec::new(),
+        out: None,
+        area: 64 << 20,
+    }
+}
+
+#[test]
+fn put_and_get_paths_default_to_the_job_directory() {
+    let p: PutSpec = "./t".parse().expect("put");
+    assert_eq!((p.host, p.guest.as_str()), (PathBuf::from("./t"), "/job/t"));
+    let p: PutSpec = "/tmp/x/:/data/x".parse().expect("put");
+    assert_eq!(p.guest, "/data/x");
+    let g: GetSpec = "results/".parse().expect("get");
+    assert_eq!(
+        (g.guest.as_str(), g.out_name()),
+        ("/job/results", "results")
+    );
+    for bad in ["a:..", "a:/", "a:/x/../y", "a:"] {
+        assert!(bad.parse::<PutSpec>().is_err(), "{bad}");
+    }
+    for bad in ["/", "..", "a/../b", ""] {
+        let e = bad.parse::<GetSpec>().expect_err(bad);
+        assert!(e.to_string().contains("--get"), "{e}");
+    }
+}
+
+#[test]
+fn the_command_script_quotes_every_word() {
+    let j = job(&["sh", "-c", "echo 'it''s' $HOME; exit 3"]);
+    assert_eq!(
+        j.script(),
+        "exec 'sh' '-c' 'echo '\\''it'\\'''\\''s'\\'' $HOME; exit 3'\n"
+    );
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(job(&["printf", "%s|", "a b", "it's", "$x"]).script())
+        .output()
+        .expect("sh");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a b|it's|$x|");
+}
+
+#[test]
+fn validation_names_the_bad_input_and_changes_nothing() {
+    assert!(matches!(job(&[]).validate(), Err(TransferError::NoCommand)));
+    let mut j = job(&["true"]);
+    j.puts = vec!["/nonexistent/pmemvm-put:/x".parse().expect("put")];
+    let e = j.validate().expect_err("missing source");
+    assert!(
+        e.to_string()
+            .starts_with("--put /nonexistent/pmemvm-put: cannot read it"),
+        "{e}"
+    );
+    let d = std::env::temp_dir().join(format!("pmemvm-transfer-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("mkdir");
+    std::fs::write(d.join("big"), vec![1u8; 3 << 20]).expect("write");
+    let mut j = job(&["true"]);
+    j.area = 2 << 20;
+    j.puts = vec![format!("{}:/x", d.display()).parse().expect("put")];
+    let e = j.validate().expect_err("too large");
+    assert!(e.to_string().contains("--transfer-size 16M"), "{e}");
+    let mut j = job(&["true"]);
+    j.gets = vec!["/a/r".parse().expect("get"), "/b/r".parse().expect("get")];
+    j.out = Some(d.clone());
+    assert!(matches!(
+        j.validate(),
+        Err(TransferError::GetNameClash { .. })
+    ));
+    j.gets = vec!["/a/big".parse().expect("get")];
+    let e = j.validate().expect_err("exists");
+    assert!(e.to_string().contains("does not overwrite"), "{e}");
+    j.out = None;
+    assert!(matches!(j.validate(), Err(TransferError::GetWithoutOut)));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_put_tree_round_trips_through_the_archive() {
+    let d = std::env::temp_dir().join(format!("pmemvm-put-test-{}", std::process::id()));
+    std::fs::create_dir_all(d.join("t/sub")).expect("mkdir");
+    std::fs::write(d.join("t/sub/f"), b"data").expect("write");
+    let mut j = job(&["true"]);
+    j.puts = vec![format!("{}", d.join("t").display()).parse().expect("put")];
+    j.gets = vec!["t".parse().expect("get")];
+    j.out = Some(d.join("out"));
+    j.validate().expect("valid");
+    let prepared = prepare(&j, &d, 1).expect("prepare");
+    let desc = String::from_utf8_lossy(&prepared.files[1].1).into_owned();
+    let sum = prepared.put_sum.clone().expect("sum");
+    assert!(
+        desc.starts_with(&format!(
+            "put 1 {} {}\nget 2 {}\ngetpath /job/t\n",
+            sum.len,
+            sum.sha256,
+            64 << 20
+        )),
+        "{desc}"
+    );
+    assert_eq!(prepared.dimms.len(), 2);
+    assert!(prepared.dimms[0].readonly && prepared.dimms[0].label_size == 0);
+    // Pretend the guest sent the put archive straight back as its get archive.
+    let bytes = archive::read_prefix(&d.join("put.img"), sum.len).expect("read");
+    std::fs::write(d.join("get.img"), &bytes).expect("write get");
+    let mut report = GuestReport::default();
+    report.files.insert(
+        GET_MANIFEST_FRAME.into(),
+        format!("{} {}\n", sum.len, sum.sha256).into_bytes(),
+    );
+    report
+        .files
+        .insert(STDOUT_FRAME.into(), b"hello\n".to_vec());
+    let mut outcome = CommandOutcome::default();
+    collect(&j, &prepared, &report, "", &mut outcome).expect("collect");
+    assert_eq!(std::fs::read(d.join("out/t/sub/f")).expect("got"), b"data");
+    assert_eq!(
+        (outcome.stdout.as_str(), outcome.partial),
+        ("hello\n", false)
+    );
+    // A damaged archive is refused.
+    report.files.insert(
+        GET_MANIFEST_FRAME.into(),
+        format!("{} {}\n", sum.len, "0".repeat(64)).into_bytes(),
+    );
+    let e = collect(&j, &prepared, &report, "", &mut outcome).expect_err("checksum");
+    assert!(matches!(e, TransferError::GetChecksum { .. }), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_timed_out_run_keeps_the_stdout_the_console_showed() {
+    let j = job(&["sh", "-c", "echo a; sleep 100"]);
+    let prepared = prepare(&j, &std::env::temp_dir(), 0).expect("prepare");
+    let console = format!("boot noise\r\n{STDOUT_CONSOLE_MARK}\r\nstep 1\r\nstep 2\r\n");
+    let mut outcome = CommandOutcome::default();
+    collect(
+        &j,
+        &prepared,
+        &GuestReport::default(),
+        &console,
+        &mut outcome,
+    )
+    .expect("collect");
+    assert!(outcome.partial);
+    assert_eq!(outcome.stdout, "step 1\nstep 2\n");
+}
