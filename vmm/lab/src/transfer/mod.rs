@@ -26,9 +26,9 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::config::NvdimmSpec;
+use vmm::config::NvdimmSpec;
 use crate::guest_job::GuestReport;
-use crate::layout::NVDIMM_REGION_ALIGN;
+use vmm::layout::NVDIMM_REGION_ALIGN;
 
 /// Path of the command script inside the job archive.
 pub const JOB_COMMAND_PATH: &str = "job/cmd.sh";
