@@ -214,9 +214,29 @@ impl From<EngineArg> for Engine {
 /// `pmemvm run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The fio job file to run in the guest.
+    /// The fio job file to run in the guest (or give a command after `--`).
     #[arg(long, value_name = "JOBFILE")]
-    pub fio: PathBuf,
+    pub fio: Option<PathBuf>,
+    /// A host file or directory tree to put into the guest before the
+    /// command, at GUEST (default: /job/NAME; the command runs in /job);
+    /// served from a read-only NVDIMM after the --nvdimm ones. Repeatable.
+    #[arg(long, value_name = "HOST[:GUEST]", value_parser = parse_put)]
+    pub put: Vec<lab::transfer::PutSpec>,
+    /// A guest file or directory (relative to /job, or absolute) to copy
+    /// back into --out DIR after the command, SHA-256 checked. Repeatable.
+    #[arg(long, value_name = "GUEST", value_parser = parse_get)]
+    pub get: Vec<lab::transfer::GetSpec>,
+    /// Where --get files come back (created; existing entries of the same
+    /// name are never overwritten).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Size of the transfer area for --put and for --get (a multiple of 16M).
+    #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = parse_transfer_size)]
+    pub transfer_size: u64,
+    /// The command to run in the guest instead of fio: `-- CMD [ARGS...]`;
+    /// its exit status becomes pmemvm's.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
     /// Shell commands run in the guest before fio (cwd /job; `@FILE` reads them from FILE).
     #[arg(long, value_name = "CMDS")]
     pub setup: Option<String>,
@@ -251,6 +271,27 @@ pub struct RunArgs {
     /// The machine.
     #[command(flatten)]
     pub machine: MachineArgs,
+}
+
+fn parse_put(s: &str) -> Result<lab::transfer::PutSpec, String> {
+    s.parse()
+        .map_err(|e: lab::transfer::TransferError| e.to_string())
+}
+
+fn parse_get(s: &str) -> Result<lab::transfer::GetSpec, String> {
+    s.parse()
+        .map_err(|e: lab::transfer::TransferError| e.to_string())
+}
+
+fn parse_transfer_size(s: &str) -> Result<u64, String> {
+    let align = vmm::layout::NVDIMM_REGION_ALIGN;
+    match vmm::config::parse_size(s) {
+        Ok(n) if n > 0 && n % align == 0 => Ok(n),
+        Ok(_) => Err(format!(
+            "--transfer-size '{s}' is not valid: use a multiple of 16M above 0, e.g. 512M"
+        )),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn parse_count(s: &str) -> Result<u32, String> {

@@ -223,7 +223,32 @@ fn open_output(path: &std::path::Path) -> Result<std::fs::File, CommandError> {
 /// The job spec of `pmemvm run`, its inputs read and its outputs and
 /// prerequisites checked; creates nothing.
 fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
-    let fio_job = read_input(&args.fio, "fio job file")?;
+    use lab::transfer::{CommandJob, TransferError};
+    let command = match (&args.fio, args.command.is_empty()) {
+        (Some(_), false) => return Err(RunError::from(TransferError::FioAndCommand).into()),
+        (None, true) => return Err(RunError::from(TransferError::NoCommand).into()),
+        (Some(_), true) if !args.put.is_empty() || !args.get.is_empty() => {
+            return Err(RunError::from(TransferError::TransferWithFio).into())
+        }
+        (Some(_), true) => None,
+        (None, false) => {
+            let job = CommandJob {
+                argv: args.command.clone(),
+                puts: args.put.clone(),
+                gets: args.get.clone(),
+                out: args.out.clone(),
+                area: args.transfer_size,
+            };
+            job.validate().map_err(RunError::from)?;
+            Some(job)
+        }
+    };
+    let fio_job = match &args.fio {
+        Some(f) => read_input(f, "fio job file")?,
+        // An image whose init does not know /job/cmd.sh runs this, which fails at once.
+        None => lab::guest_job::PHASES_FALLBACK_JOB
+            .replace("has phases (/job/phases)", "is a command (/job/cmd.sh)"),
+    };
     let setup = match &args.setup {
         Some(s) => match s.strip_prefix('@') {
             Some(file) => Some(read_input(std::path::Path::new(file), "setup file")?),
@@ -253,6 +278,7 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
             args: args.fio_args.clone(),
             ..lab::guest_job::GuestJob::default()
         },
+        command,
         stream_console: args.console.console,
         console_log: args.console.console_log.clone(),
         timeout: std::time::Duration::from_secs(args.timeout),
@@ -273,6 +299,27 @@ pub fn run(args: &RunArgs) -> Result<u8, CommandError> {
                 path: path.clone(),
                 source,
             })?;
+    }
+    if let Some(c) = &result.command {
+        use std::io::Write;
+        let _ = std::io::stdout().write_all(c.stdout.as_bytes());
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().write_all(c.stderr.as_bytes());
+        if c.partial && !c.stdout.is_empty() {
+            eprintln!("pmemvm: the command's output above is what the console showed before the run ended");
+        }
+        if !c.got_files.is_empty() {
+            if let Some(out) = &args.out {
+                eprintln!(
+                    "pmemvm: {} file(s) from --get in {}",
+                    c.got_files.len(),
+                    out.display()
+                );
+            }
+        }
+        for s in &c.skipped {
+            eprintln!("pmemvm: --get skipped {s}");
+        }
     }
     print_summary(&result);
     if let Some(e) = &result.error {
@@ -300,7 +347,8 @@ fn print_summary(result: &run::RunResult) {
     } else {
         ""
     };
-    println!(
+    // With a command, stdout is the command's alone (like `docker run`).
+    let line = format!(
         "engine {} ({}){label}; status {}; {:.1} s",
         serde_json::to_string(&result.engine)
             .unwrap_or_default()
@@ -309,6 +357,11 @@ fn print_summary(result: &run::RunResult) {
         result.status,
         result.wall_seconds
     );
+    if result.command.is_some() {
+        eprintln!("pmemvm: {line}");
+    } else {
+        println!("{line}");
+    }
     let Some(fio) = &result.fio else { return };
     let Ok(bytes) = serde_json::to_vec(fio) else {
         return;

@@ -46,6 +46,9 @@ pub enum RunError {
     /// A prerequisite of the engine or the host is not met.
     #[error(transparent)]
     Preflight(#[from] PreflightError),
+    /// `--put`, `--get` or the command.
+    #[error(transparent)]
+    Transfer(#[from] crate::transfer::TransferError),
     /// Host I/O.
     #[error("{what}: {source}")]
     Io {
@@ -63,6 +66,7 @@ impl RunError {
         match self {
             Self::Vm(e) => e.is_usage(),
             Self::Input { .. } | Self::Preflight(_) | Self::NoImage(_) => true,
+            Self::Transfer(e) => e.is_usage(),
             Self::Job(_) | Self::Io { .. } => false,
         }
     }
@@ -125,6 +129,8 @@ pub struct RunSpec {
     pub nvdimms: Vec<NvdimmSpec>,
     /// The job.
     pub job: GuestJob,
+    /// A command (`run -- CMD`) instead of fio, with its transfers.
+    pub command: Option<crate::transfer::CommandJob>,
     /// Stream the console to stdout.
     pub stream_console: bool,
     /// Keep the whole console in this file.
@@ -232,6 +238,8 @@ pub struct RunResult {
     pub wall_seconds: f64,
     /// fio's JSON output.
     pub fio: Option<serde_json::Value>,
+    /// The command of `run -- CMD`: its output and transfers.
+    pub command: Option<crate::transfer::CommandOutcome>,
     /// Other files the guest sent (setup.log, fio.stderr), as text.
     pub guest_files: std::collections::BTreeMap<String, String>,
     /// The last lines of the console.
@@ -307,8 +315,19 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         spec.cmdline.as_deref().unwrap_or(JOB_CMDLINE),
         &spec.extra_cmdline,
     );
-    let archive = spec.job.archive()?;
     let scratch = Scratch::new()?;
+    let mut job = spec.job.clone();
+    let mut nvdimms = spec.nvdimms.clone();
+    let transfer = match &spec.command {
+        Some(c) => {
+            let t = crate::transfer::prepare(c, &scratch.0, nvdimms.len())?;
+            job.extra_files.extend(t.files.iter().cloned());
+            nvdimms.extend(t.dimms.iter().cloned());
+            Some((c, t))
+        }
+        None => None,
+    };
+    let archive = job.archive()?;
     let console = scratch.0.join("console.log");
     let channel = scratch.0.join("channel.bin");
     let host = describe_host();
@@ -345,6 +364,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         nvdimm_stats: Vec::new(),
         wall_seconds: 0.0,
         fio: None,
+        command: None,
         guest_files: Default::default(),
         console_tail: String::new(),
     };
@@ -360,7 +380,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
                 cmdline,
                 cpus: spec.cpus,
                 memory: spec.memory,
-                nvdimms: spec.nvdimms.clone(),
+                nvdimms: nvdimms.clone(),
                 // The scratch copy is kept either way: its tail explains failures.
                 console: ConsoleMode::from_choice(spec.stream_console, Some(console.clone())),
                 channel: Some(channel.clone()),
@@ -401,14 +421,13 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
                 })?,
                 None => Vec::new(),
             };
-            data = guest_job::append_to_initrd(&data, &spec.job.archive()?);
+            data = guest_job::append_to_initrd(&data, &archive);
             std::fs::write(&initrd_file, &data).map_err(|source| RunError::Io {
                 what: "writing the job initrd".into(),
                 source,
             })?;
             // QEMU needs named backing files: temporary ones live in the scratch dir.
-            let dimms: Vec<(&NvdimmSpec, PathBuf)> = spec
-                .nvdimms
+            let dimms: Vec<(&NvdimmSpec, PathBuf)> = nvdimms
                 .iter()
                 .enumerate()
                 .map(|(i, n)| {
@@ -502,6 +521,17 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
                 .insert(name.clone(), String::from_utf8_lossy(bytes).into_owned());
         }
     }
+    let mut transfer_status = None;
+    if let Some((c, t)) = &transfer {
+        let mut outcome = crate::transfer::CommandOutcome::default();
+        if let Err(e) = crate::transfer::collect(c, t, &report, &console_text, &mut outcome) {
+            if e.is_usage() {
+                transfer_status = Some(exit_status::USAGE);
+            }
+            result.error.get_or_insert(e.to_string());
+        }
+        result.command = Some(outcome);
+    }
     result.status = match (report.status, vm_status) {
         (Some(s), _) => s,
         (None, Some(s)) if result.error.is_some() => s.max(exit_status::RUNTIME_ERROR),
@@ -512,7 +542,11 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
             exit_status::RUNTIME_ERROR
         }
     };
-    if result.status != 0 && result.error.is_none() {
+    if let Some(s) = transfer_status {
+        result.status = s;
+    }
+    // A command's own non-zero status is its result, passed through, not a failure of pmemvm.
+    if result.status != 0 && result.error.is_none() && transfer.is_none() {
         let detail = result
             .guest_files
             .get("fio.stderr")

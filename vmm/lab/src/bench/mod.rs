@@ -303,6 +303,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 started.elapsed().as_secs_f64()
             ));
             let spec = RunSpec {
+                command: None,
                 engine,
                 kernel: kernel.clone(),
                 initrd: initrd.clone(),

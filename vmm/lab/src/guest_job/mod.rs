@@ -194,6 +194,9 @@ pub struct GuestJob {
     pub args: Option<String>,
     /// The phases, in order.
     pub phases: Vec<GuestPhase>,
+    /// More files for the archive (path, contents, mode), e.g. `job/cmd.sh`
+    /// of `pmemvm run -- CMD` (see [`crate::transfer`]).
+    pub extra_files: Vec<(String, Vec<u8>, u32)>,
 }
 
 impl GuestJob {
@@ -235,6 +238,9 @@ impl GuestJob {
             // An older image's init knows only /job/job.fio: it runs this one, which fails at
             // once, instead of starting a shell that waits for the time-out.
             owned.push((JOB_FIO_PATH.into(), PHASES_FALLBACK_JOB.as_bytes(), 0o644));
+        }
+        for (path, data, mode) in &self.extra_files {
+            owned.push((path.clone(), data.as_slice(), *mode));
         }
         let files: Vec<(&str, &[u8], u32)> =
             owned.iter().map(|(p, d, m)| (p.as_str(), *d, *m)).collect();

@@ -44,8 +44,14 @@ pub struct ArchiveSum {
     pub sha256: String,
 }
 
-/// Writes the `--put` archive to `out`; returns its length and SHA-256.
-pub fn write_put_archive(puts: &[PutSpec], out: &Path) -> Result<ArchiveSum, TransferError> {
+/// Writes the `--put` archive to `out`; returns its length and SHA-256. Its
+/// first entry is the empty file `marker`, so the guest finds the DIMM by the
+/// name in the first header.
+pub fn write_put_archive(
+    puts: &[PutSpec],
+    marker: &str,
+    out: &Path,
+) -> Result<ArchiveSum, TransferError> {
     let io = |what: String| move |source| TransferError::Io { what, source };
     let file = std::fs::File::create(out).map_err(io(format!("creating {}", out.display())))?;
     let hashing = Hashing {
@@ -56,6 +62,13 @@ pub fn write_put_archive(puts: &[PutSpec], out: &Path) -> Result<ArchiveSum, Tra
     let mut builder = tar::Builder::new(hashing);
     builder.follow_symlinks(false);
     builder.mode(tar::HeaderMode::Deterministic);
+    let mut header = tar::Header::new_gnu();
+    header.set_size(0);
+    header.set_mode(0o644);
+    header.set_entry_type(tar::EntryType::Regular);
+    builder
+        .append_data(&mut header, marker, std::io::empty())
+        .map_err(io("starting the --put archive".into()))?;
     for put in puts {
         let name = put.guest.trim_start_matches('/');
         let meta =
@@ -215,7 +228,7 @@ pub fn extract_get_archive(bytes: &[u8], plan: &GetPlan, out: &Path) -> Result<(
                     )))
                 }
                 Err(_) => {
-                    std::fs::create_dir(&cur).map_err(io(format!("creating {}", cur.display())))?
+                    std::fs::create_dir(&cur).map_err(io(format!("creating {}", cur.display())))?;
                 }
             }
         }
@@ -229,7 +242,7 @@ pub fn extract_get_archive(bytes: &[u8], plan: &GetPlan, out: &Path) -> Result<(
                     )))
                 }
                 Err(_) => {
-                    std::fs::create_dir(&dst).map_err(io(format!("creating {}", dst.display())))?
+                    std::fs::create_dir(&dst).map_err(io(format!("creating {}", dst.display())))?;
                 }
             },
             PlannedKind::File {

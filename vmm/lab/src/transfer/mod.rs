@@ -26,8 +26,8 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
-use vmm::config::NvdimmSpec;
 use crate::guest_job::GuestReport;
+use vmm::config::NvdimmSpec;
 use vmm::layout::NVDIMM_REGION_ALIGN;
 
 /// Path of the command script inside the job archive.
@@ -389,9 +389,10 @@ pub fn prepare(
     let mut dimms = Vec::new();
     let mut desc = String::new();
     let mut put_sum = None;
+    let tag = nonce();
     if !job.puts.is_empty() {
         let img = scratch.join("put.img");
-        let sum = archive::write_put_archive(&job.puts, &img)?;
+        let sum = archive::write_put_archive(&job.puts, &put_marker(&tag), &img)?;
         let size = sum.len.max(1).next_multiple_of(NVDIMM_REGION_ALIGN);
         let mut spec = NvdimmSpec::temporary(size);
         spec.file = Some(img.clone());
@@ -406,8 +407,9 @@ pub fn prepare(
             source,
         })?;
         desc.push_str(&format!(
-            "put {} {} {}\n",
+            "put {} {} {} {}\n",
             first_index + dimms.len(),
+            put_marker(&tag),
             sum.len,
             sum.sha256
         ));
@@ -419,7 +421,21 @@ pub fn prepare(
         let img = scratch.join("get.img");
         let mut spec = NvdimmSpec::temporary(job.area);
         spec.file = Some(img.clone());
-        desc.push_str(&format!("get {} {}\n", first_index + dimms.len(), job.area));
+        // Sparse but for the marker the guest finds the area by.
+        let marker = get_marker(&tag);
+        let f = std::fs::File::create(&img)
+            .and_then(|f| f.set_len(spec.file_len()).map(|()| f))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, marker.as_bytes()));
+        f.map_err(|source| TransferError::Io {
+            what: format!("creating {}", img.display()),
+            source,
+        })?;
+        desc.push_str(&format!(
+            "get {} {} {}\n",
+            first_index + dimms.len(),
+            marker.trim_end(),
+            job.area
+        ));
         for g in &job.gets {
             desc.push_str(&format!("getpath {}\n", g.guest));
         }
@@ -440,6 +456,34 @@ pub fn prepare(
         get_file,
         put_sum,
     })
+}
+
+/// A tag unique to this run: the transfer DIMMs are found by it, not by their
+/// `pmemN` number (QEMU's NFIT lists DIMMs in an order of its own).
+fn nonce() -> String {
+    use sha2::Digest;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let seed = format!(
+        "{} {} {}",
+        std::process::id(),
+        now.as_nanos(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    format!("{:x}", sha2::Sha256::digest(seed.as_bytes()))[..24].to_string()
+}
+
+/// Name of the put archive's first entry.
+fn put_marker(tag: &str) -> String {
+    format!(".pmemvm-put-{tag}")
+}
+
+/// First line of the get area before the guest writes it.
+fn get_marker(tag: &str) -> String {
+    format!("pmemvm-get-{tag}\n")
 }
 
 /// What the command did, for the JSON record.

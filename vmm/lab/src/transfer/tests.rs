@@ -92,20 +92,27 @@ fn a_put_tree_round_trips_through_the_archive() {
     let prepared = prepare(&j, &d, 1).expect("prepare");
     let desc = String::from_utf8_lossy(&prepared.files[1].1).into_owned();
     let sum = prepared.put_sum.clone().expect("sum");
-    assert!(
-        desc.starts_with(&format!(
-            "put 1 {} {}\nget 2 {}\ngetpath /job/t\n",
-            sum.len,
-            sum.sha256,
-            64 << 20
-        )),
-        "{desc}"
+    let words: Vec<Vec<&str>> = desc.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(words.len(), 3, "{desc}");
+    assert_eq!((words[0][0], words[0][1]), ("put", "1"));
+    assert!(words[0][2].starts_with(".pmemvm-put-"), "{desc}");
+    assert_eq!(
+        words[0][3..],
+        [sum.len.to_string().as_str(), sum.sha256.as_str()]
     );
+    assert_eq!(
+        (words[1][0], words[1][1], words[1][3]),
+        ("get", "2", "67108864")
+    );
+    assert!(words[1][2].starts_with("pmemvm-get-"), "{desc}");
+    assert_eq!(words[2], ["getpath", "/job/t"]);
+    let get_head = std::fs::read(d.join("get.img")).expect("get.img");
+    assert!(get_head.starts_with(words[1][2].as_bytes()));
     assert_eq!(prepared.dimms.len(), 2);
     assert!(prepared.dimms[0].readonly && prepared.dimms[0].label_size == 0);
-    // Pretend the guest sent the put archive straight back as its get archive.
-    let bytes = archive::read_prefix(&d.join("put.img"), sum.len).expect("read");
-    std::fs::write(d.join("get.img"), &bytes).expect("write get");
+    // Pretend the guest sent the tree straight back as its get archive.
+    let sum = archive::write_put_archive(&j.puts, "job/t/marker", &d.join("get.img"))
+        .expect("get archive");
     let mut report = GuestReport::default();
     report.files.insert(
         GET_MANIFEST_FRAME.into(),
