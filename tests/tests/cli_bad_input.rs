@@ -368,6 +368,39 @@ fn cases() -> Vec<Case> {
             &["acpi", "--out", "{D}/o", "--nvdimm", "100000T"],
             "NVDIMMs do not fit",
         ),
+        // run -- CMD with --put/--get: all refused before the guest boots
+        case(&["run", "--"], "`--` must be followed by the command"),
+        case(&["run", "--put", "{D}/missing", "--", "true"], "--put {D}/missing"),
+        case(&["run", "--put", "{D}/empty:..", "--", "true"], "\"..\""),
+        case(&["run", "--get", "x", "--", "true"], "--get needs --out"),
+        case(&["run", "--get", "../x", "--out", "{D}/o", "--", "true"], "\"../x\""),
+        case(&["run", "--get", "/", "--out", "{D}/o", "--", "true"], "\"/\""),
+        case(
+            &["run", "--get", "x", "--out", "{D}/adir/a/b", "--", "true"],
+            "{D}/adir/a/b",
+        ),
+        case(
+            &["run", "--get", "x", "--out", "{D}/empty", "--", "true"],
+            "not a directory",
+        ),
+        case(
+            &["run", "--get", "/a/r", "--get", "/b/r", "--out", "{D}/o", "--", "true"],
+            "--get /a/r and --get /b/r",
+        ),
+        case(
+            &["run", "--get", "out.json", "--out", "{D}", "--", "true"],
+            "does not overwrite",
+        ),
+        case(
+            &["run", "--transfer-size", "16M", "--put", "{D}/big.initrd", "--", "true"],
+            "raise --transfer-size",
+        ),
+        case(&["run", "--transfer-size", "10M", "--", "true"], "'10M'"),
+        case(&["run", "--fio", "{D}/job.fio", "--", "true"], "not both"),
+        case(
+            &["run", "--fio", "{D}/job.fio", "--put", "{D}/empty"],
+            "--put and --get work with a command",
+        ),
     ]
 }
 

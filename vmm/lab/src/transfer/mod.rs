@@ -57,13 +57,8 @@ const TAR_ENTRY_OVERHEAD: u64 = 1536;
 #[derive(Debug, thiserror::Error)]
 pub enum TransferError {
     /// `--` without a command.
-    #[error(
-        "`--` must be followed by the command to run in the guest, e.g. `pmemvm run -- uname -a`"
-    )]
+    #[error("`--` must be followed by the command to run in the guest (e.g. `pmemvm run -- uname -a`), or give --fio JOBFILE")]
     NoCommand,
-    /// Neither `--fio` nor a command.
-    #[error("give the job to run: `--fio JOBFILE` or `-- COMMAND [ARGS...]`")]
-    NoJob,
     /// Both `--fio` and a command.
     #[error("give either --fio JOBFILE or `-- COMMAND`, not both")]
     FioAndCommand,
