@@ -11,4 +11,5 @@
 pub mod config;
 pub mod dsm;
 pub mod flush_hint;
+pub mod get_archive;
 pub mod pio_bus;
