@@ -233,6 +233,14 @@ pub struct RunArgs {
     /// Size of the transfer area for --put and for --get (a multiple of 16M).
     #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = parse_transfer_size)]
     pub transfer_size: u64,
+    /// Run the command in this root file system instead of the guest image's
+    /// busybox: `debian` (built from Debian bookworm packages on first use,
+    /// cached by the package list) or an ext4 image (a multiple of 16M).
+    #[arg(long, value_name = "debian|IMAGE")]
+    pub rootfs: Option<String>,
+    /// Packages of `--rootfs debian`, comma-separated (default python3,stress-ng).
+    #[arg(long, value_name = "LIST")]
+    pub packages: Option<String>,
     /// The command to run in the guest instead of fio: `-- CMD [ARGS...]`;
     /// its exit status becomes pmemvm's.
     #[arg(last = true, value_name = "CMD")]

@@ -232,7 +232,30 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
         }
         (Some(_), true) => None,
         (None, false) => {
+            let rootfs = match &args.rootfs {
+                Some(r) => {
+                    // Checked before the build, which may take minutes.
+                    if let Some(p) = &args.packages {
+                        lab::rootfs::check_packages(p)
+                            .map_err(TransferError::from)
+                            .map_err(RunError::from)?;
+                    }
+                    job_precheck(args)?;
+                    let image = lab::rootfs::resolve(r, args.packages.as_deref())
+                        .map_err(TransferError::from)
+                        .map_err(RunError::from)?;
+                    Some(image)
+                }
+                None if args.packages.is_some() => {
+                    return Err(RunError::from(TransferError::from(
+                        lab::rootfs::RootfsError::PackagesWithoutDebian,
+                    ))
+                    .into())
+                }
+                None => None,
+            };
             let job = CommandJob {
+                rootfs,
                 argv: args.command.clone(),
                 puts: args.put.clone(),
                 gets: args.get.clone(),
@@ -285,6 +308,22 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
     };
     run::check_inputs(&spec)?;
     Ok(spec)
+}
+
+/// The transfer checks of a command run without its root file system, so bad
+/// input is refused before a root file system is built.
+fn job_precheck(args: &RunArgs) -> Result<(), CommandError> {
+    lab::transfer::CommandJob {
+        argv: args.command.clone(),
+        puts: args.put.clone(),
+        gets: args.get.clone(),
+        out: args.out.clone(),
+        area: args.transfer_size,
+        rootfs: None,
+    }
+    .validate()
+    .map_err(RunError::from)?;
+    Ok(())
 }
 
 /// `pmemvm run`: returns the job's status.

@@ -30,6 +30,7 @@ pub mod kconfig;
 pub mod preflight;
 pub mod qemu;
 pub mod report;
+pub mod rootfs;
 pub mod run;
 pub mod threads;
 pub mod transfer;

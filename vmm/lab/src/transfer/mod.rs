@@ -140,6 +140,9 @@ pub enum TransferError {
     /// The get archive or its manifest is malformed (hostile or broken guest).
     #[error("the guest's --get archive is not acceptable: {0}")]
     BadGetArchive(String),
+    /// `--rootfs` or `--packages`.
+    #[error(transparent)]
+    Rootfs(#[from] crate::rootfs::RootfsError),
     /// Host I/O.
     #[error("{what}: {source}")]
     Io {
@@ -156,7 +159,10 @@ impl TransferError {
     pub fn is_usage(&self) -> bool {
         !matches!(
             self,
-            Self::GetChecksum { .. } | Self::BadGetArchive(_) | Self::Io { .. }
+            Self::GetChecksum { .. }
+                | Self::BadGetArchive(_)
+                | Self::Io { .. }
+                | Self::Rootfs(crate::rootfs::RootfsError::BuildFailed { .. })
         )
     }
 }
@@ -264,6 +270,8 @@ pub struct CommandJob {
     pub out: Option<PathBuf>,
     /// Size of the writable transfer area (a multiple of 16 MiB).
     pub area: u64,
+    /// An ext4 root file system to run the command in (see [`crate::rootfs`]).
+    pub rootfs: Option<PathBuf>,
 }
 
 /// Bytes a host tree takes in a tar archive (data rounded to 512 plus headers).
@@ -436,6 +444,29 @@ pub fn prepare(
         }
         dimms.push(spec);
         get_file = Some(img);
+    }
+    if let Some(image) = &job.rootfs {
+        let len = crate::rootfs::check_image(image)?;
+        let img = scratch.join("rootfs.img");
+        let mut spec = NvdimmSpec::temporary(len);
+        spec.file = Some(img.clone());
+        // A private copy: the command may write (the guest kernel has no overlayfs). Its
+        // first 1024 bytes (unused by ext4) carry the tag.
+        let marker = format!("pmemvm-rootfs-{tag}\n");
+        let copied = std::fs::copy(image, &img)
+            .and_then(|_| std::fs::OpenOptions::new().write(true).open(&img))
+            .and_then(|f| f.set_len(spec.file_len()).map(|()| f))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, marker.as_bytes()));
+        copied.map_err(|source| TransferError::Io {
+            what: format!("copying {} to {}", image.display(), img.display()),
+            source,
+        })?;
+        desc.push_str(&format!(
+            "rootfs {} {}\n",
+            first_index + dimms.len(),
+            marker.trim_end()
+        ));
+        dimms.push(spec);
     }
     let mut files = vec![(
         JOB_COMMAND_PATH.to_string(),

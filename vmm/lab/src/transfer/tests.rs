@@ -7,6 +7,7 @@ fn job(argv: &[&str]) -> CommandJob {
         gets: Vec::new(),
         out: None,
         area: 64 << 20,
+        rootfs: None,
     }
 }
 
