@@ -25,7 +25,7 @@ pub enum Command {
     /// Boot a guest kernel with the console on this terminal.
     Boot(BootArgs),
     /// Run one fio job in the guest and return its JSON results.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Run one of the upstream experiments (A/B where it has two sides) and report.
     Bench(BenchArgs),
     /// Write the ACPI tables pmemvm would give a guest, one file per table.
