@@ -6,7 +6,8 @@
 #      qemu-system-x86 for the TCG and nested tiers, binutils for the tiny
 #      guests, fio for the fixture check, strace for the exit-path fdatasync
 #      check, ...) — skipped when already there;
-#   2. builds the guest image (guest-images/build.sh, cached by input hash);
+#   2. builds the guest image (guest-images/build.sh, cached by input hash) and
+#      the Debian root file system of `run --rootfs debian` (rootfs-debian.sh);
 #   3. checks formatting and clippy;
 #   4. runs every test (unit, golden, iasl, tiny guests on this host's KVM,
 #      QEMU TCG, nested KVM end to end).
@@ -74,6 +75,8 @@ fi
 
 log "guest image"
 bounded guest-images/build.sh
+log "Debian root file system (pmemvm run --rootfs debian)"
+bounded guest-images/rootfs-debian.sh >/dev/null
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

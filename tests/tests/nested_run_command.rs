@@ -10,7 +10,10 @@
 //!    hashes the tree, writes to stderr and exits 7; `/data` and the script's
 //!    `results` come back with `--get` and must equal what went in;
 //! 2. a command that prints and then sleeps past `--timeout`: pmemvm gives up,
-//!    and the JSON record keeps what it printed (`partial`).
+//!    and the JSON record keeps what it printed (`partial`);
+//! 3. `--rootfs` with the Debian root file system of `guest-images/rootfs-debian.sh`
+//!    (built on the host by tests/run.sh, cached): `python3 -c` and
+//!    `stress-ng --version` run in it, and a file it writes comes back with `--get`.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -48,7 +51,36 @@ echo $? >run.status
 pmemvm run $common --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --timeout 30 \
     --json timeout.json -- sh -c 'echo step-1-done; sleep 600' >timeout.stdout 2>timeout.stderr
 echo $? >timeout.status
+pmemvm run $common --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --rootfs debian.ext4 \
+    --get /root/out --out got-debian --json debian.json -- sh -c \
+    'python3 -c "import sys; print(6 * 7, sys.version_info[0])"; stress-ng --version; mkdir -p /root/out; cat /etc/debian_version > /root/out/version' \
+    >debian.stdout 2>debian.stderr
+echo $? >debian.status
 "#;
+
+/// The Debian root file system (cached build of `guest-images/rootfs-debian.sh`).
+fn debian_rootfs() -> Result<std::path::PathBuf, pmemvm_skip::Skip> {
+    let script = pmemvm_tests::pmemvm::workspace_root().join("guest-images/rootfs-debian.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .output()
+        .map_err(|e| pmemvm_skip::Skip::new(format!("cannot run {}: {e}", script.display())))?;
+    let path = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .map(std::path::PathBuf::from)
+        .filter(|p| out.status.success() && p.is_file());
+    path.ok_or_else(|| {
+        pmemvm_skip::Skip::new(format!(
+            "the Debian root file system could not be built ({}): {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        ))
+    })
+}
 
 /// splitmix64, for reproducible file contents.
 fn bytes(seed: u64, len: usize) -> Vec<u8> {
@@ -95,6 +127,7 @@ fn run_command_with_put_get_status_and_timeout() {
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
     let kernel = require!(guest_image("vmlinux").map_err(NestedError::Unavailable));
     let initrd = require!(guest_image("initramfs.cpio.gz").map_err(NestedError::Unavailable));
+    let rootfs = require!(debian_rootfs().map_err(NestedError::Unavailable));
     let files = tree(mib);
     let mut user = USER_MARK.as_bytes().to_vec();
     user.resize(usize::try_from(USER_DIMM_LEN).expect("size"), 0);
@@ -105,6 +138,7 @@ fn run_command_with_put_get_status_and_timeout() {
         .bytes("t/run.sh", GUEST_SCRIPT)
         .bytes("steps.sh", STEPS)
         .bytes("user.img", user)
+        .file("debian.ext4", rootfs)
         .env("CMDLINE", CMDLINE);
     for (name, data) in &files {
         vm = vm.bytes(&format!("tree/{name}"), data.clone());
@@ -190,5 +224,30 @@ fn run_command_with_put_get_status_and_timeout() {
         status.trim(),
         t["wall_seconds"].as_f64().unwrap_or(0.0),
         t["error"]
+    );
+
+    // 3. the Debian root file system.
+    let d: serde_json::Value = serde_json::from_str(&read("debian.json"))
+        .unwrap_or_else(|e| panic!("debian.json: {e}\n{}\n{}", dump(), read("debian.stderr")));
+    assert_eq!(
+        read("debian.status").trim(),
+        "0",
+        "{d}\n{}",
+        read("debian.stderr")
+    );
+    let dout = read("debian.stdout");
+    assert!(dout.starts_with("42 3\n"), "python3 -c: {dout}");
+    assert!(
+        dout.contains("stress-ng, version "),
+        "stress-ng --version: {dout}"
+    );
+    let version = fs::read_to_string(out.path("got-debian/out/version")).unwrap_or_default();
+    assert!(
+        version.starts_with("12."),
+        "/etc/debian_version from the rootfs: {version:?}"
+    );
+    println!(
+        "debian rootfs: python3 and stress-ng in {:.1} s",
+        d["wall_seconds"].as_f64().unwrap_or(0.0)
     );
 }
