@@ -397,6 +397,13 @@ fn cases() -> Vec<Case> {
         ),
         case(&["run", "--transfer-size", "10M", "--", "true"], "'10M'"),
         case(&["run", "--fio", "{D}/job.fio", "--", "true"], "not both"),
+        case(&["run", "--packages", "python3", "--", "true"], "--packages needs --rootfs debian"),
+        case(
+            &["run", "--rootfs", "debian", "--packages", "py thon", "--", "true"],
+            "'py thon'",
+        ),
+        case(&["run", "--rootfs", "{D}/small.img", "--", "true"], "multiple of 16 MiB"),
+        case(&["run", "--rootfs", "{D}/missing.ext4", "--", "true"], "{D}/missing.ext4"),
         case(
             &["run", "--fio", "{D}/job.fio", "--put", "{D}/empty"],
             "--put and --get work with a command",
