@@ -24,7 +24,7 @@ pub mod archive;
 
 use std::path::{Component, Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::guest_job::GuestReport;
 use vmm::config::NvdimmSpec;
@@ -192,7 +192,7 @@ fn guest_path(option: &'static str, text: &str) -> Result<String, TransferError>
 }
 
 /// `--put HOST[:GUEST]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PutSpec {
     /// The host file or directory.
     pub host: PathBuf,
@@ -231,7 +231,7 @@ impl std::str::FromStr for PutSpec {
 }
 
 /// `--get GUEST`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GetSpec {
     /// As the user typed it.
     pub text: String,
@@ -258,7 +258,7 @@ impl std::str::FromStr for GetSpec {
 }
 
 /// A command run with its transfers, validated on the host.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CommandJob {
     /// argv.
     pub argv: Vec<String>,
@@ -513,7 +513,7 @@ fn get_marker(tag: &str) -> String {
 }
 
 /// What the command did, for the JSON record.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CommandOutcome {
     /// argv.
     pub argv: Vec<String>,
@@ -534,7 +534,7 @@ pub struct CommandOutcome {
 }
 
 /// Length and SHA-256 of an archive, for the record.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ArchiveRecord {
     /// Bytes.
     pub bytes: u64,
