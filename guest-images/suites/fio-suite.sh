@@ -1,0 +1,28 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+#
+# fio's own test suite (t/run-fio-tests.py of Debian's fio source package) in the guest,
+# against files on an XFS `-o dax` mount of /dev/pmem0. Runs in the Debian root file
+# system of `pmemvm run --rootfs debian` (python3, fio, xfsprogs); fio's t/ directory is
+# put at /job/fio/t. Arguments: the test ids to run (default: all of them). The suite's
+# artifacts are copied to /job/fio-results (for --get); its own summary line
+# ("N test(s) passed, N failed, N skipped") ends stdout; the status is the suite's.
+# See docs/testing.md, "fio's test suite".
+set -eu
+dev=${PMEMVM_SUITE_DEV:-/dev/pmem0}
+mnt=/mnt/dax
+mkfs.xfs -q -f "$dev"
+mkdir -p "$mnt"
+mount -o dax "$dev" "$mnt"
+grep " $mnt " /proc/mounts
+mkdir -p "$mnt/artifacts" /job/fio-results
+only=""
+[ $# -gt 0 ] && only="--run-only $*"
+set +e
+# shellcheck disable=SC2086 # the ids are words on purpose
+python3 /job/fio/t/run-fio-tests.py --fio "$(command -v fio)" --fio-root /job/fio \
+    --artifact-root "$mnt/artifacts" $only
+st=$?
+cp -r "$mnt/artifacts/." /job/fio-results/ 2>/dev/null
+umount "$mnt"
+exit "$st"
