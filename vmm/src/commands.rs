@@ -128,7 +128,7 @@ pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
 /// `pmemvm acpi`: writes `<NAME>.aml` for every table and `RSDP.aml`.
 pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
     let m = &args.machine;
-    let ram = memory::ram_regions(m.memory).map_err(VmError::from)?;
+    let ram = memory::ram_regions(m.memory.size).map_err(VmError::from)?;
     let sizes: Vec<u64> = m.nvdimm.iter().map(|n| n.spa_size()).collect();
     let bases =
         memory::nvdimm_bases(&ram, &sizes, memory::host_phys_addr_bits()).map_err(VmError::from)?;
@@ -237,7 +237,11 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
     {
         check_output(path)?;
     }
-    preflight::memory(args.machine.memory, preflight::mem_available()).map_err(RunError::from)?;
+    if args.machine.memory.pages != crate::hugepages::RamPages::Hugetlb {
+        // hugetlb RAM is not in MemAvailable; Vm::build counts free huge pages.
+        preflight::memory(args.machine.memory.size, preflight::mem_available())
+            .map_err(RunError::from)?;
+    }
     let spec = RunSpec {
         engine: args.engine,
         kernel: args.kernel.clone(),
@@ -245,7 +249,9 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
         cmdline: args.cmdline.clone(),
         extra_cmdline: args.append.clone(),
         cpus: args.machine.cpus,
-        memory: args.machine.memory,
+        memory: args.machine.memory.size,
+        ram_pages: args.machine.memory.pages,
+        placement: args.machine.placement(),
         nvdimms: args.machine.nvdimm.clone(),
         job: crate::guest_job::GuestJob {
             fio_job,

@@ -8,6 +8,7 @@
 
 pub mod acpi_setup;
 pub mod backing;
+pub mod backing_set;
 pub mod bench;
 pub mod boot;
 pub mod cli;
@@ -21,12 +22,14 @@ pub mod fault;
 pub mod fio;
 pub mod guest_job;
 pub mod host;
+pub mod hugepages;
 pub mod identity;
 pub mod inference;
 pub mod kconfig;
 pub mod label_index;
 pub mod layout;
 pub mod memory;
+pub mod placement;
 pub mod preflight;
 pub mod qemu;
 pub mod report;

@@ -121,6 +121,10 @@ pub struct RunSpec {
     pub cpus: u8,
     /// RAM.
     pub memory: u64,
+    /// Which pages back RAM.
+    pub ram_pages: crate::hugepages::RamPages,
+    /// vCPU pinning, host NUMA binding.
+    pub placement: crate::placement::Placement,
     /// NVDIMMs.
     pub nvdimms: Vec<NvdimmSpec>,
     /// The job.
@@ -360,6 +364,8 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
                 cmdline,
                 cpus: spec.cpus,
                 memory: spec.memory,
+                ram_pages: spec.ram_pages,
+                placement: spec.placement.clone(),
                 nvdimms: spec.nvdimms.clone(),
                 // The scratch copy is kept either way: its tail explains failures.
                 console: ConsoleMode::from_choice(spec.stream_console, Some(console.clone())),

@@ -30,8 +30,10 @@ use crate::boot::{self, BootError, BootInputs};
 use crate::config::{ConsoleMode, VmConfig};
 use crate::cpu::{self, CpuSetupError};
 use crate::host::HostKvm;
+use crate::hugepages::{self, FsKind, MemorySpec};
 use crate::layout;
 use crate::memory::{self, MemoryLayoutError};
+use crate::placement::{self, Placement, PlacementError};
 use crate::stats::{ExitCounts, ExitStats, NvdimmCounts};
 
 /// Errors building or running a VM.
@@ -86,9 +88,12 @@ pub enum VmError {
     /// vCPU setup.
     #[error(transparent)]
     Cpu(#[from] CpuSetupError),
-    /// Guest RAM allocation.
-    #[error("allocating {0} bytes of guest RAM failed")]
-    RamAlloc(u64, #[source] vm_memory::mmap::FromRangesError),
+    /// Guest RAM allocation and huge pages.
+    #[error(transparent)]
+    Huge(#[from] crate::hugepages::HugePageError),
+    /// `--pin` / `--host-node`.
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
     /// Device wiring.
     #[error("placing devices failed: {0}")]
     Bus(#[from] BusError),
@@ -126,6 +131,11 @@ impl VmError {
             Self::Config(_) => true,
             Self::Boot(e) => e.is_usage(),
             Self::Backing(e) => e.is_usage(),
+            Self::Huge(e) => e.is_usage(),
+            Self::Placement(e) => !matches!(
+                e,
+                PlacementError::Bind { .. } | PlacementError::Affinity { .. }
+            ),
             _ => false,
         }
     }
@@ -173,6 +183,8 @@ pub struct RunOutcome {
     pub nvdimms: Vec<NvdimmCounts>,
     /// A sentence explaining why the host cannot run this guest, when that is the likely cause.
     pub host_hint: Option<String>,
+    /// The host, the placement and the page sizes that backed guest memory.
+    pub machine: crate::host::machine::MachineDescription,
 }
 
 /// A VM ready to run.
@@ -188,6 +200,7 @@ pub struct Vm {
     pub(crate) console_in: Option<Arc<Mutex<SerialDevice>>>,
     pub(crate) host: HostKvm,
     pub(crate) dsm: Option<Arc<devices::nvdimm_dsm::DsmHandler>>,
+    pub(crate) placement: Placement,
 }
 
 impl std::fmt::Debug for Vm {
@@ -230,6 +243,36 @@ fn add_memslot(
     // or an NVDIMM `MmapRegion`), kept alive as long as the VM fd exists; the
     // guest range does not overlap another slot (layout module).
     unsafe { vm.set_user_memory_region(region) }.map_err(kvm_err("memory slot registration"))
+}
+
+/// Huge-page advice, alignment check and NUMA binding of one DIMM mapping.
+fn place_dimm(
+    b: &NvdimmBacking,
+    mapping: &MmapRegion,
+    base: u64,
+    node: Option<u32>,
+) -> Result<(), VmError> {
+    if b.fs != FsKind::Other {
+        if !hugepages::relatively_aligned(mapping.as_ptr() as u64, base) {
+            log::warn!(
+                "NVDIMM {}: host mapping {:#x} and guest address {base:#x} are not 2 MiB aligned \
+                 to each other, so KVM maps it with 4 KiB pages",
+                b.display,
+                mapping.as_ptr() as usize
+            );
+        }
+        if b.fs == FsKind::Tmpfs {
+            // For tmpfs mounted huge=advise; harmless under huge=always/never.
+            // SAFETY: madvise only changes the paging advice of this live
+            // mapping, owned by `mapping`.
+            unsafe { libc::madvise(mapping.as_ptr().cast(), mapping.size(), libc::MADV_HUGEPAGE) };
+        }
+    }
+    if let Some(node) = node {
+        let what = format!("NVDIMM {}", b.display);
+        placement::bind_memory(mapping.as_ptr(), mapping.size(), node, &what)?;
+    }
+    Ok(())
 }
 
 /// Creates (truncates) an output file the user named.
@@ -324,6 +367,12 @@ impl Vm {
         let spa_sizes: Vec<u64> = config.nvdimms.iter().map(|n| n.spa_size()).collect();
         let bases = memory::nvdimm_bases(&ram, &spa_sizes, phys_bits)?;
         crate::config::resolve_nodes(&config.nvdimms)?;
+        config.placement.check(config.cpus)?;
+        let memory_spec = MemorySpec {
+            size: config.memory,
+            pages: config.ram_pages,
+        };
+        hugepages::check(&memory_spec, &config.nvdimms)?;
         boot::detect_format(&config.kernel)?;
 
         let vm_fd = kvm.create_vm().map_err(kvm_err("VM creation"))?;
@@ -344,13 +393,16 @@ impl Vm {
             .iter()
             .map(|&(a, l)| (GuestAddress(a), usize::try_from(l).unwrap_or(usize::MAX)))
             .collect();
-        let mem = GuestMemoryMmap::from_ranges(&ranges)
-            .map_err(|e| VmError::RamAlloc(config.memory, e))?;
+        let mem = hugepages::guest_ram(&ranges, config.ram_pages)?;
         let mut slot = 0u32;
         for region in mem.iter() {
             let host = mem
                 .get_host_address(region.start_addr())
                 .map_err(|_| VmError::Acpi("guest RAM has no host mapping".into()))?;
+            if let Some(node) = config.placement.host_node {
+                let len = usize::try_from(region.len()).unwrap_or(usize::MAX);
+                placement::bind_memory(host, len, node, "guest RAM")?;
+            }
             add_memslot(
                 &vm_fd,
                 slot,
@@ -387,6 +439,7 @@ impl Vm {
         let mut nvdimms = Vec::with_capacity(backings.len());
         for (i, (b, base)) in backings.into_iter().zip(bases).enumerate() {
             let mapping = b.map()?;
+            place_dimm(&b, &mapping, base, config.placement.host_node)?;
             add_memslot(
                 &vm_fd,
                 slot,
@@ -500,6 +553,7 @@ impl Vm {
             console_in,
             host,
             dsm,
+            placement: config.placement.clone(),
         })
     }
 
