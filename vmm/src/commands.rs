@@ -237,6 +237,7 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
     {
         check_output(path)?;
     }
+    check_host(&args.machine)?;
     if args.machine.memory.pages != crate::hugepages::RamPages::Hugetlb {
         // hugetlb RAM is not in MemAvailable; Vm::build counts free huge pages.
         preflight::memory(args.machine.memory.size, preflight::mem_available())
@@ -415,12 +416,22 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
     Ok(crate::report::bench_exit_status(&failed))
 }
 
+/// `--pin`, `--host-node` and huge pages against this host, before anything is built.
+fn check_host(m: &crate::cli::MachineArgs) -> Result<(), CommandError> {
+    let placement = m.placement();
+    crate::vm::check_host_placement(m.cpus, &m.memory, &placement, &m.nvdimm)?;
+    Ok(())
+}
+
 /// `pmemvm preflight COMMAND...`: what `command` needs on this host that an
 /// install can provide; an error for anything it cannot (see [`crate::preflight`]).
 pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
     let mut needs = Needs::default();
     match command {
-        Command::Boot(a) => needs.image = a.kernel.is_none(),
+        Command::Boot(a) => {
+            check_host(&a.machine)?;
+            needs.image = a.kernel.is_none();
+        }
         Command::Run(a) => {
             let spec = run_spec(a)?;
             if spec

@@ -232,6 +232,9 @@ pub struct RunResult {
     pub exits: Option<ExitCounts>,
     /// Per-DIMM flush and label counters (pmemvm engine).
     pub nvdimm_stats: Vec<NvdimmCounts>,
+    /// What the run was: host CPU, THP/KSM/SMT, mitigations, pinning, and
+    /// (pmemvm engine) the page sizes measured behind RAM and each DIMM.
+    pub machine: crate::host::machine::MachineDescription,
     /// Wall time of the run in seconds.
     pub wall_seconds: f64,
     /// fio's JSON output.
@@ -347,6 +350,11 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         host,
         exits: None,
         nvdimm_stats: Vec::new(),
+        machine: crate::host::machine::MachineDescription::probe().with_run(
+            &spec.placement.pin,
+            spec.placement.host_node,
+            Vec::new(),
+        ),
         wall_seconds: 0.0,
         fio: None,
         guest_files: Default::default(),
@@ -378,6 +386,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
             })?;
             result.exits = Some(outcome.exits.clone());
             result.nvdimm_stats = outcome.nvdimms.clone();
+            result.machine = outcome.machine.clone();
             match &outcome.reason {
                 ExitRequest::GuestExit(_) | ExitRequest::PowerOff => {}
                 other => {

@@ -245,6 +245,20 @@ fn add_memslot(
     unsafe { vm.set_user_memory_region(region) }.map_err(kvm_err("memory slot registration"))
 }
 
+/// The host-side checks of `--pin`, `--host-node` and huge pages, which
+/// touch nothing (also run by `pmemvm preflight` and before `run` builds
+/// anything).
+pub fn check_host_placement(
+    cpus: u8,
+    memory: &MemorySpec,
+    placement: &Placement,
+    nvdimms: &[crate::config::NvdimmSpec],
+) -> Result<(), VmError> {
+    placement.check(cpus)?;
+    hugepages::check(memory, nvdimms)?;
+    Ok(())
+}
+
 /// Huge-page advice, alignment check and NUMA binding of one DIMM mapping.
 fn place_dimm(
     b: &NvdimmBacking,
@@ -367,12 +381,15 @@ impl Vm {
         let spa_sizes: Vec<u64> = config.nvdimms.iter().map(|n| n.spa_size()).collect();
         let bases = memory::nvdimm_bases(&ram, &spa_sizes, phys_bits)?;
         crate::config::resolve_nodes(&config.nvdimms)?;
-        config.placement.check(config.cpus)?;
-        let memory_spec = MemorySpec {
-            size: config.memory,
-            pages: config.ram_pages,
-        };
-        hugepages::check(&memory_spec, &config.nvdimms)?;
+        check_host_placement(
+            config.cpus,
+            &MemorySpec {
+                size: config.memory,
+                pages: config.ram_pages,
+            },
+            &config.placement,
+            &config.nvdimms,
+        )?;
         boot::detect_format(&config.kernel)?;
 
         let vm_fd = kvm.create_vm().map_err(kvm_err("VM creation"))?;

@@ -27,6 +27,7 @@ fn ok(side: &str, run: u32, summary: FioSummary) -> RunRecord {
         phase: String::new(),
         provenance: None,
         command: String::new(),
+        machine: None,
     }
 }
 
@@ -64,6 +65,7 @@ fn sample(accelerator: Accelerator) -> BenchReport {
                 phase: String::new(),
                 provenance: None,
                 command: String::new(),
+                machine: None,
             },
             ok("on", 1, summary("group-reporting.json", 0)),
             ok("on", 2, summary("normal-json.out", 0)),
