@@ -137,7 +137,7 @@ pub fn check(
     let mut needed = 0u64;
     let mut what = Vec::new();
     if memory.pages == RamPages::Hugetlb {
-        if memory.size % HUGE_PAGE_SIZE != 0 {
+        if !memory.size.is_multiple_of(HUGE_PAGE_SIZE) {
             return Err(HugePageError::Unaligned {
                 what: "--memory",
                 size: memory.size,

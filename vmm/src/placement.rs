@@ -260,10 +260,11 @@ fn errno_text() -> String {
     std::io::Error::last_os_error().to_string()
 }
 
-/// Binds `len` bytes at `addr` (a live mapping of this process) to host
-/// NUMA node `node`, strictly: pages already there are moved, new ones
-/// come only from that node.
-pub fn bind_memory(addr: *mut u8, len: usize, node: u32, what: &str) -> Result<(), PlacementError> {
+/// Binds `len` bytes at address `addr` (a live mapping of this process) to
+/// host NUMA node `node`, strictly: pages already there are moved, new ones
+/// come only from that node. The kernel changes the range's policy only; no
+/// memory is read or written, so the address is taken as a number.
+pub fn bind_memory(addr: usize, len: usize, node: u32, what: &str) -> Result<(), PlacementError> {
     let bits = usize::BITS;
     let words = usize::try_from(node / bits)
         .unwrap_or(usize::MAX)
@@ -400,7 +401,7 @@ mod tests {
             )
         };
         assert_ne!(p, libc::MAP_FAILED);
-        bind_memory(p.cast(), len, 0, "test memory").unwrap();
+        bind_memory(p as usize, len, 0, "test memory").unwrap();
         let maps = std::fs::read_to_string("/proc/self/numa_maps").unwrap();
         let line = maps
             .lines()

@@ -284,7 +284,7 @@ fn place_dimm(
     }
     if let Some(node) = node {
         let what = format!("NVDIMM {}", b.display);
-        placement::bind_memory(mapping.as_ptr(), mapping.size(), node, &what)?;
+        placement::bind_memory(mapping.as_ptr() as usize, mapping.size(), node, &what)?;
     }
     Ok(())
 }
@@ -418,7 +418,7 @@ impl Vm {
                 .map_err(|_| VmError::Acpi("guest RAM has no host mapping".into()))?;
             if let Some(node) = config.placement.host_node {
                 let len = usize::try_from(region.len()).unwrap_or(usize::MAX);
-                placement::bind_memory(host, len, node, "guest RAM")?;
+                placement::bind_memory(host as usize, len, node, "guest RAM")?;
             }
             add_memslot(
                 &vm_fd,

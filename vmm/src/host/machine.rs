@@ -173,38 +173,52 @@ impl MachineDescription {
     /// Every field in which `other` differs from `self`, as
     /// "cpu_governor: performance vs powersave" (empty when none does).
     /// Measurement details (`page_measurements`) are left out: their
-    /// summary fields are compared.
+    /// summary fields (`ram_page_size`, `dimm_page_size`) are compared.
     pub fn differences(&self, other: &Self) -> Vec<String> {
-        let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
-            (serde_json::to_value(self), serde_json::to_value(other))
-        else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for (k, va) in &a {
-            if k == "page_measurements" {
-                continue;
-            }
-            let vb = b.get(k).unwrap_or(&serde_json::Value::Null);
-            if k == "mitigations" {
-                let keys: std::collections::BTreeSet<&String> = va
-                    .as_object()
-                    .into_iter()
-                    .chain(vb.as_object())
-                    .flat_map(|m| m.keys())
-                    .collect();
-                for key in keys {
-                    let x = va.get(key).unwrap_or(&serde_json::Value::Null);
-                    let y = vb.get(key).unwrap_or(&serde_json::Value::Null);
-                    if x != y {
-                        out.push(format!("mitigations.{key}: {x} vs {y}"));
-                    }
-                }
-            } else if va != vb {
-                out.push(format!("{k}: {va} vs {vb}"));
-            }
+        let (a, b) = (self.fields(), other.fields());
+        let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        let none = "none".to_string();
+        keys.into_iter()
+            .filter_map(|k| {
+                let (x, y) = (a.get(k).unwrap_or(&none), b.get(k).unwrap_or(&none));
+                (x != y).then(|| format!("{k}: {x} vs {y}"))
+            })
+            .collect()
+    }
+
+    /// Every compared field by name, its value as text (mitigations one
+    /// entry each, as `mitigations.NAME`).
+    fn fields(&self) -> BTreeMap<String, String> {
+        let list = |v: &[u32]| format!("{v:?}");
+        let mut f: BTreeMap<String, String> = [
+            ("cpu_model", self.cpu_model.clone()),
+            ("host_cpus", self.host_cpus.to_string()),
+            ("host_kernel", self.host_kernel.clone()),
+            ("cpu_freq_driver", self.cpu_freq_driver.clone()),
+            ("cpu_governor", self.cpu_governor.clone()),
+            ("smt", self.smt.clone()),
+            ("smt_active", self.smt_active.to_string()),
+            ("thp_enabled", self.thp_enabled.clone()),
+            ("thp_defrag", self.thp_defrag.clone()),
+            ("thp_shmem_enabled", self.thp_shmem_enabled.clone()),
+            ("ksm_run", self.ksm_run.clone()),
+            ("host_page_size", self.host_page_size.to_string()),
+            ("hugepages_2m_total", self.hugepages_2m_total.to_string()),
+            ("host_numa_nodes", self.host_numa_nodes.to_string()),
+            ("vcpu_pinning", list(&self.vcpu_pinning)),
+            ("host_node", format!("{:?}", self.host_node)),
+            ("ram_page_size", self.ram_page_size.to_string()),
+            ("dimm_page_size", format!("{:?}", self.dimm_page_size)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (k, v) in &self.mitigations {
+            f.insert(format!("mitigations.{k}"), v.clone());
         }
-        out
+        f
     }
 }
 
@@ -254,7 +268,7 @@ mod tests {
         assert!(d.iter().any(|l| l.starts_with("dimm_page_size: ")));
         assert!(d
             .iter()
-            .any(|l| l.starts_with("mitigations.spectre_v9: null")));
+            .any(|l| l.starts_with("mitigations.spectre_v9: none vs Vulnerable")));
         assert_eq!(selected("always [madvise] never"), "madvise");
         assert_eq!(selected("0"), "0");
     }

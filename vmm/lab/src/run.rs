@@ -10,15 +10,15 @@ use devices::exit::ExitRequest;
 use serde::Serialize;
 use sha2::Digest;
 
-use crate::config::{ConsoleMode, NvdimmSpec, VmConfig};
-use crate::exit_status;
 use crate::guest_job::{self, GuestJob, GuestReport, FIO_JSON_FRAME};
-use crate::host::HostKvm;
 use crate::preflight::PreflightError;
 use crate::qemu::{self, QemuAccel, QemuMachine};
-use crate::run_loop::RunOptions;
-use crate::stats::{ExitCounts, NvdimmCounts};
-use crate::vm::{Vm, VmError};
+use vmm::config::{ConsoleMode, NvdimmSpec, VmConfig};
+use vmm::exit_status;
+use vmm::host::HostKvm;
+use vmm::run_loop::RunOptions;
+use vmm::stats::{ExitCounts, NvdimmCounts};
+use vmm::vm::{Vm, VmError};
 
 /// Errors of a job run. Partial results are kept in [`RunResult`] where possible.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +69,7 @@ impl RunError {
 }
 
 /// Which VMM runs the guest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
     /// pmemvm itself.
@@ -122,9 +122,9 @@ pub struct RunSpec {
     /// RAM.
     pub memory: u64,
     /// Which pages back RAM.
-    pub ram_pages: crate::hugepages::RamPages,
+    pub ram_pages: vmm::hugepages::RamPages,
     /// vCPU pinning, host NUMA binding.
-    pub placement: crate::placement::Placement,
+    pub placement: vmm::placement::Placement,
     /// NVDIMMs.
     pub nvdimms: Vec<NvdimmSpec>,
     /// The job.
@@ -234,7 +234,7 @@ pub struct RunResult {
     pub nvdimm_stats: Vec<NvdimmCounts>,
     /// What the run was: host CPU, THP/KSM/SMT, mitigations, pinning, and
     /// (pmemvm engine) the page sizes measured behind RAM and each DIMM.
-    pub machine: crate::host::machine::MachineDescription,
+    pub machine: vmm::host::machine::MachineDescription,
     /// Wall time of the run in seconds.
     pub wall_seconds: f64,
     /// fio's JSON output.
@@ -289,7 +289,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let linux = spec
         .kernel
         .as_deref()
-        .is_none_or(crate::boot::looks_like_linux);
+        .is_none_or(vmm::boot::looks_like_linux);
     let engine = match spec.engine.resolve(&kvm) {
         Err(PreflightError::HostCannotRunLinux(_)) if !linux => Engine::Pmemvm,
         other => other?,
@@ -310,7 +310,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
             (kernel, initrd, Some(image))
         }
     };
-    let cmdline = crate::cli::join_cmdline(
+    let cmdline = vmm::config::join_cmdline(
         spec.cmdline.as_deref().unwrap_or(JOB_CMDLINE),
         &spec.extra_cmdline,
     );
@@ -350,7 +350,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         host,
         exits: None,
         nvdimm_stats: Vec::new(),
-        machine: crate::host::machine::MachineDescription::probe().with_run(
+        machine: vmm::host::machine::MachineDescription::probe().with_run(
             &spec.placement.pin,
             spec.placement.host_node,
             Vec::new(),

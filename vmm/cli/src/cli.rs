@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, ConsoleMode, NvdimmSpec, VmConfig};
+use lab::run::Engine;
+use vmm::config::{self, ConsoleMode, NvdimmSpec, VmConfig};
 
 /// pmemvm: a small KVM VMM that gives Linux guests ACPI NFIT-described NVDIMMs backed by host files.
 #[derive(Debug, Parser)]
@@ -95,18 +96,18 @@ fn parse_cpus(s: &str) -> Result<u8, String> {
     }
 }
 
-fn parse_memory(s: &str) -> Result<crate::hugepages::MemorySpec, String> {
+fn parse_memory(s: &str) -> Result<vmm::hugepages::MemorySpec, String> {
     s.parse()
 }
 
-fn parse_pin(s: &str) -> Result<crate::placement::Placement, String> {
-    crate::placement::Placement::parse(Some(s), None).map_err(|e| e.to_string())
+fn parse_pin(s: &str) -> Result<vmm::placement::Placement, String> {
+    vmm::placement::Placement::parse(Some(s), None).map_err(|e| e.to_string())
 }
 
 impl MachineArgs {
     /// The host placement these options ask for.
-    pub fn placement(&self) -> crate::placement::Placement {
-        crate::placement::Placement {
+    pub fn placement(&self) -> vmm::placement::Placement {
+        vmm::placement::Placement {
             host_node: self.host_node,
             ..self.pin.clone().unwrap_or_default()
         }
@@ -126,11 +127,11 @@ pub struct MachineArgs {
     /// Guest RAM (K, M, G, T suffixes); `,hugepages` backs it with 2 MiB
     /// hugetlb pages (reserved up front), `,thp` asks for transparent huge pages.
     #[arg(long, default_value = "512M", value_parser = parse_memory, value_name = "SIZE[,hugepages|,thp]")]
-    pub memory: crate::hugepages::MemorySpec,
+    pub memory: vmm::hugepages::MemorySpec,
     /// Pin vCPU i to the i-th host CPU of this list (e.g. 2,3 or 4-7); the
     /// VMM's other threads then run on the remaining CPUs.
     #[arg(long, value_parser = parse_pin, value_name = "CPULIST")]
-    pub pin: Option<crate::placement::Placement>,
+    pub pin: Option<vmm::placement::Placement>,
     /// Bind guest RAM and every NVDIMM mapping to this host NUMA node (strict).
     #[arg(long, value_name = "N")]
     pub host_node: Option<u32>,
@@ -189,7 +190,7 @@ impl BootArgs {
             kernel,
             initrd,
             initrd_append: Vec::new(),
-            cmdline: join_cmdline(
+            cmdline: config::join_cmdline(
                 self.cmdline.as_deref().unwrap_or(config::DEFAULT_CMDLINE),
                 &self.append,
             ),
@@ -207,18 +208,6 @@ impl BootArgs {
     }
 }
 
-/// A command line with `--append` words added, one space apart.
-pub fn join_cmdline(base: &str, append: &[String]) -> String {
-    let mut line = base.to_string();
-    for extra in append.iter().map(|a| a.trim()).filter(|a| !a.is_empty()) {
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(extra);
-    }
-    line
-}
-
 fn parse_seconds(s: &str) -> Result<u64, String> {
     match s.trim().parse::<u64>() {
         Ok(0) => Err(format!(
@@ -226,6 +215,27 @@ fn parse_seconds(s: &str) -> Result<u64, String> {
         )),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("--timeout '{s}' is not a whole number of seconds")),
+    }
+}
+
+/// `--engine`: which VMM runs the guest (the lab's [`Engine`], spelled for clap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineArg {
+    /// pmemvm itself.
+    Pmemvm,
+    /// qemu-system-x86_64 with its own NVDIMM.
+    Qemu,
+    /// pmemvm where this host's KVM can run Linux, QEMU otherwise.
+    Auto,
+}
+
+impl From<EngineArg> for Engine {
+    fn from(e: EngineArg) -> Self {
+        match e {
+            EngineArg::Pmemvm => Engine::Pmemvm,
+            EngineArg::Qemu => Engine::Qemu,
+            EngineArg::Auto => Engine::Auto,
+        }
     }
 }
 
@@ -247,7 +257,7 @@ pub struct RunArgs {
     /// Which VMM runs the guest (auto: pmemvm where this host's KVM can run
     /// Linux, QEMU otherwise).
     #[arg(long, value_enum, default_value = "auto")]
-    pub engine: crate::run::Engine,
+    pub engine: EngineArg,
     /// The console (hidden by default; its last lines are shown on failure).
     #[command(flatten)]
     pub console: ConsoleArgs,
@@ -328,7 +338,7 @@ pub struct BenchArgs {
     /// Which VMM runs the guest (auto: pmemvm where this host's KVM can run
     /// Linux, QEMU otherwise).
     #[arg(long, value_enum, default_value = "auto")]
-    pub engine: crate::run::Engine,
+    pub engine: EngineArg,
     /// Per-boot timeout in seconds.
     #[arg(long, default_value = "3600", value_parser = parse_seconds, value_name = "SECS")]
     pub timeout: u64,

@@ -185,7 +185,7 @@ pub struct RunRecord {
     pub command: String,
     /// What the boot's machine was (host, placement, measured page sizes).
     #[serde(default)]
-    pub machine: Option<crate::host::machine::MachineDescription>,
+    pub machine: Option<vmm::host::machine::MachineDescription>,
 }
 
 impl RunRecord {

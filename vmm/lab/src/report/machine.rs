@@ -6,13 +6,13 @@
 use std::fmt::Write as _;
 
 use super::BenchReport;
-use crate::host::machine::MachineDescription;
+use vmm::host::machine::MachineDescription;
 
 fn pages(bytes: u64) -> String {
     if bytes == 0 {
         "not measured".into()
     } else {
-        crate::config::size_text(bytes)
+        vmm::config::size_text(bytes)
     }
 }
 
