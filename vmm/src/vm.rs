@@ -256,6 +256,9 @@ pub fn check_host_placement(
 ) -> Result<(), VmError> {
     placement.check(cpus)?;
     hugepages::check(memory, nvdimms)?;
+    for path in nvdimms.iter().filter_map(|n| n.file.as_deref()) {
+        backing::refuse_hugetlbfs(path)?;
+    }
     Ok(())
 }
 
