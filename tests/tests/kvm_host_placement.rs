@@ -3,6 +3,7 @@
 //! description in `run --json`, and bad placement input refused with one
 //! sentence and status 2. The test mounts its own tmpfs (huge=always) and
 //! hugetlbfs and reserves a few hugetlb pages, restoring the old count after.
+#![allow(clippy::unwrap_used)] // a failed step fails the test with its message
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
