@@ -244,7 +244,7 @@ impl NvdimmBacking {
                 if parent.is_some_and(|p| !p.is_dir()) {
                     return Err(BackingError::MissingParent(path.into()));
                 }
-                refuse_hugetlbfs(path)?;
+                crate::memory_placement::refuse_hugetlbfs(path)?;
                 let file = OpenOptions::new()
                     .read(true)
                     .write(true)
@@ -466,21 +466,6 @@ impl Drop for NvdimmBacking {
 }
 
 pub use crate::backing_set::{open_all, space_report};
-
-/// Refuses a `file=` on hugetlbfs (the file, or its directory when the
-/// file does not exist yet), before anything is created: hugetlbfs has no
-/// write(2), which the label area and identity page need.
-pub fn refuse_hugetlbfs(path: &Path) -> Result<(), BackingError> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let on = |p: &Path| File::open(p).is_ok_and(|f| fs_kind(&f) == FsKind::Hugetlbfs);
-    if on(path) || (!path.exists() && on(dir)) {
-        return Err(HugePageError::HugetlbfsFile(path.display().to_string()).into());
-    }
-    Ok(())
-}
 
 #[cfg(test)]
 mod tests {

@@ -31,6 +31,7 @@ pub mod identity;
 pub mod label_index;
 pub mod layout;
 pub mod memory;
+pub mod memory_placement;
 pub mod placement;
 pub mod run_loop;
 pub mod signals;

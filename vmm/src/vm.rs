@@ -30,7 +30,7 @@ use crate::boot::{self, BootError, BootInputs};
 use crate::config::{ConsoleMode, VmConfig};
 use crate::cpu::{self, CpuSetupError};
 use crate::host::HostKvm;
-use crate::hugepages::{self, FsKind, MemorySpec};
+use crate::hugepages::{self, MemorySpec};
 use crate::layout;
 use crate::memory::{self, MemoryLayoutError};
 use crate::placement::{self, Placement, PlacementError};
@@ -245,53 +245,6 @@ fn add_memslot(
     unsafe { vm.set_user_memory_region(region) }.map_err(kvm_err("memory slot registration"))
 }
 
-/// The host-side checks of `--pin`, `--host-node` and huge pages, which
-/// touch nothing (also run by `pmemvm preflight` and before `run` builds
-/// anything).
-pub fn check_host_placement(
-    cpus: u8,
-    memory: &MemorySpec,
-    placement: &Placement,
-    nvdimms: &[crate::config::NvdimmSpec],
-) -> Result<(), VmError> {
-    placement.check(cpus)?;
-    hugepages::check(memory, nvdimms)?;
-    for path in nvdimms.iter().filter_map(|n| n.file.as_deref()) {
-        backing::refuse_hugetlbfs(path)?;
-    }
-    Ok(())
-}
-
-/// Huge-page advice, alignment check and NUMA binding of one DIMM mapping.
-fn place_dimm(
-    b: &NvdimmBacking,
-    mapping: &MmapRegion,
-    base: u64,
-    node: Option<u32>,
-) -> Result<(), VmError> {
-    if b.fs != FsKind::Other {
-        if !hugepages::relatively_aligned(mapping.as_ptr() as u64, base) {
-            log::warn!(
-                "NVDIMM {}: host mapping {:#x} and guest address {base:#x} are not 2 MiB aligned \
-                 to each other, so KVM maps it with 4 KiB pages",
-                b.display,
-                mapping.as_ptr() as usize
-            );
-        }
-        if b.fs == FsKind::Tmpfs {
-            // For tmpfs mounted huge=advise; harmless under huge=always/never.
-            // SAFETY: madvise only changes the paging advice of this live
-            // mapping, owned by `mapping`.
-            unsafe { libc::madvise(mapping.as_ptr().cast(), mapping.size(), libc::MADV_HUGEPAGE) };
-        }
-    }
-    if let Some(node) = node {
-        let what = format!("NVDIMM {}", b.display);
-        placement::bind_memory(mapping.as_ptr() as usize, mapping.size(), node, &what)?;
-    }
-    Ok(())
-}
-
 /// Creates (truncates) an output file the user named.
 fn create_output(what: &'static str, path: &std::path::Path) -> Result<File, VmError> {
     File::create(path).map_err(|source| VmError::OutputFile {
@@ -384,7 +337,7 @@ impl Vm {
         let spa_sizes: Vec<u64> = config.nvdimms.iter().map(|n| n.spa_size()).collect();
         let bases = memory::nvdimm_bases(&ram, &spa_sizes, phys_bits)?;
         crate::config::resolve_nodes(&config.nvdimms)?;
-        check_host_placement(
+        crate::memory_placement::check_host_placement(
             config.cpus,
             &MemorySpec {
                 size: config.memory,
@@ -459,7 +412,7 @@ impl Vm {
         let mut nvdimms = Vec::with_capacity(backings.len());
         for (i, (b, base)) in backings.into_iter().zip(bases).enumerate() {
             let mapping = b.map()?;
-            place_dimm(&b, &mapping, base, config.placement.host_node)?;
+            crate::memory_placement::place_dimm(&b, &mapping, base, config.placement.host_node)?;
             add_memslot(
                 &vm_fd,
                 slot,

@@ -8,8 +8,8 @@
 //!   this program runs the very same instructions (global_asm! of the same
 //!   file) over the same host mapping, on the same host CPU, before the guest
 //!   starts. Ratio = host cycles / guest cycles for the same work (1.0: the
-//!   guest is as fast as the host). Done for a 4 KiB-backed DIMM (temporary
-//!   file in $TMPDIR on a non-huge file system), a hugetlb DIMM
+//!   guest is as fast as the host). Done for a 4 KiB-backed DIMM (a file on
+//!   a tmpfs mounted huge=never), a hugetlb DIMM
 //!   (`hugepages,label-size=0`) and a DIMM file on a tmpfs mounted
 //!   huge=always; each backing's page size is measured from smaps on both
 //!   sides. Mode 0 (xorshift only, no memory access) checks that the guest's
@@ -238,7 +238,29 @@ fn measure(elf: &Path, b: &Backing, a: &Args, cpu: u32) -> Result<Measured, Stri
 /// Root-only helpers that put the machine back as it was.
 struct Restore {
     nr_hugepages: Option<String>,
-    mount: Option<PathBuf>,
+    mounts: Vec<PathBuf>,
+}
+
+impl Restore {
+    /// Mounts a tmpfs with `huge` (always, never) in $TMPDIR; the mount point.
+    fn tmpfs(&mut self, huge: &str, size: u64) -> Option<PathBuf> {
+        let dir = std::env::temp_dir().join(format!("pmemvm-ratio-{huge}-{}", std::process::id()));
+        let ok = std::fs::create_dir_all(&dir).is_ok()
+            && Command::new("mount")
+                .args(["-t", "tmpfs", "-o"])
+                .arg(format!("huge={huge},size={}", size + (4 << 20)))
+                .arg("none")
+                .arg(&dir)
+                .status()
+                .is_ok_and(|s| s.success());
+        if ok {
+            self.mounts.push(dir.clone());
+            Some(dir)
+        } else {
+            let _ = std::fs::remove_dir(&dir);
+            None
+        }
+    }
 }
 
 impl Drop for Restore {
@@ -246,7 +268,7 @@ impl Drop for Restore {
         if let Some(n) = self.nr_hugepages.take() {
             let _ = std::fs::write("/proc/sys/vm/nr_hugepages", n);
         }
-        if let Some(m) = self.mount.take() {
+        for m in self.mounts.drain(..) {
             let _ = Command::new("umount").arg(&m).status();
             let _ = std::fs::remove_dir(&m);
         }
@@ -259,10 +281,18 @@ fn backings(a: &Args, restore: &mut Restore) -> Vec<Result<Backing, String>> {
         .parse()
         .map_err(|e: vmm::config::ConfigError| e.to_string())
         .unwrap_or_else(|_| NvdimmSpec::temporary(a.size));
-    out.push(Ok(Backing {
-        name: "page cache: temporary file in $TMPDIR",
-        spec: temp.clone(),
-    }));
+    // 4 KiB for sure: a tmpfs with huge=never (ext4's page cache may use
+    // large folios, PMD-mapped, on recent kernels).
+    out.push(match restore.tmpfs("never", a.size) {
+        Some(dir) => Ok(Backing {
+            name: "4K: file on tmpfs huge=never",
+            spec: NvdimmSpec {
+                file: Some(dir.join("pm0.img")),
+                ..temp.clone()
+            },
+        }),
+        None => Err("4K tmpfs: mounting a tmpfs needs root".into()),
+    });
     let pages = vmm::hugepages::huge_len(temp.file_len()) / vmm::hugepages::HUGE_PAGE_SIZE;
     let free = vmm::hugepages::free_huge_pages();
     if free < pages {
@@ -285,27 +315,15 @@ fn backings(a: &Args, restore: &mut Restore) -> Vec<Result<Backing, String>> {
             "2M hugetlb: {pages} free huge pages needed (run as root to reserve them)"
         ))
     });
-    let dir = std::env::temp_dir().join(format!("pmemvm-ratio-{}", std::process::id()));
-    let mounted = std::fs::create_dir_all(&dir).is_ok()
-        && Command::new("mount")
-            .args(["-t", "tmpfs", "-o"])
-            .arg(format!("huge=always,size={}", a.size + (4 << 20)))
-            .arg("none")
-            .arg(&dir)
-            .status()
-            .is_ok_and(|s| s.success());
-    out.push(if mounted {
-        restore.mount = Some(dir.clone());
-        Ok(Backing {
+    out.push(match restore.tmpfs("always", a.size) {
+        Some(dir) => Ok(Backing {
             name: "2M: file on tmpfs huge=always",
             spec: NvdimmSpec {
                 file: Some(dir.join("pm0.img")),
                 ..temp
             },
-        })
-    } else {
-        let _ = std::fs::remove_dir(&dir);
-        Err("2M tmpfs: mounting a tmpfs with huge=always needs root".into())
+        }),
+        None => Err("2M tmpfs: mounting a tmpfs with huge=always needs root".into()),
     });
     out
 }
@@ -354,7 +372,7 @@ fn main() {
     );
     let mut restore = Restore {
         nr_hugepages: None,
-        mount: None,
+        mounts: Vec::new(),
     };
     let mut all = Vec::new();
     let mut failed = false;
