@@ -11,7 +11,7 @@
  *
  * PARAMS (0x200000): +0 DIMM bytes, +8 slot mask, +16 iterations for
  * modes 0-2, +24 iterations for modes 3-4. RESULTS (0x200100): magic
- * "R3RATIO1", then cycles of modes 0..4. */
+ * "R3RATIO1", then cycles of modes 0..4, then the CPL the loop ran at. */
 .include "long64.S"
 .set PARAMS, 0x200000
 .set RESULTS, 0x200100
@@ -68,6 +68,10 @@ ring3:
     mov $(0x18 | 3), %ax
     mov %ax, %ds
     mov %ax, %es
+    /* The privilege level the loop runs at, for the tests. */
+    mov %cs, %rax
+    and $3, %rax
+    mov %rax, RESULTS + 48
     /* Touch every 4 KiB page of the DIMM once (both sides start warm). */
     mov $NVDIMM, %rdi
     mov PARAMS, %rcx

@@ -410,3 +410,43 @@ fn bad_placement_and_huge_page_input_is_one_sentence_and_status_2() {
         "a refused DIMM left a file on hugetlbfs"
     );
 }
+
+#[test]
+fn ring3_ratio_guest_runs_its_loop_in_ring_3_and_reports_every_mode() {
+    use vm_memory::{Bytes, GuestAddress};
+    let elf = require!(kvm_available().and_then(|()| guest("ring3ratio")));
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let config = vmm::config::VmConfig {
+        kernel: elf,
+        initrd: None,
+        initrd_append: Vec::new(),
+        cmdline: String::new(),
+        cpus: 1,
+        memory: 16 << 20,
+        ram_pages: Default::default(),
+        placement: Default::default(),
+        nvdimms: vec!["16M,label-size=0".parse().unwrap()],
+        console: vmm::config::ConsoleMode::Null,
+        channel: None,
+    };
+    let vm = vmm::vm::Vm::build(&config).unwrap();
+    let mem = vm.memory().clone();
+    let size: u64 = 16 << 20;
+    for (i, v) in [size, size / 64 - 1, 20_000, 2_000].into_iter().enumerate() {
+        mem.write_obj(v, GuestAddress(0x20_0000 + 8 * i as u64))
+            .unwrap();
+    }
+    let outcome = vm.run().unwrap();
+    assert_eq!(
+        outcome.reason,
+        devices::exit::ExitRequest::GuestExit(0x11),
+        "{outcome:?}"
+    );
+    let word = |i: u64| -> u64 { mem.read_obj(GuestAddress(0x20_0100 + 8 * i)).unwrap() };
+    assert_eq!(word(0).to_le_bytes(), *b"R3RATIO1", "no results");
+    assert_eq!(word(6), 3, "the loop did not run at CPL 3");
+    let cycles: Vec<u64> = (1..6).map(word).collect();
+    assert!(cycles.iter().all(|&c| c > 0), "{cycles:?}");
+    // Random reads over 16 MiB cost more than the xorshift alone.
+    assert!(cycles[1] > cycles[0], "{cycles:?}");
+}

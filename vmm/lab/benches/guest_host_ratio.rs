@@ -410,6 +410,7 @@ fn main() {
             .cloned()
             .collect();
         let total = runs.len();
+        let undisturbed = quiet.len();
         let runs = if quiet.is_empty() { runs } else { quiet };
         println!(
             "\n{} — page size backing the DIMM: host side {}, guest side {} (smaps)",
@@ -418,12 +419,11 @@ fn main() {
             vmm::config::size_text(first.guest_page_size)
         );
         println!(
-            "  {} of {total} runs undisturbed (xorshift-only ratio within 3% of 1){}",
-            runs.len(),
-            if runs.len() == total {
-                ""
-            } else {
-                "; medians over those"
+            "  {undisturbed} of {total} runs undisturbed (xorshift-only ratio within 3% of 1); {}",
+            match undisturbed {
+                0 => "none was, so the medians are over all runs and mean little",
+                n if n == total => "medians over all",
+                _ => "medians over those",
             }
         );
         println!(

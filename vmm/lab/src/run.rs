@@ -46,6 +46,9 @@ pub enum RunError {
     /// A prerequisite of the engine or the host is not met.
     #[error(transparent)]
     Preflight(#[from] PreflightError),
+    /// `--pin`, `--host-node` or huge pages with the QEMU engine.
+    #[error("{0} applies to --engine pmemvm only (QEMU places its guest itself); drop it or use --engine pmemvm")]
+    PmemvmOnly(&'static str),
     /// Host I/O.
     #[error("{what}: {source}")]
     Io {
@@ -63,6 +66,7 @@ impl RunError {
         match self {
             Self::Vm(e) => e.is_usage(),
             Self::Input { .. } | Self::Preflight(_) | Self::NoImage(_) => true,
+            Self::PmemvmOnly(_) => true,
             Self::Job(_) | Self::Io { .. } => false,
         }
     }
@@ -294,6 +298,22 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         Err(PreflightError::HostCannotRunLinux(_)) if !linux => Engine::Pmemvm,
         other => other?,
     };
+    if engine == Engine::Qemu {
+        let option = if !spec.placement.pin.is_empty() {
+            Some("--pin")
+        } else if spec.placement.host_node.is_some() {
+            Some("--host-node")
+        } else if spec.ram_pages != vmm::hugepages::RamPages::Default {
+            Some("--memory SIZE,hugepages/thp")
+        } else if spec.nvdimms.iter().any(|n| n.hugepages) {
+            Some("--nvdimm SIZE,hugepages")
+        } else {
+            None
+        };
+        if let Some(option) = option {
+            return Err(RunError::PmemvmOnly(option));
+        }
+    }
     let (kernel, initrd, image) = match &spec.kernel {
         Some(k) => (k.clone(), spec.initrd.clone(), None),
         None => {
