@@ -68,7 +68,7 @@ impl HugePageError {
 }
 
 /// Which pages back guest RAM.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RamPages {
     /// Anonymous memory, the kernel's THP default.
     #[default]

@@ -113,7 +113,7 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, String> {
 }
 
 /// Host placement of one VM.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Placement {
     /// Host CPU of each vCPU, in vCPU order (empty: vCPUs float).
     pub pin: Vec<u32>,
