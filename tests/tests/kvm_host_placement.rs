@@ -369,7 +369,7 @@ fn bad_placement_and_huge_page_input_is_one_sentence_and_status_2() {
         ),
         (
             vec!["--cpus", "2", "--pin", "0"],
-            "names 1 host CPUs but the guest has --cpus 2",
+            "names 1 host CPU but the guest has --cpus 2",
         ),
         (vec!["--pin", &offline], "which is not online here"),
         (

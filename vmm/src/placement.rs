@@ -25,7 +25,7 @@ pub enum PlacementError {
         why: String,
     },
     /// More or fewer CPUs than vCPUs.
-    #[error("--pin {value} names {given} host CPUs but the guest has --cpus {cpus}; name exactly one host CPU per vCPU")]
+    #[error("--pin {value} names {given} host CPU{} but the guest has --cpus {cpus}; name exactly one host CPU per vCPU", if *given == 1 { "" } else { "s" })]
     PinCount {
         /// As typed.
         value: String,
