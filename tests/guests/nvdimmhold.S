@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0
- * Touches the first 4 MiB of each of the first three NVDIMMs (at 4, 5 and
- * 6 GiB, as pmemvm places DIMMs of up to 1 GiB) with one write per 4 KiB
+ * Touches the first 4 MiB of each of the first four NVDIMMs (at 4, 5, 6
+ * and 7 GiB, as pmemvm places DIMMs of up to 1 GiB) with one write per 4 KiB
  * page, prints "touched" on COM1 and halts for good, so a test can read
  * pmemvm's /proc/PID/smaps, numa_maps and thread affinities while the guest
  * memory is mapped. 64-bit ELF without a PVH note (entered in long mode
  * with pmemvm's identity map of the first 1 GiB).
- * Page directories at 0x300000 (4 GiB), 0x301000 (5 GiB), 0x302000 (6 GiB). */
+ * Page directories at 0x300000 (4 GiB) to 0x303000 (7 GiB). */
 .include "long64.S"
 
 .text
@@ -13,10 +13,10 @@
 .globl _start
 _start:
     mov $0x90000, %rsp
-    /* Three PDs: 2 MiB pages (PS|RW|P) identity-mapping 4-7 GiB. */
+    /* Four PDs: 2 MiB pages (PS|RW|P) identity-mapping 4-8 GiB. */
     mov $0x300000, %rdi
     mov $(NVDIMM | 0x83), %rax
-    mov $(3 * 512), %rcx
+    mov $(4 * 512), %rcx
 1:  mov %rax, (%rdi)
     add $0x200000, %rax
     add $8, %rdi
@@ -24,11 +24,12 @@ _start:
     movq $(0x300000 | 3), BOOT_PDPT + 4 * 8
     movq $(0x301000 | 3), BOOT_PDPT + 5 * 8
     movq $(0x302000 | 3), BOOT_PDPT + 6 * 8
+    movq $(0x303000 | 3), BOOT_PDPT + 7 * 8
     mov %cr3, %rax
     mov %rax, %cr3
 
-    mov $NVDIMM, %rbx               /* DIMM base: 4, 5, 6 GiB */
-    mov $3, %r8
+    mov $NVDIMM, %rbx               /* DIMM base: 4, 5, 6, 7 GiB */
+    mov $4, %r8
 2:  mov %rbx, %rdi
     mov $1024, %rcx                 /* 4 MiB / 4 KiB */
 3:  movb $0x5a, (%rdi)

@@ -112,8 +112,14 @@ fn huge_pages_pinning_and_node_binding_are_what_proc_shows() {
         "tmpfs",
         "huge=always,size=64M"
     ));
-    // 16M RAM (8 pages) and a hugetlb temporary DIMM of 16M + 4K (9 pages).
-    let _pages = require!(HugePages::reserve(17));
+    let hugetlbfs = require!(Mount::new(
+        &dir.join("hugetlbfs"),
+        "hugetlbfs",
+        "pagesize=2M"
+    ));
+    // 16M RAM (8 pages), a hugetlb temporary DIMM and a hugetlbfs file of
+    // 16M + 4K each (9 pages each).
+    let _pages = require!(HugePages::reserve(26));
     let plain = dir.join("plain.img");
     let cpu = last_online_cpu();
     let args: Vec<String> = [
@@ -133,6 +139,8 @@ fn huge_pages_pinning_and_node_binding_are_what_proc_shows() {
         &format!("16M,file={},label-size=0", plain.display()),
         "--nvdimm",
         "16M,hugepages,label-size=0",
+        "--nvdimm",
+        &format!("16M,file={}/pm3.img,label-size=0", hugetlbfs.0.display()),
     ]
     .iter()
     .map(|s| s.to_string())
@@ -198,8 +206,19 @@ fn huge_pages_pinning_and_node_binding_are_what_proc_shows() {
         field(&hugetlb, "Shared_Hugetlb") + field(&hugetlb, "Private_Hugetlb") >= 4096,
         "{hugetlb:?}"
     );
+    let file = smaps_of(&smaps, "pm3.img");
+    assert_eq!(field(&file, "KernelPageSize"), 2048, "{file:?}");
+    assert!(
+        field(&file, "Shared_Hugetlb") + field(&file, "Private_Hugetlb") >= 4096,
+        "{file:?}"
+    );
     // The VMM's own measurement says the same.
-    for (dimm, pages) in [("nvdimm0", "2M"), ("nvdimm1", "4K"), ("nvdimm2", "2M")] {
+    for (dimm, pages) in [
+        ("nvdimm0", "2M"),
+        ("nvdimm1", "4K"),
+        ("nvdimm2", "2M"),
+        ("nvdimm3", "2M"),
+    ] {
         assert!(
             stderr
                 .lines()
@@ -213,7 +232,7 @@ fn huge_pages_pinning_and_node_binding_are_what_proc_shows() {
         "{stderr}"
     );
     // --host-node 0: every DIMM mapping is bound.
-    for name in ["pm0.img", "plain.img", "memfd:pmemvm-nvdimm"] {
+    for name in ["pm0.img", "plain.img", "memfd:pmemvm-nvdimm", "pm3.img"] {
         let line = numa_maps.lines().find(|l| l.contains(name)).unwrap_or("");
         assert!(line.contains("bind:0"), "{name}: {line:?}\n{numa_maps}");
     }
@@ -360,7 +379,7 @@ fn bad_placement_and_huge_page_input_is_one_sentence_and_status_2() {
     let offline = (last_online_cpu() + 1).to_string();
     let free = vmm::hugepages::free_huge_pages();
     let too_much = format!("{}M,hugepages", (free + 1) * 2 + 16);
-    let on_hugetlbfs = format!("16M,file={}/pm.img,label-size=0", hugetlbfs.0.display());
+    let on_hugetlbfs = format!("16M,file={}/pm.img", hugetlbfs.0.display());
     let halt = halt.display().to_string();
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (

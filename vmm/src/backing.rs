@@ -22,7 +22,7 @@ use vm_memory::mmap::MmapRegionBuilder;
 use vm_memory::{FileOffset, MmapRegion};
 
 use crate::config::NvdimmSpec;
-use crate::hugepages::{fs_kind, FsKind, HugePageError};
+use crate::hugepages::{fs_kind, FsKind};
 use crate::identity::{self, geometry_text, wrong_size, Block, Identity};
 
 /// Errors opening or mapping a backing file.
@@ -172,12 +172,7 @@ impl NvdimmBacking {
             None => Self::open_temporary(spec)?,
         };
         let mut backing = backing;
-        if spec.file.is_some() {
-            backing.fs = fs_kind(&backing.file);
-            if backing.fs == FsKind::Hugetlbfs {
-                return Err(HugePageError::HugetlbfsFile(backing.display.clone()).into());
-            }
-        } else if backing.fs != FsKind::Hugetlbfs {
+        if backing.fs != FsKind::Hugetlbfs {
             backing.fs = fs_kind(&backing.file);
         }
         backing.lock()?;
@@ -204,6 +199,8 @@ impl NvdimmBacking {
             path: path.display().to_string(),
             source,
         };
+        // hugetlbfs: label-size=0 only, the length rounded up to 2 MiB.
+        let want = crate::memory_placement::backing_len(spec, path)?;
         match std::fs::metadata(path) {
             Ok(md) => {
                 let ft = md.file_type();
@@ -213,8 +210,8 @@ impl NvdimmBacking {
                 if !ft.is_file() || ft.is_block_device() {
                     return Err(BackingError::NotRegular(path.into()));
                 }
-                if md.len() != spec.file_len() {
-                    return Err(wrong_size(spec, path, md.len()));
+                if md.len() != want {
+                    return Err(wrong_size(spec, path, md.len(), want));
                 }
                 let file = OpenOptions::new()
                     .read(true)
@@ -244,7 +241,6 @@ impl NvdimmBacking {
                 if parent.is_some_and(|p| !p.is_dir()) {
                     return Err(BackingError::MissingParent(path.into()));
                 }
-                crate::memory_placement::refuse_hugetlbfs(path)?;
                 let file = OpenOptions::new()
                     .read(true)
                     .write(true)
@@ -261,10 +257,7 @@ impl NvdimmBacking {
                     fs: FsKind::Other,
                     created: Some(path.into()),
                 };
-                backing
-                    .file
-                    .set_len(spec.file_len())
-                    .map_err(backing.io())?;
+                backing.file.set_len(want).map_err(backing.io())?;
                 Ok(backing)
             }
             Err(e) => Err(io(e)),
@@ -353,7 +346,13 @@ impl NvdimmBacking {
                     .map_err(self.io())?;
                 // A DIMM pmemvm has not seen before: labels as on a new NVDIMM.
                 self.init_labels()?;
-                identity::write_at(&self.file, offset, &id).map_err(self.io())?;
+                if self.fs == FsKind::Hugetlbfs {
+                    // hugetlbfs has no write(2): through a mapping of its page.
+                    crate::hugepages::write_through_mapping(&self.file, offset, &id.encode())
+                } else {
+                    identity::write_at(&self.file, offset, &id)
+                }
+                .map_err(self.io())?;
                 Ok(Some(id.serial))
             }
         }
@@ -389,26 +388,6 @@ impl NvdimmBacking {
             .write_all_at(&index, self.spec.label_offset())
             .and_then(|()| self.file.sync_data())
             .map_err(self.io())
-    }
-
-    fn preallocate(&self) -> Result<(), BackingError> {
-        let len =
-            libc::off_t::try_from(self.spec.file_len()).map_err(|_| BackingError::Prealloc {
-                path: self.display.clone(),
-                size: self.spec.file_len(),
-                source: std::io::Error::from(ErrorKind::InvalidInput),
-            })?;
-        // SAFETY: fallocate only reads the fd, which `self.file` keeps open; mode 0
-        // allocates blocks without changing the file size (already `len`).
-        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, len) };
-        if rc != 0 {
-            return Err(BackingError::Prealloc {
-                path: self.display.clone(),
-                size: self.spec.file_len(),
-                source: std::io::Error::last_os_error(),
-            });
-        }
-        Ok(())
     }
 
     /// Maps the guest's region (`spec.spa_size()` bytes

@@ -1,6 +1,6 @@
 //! The set of backing files of one VM: opening them all (the same file
 //! twice, or two copies with one DIMM serial, are refused) and the
-//! free-space phrase of storage-failure messages.
+//! free-space phrase of storage-failure messages; preallocation.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -8,6 +8,29 @@ use std::path::{Path, PathBuf};
 
 use crate::backing::{BackingError, NvdimmBacking};
 use crate::config::NvdimmSpec;
+
+impl NvdimmBacking {
+    /// `fallocate`s the whole file (the `prealloc` option).
+    pub(crate) fn preallocate(&self) -> Result<(), BackingError> {
+        let len =
+            libc::off_t::try_from(self.spec.file_len()).map_err(|_| BackingError::Prealloc {
+                path: self.display.clone(),
+                size: self.spec.file_len(),
+                source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            })?;
+        // SAFETY: fallocate only reads the fd, which `self.file` keeps open; mode 0
+        // allocates blocks without changing the file size (already `len`).
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, len) };
+        if rc != 0 {
+            return Err(BackingError::Prealloc {
+                path: self.display.clone(),
+                size: self.spec.file_len(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+}
 
 /// The free space of the file system holding `file`, as a phrase for
 /// storage-failure messages ("its file system has 0 of 8388608 bytes free").

@@ -34,7 +34,7 @@ pub enum HugePageError {
         size: u64,
     },
     /// Not enough free hugetlb pages.
-    #[error("{what} needs {needed} free 2 MiB huge pages but this host has {free} (HugePages_Free less HugePages_Rsvd in /proc/meminfo); reserve more with `echo N > /proc/sys/vm/nr_hugepages` or drop ',hugepages'")]
+    #[error("{what} needs {needed} free 2 MiB huge pages but this host has {free} (HugePages_Free less HugePages_Rsvd in /proc/meminfo); reserve more with `echo N > /proc/sys/vm/nr_hugepages`, or use ordinary pages there")]
     NotEnough {
         /// What asks for them.
         what: String,
@@ -46,8 +46,8 @@ pub enum HugePageError {
     /// A hugetlb DIMM with labels (hugetlbfs files cannot be written with write(2)).
     #[error("--nvdimm {0},hugepages needs label-size=0: hugetlbfs files cannot be written with write(2), which pmemvm's label area and identity page use; add ',label-size=0', or use a file on a tmpfs mounted with huge=always")]
     HugetlbLabels(String),
-    /// A named file on hugetlbfs.
-    #[error("NVDIMM backing file {0} is on hugetlbfs, whose files cannot be written with write(2) as pmemvm's label area and identity page need; put it on a tmpfs mounted with -o huge=always (2 MiB pages too), or use a temporary DIMM: --nvdimm SIZE,hugepages,label-size=0")]
+    /// A named file on hugetlbfs with a label area.
+    #[error("NVDIMM backing file {0} is on hugetlbfs, whose files cannot be written with write(2) as the guest's label writes need; add ',label-size=0' for a label-less DIMM there, or put the file on a tmpfs mounted with -o huge=always (2 MiB pages too, labels work)")]
     HugetlbfsFile(String),
     /// Creating or mapping hugetlb memory failed.
     #[error("{what}: {source}")]
@@ -156,6 +156,16 @@ pub fn check(
         needed += huge_len(d.file_len()) / HUGE_PAGE_SIZE;
         what.push(format!("--nvdimm {},hugepages", d.size_text));
     }
+    // A new file on hugetlbfs takes its pages from the same pool (an
+    // existing one may have them already).
+    for (d, path) in dimms
+        .iter()
+        .filter_map(|d| d.file.as_deref().map(|p| (d, p)))
+        .filter(|(_, p)| !p.exists() && crate::memory_placement::on_hugetlbfs(p))
+    {
+        needed += huge_len(d.file_len()) / HUGE_PAGE_SIZE;
+        what.push(format!("--nvdimm {},file={}", d.size_text, path.display()));
+    }
     let free = free_huge_pages();
     if needed > free {
         return Err(HugePageError::NotEnough {
@@ -210,6 +220,40 @@ pub fn temporary_file(len: u64) -> Result<File, HugePageError> {
     let file = unsafe { File::from_raw_fd(fd) };
     file.set_len(huge_len(len)).map_err(io)?;
     Ok(file)
+}
+
+/// Writes `bytes` at `offset` of a hugetlbfs file (which has no
+/// write(2)) through a shared mapping of the 2 MiB page holding them.
+pub fn write_through_mapping(file: &File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
+    let page = offset - offset % HUGE_PAGE_SIZE;
+    let within = usize::try_from(offset - page).map_err(std::io::Error::other)?;
+    let len = usize::try_from(HUGE_PAGE_SIZE).map_err(std::io::Error::other)?;
+    if within + bytes.len() > len {
+        return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+    }
+    let off = libc::off_t::try_from(page).map_err(std::io::Error::other)?;
+    // SAFETY: a new shared mapping of one huge page of `file` (open for
+    // writing), at an address the kernel chooses; unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            off,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `within + bytes.len() <= len` (checked above), so the copy
+    // stays inside the live mapping; `bytes` does not overlap it.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>().add(within), bytes.len());
+        libc::munmap(p, len);
+    }
+    Ok(())
 }
 
 /// Guest RAM for `ranges` with the pages `pages` asks for.
@@ -324,6 +368,7 @@ mod tests {
 
     #[test]
     fn thp_ram_is_advised() {
+        let _lock = crate::memory_test_lock();
         let mem = guest_ram(&[(GuestAddress(0), 4 << 20)], RamPages::Thp).unwrap();
         let host = vm_memory::GuestMemoryBackend::get_host_address(&mem, GuestAddress(0)).unwrap();
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();

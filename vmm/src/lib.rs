@@ -38,3 +38,13 @@ pub mod signals;
 pub mod stats;
 pub mod vcpu;
 pub mod vm;
+
+/// Unit tests that map and touch megabytes, or measure this process's RSS,
+/// take this lock, so one's allocation does not show in another's figures.
+#[cfg(test)]
+pub(crate) static MEMORY_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[cfg(test)]
+pub(crate) fn memory_test_lock() -> std::sync::MutexGuard<'static, ()> {
+    MEMORY_TESTS.lock().unwrap_or_else(|e| e.into_inner())
+}

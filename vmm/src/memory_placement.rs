@@ -23,10 +23,12 @@ pub fn check_host_placement(
     nvdimms: &[crate::config::NvdimmSpec],
 ) -> Result<(), VmError> {
     placement.check(cpus)?;
-    hugepages::check(memory, nvdimms)?;
-    for path in nvdimms.iter().filter_map(|n| n.file.as_deref()) {
-        refuse_hugetlbfs(path)?;
+    for n in nvdimms {
+        if let Some(path) = n.file.as_deref() {
+            backing_len(n, path)?;
+        }
     }
+    hugepages::check(memory, nvdimms)?;
     Ok(())
 }
 
@@ -60,19 +62,30 @@ pub fn place_dimm(
     Ok(())
 }
 
-/// Refuses a `file=` on hugetlbfs (the file, or its directory when the
-/// file does not exist yet), before anything is created: hugetlbfs has no
-/// write(2), which the label area and identity page need.
-pub fn refuse_hugetlbfs(path: &Path) -> Result<(), crate::hugepages::HugePageError> {
+/// True when `path` (or, for a file not there yet, its directory) is on hugetlbfs.
+pub fn on_hugetlbfs(path: &Path) -> bool {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let on = |p: &Path| File::open(p).is_ok_and(|f| fs_kind(&f) == FsKind::Hugetlbfs);
-    if on(path) || (!path.exists() && on(dir)) {
-        return Err(crate::hugepages::HugePageError::HugetlbfsFile(
+    on(path) || (!path.exists() && on(dir))
+}
+
+/// The length the backing file of `spec` at `path` must have: the region,
+/// labels and identity page; on hugetlbfs (label-less DIMMs only: it has
+/// no write(2) for label writes) rounded up to whole 2 MiB pages.
+pub fn backing_len(
+    spec: &crate::config::NvdimmSpec,
+    path: &Path,
+) -> Result<u64, hugepages::HugePageError> {
+    if !on_hugetlbfs(path) {
+        return Ok(spec.file_len());
+    }
+    if spec.label_size != 0 {
+        return Err(hugepages::HugePageError::HugetlbfsFile(
             path.display().to_string(),
         ));
     }
-    Ok(())
+    Ok(hugepages::huge_len(spec.file_len()))
 }

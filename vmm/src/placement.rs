@@ -388,6 +388,7 @@ mod tests {
 
     #[test]
     fn binding_and_pinning_reach_the_kernel() {
+        let _lock = crate::memory_test_lock();
         let len = 2 << 20;
         // SAFETY: a fresh anonymous mapping, unmapped below.
         let p = unsafe {

@@ -149,6 +149,7 @@ mod tests {
 
     #[test]
     fn touched_anonymous_memory_is_measured_in_4k_pages_without_thp() {
+        let _lock = crate::memory_test_lock();
         let len = 8 << 20;
         // SAFETY: an anonymous private mapping, unmapped below; no other code uses it.
         let p = unsafe {
