@@ -220,7 +220,7 @@ pub(crate) fn wrong_size(spec: &NvdimmSpec, path: &Path, actual: u64, wanted: u6
 pub fn peek_serial(spec: &NvdimmSpec) -> Option<u32> {
     let path = spec.file.as_ref()?;
     let f = File::open(path).ok()?;
-    if f.metadata().ok()?.len() != spec.file_len() {
+    if f.metadata().ok()?.len() != crate::memory_placement::backing_len(spec, path).ok()? {
         return None;
     }
     match read_at(&f, spec.identity_offset()).ok()? {
