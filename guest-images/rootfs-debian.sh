@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # Builds an optional Debian bookworm root file system for `pmemvm run --rootfs debian`:
-# mmdebstrap (variant essential) with the given packages from the host's apt sources,
+# mmdebstrap (variant essential, plus mount) with the given packages from the host's apt sources,
 # packed with `mke2fs -d` into an ext4 image whose size is a multiple of 16 MiB. No guest
 # runs. Cached by a hash of this script and the sorted package list.
 #
@@ -71,7 +71,7 @@ log "mmdebstrap bookworm (essential + $SORTED), from the host's apt sources"
 # The host's deb822 sources (comments dropped) on stdin: no mirror named here.
 for f in /etc/apt/sources.list.d/*.sources; do grep -v '^#' "$f"; echo; done \
     | awk 'BEGIN { RS = ""; ORS = "\n\n" } /Types:[ \t]*deb[ \t]*(\n|$)/' \
-    | mmdebstrap --quiet --variant=essential --include="$SORTED" \
+    | mmdebstrap --quiet --variant=essential --include="mount,$SORTED" \
         --customize-hook='mkdir -p "$1/job" "$1/tmp" "$1/run" "$1/proc" "$1/sys" "$1/dev"' \
         --customize-hook='chroot "$1" dpkg-query -W -f "\${Package}=\${Version}\n" > "$1/.packages"' \
         bookworm "$WORK/root" -
