@@ -8,7 +8,7 @@
 #
 #   guest-images/rootfs-debian.sh [--packages LIST] [--out DIR]
 #
-# LIST is comma-separated (default: python3,stress-ng,fio,xfsprogs: the proofs and
+# LIST is comma-separated (default: python3,stress-ng,fio,xfsprogs,ndctl: the proofs and
 # fio's test suite). Prints the image's path
 # (DIR/debian-<key>.ext4, default DIR: guest-images/out/rootfs/); the package versions
 # installed are in DIR/debian-<key>.packages. See docs/guest-image.md.
@@ -16,7 +16,7 @@ set -eu -o pipefail
 
 GI_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 OUT="$GI_DIR/out/rootfs"
-PACKAGES="python3,stress-ng,fio,xfsprogs"
+PACKAGES="python3,stress-ng,fio,xfsprogs,ndctl"
 
 log() { printf '[rootfs %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[rootfs] ERROR: %s\n' "$*" >&2; exit 1; }

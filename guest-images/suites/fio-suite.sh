@@ -3,7 +3,7 @@
 #
 # fio's own test suite (t/run-fio-tests.py of Debian's fio source package) in the guest,
 # against files on an XFS `-o dax` mount of /dev/pmem0. Runs in the Debian root file
-# system of `pmemvm run --rootfs debian` (python3, fio, xfsprogs); fio's t/ directory is
+# system of `pmemvm run --rootfs debian` (python3, fio, xfsprogs, ndctl); fio's t/ directory is
 # put at /job/fio/t. Arguments: the test ids to run (default: all of them). The suite's
 # artifacts are copied to /job/fio-results (for --get); its own summary line
 # ("N test(s) passed, N failed, N skipped") ends stdout; the status is the suite's.
@@ -11,11 +11,13 @@
 set -eu
 dev=${PMEMVM_SUITE_DEV:-/dev/pmem0}
 mnt=/mnt/dax
-mkfs.xfs -q -f "$dev"
+# A raw namespace has no DAX: make it fsdax first (as guest-images/jobs/xfs-dax.setup.sh).
+ndctl create-namespace --force --reconfig=namespace0.0 --mode=fsdax --map=dev >/dev/null
+mkfs.xfs -q -f -m reflink=0 "$dev"
 mkdir -p "$mnt"
-mount -o dax "$dev" "$mnt"
+mount -o dax=always "$dev" "$mnt"
 grep " $mnt " /proc/mounts
-mkdir -p "$mnt/artifacts" /job/fio-results
+mkdir -p /job/fio-results
 only=""
 [ $# -gt 0 ] && only="--run-only $*"
 set +e

@@ -279,7 +279,7 @@ pub struct RunArgs {
     /// cached by the package list) or an ext4 image (a multiple of 16M).
     #[arg(long, value_name = "debian|IMAGE")]
     pub rootfs: Option<String>,
-    /// Packages of `--rootfs debian`, comma-separated (default python3,stress-ng,fio,xfsprogs).
+    /// Packages of `--rootfs debian`, comma-separated (default python3,stress-ng,fio,xfsprogs,ndctl).
     #[arg(long, value_name = "LIST")]
     pub packages: Option<String>,
     /// The command to run in the guest instead of fio: `-- CMD [ARGS...]`;

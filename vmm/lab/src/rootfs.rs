@@ -18,7 +18,7 @@ use vmm::layout::NVDIMM_REGION_ALIGN;
 /// The script that builds the Debian root file system, relative to the source tree.
 pub const BUILD_SCRIPT: &str = "guest-images/rootfs-debian.sh";
 /// Packages of `--rootfs debian` without `--packages`.
-pub const DEFAULT_PACKAGES: &str = "python3,stress-ng,fio,xfsprogs";
+pub const DEFAULT_PACKAGES: &str = "python3,stress-ng,fio,xfsprogs,ndctl";
 /// Offset of the ext4 magic 0xEF53 (superblock at 1024, `s_magic` at 56).
 const EXT4_MAGIC_OFFSET: u64 = 1080;
 
