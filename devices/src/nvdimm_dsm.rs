@@ -31,6 +31,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Size of the shared DSM page.
 pub const DSM_PAGE_SIZE: usize = 4096;
@@ -77,7 +78,15 @@ pub enum DsmStatus {
     HardwareError = 4,
 }
 
+use crate::nvdimm_ars::{RootDsm, ROOT_FUNCTIONS};
+use crate::nvdimm_health::{self as health, HEALTH_FUNCTIONS};
+use crate::nvdimm_labels::{get_label_data, set_label_data};
 pub use crate::nvdimm_labels::{FileLabels, LabelStorage};
+use crate::nvdimm_media::DimmMedia;
+
+/// The NFIT device handle the root device's `_DSM` puts in its requests
+/// (no DIMM has it: DIMM handles are 1..=256).
+pub const ROOT_HANDLE: u32 = u32::MAX;
 
 /// Counters of the DSM handler (reported at shutdown / in `run --json`).
 #[derive(Debug, Default)]
@@ -94,10 +103,15 @@ pub struct DsmStats {
     pub label_syncs: AtomicU64,
 }
 
-/// Answers `_DSM` requests for a set of DIMMs, keyed by NFIT device handle.
+/// Answers `_DSM` requests for a set of DIMMs, keyed by NFIT device handle,
+/// and (once [`DsmHandler::enable_root`] is called) for the NVDIMM root
+/// device, whose requests carry [`ROOT_HANDLE`].
 #[derive(Debug)]
 pub struct DsmHandler<L: LabelStorage = FileLabels> {
     dimms: BTreeMap<u32, L>,
+    /// Media state (bad ranges, health) of the DIMMs that have one.
+    media: BTreeMap<u32, Arc<DimmMedia>>,
+    root: Option<RootDsm>,
     stats: DsmStats,
     /// Calls addressed to each known DIMM, by handle.
     calls_by_handle: BTreeMap<u32, AtomicU64>,
@@ -116,13 +130,15 @@ fn get_u32(page: &[u8; DSM_PAGE_SIZE], off: usize) -> u32 {
 }
 
 /// The response of one call, before it is written to the page.
-enum Reply {
-    /// Function 0: the supported-functions bitmap (one byte).
-    Bitmap(u8),
+pub(crate) enum Reply {
+    /// Function 0: the supported-functions bitmap (as few bytes as hold it).
+    Bitmap(u32),
     /// Status only.
     Status(DsmStatus),
     /// Success status followed by data.
     Data(Vec<u8>),
+    /// A whole output buffer (status included), from the root or health functions.
+    Raw(Vec<u8>),
 }
 
 impl<L: LabelStorage> DsmHandler<L> {
@@ -130,6 +146,8 @@ impl<L: LabelStorage> DsmHandler<L> {
     pub fn new() -> Self {
         Self {
             dimms: BTreeMap::new(),
+            media: BTreeMap::new(),
+            root: None,
             stats: DsmStats::default(),
             calls_by_handle: BTreeMap::new(),
         }
@@ -139,6 +157,24 @@ impl<L: LabelStorage> DsmHandler<L> {
     pub fn add_dimm(&mut self, handle: u32, labels: L) {
         self.dimms.insert(handle, labels);
         self.calls_by_handle.entry(handle).or_default();
+    }
+
+    /// Gives the DIMM `media.handle` (added with [`Self::add_dimm`]) its
+    /// media state: the health functions then answer for it, and the root
+    /// device reports its bad ranges.
+    pub fn add_media(&mut self, media: Arc<DimmMedia>) {
+        self.media.insert(media.handle, media);
+    }
+
+    /// Answers the root device's `_DSM` (ARS, clear error, error injection)
+    /// over the DIMMs given media so far.
+    pub fn enable_root(&mut self) {
+        self.root = Some(RootDsm::new(self.media.values().cloned().collect()));
+    }
+
+    /// The root device, when enabled (for its counters).
+    pub fn root(&self) -> Option<&RootDsm> {
+        self.root.as_ref()
     }
 
     /// `_DSM` calls addressed to the DIMM with `handle` (0 for an unknown one).
@@ -165,7 +201,9 @@ impl<L: LabelStorage> DsmHandler<L> {
                 if b == 0 {
                     self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 }
-                vec![b]
+                let bytes = b.to_le_bytes();
+                let n = bytes.iter().rposition(|x| *x != 0).map_or(1, |i| i + 1);
+                bytes[..n].to_vec()
             }
             Reply::Status(s) => {
                 if s != DsmStatus::Success {
@@ -178,12 +216,52 @@ impl<L: LabelStorage> DsmHandler<L> {
                 v.append(&mut d);
                 v
             }
+            Reply::Raw(v) => {
+                if v.get(..2) != Some(&[0, 0]) {
+                    self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                }
+                v
+            }
         };
-        // Every reply is at most 4 + MAX_LABEL_TRANSFER bytes, well within the page.
+        // Every reply is at most 4 + MAX_LABEL_TRANSFER bytes (labels) or
+        // 4092 bytes (root functions), within the page.
         let len = out.len().min(DSM_OUT_DATA_MAX);
         page.fill(0);
         page[..4].copy_from_slice(&u32::try_from(len).unwrap_or(0).to_le_bytes());
         page[RESP_OUT_DATA..RESP_OUT_DATA + len].copy_from_slice(&out[..len]);
+    }
+
+    /// The input bytes of the request, if its length fits the page.
+    fn input(page: &[u8; DSM_PAGE_SIZE]) -> Option<&[u8]> {
+        usize::try_from(get_u32(page, 12))
+            .ok()
+            .filter(|n| *n <= DSM_IN_DATA_MAX)
+            .map(|n| &page[REQ_IN_DATA..REQ_IN_DATA + n])
+    }
+
+    fn dispatch_root(&self, page: &[u8; DSM_PAGE_SIZE]) -> Reply {
+        let (revision, function) = (get_u32(page, 4), get_u32(page, 8));
+        let Some(root) = &self.root else {
+            return match function {
+                FUNC_QUERY => Reply::Bitmap(0),
+                _ => Reply::Status(DsmStatus::NoSuchDevice),
+            };
+        };
+        if function == FUNC_QUERY {
+            return Reply::Bitmap(if revision == DSM_REVISION {
+                ROOT_FUNCTIONS
+            } else {
+                0
+            });
+        }
+        if revision != DSM_REVISION || function >= 32 || ROOT_FUNCTIONS & (1 << function) == 0 {
+            return Reply::Status(DsmStatus::NotSupported);
+        }
+        match Self::input(page) {
+            // Root status 2 is "invalid input parameters".
+            None => Reply::Raw(2u32.to_le_bytes().to_vec()),
+            Some(input) => Reply::Raw(root.call(function, input)),
+        }
     }
 
     fn dispatch(&self, page: &[u8; DSM_PAGE_SIZE]) -> Reply {
@@ -192,10 +270,14 @@ impl<L: LabelStorage> DsmHandler<L> {
         let function = get_u32(page, 8);
         let in_len = get_u32(page, 12);
         log::debug!("nvdimm dsm: handle {handle:#x} rev {revision} fn {function} in {in_len}");
+        if handle == ROOT_HANDLE {
+            return self.dispatch_root(page);
+        }
         let dimm = self.dimms.get(&handle);
+        let media = self.media.get(&handle);
         if function == FUNC_QUERY {
             return Reply::Bitmap(match dimm {
-                Some(d) if revision == DSM_REVISION => supported_functions(d),
+                Some(d) if revision == DSM_REVISION => supported_functions(d, media.is_some()),
                 _ => 0,
             });
         }
@@ -205,112 +287,46 @@ impl<L: LabelStorage> DsmHandler<L> {
         if revision != DSM_REVISION {
             return Reply::Status(DsmStatus::NotSupported);
         }
-        if supported_functions(dimm) & bit(function) == 0 {
+        if function >= 32 || supported_functions(dimm, media.is_some()) & (1 << function) == 0 {
             return Reply::Status(DsmStatus::NotSupported);
         }
-        let Some(input) = usize::try_from(in_len)
-            .ok()
-            .filter(|n| *n <= DSM_IN_DATA_MAX)
-            .map(|n| &page[REQ_IN_DATA..REQ_IN_DATA + n])
-        else {
+        let Some(input) = Self::input(page) else {
             return Reply::Status(DsmStatus::InvalidInput);
         };
-        match function {
-            FUNC_GET_LABEL_SIZE => {
+        match (function, media) {
+            (FUNC_GET_LABEL_SIZE, _) => {
                 let mut d = dimm.label_size().to_le_bytes().to_vec();
                 d.extend_from_slice(&MAX_LABEL_TRANSFER.to_le_bytes());
                 Reply::Data(d)
             }
-            FUNC_GET_LABEL_DATA => self.get_label_data(dimm, input),
-            FUNC_SET_LABEL_DATA => self.set_label_data(dimm, input),
+            (FUNC_GET_LABEL_DATA, _) => get_label_data(&self.stats, dimm, input),
+            (FUNC_SET_LABEL_DATA, _) => set_label_data(&self.stats, dimm, input),
+            (health::FUNC_SMART, Some(m)) => Reply::Raw(health::smart(&m.state())),
+            (health::FUNC_SMART_THRESHOLD, Some(m)) => Reply::Raw(health::threshold(&m.state())),
+            (health::FUNC_SET_THRESHOLD, Some(m)) => Reply::Raw(health::set_threshold(m, input)),
+            (health::FUNC_SMART_INJECT, Some(m)) => Reply::Raw(health::inject(m, input)),
             _ => Reply::Status(DsmStatus::NotSupported),
         }
     }
-
-    /// Checks an (offset, length) pair against the label area and the
-    /// transfer limit.
-    fn label_range(dimm: &L, offset: u32, length: u32) -> Option<(u64, usize)> {
-        if length > MAX_LABEL_TRANSFER {
-            return None;
-        }
-        let end = u64::from(offset) + u64::from(length);
-        if end > u64::from(dimm.label_size()) {
-            return None;
-        }
-        Some((u64::from(offset), usize::try_from(length).ok()?))
-    }
-
-    fn get_label_data(&self, dimm: &L, input: &[u8]) -> Reply {
-        if input.len() != 8 {
-            return Reply::Status(DsmStatus::InvalidInput);
-        }
-        let offset = u32::from_le_bytes([input[0], input[1], input[2], input[3]]);
-        let length = u32::from_le_bytes([input[4], input[5], input[6], input[7]]);
-        let Some((off, len)) = Self::label_range(dimm, offset, length) else {
-            return Reply::Status(DsmStatus::InvalidInput);
-        };
-        let mut data = vec![0u8; len];
-        match dimm.read_label(off, &mut data) {
-            Ok(()) => {
-                self.stats
-                    .label_bytes_read
-                    .fetch_add(u64::from(length), Ordering::Relaxed);
-                Reply::Data(data)
-            }
-            Err(e) => {
-                log::warn!("nvdimm label read at {off:#x}+{len:#x} failed: {e}");
-                Reply::Status(DsmStatus::HardwareError)
-            }
-        }
-    }
-
-    fn set_label_data(&self, dimm: &L, input: &[u8]) -> Reply {
-        if input.len() < 8 {
-            return Reply::Status(DsmStatus::InvalidInput);
-        }
-        let offset = u32::from_le_bytes([input[0], input[1], input[2], input[3]]);
-        let length = u32::from_le_bytes([input[4], input[5], input[6], input[7]]);
-        let data = &input[8..];
-        let Some((off, len)) = Self::label_range(dimm, offset, length) else {
-            return Reply::Status(DsmStatus::InvalidInput);
-        };
-        if data.len() != len {
-            return Reply::Status(DsmStatus::InvalidInput);
-        }
-        if dimm.readonly() {
-            return Reply::Status(DsmStatus::NotSupported);
-        }
-        if let Err(e) = dimm.write_label(off, data) {
-            log::warn!("nvdimm label write at {off:#x}+{len:#x} failed: {e}");
-            return Reply::Status(DsmStatus::HardwareError);
-        }
-        if let Err(e) = dimm.sync_labels() {
-            log::warn!("nvdimm label write at {off:#x}+{len:#x} could not be synced: {e}");
-            return Reply::Status(DsmStatus::HardwareError);
-        }
-        self.stats.label_syncs.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .label_bytes_written
-            .fetch_add(u64::from(length), Ordering::Relaxed);
-        Reply::Status(DsmStatus::Success)
-    }
 }
 
-fn bit(function: u32) -> u8 {
+fn bit(function: u32) -> u32 {
     match function {
-        0..=7 => 1 << function,
+        0..=31 => 1 << function,
         _ => 0,
     }
 }
 
-/// Function 0's bitmap for `dimm`: nothing but function 0 for a label-less
-/// DIMM (Linux then treats it as label-less); 0, 4, 5 for a read-only one;
-/// 0, 4, 5, 6 otherwise.
-fn supported_functions<L: LabelStorage>(dimm: &L) -> u8 {
+/// Function 0's bitmap for `dimm`: the health functions (1, 2, 17, 18)
+/// when it has a media state; for labels, nothing for a label-less DIMM
+/// (Linux then treats it as label-less), 4, 5 for a read-only one, 4, 5, 6
+/// otherwise.
+fn supported_functions<L: LabelStorage>(dimm: &L, has_media: bool) -> u32 {
+    let health = if has_media { HEALTH_FUNCTIONS } else { 0 };
     if dimm.label_size() == 0 {
-        return bit(FUNC_QUERY);
+        return bit(FUNC_QUERY) | health;
     }
-    let mut b = bit(FUNC_QUERY) | bit(FUNC_GET_LABEL_SIZE) | bit(FUNC_GET_LABEL_DATA);
+    let mut b = bit(FUNC_QUERY) | bit(FUNC_GET_LABEL_SIZE) | bit(FUNC_GET_LABEL_DATA) | health;
     if !dimm.readonly() {
         b |= bit(FUNC_SET_LABEL_DATA);
     }
