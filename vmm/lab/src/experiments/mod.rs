@@ -327,7 +327,7 @@ impl Experiment {
 
     /// An NVDIMM size must be a multiple of Linux's default region align.
     pub(crate) fn check_region_align(&self, size: u64) -> Result<(), ExperimentError> {
-        if size.is_multiple_of(crate::layout::NVDIMM_REGION_ALIGN) {
+        if size.is_multiple_of(vmm::layout::NVDIMM_REGION_ALIGN) {
             Ok(())
         } else {
             Err(self.invalid(

@@ -1,5 +1,5 @@
 //! pmemvm's statistics against an independent implementation: SciPy's, through the values
-//! `vmm/tests/fixtures/stats/make-expected.py` wrote to `expected.json`.
+//! `vmm/lab/tests/fixtures/stats/make-expected.py` wrote to `expected.json`.
 
 use super::*;
 

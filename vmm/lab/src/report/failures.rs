@@ -11,7 +11,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::{BenchReport, RunOutcome};
-use crate::exit_status;
+use vmm::exit_status;
 
 /// One failed run (or unmeasured phase) and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

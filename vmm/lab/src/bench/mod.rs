@@ -11,7 +11,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::NvdimmSpec;
 use crate::experiments::{self, BenchParams, ExperimentError, ExperimentPlan, HostLimits, Side};
 use crate::guest_job;
 use crate::preflight::{self, Needs, PreflightError};
@@ -19,6 +18,7 @@ use crate::report::{
     Accelerator, BenchReport, HostInfo, ReportError, RunOutcome, VerifyExpectation,
 };
 use crate::run::{self, Engine, RunError, RunSpec};
+use vmm::config::NvdimmSpec;
 
 pub mod outcome;
 pub mod sides;
@@ -272,7 +272,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         memory >> 20,
         plan.jobs,
         report.engine,
-        if engine == Engine::Qemu && crate::qemu::QemuAccel::choose(&crate::host::HostKvm::probe()) == crate::qemu::QemuAccel::Tcg {
+        if engine == Engine::Qemu && crate::qemu::QemuAccel::choose(&vmm::host::HostKvm::probe()) == crate::qemu::QemuAccel::Tcg {
             " (TCG: figures are functional only)"
         } else {
             ""

@@ -27,15 +27,15 @@ pub const THREAD_REPETITIONS: u32 = 3;
 
 const VERIFY: (&str, &str) = (
     "guest-images/jobs/write-and-verify.fio",
-    include_str!("../../../guest-images/jobs/write-and-verify.fio"),
+    include_str!("../../../../guest-images/jobs/write-and-verify.fio"),
 );
 const RANDWRITE: (&str, &str) = (
     "guest-images/jobs/randwrite.fio",
-    include_str!("../../../guest-images/jobs/randwrite.fio"),
+    include_str!("../../../../guest-images/jobs/randwrite.fio"),
 );
 const RANDREAD: (&str, &str) = (
     "guest-images/jobs/randread.fio",
-    include_str!("../../../guest-images/jobs/randread.fio"),
+    include_str!("../../../../guest-images/jobs/randread.fio"),
 );
 
 /// A phase from a job-file template.

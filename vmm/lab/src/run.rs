@@ -10,15 +10,15 @@ use devices::exit::ExitRequest;
 use serde::Serialize;
 use sha2::Digest;
 
-use crate::config::{ConsoleMode, NvdimmSpec, VmConfig};
-use crate::exit_status;
 use crate::guest_job::{self, GuestJob, GuestReport, FIO_JSON_FRAME};
-use crate::host::HostKvm;
 use crate::preflight::PreflightError;
 use crate::qemu::{self, QemuAccel, QemuMachine};
-use crate::run_loop::RunOptions;
-use crate::stats::{ExitCounts, NvdimmCounts};
-use crate::vm::{Vm, VmError};
+use vmm::config::{ConsoleMode, NvdimmSpec, VmConfig};
+use vmm::exit_status;
+use vmm::host::HostKvm;
+use vmm::run_loop::RunOptions;
+use vmm::stats::{ExitCounts, NvdimmCounts};
+use vmm::vm::{Vm, VmError};
 
 /// Errors of a job run. Partial results are kept in [`RunResult`] where possible.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +69,7 @@ impl RunError {
 }
 
 /// Which VMM runs the guest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
     /// pmemvm itself.
@@ -282,7 +282,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let linux = spec
         .kernel
         .as_deref()
-        .is_none_or(crate::boot::looks_like_linux);
+        .is_none_or(vmm::boot::looks_like_linux);
     let engine = match spec.engine.resolve(&kvm) {
         Err(PreflightError::HostCannotRunLinux(_)) if !linux => Engine::Pmemvm,
         other => other?,
@@ -303,7 +303,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
             (kernel, initrd, Some(image))
         }
     };
-    let cmdline = crate::cli::join_cmdline(
+    let cmdline = vmm::config::join_cmdline(
         spec.cmdline.as_deref().unwrap_or(JOB_CMDLINE),
         &spec.extra_cmdline,
     );

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, ConsoleMode, NvdimmSpec, VmConfig};
+use lab::run::Engine;
+use vmm::config::{self, ConsoleMode, NvdimmSpec, VmConfig};
 
 /// pmemvm: a small KVM VMM that gives Linux guests ACPI NFIT-described NVDIMMs backed by host files.
 #[derive(Debug, Parser)]
@@ -163,7 +164,7 @@ impl BootArgs {
             kernel,
             initrd,
             initrd_append: Vec::new(),
-            cmdline: join_cmdline(
+            cmdline: config::join_cmdline(
                 self.cmdline.as_deref().unwrap_or(config::DEFAULT_CMDLINE),
                 &self.append,
             ),
@@ -179,18 +180,6 @@ impl BootArgs {
     }
 }
 
-/// A command line with `--append` words added, one space apart.
-pub fn join_cmdline(base: &str, append: &[String]) -> String {
-    let mut line = base.to_string();
-    for extra in append.iter().map(|a| a.trim()).filter(|a| !a.is_empty()) {
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(extra);
-    }
-    line
-}
-
 fn parse_seconds(s: &str) -> Result<u64, String> {
     match s.trim().parse::<u64>() {
         Ok(0) => Err(format!(
@@ -198,6 +187,27 @@ fn parse_seconds(s: &str) -> Result<u64, String> {
         )),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("--timeout '{s}' is not a whole number of seconds")),
+    }
+}
+
+/// `--engine`: which VMM runs the guest (the lab's [`Engine`], spelled for clap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineArg {
+    /// pmemvm itself.
+    Pmemvm,
+    /// qemu-system-x86_64 with its own NVDIMM.
+    Qemu,
+    /// pmemvm where this host's KVM can run Linux, QEMU otherwise.
+    Auto,
+}
+
+impl From<EngineArg> for Engine {
+    fn from(e: EngineArg) -> Self {
+        match e {
+            EngineArg::Pmemvm => Engine::Pmemvm,
+            EngineArg::Qemu => Engine::Qemu,
+            EngineArg::Auto => Engine::Auto,
+        }
     }
 }
 
@@ -219,7 +229,7 @@ pub struct RunArgs {
     /// Which VMM runs the guest (auto: pmemvm where this host's KVM can run
     /// Linux, QEMU otherwise).
     #[arg(long, value_enum, default_value = "auto")]
-    pub engine: crate::run::Engine,
+    pub engine: EngineArg,
     /// The console (hidden by default; its last lines are shown on failure).
     #[command(flatten)]
     pub console: ConsoleArgs,
@@ -300,7 +310,7 @@ pub struct BenchArgs {
     /// Which VMM runs the guest (auto: pmemvm where this host's KVM can run
     /// Linux, QEMU otherwise).
     #[arg(long, value_enum, default_value = "auto")]
-    pub engine: crate::run::Engine,
+    pub engine: EngineArg,
     /// Per-boot timeout in seconds.
     #[arg(long, default_value = "3600", value_parser = parse_seconds, value_name = "SECS")]
     pub timeout: u64,

@@ -30,7 +30,7 @@ pub const THREAD_BUCKETS: u64 = 2048;
 
 const SETUP: (&str, &str) = (
     "guest-images/jobs/bcache.setup.sh",
-    include_str!("../../../guest-images/jobs/bcache.setup.sh"),
+    include_str!("../../../../guest-images/jobs/bcache.setup.sh"),
 );
 
 /// make-bcache's bucket for a cache of `size` bytes: the default, halved until the cache has

@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::host::HostKvm;
 use crate::run::Engine;
+use vmm::host::HostKvm;
 
 /// Memory the host keeps beside a guest: QEMU or pmemvm's own process,
 /// page tables, the page cache of the initrd.

@@ -2,15 +2,15 @@
 
 use std::path::PathBuf;
 
-use crate::acpi_setup::{self, PlacedNvdimm};
-use crate::bench::{BenchError, BenchRequest};
 use crate::cli::{AcpiArgs, BenchArgs, BootArgs, Command, RunArgs};
-use crate::exit_status;
-use crate::guest_job::{find_image_dir, ImageDir};
-use crate::memory;
-use crate::preflight::{self, Needs};
-use crate::run::{self, RunError, RunSpec};
-use crate::vm::{Vm, VmError};
+use lab::bench::{BenchError, BenchRequest};
+use lab::guest_job::{find_image_dir, ImageDir};
+use lab::preflight::{self, Needs};
+use lab::run::{self, RunError, RunSpec};
+use vmm::acpi_setup::{self, PlacedNvdimm};
+use vmm::exit_status;
+use vmm::memory;
+use vmm::vm::{Vm, VmError};
 
 /// Errors of a subcommand.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +29,7 @@ pub enum CommandError {
     Bench(#[from] BenchError),
     /// Reading a kernel configuration.
     #[error(transparent)]
-    Kconfig(#[from] crate::kconfig::KconfigError),
+    Kconfig(#[from] lab::kconfig::KconfigError),
     /// A job input file.
     #[error("cannot read {what} {path}: {source}")]
     Input {
@@ -82,8 +82,8 @@ pub fn resolve_kernel(
 /// Says up front when a Linux kernel is about to be booted on a KVM that
 /// cannot run it (PVM, or no vmx/svm), instead of leaving the user to wait.
 pub fn warn_if_host_cannot_run(kernel: &std::path::Path) {
-    let host = crate::host::HostKvm::probe();
-    if host.cannot_run_linux() && crate::boot::looks_like_linux(kernel) {
+    let host = vmm::host::HostKvm::probe();
+    if host.cannot_run_linux() && vmm::boot::looks_like_linux(kernel) {
         if let Some(why) = host.explanation() {
             eprintln!("pmemvm: warning: {why}; expect this Linux guest to stop early (exit status 5) or to crawl");
         }
@@ -132,7 +132,7 @@ pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
     let sizes: Vec<u64> = m.nvdimm.iter().map(|n| n.spa_size()).collect();
     let bases =
         memory::nvdimm_bases(&ram, &sizes, memory::host_phys_addr_bits()).map_err(VmError::from)?;
-    let nodes = crate::config::resolve_nodes(&m.nvdimm).map_err(VmError::from)?;
+    let nodes = vmm::config::resolve_nodes(&m.nvdimm).map_err(VmError::from)?;
     // Serials as a guest would see them: from existing backing files (read
     // only, nothing is created), order-based otherwise.
     let placed: Vec<PlacedNvdimm> = m
@@ -143,7 +143,7 @@ pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
         .map(|((spec, base), node)| PlacedNvdimm {
             spec,
             base,
-            serial: crate::identity::peek_serial(spec),
+            serial: vmm::identity::peek_serial(spec),
             node,
         })
         .collect();
@@ -239,7 +239,7 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
     }
     preflight::memory(args.machine.memory, preflight::mem_available()).map_err(RunError::from)?;
     let spec = RunSpec {
-        engine: args.engine,
+        engine: args.engine.into(),
         kernel: args.kernel.clone(),
         initrd: args.initrd.clone(),
         cmdline: args.cmdline.clone(),
@@ -247,11 +247,11 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
         cpus: args.machine.cpus,
         memory: args.machine.memory,
         nvdimms: args.machine.nvdimm.clone(),
-        job: crate::guest_job::GuestJob {
+        job: lab::guest_job::GuestJob {
             fio_job,
             setup,
             args: args.fio_args.clone(),
-            ..crate::guest_job::GuestJob::default()
+            ..lab::guest_job::GuestJob::default()
         },
         stream_console: args.console.console,
         console_log: args.console.console_log.clone(),
@@ -313,7 +313,7 @@ fn print_summary(result: &run::RunResult) {
     let Ok(bytes) = serde_json::to_vec(fio) else {
         return;
     };
-    let Ok(parsed) = crate::fio::parse_fio_json(&bytes) else {
+    let Ok(parsed) = lab::fio::parse_fio_json(&bytes) else {
         return;
     };
     for s in parsed.summaries() {
@@ -352,7 +352,7 @@ fn bench_request(args: &BenchArgs) -> BenchRequest {
         size: args.size,
         sides: args.sides.clone(),
         out,
-        engine: args.engine,
+        engine: args.engine.into(),
         timeout: std::time::Duration::from_secs(args.timeout),
         kernel: args.kernel.clone(),
         initrd: args.initrd.clone(),
@@ -363,19 +363,19 @@ fn bench_request(args: &BenchArgs) -> BenchRequest {
 pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
     let req = bench_request(args);
     if args.plan {
-        let (_, plan) = crate::bench::plan(&req)?;
+        let (_, plan) = lab::bench::plan(&req)?;
         if args.json {
-            let mut v = serde_json::to_value(&plan).map_err(crate::bench::BenchError::PlanJson)?;
+            let mut v = serde_json::to_value(&plan).map_err(lab::bench::BenchError::PlanJson)?;
             v["runs_per_side"] = req.runs.into();
             let text =
-                serde_json::to_string_pretty(&v).map_err(crate::bench::BenchError::PlanJson)?;
+                serde_json::to_string_pretty(&v).map_err(lab::bench::BenchError::PlanJson)?;
             println!("{text}");
         } else {
             print!("{}", plan.render_text(req.runs));
         }
         return Ok(0);
     }
-    let outcome = crate::bench::bench(&req)?;
+    let outcome = lab::bench::bench(&req)?;
     println!("{}", outcome.report.render_text());
     for f in &outcome.files {
         eprintln!("[bench] wrote {}", f.display());
@@ -406,11 +406,11 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
             outcome.report.runs.len()
         );
     }
-    Ok(crate::report::bench_exit_status(&failed))
+    Ok(lab::report::bench_exit_status(&failed))
 }
 
 /// `pmemvm preflight COMMAND...`: what `command` needs on this host that an
-/// install can provide; an error for anything it cannot (see [`crate::preflight`]).
+/// install can provide; an error for anything it cannot (see [`lab::preflight`]).
 pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
     let mut needs = Needs::default();
     match command {
@@ -420,18 +420,18 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
             if spec
                 .kernel
                 .as_deref()
-                .is_none_or(crate::boot::looks_like_linux)
+                .is_none_or(vmm::boot::looks_like_linux)
             {
-                preflight::engine_on_this_host(a.engine, true, &mut needs)
+                preflight::engine_on_this_host(a.engine.into(), true, &mut needs)
                     .map_err(RunError::from)?;
             }
             needs.image = a.kernel.is_none();
         }
         Command::Bench(a) if a.plan => {
-            crate::bench::plan(&bench_request(a))?;
+            lab::bench::plan(&bench_request(a))?;
         }
         Command::Bench(a) => {
-            crate::bench::prepare(&bench_request(a), true, &mut needs)?;
+            lab::bench::prepare(&bench_request(a), true, &mut needs)?;
         }
         Command::Acpi(_) | Command::Preflight(_) | Command::Kconfig(_) => {}
     }
@@ -441,16 +441,16 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
 /// `pmemvm kconfig`: the fragment, or a check (status 2 when options are missing).
 pub fn kconfig(args: &crate::cli::KconfigArgs) -> Result<u8, CommandError> {
     if let Some(kernel) = &args.extract {
-        print!("{}", crate::kconfig::read_text(kernel)?);
+        print!("{}", lab::kconfig::read_text(kernel)?);
         return Ok(0);
     }
     let Some(path) = &args.check else {
-        print!("{}", crate::kconfig::fragment());
+        print!("{}", lab::kconfig::fragment());
         return Ok(0);
     };
-    let config = crate::kconfig::read(path)?;
-    let result = crate::kconfig::check(&config);
-    let text = crate::kconfig::render_check(path, &config, &result);
+    let config = lab::kconfig::read(path)?;
+    let result = lab::kconfig::check(&config);
+    let text = lab::kconfig::render_check(path, &config, &result);
     if result.missing.is_empty() {
         print!("{text}");
         Ok(0)

@@ -1,10 +1,16 @@
 //! The `pmemvm` command: argument parsing and exit statuses only; the work is
-//! in the `vmm` library.
+//! in the `lab` library (experiments, runs, reports) on top of the `vmm`
+//! core (the VMM itself).
+
+mod cli;
+mod commands;
 
 use std::process::ExitCode;
 
+use crate::cli::{
+    AcpiArgs, BenchArgs, BootArgs, Cli, Command, KconfigArgs, PreflightArgs, RunArgs,
+};
 use clap::Parser;
-use vmm::cli::{AcpiArgs, BenchArgs, BootArgs, Cli, Command, KconfigArgs, PreflightArgs, RunArgs};
 use vmm::exit_status;
 
 /// A failure with the exit status it maps to.
@@ -13,9 +19,9 @@ struct Failure {
     error: Box<dyn std::error::Error>,
 }
 
-impl<E: Into<vmm::commands::CommandError>> From<E> for Failure {
+impl<E: Into<crate::commands::CommandError>> From<E> for Failure {
     fn from(e: E) -> Self {
-        let e: vmm::commands::CommandError = e.into();
+        let e: crate::commands::CommandError = e.into();
         Failure {
             status: if e.is_usage() {
                 exit_status::USAGE
@@ -45,15 +51,15 @@ fn report(error: &dyn std::error::Error) {
 }
 
 fn boot(args: &BootArgs) -> Result<u8, Failure> {
-    Ok(vmm::commands::boot(args)?)
+    Ok(crate::commands::boot(args)?)
 }
 
 fn run(args: &RunArgs) -> Result<u8, Failure> {
-    Ok(vmm::commands::run(args)?)
+    Ok(crate::commands::run(args)?)
 }
 
 fn bench(args: &BenchArgs) -> Result<u8, Failure> {
-    Ok(vmm::commands::bench(args)?)
+    Ok(crate::commands::bench(args)?)
 }
 
 fn preflight(args: &PreflightArgs) -> Result<u8, Failure> {
@@ -61,18 +67,18 @@ fn preflight(args: &PreflightArgs) -> Result<u8, Failure> {
         std::iter::once("pmemvm".to_string()).chain(args.command.iter().cloned()),
     )
     .unwrap_or_else(|e| e.exit());
-    for line in vmm::commands::preflight(&inner.command)?.lines() {
+    for line in crate::commands::preflight(&inner.command)?.lines() {
         println!("{line}");
     }
     Ok(0)
 }
 
 fn kconfig(args: &KconfigArgs) -> Result<u8, Failure> {
-    Ok(vmm::commands::kconfig(args)?)
+    Ok(crate::commands::kconfig(args)?)
 }
 
 fn acpi(args: &AcpiArgs) -> Result<u8, Failure> {
-    vmm::commands::acpi(args)?;
+    crate::commands::acpi(args)?;
     Ok(0)
 }
 

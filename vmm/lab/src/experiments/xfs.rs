@@ -30,11 +30,11 @@ const BS: u64 = 2 * MIB;
 
 const JOB: (&str, &str) = (
     "guest-images/jobs/xfs-dax-write.fio",
-    include_str!("../../../guest-images/jobs/xfs-dax-write.fio"),
+    include_str!("../../../../guest-images/jobs/xfs-dax-write.fio"),
 );
 const SETUP: (&str, &str) = (
     "guest-images/jobs/xfs-dax-write.setup.sh",
-    include_str!("../../../guest-images/jobs/xfs-dax-write.setup.sh"),
+    include_str!("../../../../guest-images/jobs/xfs-dax-write.setup.sh"),
 );
 
 /// Bytes the files of all jobs may take on an NVDIMM of `nvdimm` bytes: the file system is the

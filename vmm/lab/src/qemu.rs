@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::config::NvdimmSpec;
-use crate::host::HostKvm;
+use vmm::config::NvdimmSpec;
+use vmm::host::HostKvm;
 
 /// The accelerator QEMU uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
