@@ -28,6 +28,7 @@ pub mod host;
 pub mod identity;
 pub mod label_index;
 pub mod layout;
+pub mod media;
 pub mod memory;
 pub mod run_loop;
 pub mod signals;
