@@ -58,6 +58,9 @@ pub enum MediaSetupError {
         /// Path.
         path: PathBuf,
     },
+    /// `pmemvm nvdimm badblocks` on a path that does not exist.
+    #[error("NVDIMM backing file {0} does not exist; give the file=PATH of an --nvdimm")]
+    Missing(PathBuf),
     /// I/O.
     #[error("NVDIMM backing file {path}: {source}")]
     Io {
@@ -214,7 +217,10 @@ pub fn read_file(path: &Path) -> Result<(Identity, MediaState), MediaSetupError>
         path: path.display().to_string(),
         source,
     };
-    let file = File::open(path).map_err(io)?;
+    let file = File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => MediaSetupError::Missing(path.into()),
+        _ => io(e),
+    })?;
     let len = file.metadata().map_err(io)?.len();
     let not_ours = || MediaSetupError::NotBacking { path: path.into() };
     let at = len
