@@ -9,8 +9,12 @@
 //! Scope (\_SB) {
 //!   Device (NVDR) {
 //!     Name (_HID, "ACPI0012")
-//!     Method (_DSM, 4) {                                    // root: ARS, clear, inject
-//!       Return (NCAL (Arg0, Arg1, Arg2, Arg3, 0xFFFFFFFF))
+//!     Method (_DSM, 4, Serialized) {                        // root: ARS, clear, inject
+//!       Local0 = NCAL (Arg0, Arg1, Arg2, Arg3, 0xFFFFFFFF)
+//!       If (LEqual (NDBR, One)) {       // pmemvm: new media errors (an injection)
+//!         Notify (\_SB.NVDR, 0x81)      // "unconsumed uncorrectable memory error"
+//!       }
+//!       Return (Local0)
 //!     }
 //!     OperationRegion (NPAG, SystemMemory, page_addr, 0x1000)
 //!     Field (NPAG, DWordAcc, NoLock, Preserve) {            // request
@@ -144,20 +148,34 @@ pub fn build(dimms: &[NvdimmDescription], dsm: Option<&DsmTransport>) -> Vec<u8>
     let mut root = vec![aml::name("_HID", &aml::string("ACPI0012"))];
     if let Some(tr) = dsm {
         let page_bits = DSM_PAGE_SIZE * 8;
+        // A read of the doorbell tells whether the call found new media
+        // errors (an error injection asking for notification); then the
+        // root device gets the notification a platform sends for them
+        // (ACPI 6.4, 5.6.6: 0x81 on an NVDIMM root device).
         root.push(aml::method(
             "_DSM",
             4,
-            false,
-            &[aml::ret(&aml::call(
-                "NCAL",
-                &[
-                    aml::arg(0),
-                    aml::arg(1),
-                    aml::arg(2),
-                    aml::arg(3),
-                    aml::integer(ROOT_DSM_HANDLE),
-                ],
-            ))],
+            true,
+            &[
+                aml::store(
+                    &aml::call(
+                        "NCAL",
+                        &[
+                            aml::arg(0),
+                            aml::arg(1),
+                            aml::arg(2),
+                            aml::arg(3),
+                            aml::integer(ROOT_DSM_HANDLE),
+                        ],
+                    ),
+                    &aml::local(0),
+                ),
+                aml::if_(
+                    &aml::lequal(&aml::path("NDBR"), &aml::integer(1)),
+                    &[aml::notify("\\_SB.NVDR", 0x81)],
+                ),
+                aml::ret(&aml::local(0)),
+            ],
         ));
         root.push(aml::op_region(
             "NPAG",

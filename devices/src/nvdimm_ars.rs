@@ -25,7 +25,7 @@
 //! intersected with the DIMMs with checked arithmetic, and no output grows
 //! beyond the DSM page.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::nvdimm_media::{DimmMedia, MediaError, BAD_BLOCK_SIZE};
@@ -87,8 +87,9 @@ pub const MAX_ARS_RECORDS: usize = (OUT_MAX - ARS_STATUS_HEADER) / ARS_RECORD;
 /// "Max Query ARS Status Output Buffer Size" reported by function 1.
 #[allow(clippy::cast_possible_truncation)] // 4080 fits
 const MAX_ARS_OUT: u32 = (ARS_STATUS_HEADER + MAX_ARS_RECORDS * ARS_RECORD) as u32;
-/// Records of the inject status query that fit.
-const MAX_INJECT_RECORDS: usize = (OUT_MAX - 8) / 16;
+/// Records of the inject status query that fit in the output size function 1
+/// reports (ndctl sizes its buffer by it).
+const MAX_INJECT_RECORDS: usize = (MAX_ARS_OUT as usize - 8) / 16;
 
 /// Counters of the root `_DSM`.
 #[derive(Debug, Default)]
@@ -107,6 +108,8 @@ pub struct RootDsm {
     dimms: Vec<Arc<DimmMedia>>,
     /// (base, length) of the last "Start ARS" of this boot.
     last_scrub: Mutex<Option<(u64, u64)>>,
+    /// An injection asked for notification and it was not yet taken.
+    notify: AtomicBool,
     stats: ArsStats,
 }
 
@@ -126,6 +129,7 @@ impl RootDsm {
         Self {
             dimms,
             last_scrub: Mutex::new(None),
+            notify: AtomicBool::new(false),
             stats: ArsStats::default(),
         }
     }
@@ -133,6 +137,12 @@ impl RootDsm {
     /// The counters.
     pub fn stats(&self) -> &ArsStats {
         &self.stats
+    }
+
+    /// Whether an injection since the last call asked for the platform's
+    /// "new uncorrectable errors" notification (and forgets it).
+    pub fn take_notification(&self) -> bool {
+        self.notify.swap(false, Ordering::Relaxed)
     }
 
     /// Answers root function `function` on `input`: the whole output buffer.
@@ -311,8 +321,7 @@ impl RootDsm {
     }
 
     fn inject(&self, input: &[u8]) -> Vec<u8> {
-        // base, length, options (bit 0: notify; pmemvm sends no notification,
-        // the scrub ndctl starts after the injection finds the range)
+        // base, length, options (bit 0: notify the OS, which then scrubs)
         if input.len() != 17 {
             return status_only(STATUS_INVALID_INPUT);
         }
@@ -322,6 +331,9 @@ impl RootDsm {
         match r {
             Ok(n) => {
                 self.stats.injected.fetch_add(n, Ordering::Relaxed);
+                if input[16] & 1 != 0 {
+                    self.notify.store(true, Ordering::Relaxed);
+                }
                 status_only(STATUS_SUCCESS)
             }
             Err(s) => status_only(s),
@@ -423,9 +435,12 @@ mod tests {
         let mut inj = range(BASE + (1 << 20), 1024);
         inj.push(1);
         assert_eq!(r.call(FUNC_INJECT_SET, &inj), [0; 4]);
+        assert!(r.take_notification(), "notify option");
+        assert!(!r.take_notification(), "taken once");
         let mut inj = range(BASE + SIZE - 512, 1024);
         inj.push(0);
         assert_eq!(r.call(FUNC_INJECT_SET, &inj), [0; 4]);
+        assert!(!r.take_notification(), "no notify option");
         assert_eq!(start(&r, BASE, SIZE), [0, 0, 0, 0, 1, 0, 0, 0]);
         let out = r.call(FUNC_ARS_STATUS, &[]);
         assert_eq!(u32_at(&out, 0), 0, "complete");
@@ -508,6 +523,6 @@ mod tests {
         assert_eq!(u32_at(&out, 0), 3 << 16);
         assert_eq!(u32_at(&out, 44) as usize, MAX_ARS_RECORDS);
         assert_eq!(u16::from_le_bytes([out[42], out[43]]), 1);
-        assert!(r.call(FUNC_INJECT_STATUS, &[]).len() <= OUT_MAX);
+        assert!(r.call(FUNC_INJECT_STATUS, &[]).len() <= MAX_ARS_OUT as usize);
     }
 }

@@ -172,6 +172,12 @@ impl<L: LabelStorage> DsmHandler<L> {
         self.root = Some(RootDsm::new(self.media.values().cloned().collect()));
     }
 
+    /// Whether the guest should get the root device's "new uncorrectable
+    /// errors" notification now (read through the doorbell by the AML).
+    pub fn take_notification(&self) -> bool {
+        self.root.as_ref().is_some_and(RootDsm::take_notification)
+    }
+
     /// The root device, when enabled (for its counters).
     pub fn root(&self) -> Option<&RootDsm> {
         self.root.as_ref()

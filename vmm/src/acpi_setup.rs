@@ -98,6 +98,15 @@ struct DsmDoorbell {
 }
 
 impl BusDevice for DsmDoorbell {
+    /// 1 when the last root `_DSM` call asks the AML to notify the root
+    /// device of new media errors, else 0.
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        data.fill(0);
+        if offset == 0 && self.handler.take_notification() {
+            data[0] = 1;
+        }
+    }
+
     fn write(&mut self, offset: u64, data: &[u8]) {
         let addr = match (offset, <[u8; 4]>::try_from(data)) {
             (0, Ok(b)) => u64::from(u32::from_le_bytes(b)),
