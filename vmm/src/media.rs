@@ -221,8 +221,12 @@ pub fn read_file(path: &Path) -> Result<(Identity, MediaState), MediaSetupError>
         std::io::ErrorKind::NotFound => MediaSetupError::Missing(path.into()),
         _ => io(e),
     })?;
-    let len = file.metadata().map_err(io)?.len();
+    let md = file.metadata().map_err(io)?;
+    let len = md.len();
     let not_ours = || MediaSetupError::NotBacking { path: path.into() };
+    if !md.is_file() {
+        return Err(not_ours());
+    }
     let at = len
         .checked_sub(layout::NVDIMM_IDENTITY_SIZE)
         .ok_or_else(not_ours)?;
