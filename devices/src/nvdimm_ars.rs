@@ -218,7 +218,8 @@ impl RootDsm {
         let Some((base, len)) = scrub else {
             let mut out = vec![0u8; ARS_STATUS_HEADER];
             out[0..4].copy_from_slice(&(STATUS_SUCCESS | ARS_STATUS_NONE).to_le_bytes());
-            out[4..8].copy_from_slice(&(ARS_STATUS_HEADER as u32 - 4).to_le_bytes());
+            let len = u32::try_from(ARS_STATUS_HEADER - 4).unwrap_or(0);
+            out[4..8].copy_from_slice(&len.to_le_bytes());
             return out;
         };
         let end = base.saturating_add(len);

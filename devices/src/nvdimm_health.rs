@@ -320,7 +320,7 @@ mod tests {
         let out = smart(&d.state());
         assert_eq!((out[20], out[35]), (1, 1));
         // Negative temperatures never trip a high alarm.
-        inject(&d, &inj(INJECT_MTEMP, Some(0x8000 | 90 * 16), None, 0, 0));
+        inject(&d, &inj(INJECT_MTEMP, Some(0x8000 | (90 * 16)), None, 0, 0));
         assert_eq!(smart(&d.state())[15], 0);
     }
 

@@ -106,8 +106,8 @@ impl LabelStorage for FileLabels {
     }
 }
 
-/// Label functions 5 and 6 of the Intel family: the handler's share of a
-/// call once the DIMM, revision and input length are checked.
+// Label functions 5 and 6 of the Intel family: the handler's share of a
+// call once the DIMM, revision and input length are checked.
 
 /// Checks an (offset, length) pair against the label area and the
 /// transfer limit.

@@ -204,10 +204,8 @@ impl MediaState {
                 offset: u64_at(b, at),
                 length: u64_at(b, at + 8),
             };
-            let aligned = (r.offset | r.length) % BAD_BLOCK_SIZE == 0;
-            let after_prev = ranges
-                .last()
-                .map_or(true, |p: &BadRange| p.end() < r.offset);
+            let aligned = (r.offset | r.length).is_multiple_of(BAD_BLOCK_SIZE);
+            let after_prev = ranges.last().is_none_or(|p: &BadRange| p.end() < r.offset);
             if r.length == 0 || !aligned || r.offset.checked_add(r.length).is_none() || !after_prev
             {
                 return Err(());
