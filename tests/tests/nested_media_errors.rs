@@ -3,6 +3,9 @@
 //! runs three pmemvm boots on two label-less 256 MiB DIMMs, a.img and b.img
 //! (so /dev/pmem0 and /dev/pmem1 exist at once, raw):
 //!
+//! (ext4 gets `-b 4096`: on a 250 MiB device mkfs.ext4 picks 1 KiB blocks,
+//! and DAX needs blocks of the page size.)
+//!
 //! 1. a.img with `badblocks=1M+4K` from the host: the range is in
 //!    /sys/block/pmem0/badblocks and `ndctl list --media-errors` without any
 //!    guest action, `dd` over it fails with EIO, the rest reads;
@@ -67,7 +70,7 @@ dd if=/dev/pmem0 of=/dev/null bs=4096 skip=512 count=1 2> $O/dd-cleared.err; ech
 step b-fsdax ndctl create-namespace -f -e namespace1.0 -m fsdax
 dev=/dev/$(field blockdev $O/b-fsdax.out)
 mkdir -p /mnt/t
-step mkfs mkfs.ext4 -F -q $dev
+step mkfs mkfs.ext4 -F -q -b 4096 $dev
 step mount mount -o dax $dev /mnt/t
 grep " /mnt/t " /proc/mounts > $O/mounts.txt
 dd if=/dev/urandom of=/mnt/t/victim bs=65536 count=16 2>/dev/null
@@ -121,7 +124,9 @@ bb() { for f in a b; do pmemvm nvdimm badblocks $f.img > bb-$f-$1.txt 2>&1; done
 boot 1 --nvdimm 256M,file=a.img,label-size=0,badblocks=1M+4K --nvdimm 256M,file=b.img,label-size=0
 echo "run1 exited $?"
 bb 1
-boot 2 $DIMMS &
+pmemvm -v boot --kernel vmlinux --initrd run2.img \
+    --cmdline 'console=ttyS0 reboot=acpi panic=-1 quiet' --memory 512M $DIMMS \
+    --console-log console2.txt --channel channel2.bin 2> pmemvm2.err &
 pid=$!
 i=0
 while [ $i -lt 900 ] && ! grep -q R2-READY console2.txt 2>/dev/null; do sleep 0.2; i=$((i+1)); done
