@@ -53,8 +53,10 @@ pub const DSM_OUT_DATA_MAX: usize = DSM_PAGE_SIZE - RESP_OUT_DATA;
 #[allow(clippy::cast_possible_truncation)] // 4072 fits
 pub const MAX_LABEL_TRANSFER: u32 = (DSM_IN_DATA_MAX - 8) as u32;
 
-/// The only `_DSM` revision of the Intel family pmemvm implements.
+/// The Intel family's first `_DSM` revision (and the root device's only one).
 pub const DSM_REVISION: u32 = 1;
+/// The Intel family's second revision (accepted for every DIMM function).
+pub const DSM_REVISION_2: u32 = 2;
 /// Function 0: query the supported functions.
 pub const FUNC_QUERY: u32 = 0;
 /// Function 4: get namespace label size.
@@ -287,14 +289,14 @@ impl<L: LabelStorage> DsmHandler<L> {
         let media = self.media.get(&handle);
         if function == FUNC_QUERY {
             return Reply::Bitmap(match dimm {
-                Some(d) if revision == DSM_REVISION => supported_functions(d, media.is_some()),
+                Some(d) if dimm_revision(revision) => supported_functions(d, media.is_some()),
                 _ => 0,
             });
         }
         let Some(dimm) = dimm else {
             return Reply::Status(DsmStatus::NoSuchDevice);
         };
-        if revision != DSM_REVISION {
+        if !dimm_revision(revision) {
             return Reply::Status(DsmStatus::NotSupported);
         }
         if function >= 32 || supported_functions(dimm, media.is_some()) & (1 << function) == 0 {
@@ -318,6 +320,14 @@ impl<L: LabelStorage> DsmHandler<L> {
             _ => Reply::Status(DsmStatus::NotSupported),
         }
     }
+}
+
+/// The Intel family revisions a DIMM answers: 1, and 2, which Linux 6.1
+/// uses for functions 11 to 30 (`nfit_dsm_revid`: set threshold 17 and
+/// SMART inject 18 among them); revision 2 of the Intel DSM interface keeps
+/// every revision 1 function as it was.
+fn dimm_revision(revision: u32) -> bool {
+    revision == DSM_REVISION || revision == DSM_REVISION_2
 }
 
 fn bit(function: u32) -> u32 {

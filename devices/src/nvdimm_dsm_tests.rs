@@ -119,7 +119,7 @@ fn query_bitmaps() {
     assert_eq!(call(&h, &mut request(3, 1, 0, &[])), vec![0x01]);
     // Unknown handle and unknown revision: nothing supported.
     assert_eq!(call(&h, &mut request(9, 1, 0, &[])), vec![0x00]);
-    assert_eq!(call(&h, &mut request(1, 2, 0, &[])), vec![0x00]);
+    assert_eq!(call(&h, &mut request(1, 3, 0, &[])), vec![0x00]);
     assert_eq!(h.stats().calls.load(Ordering::Relaxed), 5);
     assert_eq!(h.stats().errors.load(Ordering::Relaxed), 2);
     // Per DIMM: handle 1 got two calls, 2 and 3 one each, 9 is unknown.

@@ -305,7 +305,7 @@ fn check_run1(r: &GuestReport, ctx: &str) {
     assert_eq!(text(r, "bb-host.txt"), "2048 8\n", "{ctx}");
     let media = text(r, "media-host.json");
     assert!(
-        media.contains("\"badblock_count\":1") && media.contains("\"offset\":2048"),
+        media.contains("\"badblock_count\":8") && media.contains("\"offset\":2048"),
         "ndctl list --media-errors:\n{media}\n{ctx}"
     );
     failed("dd-host", "dd-host.err");
@@ -331,7 +331,7 @@ fn check_run1(r: &GuestReport, ctx: &str) {
         "ndctl inject-error --status:\n{status}\n{ctx}"
     );
     let media = text(r, "media-injected.json");
-    assert!(media.contains("\"badblock_count\":3"), "{media}\n{ctx}");
+    assert!(media.contains("\"badblock_count\":11"), "{media}\n{ctx}");
     failed("dd-inj", "dd-inj.err");
     assert_eq!(
         text(r, "bb-after-write.txt"),
