@@ -3,9 +3,11 @@
 //! Every harness here skips with a visible reason when the tier it needs
 //! (KVM, QEMU, a built guest image) is missing on the machine.
 
+pub mod durable;
 pub mod label_trace;
 pub mod nested;
 pub mod pmemvm;
+pub mod process;
 pub mod stock_kernel;
 pub mod tcg;
 

@@ -107,6 +107,7 @@ fn main() -> ExitCode {
         Command::Preflight(a) => preflight(a),
         Command::Kconfig(a) => kconfig(a),
         Command::Nvdimm(NvdimmCommand::Badblocks { file }) => nvdimm_badblocks(file),
+        Command::RunJob(a) => Ok(lab::child::serve(&a.spec, &a.outcome)),
     };
     match result {
         Ok(status) => ExitCode::from(status),

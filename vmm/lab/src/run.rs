@@ -1,24 +1,20 @@
 //! `pmemvm run`: one fio job in the guest image, on pmemvm or on QEMU, with
 //! fio's JSON and the run's metadata returned to the host.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use devices::exit::ExitRequest;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
+use crate::engine::{self, Machine};
 use crate::guest_job::{self, GuestJob, GuestReport, FIO_JSON_FRAME};
 use crate::preflight::PreflightError;
-use crate::qemu::{self, QemuAccel, QemuMachine};
-use vmm::config::{ConsoleMode, NvdimmSpec, VmConfig};
+use vmm::config::NvdimmSpec;
 use vmm::exit_status;
 use vmm::host::HostKvm;
-use vmm::run_loop::RunOptions;
 use vmm::stats::{ExitCounts, NvdimmCounts};
-use vmm::vm::{Vm, VmError};
+use vmm::vm::VmError;
 
 /// Errors of a job run. Partial results are kept in [`RunResult`] where possible.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +36,14 @@ pub enum RunError {
     /// The job archive.
     #[error(transparent)]
     Job(#[from] guest_job::GuestJobError),
+    /// A Linux kernel without an initrd, and no guest image to take the initramfs from.
+    #[error("--kernel {} without --initrd: the job runs from the guest image's initramfs, which is not available ({reason}); give --initrd, or build the image with guest-images/build.sh", kernel.display())]
+    NoInitrd {
+        /// The kernel given.
+        kernel: PathBuf,
+        /// Why the image is missing.
+        reason: String,
+    },
     /// No kernel given and no guest image.
     #[error("no --kernel given and the default guest image is not available: {0}")]
     NoImage(String),
@@ -62,14 +66,16 @@ impl RunError {
     pub fn is_usage(&self) -> bool {
         match self {
             Self::Vm(e) => e.is_usage(),
-            Self::Input { .. } | Self::Preflight(_) | Self::NoImage(_) => true,
+            Self::Input { .. } | Self::Preflight(_) | Self::NoImage(_) | Self::NoInitrd { .. } => {
+                true
+            }
             Self::Job(_) | Self::Io { .. } => false,
         }
     }
 }
 
 /// Which VMM runs the guest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
     /// pmemvm itself.
@@ -104,8 +110,8 @@ impl Engine {
     }
 }
 
-/// Everything a job run needs.
-#[derive(Debug, Clone)]
+/// Everything a job run needs (serialisable: a bench hands it to a child process).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunSpec {
     /// Engine.
     pub engine: Engine,
@@ -134,7 +140,7 @@ pub struct RunSpec {
 }
 
 /// A file's path and SHA-256.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HashedFile {
     /// Path.
     pub path: String,
@@ -153,7 +159,7 @@ fn hash_file(p: &Path) -> HashedFile {
 }
 
 /// The host, for reports.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HostDescription {
     /// CPU model name.
     pub cpu: String,
@@ -181,7 +187,7 @@ pub fn describe_host() -> HostDescription {
 }
 
 /// The DIMMs of a run, for reports.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DimmDescription {
     /// Region size (`--nvdimm` SIZE; the backing file adds labels and an identity page).
     pub size: u64,
@@ -194,10 +200,10 @@ pub struct DimmDescription {
 }
 
 /// Everything a run produced (also when it failed: `error` says why).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunResult {
     /// pmemvm version.
-    pub pmemvm_version: &'static str,
+    pub pmemvm_version: String,
     /// Engine.
     pub engine: Engine,
     /// "kvm" or "tcg" (QEMU), "kvm" (pmemvm).
@@ -235,7 +241,7 @@ pub struct RunResult {
     /// Other files the guest sent (setup.log, fio.stderr), as text.
     pub guest_files: std::collections::BTreeMap<String, String>,
     /// The last lines of the console.
-    #[serde(skip)]
+    #[serde(default)]
     pub console_tail: String,
 }
 
@@ -288,6 +294,16 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         other => other?,
     };
     let (kernel, initrd, image) = match &spec.kernel {
+        // A Linux kernel without --initrd runs the job from the guest image's
+        // initramfs (its /init runs jobs); without the image the job could not
+        // run at all, so that is refused rather than booted without it.
+        Some(k) if linux && spec.initrd.is_none() => {
+            let image = guest_job::find_image_dir().map_err(|e| RunError::NoInitrd {
+                kernel: k.clone(),
+                reason: e.to_string(),
+            })?;
+            (k.clone(), Some(image.initramfs.clone()), None)
+        }
         Some(k) => (k.clone(), spec.initrd.clone(), None),
         None => {
             let image =
@@ -315,7 +331,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let start = Instant::now();
 
     let mut result = RunResult {
-        pmemvm_version: env!("CARGO_PKG_VERSION"),
+        pmemvm_version: env!("CARGO_PKG_VERSION").into(),
         engine,
         accelerator: "kvm".into(),
         functional_only: false,
@@ -349,123 +365,27 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         console_tail: String::new(),
     };
 
-    let vm_status = match engine {
-        Engine::Pmemvm | Engine::Auto => {
-            // Nested guests run on a real KVM, but their numbers are not performance.
-            result.functional_only = kvm.cannot_run_linux() || in_nested_l1();
-            let config = VmConfig {
-                kernel: kernel.clone(),
-                initrd: initrd.clone(),
-                initrd_append: archive,
-                cmdline,
-                cpus: spec.cpus,
-                memory: spec.memory,
-                nvdimms: spec.nvdimms.clone(),
-                // The scratch copy is kept either way: its tail explains failures.
-                console: ConsoleMode::from_choice(spec.stream_console, Some(console.clone())),
-                channel: Some(channel.clone()),
-            };
-            let vm = Vm::build(&config)?;
-            let outcome = vm.run_with(RunOptions {
-                timeout: Some(spec.timeout),
-                ..RunOptions::default()
-            })?;
-            result.exits = Some(outcome.exits.clone());
-            result.nvdimm_stats = outcome.nvdimms.clone();
-            match &outcome.reason {
-                ExitRequest::GuestExit(_) | ExitRequest::PowerOff => {}
-                other => {
-                    let mut msg = exit_status::describe(other);
-                    if let Some(h) = &outcome.host_hint {
-                        msg.push_str("; ");
-                        msg.push_str(h);
-                    }
-                    result.error = Some(msg);
-                }
-            }
-            Some(exit_status::for_request(&outcome.reason))
-        }
-        Engine::Qemu => {
-            let qemu_bin = qemu::find_qemu().ok_or(PreflightError::NoQemu {
-                engine: spec.engine.name(),
-            })?;
-            let accel = QemuAccel::choose(&kvm);
-            result.accelerator = accel.name().into();
-            result.functional_only = accel == QemuAccel::Tcg || in_nested_l1();
-            let initrd_file = scratch.0.join("initrd");
-            let mut data = match &initrd {
-                Some(p) => std::fs::read(p).map_err(|source| RunError::Input {
-                    what: "initrd",
-                    path: p.clone(),
-                    source,
-                })?,
-                None => Vec::new(),
-            };
-            data = guest_job::append_to_initrd(&data, &spec.job.archive()?);
-            std::fs::write(&initrd_file, &data).map_err(|source| RunError::Io {
-                what: "writing the job initrd".into(),
-                source,
-            })?;
-            // QEMU needs named backing files: temporary ones live in the scratch dir.
-            let dimms: Vec<(&NvdimmSpec, PathBuf)> = spec
-                .nvdimms
-                .iter()
-                .enumerate()
-                .map(|(i, n)| {
-                    let p = n
-                        .file
-                        .clone()
-                        .unwrap_or_else(|| scratch.0.join(format!("pmem{i}.img")));
-                    (n, p)
-                })
-                .collect();
-            for (n, p) in &dimms {
-                if !p.exists() {
-                    let f =
-                        std::fs::File::create(p).and_then(|f| f.set_len(n.file_len()).map(|_| f));
-                    f.map_err(|source| RunError::Io {
-                        what: format!("creating {}", p.display()),
-                        source,
-                    })?;
-                }
-            }
-            let machine = QemuMachine {
-                qemu: &qemu_bin,
-                accel,
-                cpus: spec.cpus,
-                memory: spec.memory,
-                kernel: &kernel,
-                initrd: Some(&initrd_file),
-                cmdline: &cmdline,
-                nvdimms: dimms,
-                console: &console,
-                channel: &channel,
-            };
-            let mut cmd = machine.command();
-            log::info!("running {cmd:?}");
-            let status = run_with_deadline(
-                &mut cmd,
-                spec.timeout,
-                spec.stream_console.then_some(&console),
-            )?;
-            match status {
-                // isa-debug-exit: QEMU exits with (byte << 1) | 1.
-                Some(s) if s & 1 == 1 => u8::try_from(s >> 1).ok(),
-                Some(0) => Some(0),
-                Some(s) => {
-                    result.error = Some(format!("qemu-system-x86_64 failed with status {s}"));
-                    None
-                }
-                None => {
-                    result.error = Some(format!(
-                        "the guest did not finish within {} s; QEMU was killed",
-                        spec.timeout.as_secs()
-                    ));
-                    None
-                }
-            }
-        }
+    let machine = Machine {
+        kernel: &kernel,
+        initrd: initrd.as_deref(),
+        job_archive: &archive,
+        cmdline: &cmdline,
+        cpus: spec.cpus,
+        memory: spec.memory,
+        nvdimms: &spec.nvdimms,
+        console: &console,
+        channel: &channel,
+        scratch: &scratch.0,
+        stream_console: spec.stream_console,
+        timeout: spec.timeout,
     };
+    let ended = engine::for_engine(engine, &kvm)?.boot(&machine)?;
+    result.accelerator = ended.accelerator;
+    result.functional_only = ended.functional_only;
+    result.exits = ended.exits;
+    result.nvdimm_stats = ended.nvdimm_stats;
+    result.error = ended.error;
+    let vm_status = ended.status;
     result.wall_seconds = start.elapsed().as_secs_f64();
     let console_text =
         String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
@@ -560,71 +480,6 @@ fn strip_to_json(bytes: &[u8]) -> &[u8] {
     match bytes.iter().position(|&b| b == b'{') {
         Some(i) => &bytes[i..],
         None => bytes,
-    }
-}
-
-/// True when this process runs inside the nested harness's L1 (QEMU TCG guest).
-fn in_nested_l1() -> bool {
-    std::fs::read_to_string("/sys/class/dmi/id/sys_vendor")
-        .map(|v| v.trim() == "QEMU")
-        .unwrap_or(false)
-        && std::fs::read_to_string("/proc/cpuinfo")
-            .map(|c| c.contains("hypervisor"))
-            .unwrap_or(false)
-}
-
-/// Runs a command until it exits or the deadline passes (then kills it, None).
-fn run_with_deadline(
-    cmd: &mut std::process::Command,
-    deadline: Duration,
-    stream: Option<&PathBuf>,
-) -> Result<Option<i32>, RunError> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| RunError::Io {
-            what: "starting qemu-system-x86_64".into(),
-            source,
-        })?;
-    let start = Instant::now();
-    let mut shown = 0usize;
-    loop {
-        if let Some(path) = stream {
-            if let Ok(b) = std::fs::read(path) {
-                if b.len() > shown {
-                    use std::io::Write;
-                    let _ = std::io::stdout().write_all(&b[shown..]);
-                    let _ = std::io::stdout().flush();
-                    shown = b.len();
-                }
-            }
-        }
-        match child.try_wait() {
-            Ok(Some(s)) => {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
-                if !err.trim().is_empty() {
-                    log::warn!("qemu: {}", err.trim());
-                }
-                return Ok(s.code());
-            }
-            Ok(None) if start.elapsed() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Ok(None);
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-            Err(source) => {
-                return Err(RunError::Io {
-                    what: "waiting for qemu-system-x86_64".into(),
-                    source,
-                })
-            }
-        }
     }
 }
 

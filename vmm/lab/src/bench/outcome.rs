@@ -245,7 +245,7 @@ mod tests {
 
     fn result(files: &[(&str, String)], error: Option<&str>) -> RunResult {
         RunResult {
-            pmemvm_version: "test",
+            pmemvm_version: "test".into(),
             engine: Engine::Qemu,
             accelerator: "tcg".into(),
             functional_only: true,
