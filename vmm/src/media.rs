@@ -26,6 +26,8 @@ use devices::nvdimm_media::{
     FLAG_LAST_SHUTDOWN_DIRTY, MEDIA_BLOCK_OFFSET, MEDIA_BLOCK_SIZE,
 };
 
+pub use devices::nvdimm_media::{MediaState as State, MEDIA_BLOCK_SIZE as BLOCK_SIZE};
+
 use crate::backing::NvdimmBacking;
 use crate::config::{parse_size, size_text, ConfigError};
 use crate::identity::{self, Block, Identity};
