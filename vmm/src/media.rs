@@ -13,8 +13,9 @@
 //! run was killed, or the host crashed — adds one to the count and reports
 //! the last shutdown as dirty.
 //!
-//! Temporary DIMMs and read-only files keep their state in memory for the
-//! run (a read-only file's recorded state is read, never written).
+//! Temporary DIMMs, files on hugetlbfs (no `write(2)` there) and read-only
+//! files keep their state in memory for the run (a read-only file's
+//! recorded state is read, never written).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -150,7 +151,10 @@ pub fn start(
 ) -> Result<Arc<DimmMedia>, MediaSetupError> {
     let spec = &backing.spec;
     let path = backing.display.clone();
-    let persistent = spec.file.is_some() && backing.serial.is_some();
+    // hugetlbfs has no write(2) (and rounds the file up): its state lasts for the run.
+    let persistent = spec.file.is_some()
+        && backing.serial.is_some()
+        && backing.fs != crate::hugepages::FsKind::Hugetlbfs;
     let offset = block_offset(spec.identity_offset());
     let mut state = if persistent {
         read_block(&backing.file, offset, &path)?
