@@ -1,6 +1,7 @@
 //! From a VM's configuration to the ACPI description of its machine
 //! (`acpi::MachineDescription`), the tables in guest memory, and the NVDIMM
-//! `_DSM` doorbell that serves label requests from the guest's AML.
+//! `_DSM` doorbell that serves the guest's AML: label, health and (root
+//! device) scrub and error-injection requests.
 
 use std::sync::Arc;
 
@@ -12,7 +13,33 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use crate::config::NvdimmSpec;
 use crate::identity;
 use crate::layout;
-use crate::vm::{Nvdimm, VmError};
+use devices::bus::BusError;
+
+use crate::config::ConfigError;
+use crate::dimm::Nvdimm;
+
+/// Errors of describing the machine and installing its tables.
+#[derive(Debug, thiserror::Error)]
+pub enum AcpiSetupError {
+    /// The table builder refused the description, or writing the tables into guest memory failed.
+    #[error("building the ACPI tables failed: {0}")]
+    Tables(String),
+    /// The DIMMs' NUMA nodes.
+    #[error(transparent)]
+    Nodes(#[from] ConfigError),
+    /// Placing the `_DSM` doorbell.
+    #[error("placing devices failed: {0}")]
+    Bus(#[from] BusError),
+    /// Host I/O.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// One DIMM as placed: spec, guest base, serial number, NUMA node.
 #[derive(Debug, Clone, Copy)]
@@ -47,13 +74,12 @@ pub fn describe(cpus: u8, ram: &[(u64, u64)], dimms: &[PlacedNvdimm]) -> Machine
             proximity_domain: Some(d.node),
         })
         .collect();
-    let dsm = nvdimms
-        .iter()
-        .any(|n| n.label_size > 0)
-        .then_some(DsmTransport {
-            page_addr: layout::NVDIMM_DSM_PAGE_START.0,
-            doorbell_port: layout::NVDIMM_DSM_PORT,
-        });
+    // Every DIMM answers the health functions and the root device answers
+    // ARS, so the transport is there whenever there is a DIMM.
+    let dsm = (!nvdimms.is_empty()).then_some(DsmTransport {
+        page_addr: layout::NVDIMM_DSM_PAGE_START.0,
+        doorbell_port: layout::NVDIMM_DSM_PORT,
+    });
     MachineDescription {
         cpus: u32::from(cpus),
         lapic_addr: u32::try_from(layout::LAPIC_START.0).unwrap_or(0),
@@ -81,14 +107,14 @@ pub fn describe(cpus: u8, ram: &[(u64, u64)], dimms: &[PlacedNvdimm]) -> Machine
 }
 
 /// Builds the tables at pmemvm's fixed addresses.
-pub fn build(desc: &MachineDescription) -> Result<AcpiTables, VmError> {
+pub fn build(desc: &MachineDescription) -> Result<AcpiTables, AcpiSetupError> {
     acpi::build_tables(
         desc,
         layout::RSDP_ADDR.0,
         layout::ACPI_TABLES_START.0,
         layout::ACPI_TABLES_MAX_SIZE,
     )
-    .map_err(|e| VmError::Acpi(e.to_string()))
+    .map_err(|e| AcpiSetupError::Tables(e.to_string()))
 }
 
 /// Serves `_DSM` calls: the guest's AML writes the DSM page address here.
@@ -98,6 +124,15 @@ struct DsmDoorbell {
 }
 
 impl BusDevice for DsmDoorbell {
+    /// 1 when the last root `_DSM` call asks the AML to notify the root
+    /// device of new media errors, else 0.
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        data.fill(0);
+        if offset == 0 && self.handler.take_notification() {
+            data[0] = 1;
+        }
+    }
+
     fn write(&mut self, offset: u64, data: &[u8]) {
         let addr = match (offset, <[u8; 4]>::try_from(data)) {
             (0, Ok(b)) => u64::from(u32::from_le_bytes(b)),
@@ -118,14 +153,14 @@ impl BusDevice for DsmDoorbell {
 }
 
 /// Writes the tables into guest memory and puts the DSM doorbell on the bus.
-/// Returns the DSM handler (for its counters) when any DIMM has labels.
+/// Returns the DSM handler (for its counters) when there is any DIMM.
 pub fn install(
     cpus: u8,
     ram: &[(u64, u64)],
     mem: &GuestMemoryMmap,
     nvdimms: &[Nvdimm],
     pio: &mut Bus,
-) -> Result<Option<Arc<DsmHandler>>, VmError> {
+) -> Result<Option<Arc<DsmHandler>>, AcpiSetupError> {
     let specs: Vec<NvdimmSpec> = nvdimms.iter().map(|n| n.backing.spec.clone()).collect();
     let nodes = crate::config::resolve_nodes(&specs)?;
     let placed: Vec<PlacedNvdimm> = nvdimms
@@ -142,7 +177,7 @@ pub fn install(
     let tables = build(&desc)?;
     let write = |bytes: &[u8], addr: u64| {
         mem.write_slice(bytes, GuestAddress(addr))
-            .map_err(|e| VmError::Acpi(format!("writing tables into guest memory: {e}")))
+            .map_err(|e| AcpiSetupError::Tables(format!("writing tables into guest memory: {e}")))
     };
     write(&tables.rsdp, tables.rsdp_addr)?;
     for t in &tables.tables {
@@ -153,13 +188,14 @@ pub fn install(
     }
     let mut handler = DsmHandler::new();
     for (n, d) in nvdimms.iter().zip(&desc.nvdimms) {
-        if d.label_size == 0 {
-            continue;
-        }
-        let file = n.backing.file.try_clone().map_err(|source| VmError::Io {
-            what: format!("duplicating the fd of {}", n.backing.display),
-            source,
-        })?;
+        let file = n
+            .backing
+            .file
+            .try_clone()
+            .map_err(|source| AcpiSetupError::Io {
+                what: format!("duplicating the fd of {}", n.backing.display),
+                source,
+            })?;
         handler.add_dimm(
             d.handle,
             FileLabels::new(
@@ -169,7 +205,9 @@ pub fn install(
                 d.readonly,
             ),
         );
+        handler.add_media(n.media.clone());
     }
+    handler.enable_root();
     let handler = Arc::new(handler);
     pio.insert(
         Arc::new(std::sync::Mutex::new(DsmDoorbell {

@@ -20,12 +20,10 @@ use kvm_bindings::{
     KVM_PIT_SPEAKER_DUMMY,
 };
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
-use vm_memory::{
-    Address, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MmapRegion,
-};
+use vm_memory::{Address, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::backing::{self, BackingError, NvdimmBacking};
+use crate::backing::{self, BackingError};
 use crate::boot::{self, BootError, BootInputs};
 use crate::config::{ConsoleMode, VmConfig};
 use crate::cpu::{self, CpuSetupError};
@@ -76,6 +74,9 @@ pub enum VmError {
     /// Backing files.
     #[error(transparent)]
     Backing(#[from] BackingError),
+    /// A DIMM's media state (bad ranges, health, unsafe shutdown count).
+    #[error(transparent)]
+    Media(#[from] crate::media::MediaSetupError),
     /// A KVM call failed.
     #[error("KVM {step} failed: {source}")]
     Kvm {
@@ -131,6 +132,7 @@ impl VmError {
             Self::Config(_) => true,
             Self::Boot(e) => e.is_usage(),
             Self::Backing(e) => e.is_usage(),
+            Self::Media(e) => e.is_usage(),
             Self::Huge(e) => e.is_usage(),
             Self::Placement(e) => !matches!(
                 e,
@@ -150,25 +152,17 @@ fn kvm_err(step: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmError {
     move |source| VmError::Kvm { step, source }
 }
 
-/// One NVDIMM: its file, its mapping and where the guest sees it.
-#[derive(Debug)]
-pub struct Nvdimm {
-    /// Backing file.
-    pub backing: NvdimmBacking,
-    /// The `MAP_SHARED` mapping registered as a memslot.
-    pub mapping: MmapRegion,
-    /// Guest physical base.
-    pub base: u64,
-    /// Flush counters.
-    pub flush_stats: Arc<FlushStats>,
-    /// NFIT device handle (addresses its `_DSM` calls).
-    pub handle: u32,
-}
+pub use crate::dimm::Nvdimm;
 
-impl Nvdimm {
-    /// Guest physical range length.
-    pub fn size(&self) -> u64 {
-        self.mapping.size() as u64
+impl From<crate::acpi_setup::AcpiSetupError> for VmError {
+    fn from(e: crate::acpi_setup::AcpiSetupError) -> Self {
+        use crate::acpi_setup::AcpiSetupError as E;
+        match e {
+            E::Tables(msg) => VmError::Acpi(msg),
+            E::Nodes(e) => VmError::Config(e),
+            E::Bus(e) => VmError::Bus(e),
+            E::Io { what, source } => VmError::Io { what, source },
+        }
     }
 }
 
@@ -422,12 +416,15 @@ impl Vm {
                 b.spec.readonly,
             )?;
             slot += 1;
+            let handle = acpi::nfit_handle(u32::try_from(i).unwrap_or(u32::MAX));
+            let media = crate::media::start(&b, handle, base)?;
             nvdimms.push(Nvdimm {
                 backing: b,
                 mapping,
                 base,
                 flush_stats: Arc::new(FlushStats::default()),
-                handle: acpi::nfit_handle(u32::try_from(i).unwrap_or(u32::MAX)),
+                handle,
+                media,
             });
         }
 

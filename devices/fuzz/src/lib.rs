@@ -12,4 +12,5 @@ pub mod config;
 pub mod dsm;
 pub mod flush_hint;
 pub mod get_archive;
+pub mod media_dsm;
 pub mod pio_bus;

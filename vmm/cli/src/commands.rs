@@ -30,6 +30,9 @@ pub enum CommandError {
     /// Reading a kernel configuration.
     #[error(transparent)]
     Kconfig(#[from] lab::kconfig::KconfigError),
+    /// Reading a backing file's media state.
+    #[error(transparent)]
+    Media(#[from] vmm::media::MediaSetupError),
     /// A job input file.
     #[error("cannot read {what} {path}: {source}")]
     Input {
@@ -60,6 +63,7 @@ impl CommandError {
             Self::Run(e) => e.is_usage(),
             Self::Bench(e) => e.is_usage(),
             Self::Kconfig(e) => e.is_usage(),
+            Self::Media(e) => e.is_usage(),
             Self::NoImage(_) | Self::Output { .. } | Self::Input { .. } => true,
         }
     }
@@ -147,7 +151,8 @@ pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
             node,
         })
         .collect();
-    let tables = acpi_setup::build(&acpi_setup::describe(m.cpus, &ram, &placed))?;
+    let tables =
+        acpi_setup::build(&acpi_setup::describe(m.cpus, &ram, &placed)).map_err(VmError::from)?;
     let out_err = |path: PathBuf| move |source| CommandError::Output { path, source };
     if args.out.exists() && !args.out.is_dir() {
         return Err(out_err(args.out.clone())(std::io::Error::new(
@@ -551,7 +556,11 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
         Command::Bench(a) => {
             lab::bench::prepare(&bench_request(a), true, &mut needs)?;
         }
-        Command::Acpi(_) | Command::Preflight(_) | Command::Kconfig(_) | Command::RunJob(_) => {}
+        Command::Acpi(_)
+        | Command::Preflight(_)
+        | Command::Kconfig(_)
+        | Command::Nvdimm(_)
+        | Command::RunJob(_) => {}
     }
     Ok(needs)
 }
@@ -576,4 +585,10 @@ pub fn kconfig(args: &crate::cli::KconfigArgs) -> Result<u8, CommandError> {
         eprint!("{text}");
         Ok(exit_status::USAGE)
     }
+}
+
+/// `pmemvm nvdimm badblocks FILE`: the media state recorded in a backing file.
+pub fn nvdimm_badblocks(file: &std::path::Path) -> Result<String, CommandError> {
+    let (id, state) = vmm::media::read_file(file)?;
+    Ok(vmm::media::report(file, &id, &state))
 }
