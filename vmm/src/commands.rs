@@ -27,6 +27,12 @@ pub enum CommandError {
     /// A benchmark.
     #[error(transparent)]
     Bench(#[from] BenchError),
+    /// Merging results.
+    #[error(transparent)]
+    Merge(#[from] crate::fleet::merge::MergeError),
+    /// Writing the Slurm scripts.
+    #[error(transparent)]
+    Slurm(#[from] crate::fleet::slurm::SlurmError),
     /// Reading a kernel configuration.
     #[error(transparent)]
     Kconfig(#[from] crate::kconfig::KconfigError),
@@ -60,6 +66,8 @@ impl CommandError {
             Self::Run(e) => e.is_usage(),
             Self::Bench(e) => e.is_usage(),
             Self::Kconfig(e) => e.is_usage(),
+            Self::Merge(e) => e.is_usage(),
+            Self::Slurm(e) => e.is_usage(),
             Self::NoImage(_) | Self::Output { .. } | Self::Input { .. } => true,
         }
     }
@@ -356,6 +364,7 @@ fn bench_request(args: &BenchArgs) -> BenchRequest {
         timeout: std::time::Duration::from_secs(args.timeout),
         kernel: args.kernel.clone(),
         initrd: args.initrd.clone(),
+        only: args.only.clone(),
     }
 }
 
@@ -374,6 +383,9 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
             print!("{}", plan.render_text(req.runs));
         }
         return Ok(0);
+    }
+    if args.slurm {
+        return crate::fleet::commands::slurm(args, &req);
     }
     let outcome = crate::bench::bench(&req)?;
     println!("{}", outcome.report.render_text());
@@ -430,10 +442,13 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
         Command::Bench(a) if a.plan => {
             crate::bench::plan(&bench_request(a))?;
         }
+        Command::Bench(a) if a.slurm => {
+            crate::bench::plan(&bench_request(a))?;
+        }
         Command::Bench(a) => {
             crate::bench::prepare(&bench_request(a), true, &mut needs)?;
         }
-        Command::Acpi(_) | Command::Preflight(_) | Command::Kconfig(_) => {}
+        Command::Acpi(_) | Command::Preflight(_) | Command::Kconfig(_) | Command::Report(_) => {}
     }
     Ok(needs)
 }

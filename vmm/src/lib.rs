@@ -19,6 +19,7 @@ pub mod exit_status;
 pub mod experiments;
 pub mod fault;
 pub mod fio;
+pub mod fleet;
 pub mod guest_job;
 pub mod host;
 pub mod identity;

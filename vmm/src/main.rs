@@ -4,7 +4,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use vmm::cli::{AcpiArgs, BenchArgs, BootArgs, Cli, Command, KconfigArgs, PreflightArgs, RunArgs};
+use vmm::cli::{
+    AcpiArgs, BenchArgs, BootArgs, Cli, Command, KconfigArgs, PreflightArgs, ReportArgs, RunArgs,
+};
 use vmm::exit_status;
 
 /// A failure with the exit status it maps to.
@@ -56,6 +58,10 @@ fn bench(args: &BenchArgs) -> Result<u8, Failure> {
     Ok(vmm::commands::bench(args)?)
 }
 
+fn report_cmd(args: &ReportArgs) -> Result<u8, Failure> {
+    Ok(vmm::fleet::commands::report(args)?)
+}
+
 fn preflight(args: &PreflightArgs) -> Result<u8, Failure> {
     let inner = Cli::try_parse_from(
         std::iter::once("pmemvm".to_string()).chain(args.command.iter().cloned()),
@@ -92,6 +98,7 @@ fn main() -> ExitCode {
         Command::Boot(a) => boot(a),
         Command::Run(a) => run(a),
         Command::Bench(a) => bench(a),
+        Command::Report(a) => report_cmd(a),
         Command::Acpi(a) => acpi(a),
         Command::Preflight(a) => preflight(a),
         Command::Kconfig(a) => kconfig(a),

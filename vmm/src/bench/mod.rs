@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use crate::config::NvdimmSpec;
 use crate::experiments::{self, BenchParams, ExperimentError, ExperimentPlan, HostLimits, Side};
+use crate::fleet::record::ResultInfo;
+use crate::fleet::task::Task;
 use crate::guest_job;
 use crate::preflight::{self, Needs, PreflightError};
 use crate::report::{
@@ -34,6 +36,9 @@ pub enum BenchError {
     /// A bad `--side`.
     #[error(transparent)]
     Side(#[from] SideError),
+    /// An `--only` task the bench does not have.
+    #[error(transparent)]
+    Only(#[from] crate::fleet::task::TaskError),
     /// Writing the report.
     #[error(transparent)]
     Report(#[from] ReportError),
@@ -63,7 +68,7 @@ impl BenchError {
     /// True when the user's input is at fault (exit status 2).
     pub fn is_usage(&self) -> bool {
         match self {
-            Self::Experiment(_) | Self::Side(_) | Self::NoInitrd { .. } => true,
+            Self::Experiment(_) | Self::Side(_) | Self::Only(_) | Self::NoInitrd { .. } => true,
             Self::Report(ReportError::CreateDir { .. }) => true,
             Self::Report(_) | Self::PlanJson(_) => false,
             Self::Run(e) => e.is_usage(),
@@ -105,6 +110,8 @@ pub struct BenchRequest {
     pub kernel: Option<PathBuf>,
     /// Initrd override (all sides without their own).
     pub initrd: Option<PathBuf>,
+    /// Run only this boot of this side (`--only SIDE:BOOT`, one Slurm array task).
+    pub only: Option<Task>,
 }
 
 /// The finished report (its `failed_runs` say which runs failed) and its files.
@@ -154,13 +161,15 @@ pub fn plan(
                 .map(|m| m.saturating_sub(preflight::HOST_OVERHEAD_BYTES)),
         },
     })?;
-    Ok((
-        experiment,
-        match sides {
-            Some(s) => plan.with_sides(s),
-            None => plan,
-        },
-    ))
+    let plan = match sides {
+        Some(s) => plan.with_sides(s),
+        None => plan,
+    };
+    if let Some(task) = &req.only {
+        let labels: Vec<String> = plan.sides.iter().map(|s| s.label.clone()).collect();
+        task.check(&labels, req.runs)?;
+    }
+    Ok((experiment, plan))
 }
 
 /// Everything a bench checks before its first boot: the sides, the experiment and its
@@ -252,6 +261,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
             }
         }),
         deviations: plan.deviations.clone(),
+        result: None,
     };
     let mut files = Vec::new();
     let nvdimms: Vec<NvdimmSpec> = plan
@@ -260,7 +270,16 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         .into_iter()
         .collect();
     let per_boot = u32::try_from(plan.measured().count()).unwrap_or(u32::MAX);
-    let boots = req.runs as usize * plan.sides.len();
+    let wanted = |side: &Side, rep: u32| {
+        req.only
+            .as_ref()
+            .is_none_or(|t| t.side == side.label && t.boot == rep)
+    };
+    let boots = if req.only.is_some() {
+        1
+    } else {
+        req.runs as usize * plan.sides.len()
+    };
     progress(&format!(
         "{}: {} boot(s) per side × side(s) {:?} = {boots} boot(s), each: {}{}; {} vCPU(s), {} MiB RAM, {} fio job(s), engine {}{}; writing to {}",
         experiment.name,
@@ -289,6 +308,9 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
     let mut boot = 0;
     for rep in 1..=req.runs {
         for (side, (kernel, initrd)) in plan.sides.iter().zip(&files_of) {
+            if !wanted(side, rep) {
+                continue;
+            }
             let extra = plan.cmdline_for(side);
             boot += 1;
             progress(&format!(
@@ -362,6 +384,13 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
             ));
             report.runs.extend(records.runs);
             report.checks.extend(records.checks);
+            report.result = Some(ResultInfo::of_bench(
+                req.runs,
+                req.only.clone(),
+                u32::try_from(boots).unwrap_or(u32::MAX),
+                boot,
+                report.failed_runs().len(),
+            ));
             files = report.write_files(&req.out, true)?;
         }
     }

@@ -125,6 +125,7 @@ mod tests {
             checks: vec![],
             verify_expectation: None,
             deviations: vec![],
+            result: None,
         }
     }
 
