@@ -127,8 +127,11 @@ pub struct MergeInfo {
     pub inputs: Vec<InputSummary>,
     /// Whether machines that differ were pooled (`--pool-hosts`).
     pub pooled_hosts: bool,
-    /// Whether the inputs' machines differ (the text then breaks figures down per host).
+    /// Whether the inputs' machines differ in a key that must match.
     pub machines_differ: bool,
+    /// Whether the inputs come from more than one host (by name) or machines differ: the text
+    /// then breaks the figures down per host.
+    pub hosts_differ: bool,
     /// Boots left out, with why; planned boots no directory holds among them.
     pub left_out: Vec<LeftOut>,
 }
@@ -399,6 +402,10 @@ pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError>
             .collect(),
         pooled_hosts: pool_hosts && machines_differ,
         machines_differ,
+        hosts_differ: machines_differ
+            || inputs
+                .iter()
+                .any(|i| i.report.host.hostname != first.report.host.hostname),
         left_out,
     };
     Ok(Merged {

@@ -46,7 +46,7 @@ impl Merged {
                 if taken.is_empty() { "none".to_owned() } else { taken.join(", ") }
             );
         }
-        if info.machines_differ {
+        if info.hosts_differ {
             out.push_str(&self.render_per_host());
         }
         if info.left_out.is_empty() {
