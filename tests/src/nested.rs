@@ -303,7 +303,7 @@ pub fn find_pmemvm() -> Result<PathBuf, Skip> {
         .map(|(_, p)| p)
         .ok_or_else(|| {
             Skip::new(format!(
-                "pmemvm binary not found (set PMEMVM_BIN or run `cargo build -p vmm`; looked in {})",
+                "pmemvm binary not found (set PMEMVM_BIN or run `cargo build -p pmemvm`; looked in {})",
                 target.display()
             ))
         })

@@ -16,7 +16,7 @@ pub fn workspace_root() -> PathBuf {
 }
 
 /// The pmemvm binary: `$PMEMVM_BIN`, or `target/debug/pmemvm` built once per
-/// test process with `cargo build -p vmm` so tests never run a stale binary.
+/// test process with `cargo build -p pmemvm` so tests never run a stale binary.
 pub fn pmemvm_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
@@ -25,7 +25,7 @@ pub fn pmemvm_bin() -> PathBuf {
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "-q", "-p", "vmm", "--bin", "pmemvm"])
+            .args(["build", "-q", "-p", "pmemvm", "--bin", "pmemvm"])
             .current_dir(workspace_root())
             .status();
         assert!(

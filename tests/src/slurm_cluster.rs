@@ -16,7 +16,11 @@ use std::time::{Duration, Instant};
 use pmemvm_skip::Skip;
 
 /// The daemons this harness starts.
-const DAEMONS: [&str; 3] = ["/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd"];
+const DAEMONS: [&str; 3] = [
+    "/usr/sbin/munged",
+    "/usr/sbin/slurmctld",
+    "/usr/sbin/slurmd",
+];
 
 /// A running test cluster; stopped on drop.
 #[derive(Debug)]
@@ -93,7 +97,10 @@ impl SlurmCluster {
                 .arg("-f")
                 .arg(format!("--socket={}", cluster.munge_socket().display()))
                 .arg(format!("--key-file={}", key_file.display()))
-                .arg(format!("--log-file={}", dir.join("log/munged.log").display()))
+                .arg(format!(
+                    "--log-file={}",
+                    dir.join("log/munged.log").display()
+                ))
                 .arg(format!("--pid-file={}", munge.join("munged.pid").display()))
                 .arg(format!("--seed-file={}", munge.join("seed").display())),
             "munged",
@@ -120,10 +127,7 @@ impl SlurmCluster {
             sock = cluster.munge_socket().display(),
         );
         std::fs::write(cluster.conf(), conf).expect("slurm.conf");
-        check(
-            cluster.command(DAEMONS[1]).arg("-c"),
-            "slurmctld",
-        );
+        check(cluster.command(DAEMONS[1]).arg("-c"), "slurmctld");
         check(cluster.command(DAEMONS[2]).args(["-N", &node]), "slurmd");
         let start = Instant::now();
         loop {
@@ -205,8 +209,8 @@ impl SlurmCluster {
         ["slurmctld", "slurmd", "munged"]
             .iter()
             .map(|n| {
-                let text =
-                    std::fs::read_to_string(self.dir.join(format!("log/{n}.log"))).unwrap_or_default();
+                let text = std::fs::read_to_string(self.dir.join(format!("log/{n}.log")))
+                    .unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(15).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
                 format!("--- {n}.log ---\n{}", tail.join("\n"))

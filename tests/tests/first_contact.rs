@@ -211,7 +211,7 @@ fn run_wrapper(clone: &Path, bin: &Path, args: &[&str], report: &Path) -> Wrappe
 #[test]
 fn readme_first_command_on_a_host_without_qemu() {
     let host = vmm::host::HostKvm::probe();
-    let real_qemu = vmm::qemu::find_qemu();
+    let real_qemu = lab::qemu::find_qemu();
     if host.cannot_run_linux() && real_qemu.is_none() {
         skip!("QEMU is not installed here at all, so its install by ./pmemvm cannot be completed (apt-get install qemu-system-x86)");
     }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vmm::guest_job::{self, GuestJob, GuestReport, ImageDir};
+use lab::guest_job::{self, GuestJob, GuestReport, ImageDir};
 
 /// Each boot must finish within this.
 const BOOT_DEADLINE: Duration = Duration::from_secs(60);

@@ -7,9 +7,9 @@
 use std::fs;
 use std::time::Duration;
 
+use lab::guest_job::{append_to_initrd, parse_channel, GuestJob, GuestReport};
 use pmemvm_tests::nested::{guest_image, NestedVm};
 use pmemvm_tests::require;
-use vmm::guest_job::{append_to_initrd, parse_channel, GuestJob, GuestReport};
 
 const NULL_FIO_JOB: &str = "[null]\nioengine=null\nsize=1M\nbs=4k\nrw=write\n";
 const DEEP_FLUSHES: u32 = 5;

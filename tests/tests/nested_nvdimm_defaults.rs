@@ -32,10 +32,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use lab::guest_job::{append_to_initrd, parse_channel, GuestJob, GuestReport};
 use pmemvm_tests::label_trace::label_writes_synced;
 use pmemvm_tests::nested::{guest_image, workspace_root, NestedVm};
 use pmemvm_tests::require;
-use vmm::guest_job::{append_to_initrd, parse_channel, GuestJob, GuestReport};
 
 const GIB: u64 = 1 << 30;
 const LABELS: u64 = 128 << 10;

@@ -6,9 +6,9 @@
 use std::fs;
 use std::time::Duration;
 
+use lab::guest_job::{append_to_initrd, parse_channel, GuestJob, GuestReport};
 use pmemvm_tests::nested::{guest_image, Mode, NestedError, NestedVm, RunOutput};
 use pmemvm_tests::require;
-use vmm::guest_job::{append_to_initrd, parse_channel, GuestJob, GuestReport};
 
 /// A fio job that touches no device (these tests check the platform in setup.sh).
 const NULL_FIO_JOB: &str = "[null]\nioengine=null\nsize=1M\nbs=4k\nrw=write\n";

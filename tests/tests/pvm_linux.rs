@@ -15,7 +15,7 @@ fn linux_on_pvm_ends_with_a_clear_message() {
     if host.hw_virt || !host.pvm {
         skip!("this host's KVM is not PVM; Linux is expected to boot here");
     }
-    let image = require!(vmm::guest_job::find_image_dir().map_err(|e| Skip::new(e.to_string())));
+    let image = require!(lab::guest_job::find_image_dir().map_err(|e| Skip::new(e.to_string())));
     let kernel = image.vmlinux.to_string_lossy().into_owned();
     let out = run(
         &[

@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
+use lab::guest_job;
 use pmemvm_tests::pmemvm::{run, TempDir};
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
 use pmemvm_tests::tcg::TcgGuard;
-use vmm::guest_job;
 
 const DEADLINE: Duration = Duration::from_secs(420);
 

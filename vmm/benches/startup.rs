@@ -47,7 +47,15 @@ fn assemble_hello(dir: &Path) -> PathBuf {
 
 fn pmemvm() -> PathBuf {
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "-q", "--release", "-p", "vmm", "--bin", "pmemvm"])
+        .args([
+            "build",
+            "-q",
+            "--release",
+            "-p",
+            "pmemvm",
+            "--bin",
+            "pmemvm",
+        ])
         .current_dir(workspace())
         .status()
         .expect("running cargo build");

@@ -379,6 +379,18 @@ pub const DEFAULT_CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1";
 /// Default RAM size.
 pub const DEFAULT_MEMORY: u64 = 512 << 20;
 
+/// A command line with `--append` words added, one space apart.
+pub fn join_cmdline(base: &str, append: &[String]) -> String {
+    let mut line = base.to_string();
+    for extra in append.iter().map(|a| a.trim()).filter(|a| !a.is_empty()) {
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(extra);
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

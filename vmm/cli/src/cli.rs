@@ -1,0 +1,349 @@
+//! The command line of `pmemvm` (clap), turned into validated configurations.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use lab::run::Engine;
+use vmm::config::{self, ConsoleMode, NvdimmSpec, VmConfig};
+
+/// pmemvm: a small KVM VMM that gives Linux guests ACPI NFIT-described NVDIMMs backed by host files.
+#[derive(Debug, Parser)]
+#[command(name = "pmemvm", version, about, long_about = None)]
+pub struct Cli {
+    /// More log output (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Boot a guest kernel with the console on this terminal.
+    Boot(BootArgs),
+    /// Run one fio job in the guest and return its JSON results.
+    Run(RunArgs),
+    /// Run one of the upstream experiments (A/B where it has two sides) and report.
+    Bench(BenchArgs),
+    /// Merge the results of `bench` (one host or many, e.g. a Slurm array's) into one report.
+    Report(ReportArgs),
+    /// Write the ACPI tables pmemvm would give a guest, one file per table.
+    Acpi(AcpiArgs),
+    /// Print the kernel options pmemvm's guests need, or check a kernel
+    /// (vmlinux or bzImage with an embedded config) or a .config against them.
+    Kconfig(KconfigArgs),
+    /// Check what a command needs on this host, without running it: prints
+    /// `install PACKAGE` and `image` lines (used by the ./pmemvm wrapper).
+    Preflight(PreflightArgs),
+}
+
+/// `pmemvm kconfig`.
+#[derive(Debug, Args)]
+pub struct KconfigArgs {
+    /// A kernel image (ELF vmlinux or bzImage built with CONFIG_IKCONFIG) or
+    /// a .config to check; exit status 2 when an option is missing.
+    #[arg(long, value_name = "KERNEL|.config", conflicts_with = "extract")]
+    pub check: Option<PathBuf>,
+    /// Print the configuration embedded in a kernel image (like the kernel's
+    /// scripts/extract-ikconfig).
+    #[arg(long, value_name = "KERNEL")]
+    pub extract: Option<PathBuf>,
+}
+
+/// `pmemvm report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Result directories (written by `bench --out`), or directories of them (e.g. the
+    /// runs/ of a `bench --slurm` directory).
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// Also write report.txt, report.json, runs.csv, summary.csv, upstream.csv, chart.svg and
+    /// merge.json here.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Pool runs of machines that differ (engine, accelerator, CPU model, page sizes).
+    #[arg(long)]
+    pub pool_hosts: bool,
+}
+
+/// `pmemvm preflight`.
+#[derive(Debug, Args)]
+pub struct PreflightArgs {
+    /// The command to check, as it would be typed after `pmemvm`.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+/// Where the guest console (COM1) goes; the same options in `boot` and `run`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ConsoleArgs {
+    /// Show the guest console on this terminal (the default of `boot`).
+    #[arg(long)]
+    pub console: bool,
+    /// Write the guest console to this file (`boot`: instead of the
+    /// terminal unless --console is given too).
+    #[arg(long, value_name = "PATH")]
+    pub console_log: Option<PathBuf>,
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    config::parse_size(s).map_err(|e| e.to_string())
+}
+
+fn parse_cpus(s: &str) -> Result<u8, String> {
+    // The MADT's 8-bit APIC ids bound the vCPU count (acpi::MAX_CPUS).
+    let max = acpi::MAX_CPUS;
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err(format!(
+            "--cpus '{s}' is not valid: a guest needs at least 1 vCPU; use 1 to {max}"
+        )),
+        Ok(n) if n <= max => {
+            u8::try_from(n).map_err(|_| format!("--cpus '{s}' is too large; use 1 to {max}"))
+        }
+        Ok(_) => Err(format!("--cpus '{s}' is too large; use 1 to {max}")),
+        Err(_) => Err(format!(
+            "--cpus '{s}' is not a whole number; use 1 to {max}"
+        )),
+    }
+}
+
+fn parse_nvdimm(s: &str) -> Result<NvdimmSpec, String> {
+    s.parse::<NvdimmSpec>().map_err(|e| e.to_string())
+}
+
+/// Options shared by every command that describes a machine.
+#[derive(Debug, Args, Clone)]
+pub struct MachineArgs {
+    /// Number of vCPUs.
+    #[arg(long, default_value = "1", value_parser = parse_cpus, value_name = "N")]
+    pub cpus: u8,
+    /// Guest RAM (K, M, G, T suffixes).
+    #[arg(long, default_value = "512M", value_parser = parse_size_arg, value_name = "SIZE")]
+    pub memory: u64,
+    /// An NVDIMM: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,node=N]. Repeat for more.
+    ///
+    /// SIZE is the guest's persistent-memory region, a multiple of 16 MiB. The
+    /// backing file holds the region, then the label area (label-size, default
+    /// 128K; 0 = label-less), then a 4 KiB identity page with the DIMM's serial:
+    /// SIZE + label-size + 4K bytes. node=N puts the DIMM in guest NUMA node N
+    /// (default: DIMM i in node i+1; the vCPUs and RAM are node 0).
+    #[arg(long, value_parser = parse_nvdimm, value_name = "SPEC")]
+    pub nvdimm: Vec<NvdimmSpec>,
+}
+
+/// `pmemvm boot`.
+#[derive(Debug, Args)]
+pub struct BootArgs {
+    /// Guest kernel: ELF vmlinux (PVH) or bzImage. Default: the project's guest image.
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+    /// Initial ramdisk.
+    #[arg(long, value_name = "PATH")]
+    pub initrd: Option<PathBuf>,
+    /// Whole kernel command line (replaces the default).
+    #[arg(long, value_name = "STR")]
+    pub cmdline: Option<String>,
+    /// Appended to the kernel command line (e.g. nd_pmem.nowait=0); repeatable.
+    #[arg(long = "append", value_name = "STR")]
+    pub append: Vec<String>,
+    /// The machine.
+    #[command(flatten)]
+    pub machine: MachineArgs,
+    /// The console.
+    #[command(flatten)]
+    pub console: ConsoleArgs,
+    /// Write the guest's data channel (COM2) to this file.
+    #[arg(long, value_name = "PATH")]
+    pub channel: Option<PathBuf>,
+}
+
+/// `pmemvm acpi`.
+#[derive(Debug, Args)]
+pub struct AcpiArgs {
+    /// The machine.
+    #[command(flatten)]
+    pub machine: MachineArgs,
+    /// Directory to write `<NAME>.aml` files into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+impl BootArgs {
+    /// The VM configuration (kernel already resolved by the caller).
+    pub fn to_config(&self, kernel: PathBuf, initrd: Option<PathBuf>) -> VmConfig {
+        VmConfig {
+            kernel,
+            initrd,
+            initrd_append: Vec::new(),
+            cmdline: config::join_cmdline(
+                self.cmdline.as_deref().unwrap_or(config::DEFAULT_CMDLINE),
+                &self.append,
+            ),
+            cpus: self.machine.cpus,
+            memory: self.machine.memory,
+            nvdimms: self.machine.nvdimm.clone(),
+            console: ConsoleMode::from_choice(
+                self.console.console || self.console.console_log.is_none(),
+                self.console.console_log.clone(),
+            ),
+            channel: self.channel.clone(),
+        }
+    }
+}
+
+fn parse_seconds(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err(format!(
+            "--timeout '{s}' is not valid: use a number of seconds above 0"
+        )),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("--timeout '{s}' is not a whole number of seconds")),
+    }
+}
+
+/// `--engine`: which VMM runs the guest (the lab's [`Engine`], spelled for clap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineArg {
+    /// pmemvm itself.
+    Pmemvm,
+    /// qemu-system-x86_64 with its own NVDIMM.
+    Qemu,
+    /// pmemvm where this host's KVM can run Linux, QEMU otherwise.
+    Auto,
+}
+
+impl From<EngineArg> for Engine {
+    fn from(e: EngineArg) -> Self {
+        match e {
+            EngineArg::Pmemvm => Engine::Pmemvm,
+            EngineArg::Qemu => Engine::Qemu,
+            EngineArg::Auto => Engine::Auto,
+        }
+    }
+}
+
+/// `pmemvm run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The fio job file to run in the guest.
+    #[arg(long, value_name = "JOBFILE")]
+    pub fio: PathBuf,
+    /// Shell commands run in the guest before fio (cwd /job; `@FILE` reads them from FILE).
+    #[arg(long, value_name = "CMDS")]
+    pub setup: Option<String>,
+    /// Extra fio arguments (one line).
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    pub fio_args: Option<String>,
+    /// Write fio's JSON and the run's metadata to this file.
+    #[arg(long, value_name = "OUT")]
+    pub json: Option<PathBuf>,
+    /// Which VMM runs the guest (auto: pmemvm where this host's KVM can run
+    /// Linux, QEMU otherwise).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub engine: EngineArg,
+    /// The console (hidden by default; its last lines are shown on failure).
+    #[command(flatten)]
+    pub console: ConsoleArgs,
+    /// Give up (and keep partial results) after this many seconds.
+    #[arg(long, default_value = "600", value_parser = parse_seconds, value_name = "SECS")]
+    pub timeout: u64,
+    /// Guest kernel (default: the guest image's).
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+    /// Initrd (default: the guest image's initramfs).
+    #[arg(long, value_name = "PATH")]
+    pub initrd: Option<PathBuf>,
+    /// Whole kernel command line (default: a console on ttyS0).
+    #[arg(long, value_name = "STR")]
+    pub cmdline: Option<String>,
+    /// Appended to the kernel command line (e.g. nd_pmem.nowait=0); repeatable.
+    #[arg(long = "append", value_name = "STR")]
+    pub append: Vec<String>,
+    /// The machine.
+    #[command(flatten)]
+    pub machine: MachineArgs,
+}
+
+fn parse_count(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err(format!("'{s}' is not valid: use a whole number above 0")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{s}' is not a whole number above 0")),
+    }
+}
+
+/// `pmemvm bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// pmem-nowait, pmem-randwrite, pmem-verify, bcache-nowait, bcache-verify or xfs-dax-write.
+    pub experiment: String,
+    /// Boots per side; each boot runs the thread's whole script for that side, so
+    /// pmem-nowait and bcache-nowait give 3 randread runs per boot (the thread's repetitions).
+    #[arg(long, default_value = "1", value_parser = parse_count, value_name = "N")]
+    pub runs: u32,
+    /// Guest vCPUs.
+    #[arg(long, default_value = "2", value_parser = parse_cpus, value_name = "N")]
+    pub cpus: u8,
+    /// Guest RAM (raised to what the experiment needs).
+    #[arg(long, default_value = "1G", value_parser = parse_size_arg, value_name = "SIZE")]
+    pub memory: u64,
+    /// fio jobs of the many-job phases (default: the thread's 48, at most one per vCPU).
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    pub jobs: Option<u32>,
+    /// NVDIMM size (default: the experiment's).
+    #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
+    pub nvdimm: Option<u64>,
+    /// Seconds of the time-bound phases (default: the thread's 60).
+    #[arg(long, value_parser = parse_count, value_name = "SECS")]
+    pub runtime: Option<u32>,
+    /// io_uring queue depth of the many-job phases (default: the thread's 2; xfs-dax-write 1).
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    pub iodepth: Option<u32>,
+    /// The thread's fio --size (pmem: 896M; bcache: 1G, also each null_blk device;
+    /// xfs-dax-write: each file, 256M).
+    #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
+    pub size: Option<u64>,
+    /// A side of an A/B between two kernels or command lines:
+    /// NAME:kernel=PATH[,initrd=PATH][,append=ARGS] (append last; twice, instead of the
+    /// experiment's own sides).
+    #[arg(long = "side", value_name = "SPEC")]
+    pub sides: Vec<String>,
+    /// Print each side's boot, phase by phase with the complete fio jobs, and the deviations
+    /// from the thread; boot nothing.
+    #[arg(long)]
+    pub plan: bool,
+    /// With --plan: the plan as JSON.
+    #[arg(long, requires = "plan")]
+    pub json: bool,
+    /// Directory for report.txt, report.json, runs.csv, summary.csv, chart.svg.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Which VMM runs the guest (auto: pmemvm where this host's KVM can run
+    /// Linux, QEMU otherwise).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub engine: EngineArg,
+    /// Per-boot timeout in seconds.
+    #[arg(long, default_value = "3600", value_parser = parse_seconds, value_name = "SECS")]
+    pub timeout: u64,
+    /// Guest kernel of every side without its own (default: the guest image's).
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+    /// Initrd of every side without its own (default: the guest image's initramfs).
+    #[arg(long, value_name = "PATH")]
+    pub initrd: Option<PathBuf>,
+    /// Run only this boot of this side, e.g. on:2 (what one Slurm array task runs; reruns one
+    /// failed task by hand).
+    #[arg(long, value_name = "SIDE:BOOT", value_parser = lab::fleet::task::parse_arg, conflicts_with_all = ["plan", "slurm"])]
+    pub only: Option<lab::fleet::task::Task>,
+    /// Write SHARED_DIR/bench.sbatch (a Slurm job array: one task per side and boot),
+    /// report.sbatch (the merge) and submit.sh instead of running anything; needs --out.
+    #[arg(long, requires = "out", conflicts_with = "plan")]
+    pub slurm: bool,
+}

@@ -1,0 +1,476 @@
+//! The subcommands' work, callable from the binary and from tests.
+
+use std::path::PathBuf;
+
+use crate::cli::{AcpiArgs, BenchArgs, BootArgs, Command, RunArgs};
+use lab::bench::{BenchError, BenchRequest};
+use lab::guest_job::{find_image_dir, ImageDir};
+use lab::preflight::{self, Needs};
+use lab::run::{self, RunError, RunSpec};
+use vmm::acpi_setup::{self, PlacedNvdimm};
+use vmm::exit_status;
+use vmm::memory;
+use vmm::vm::{Vm, VmError};
+
+/// Errors of a subcommand.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// Building or running the VM.
+    #[error(transparent)]
+    Vm(#[from] VmError),
+    /// No kernel given and no default image.
+    #[error("no --kernel given and the default guest image is not available: {0}")]
+    NoImage(String),
+    /// A job run.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// A benchmark.
+    #[error(transparent)]
+    Bench(#[from] BenchError),
+    /// Merging results.
+    #[error(transparent)]
+    Merge(#[from] lab::fleet::merge::MergeError),
+    /// Writing the Slurm scripts.
+    #[error(transparent)]
+    Slurm(#[from] lab::fleet::slurm::SlurmError),
+    /// Reading a kernel configuration.
+    #[error(transparent)]
+    Kconfig(#[from] lab::kconfig::KconfigError),
+    /// A job input file.
+    #[error("cannot read {what} {path}: {source}")]
+    Input {
+        /// What.
+        what: &'static str,
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing output files.
+    #[error("cannot write {path}: {source}")]
+    Output {
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl CommandError {
+    /// True when the user's input is at fault (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Self::Vm(e) => e.is_usage(),
+            Self::Run(e) => e.is_usage(),
+            Self::Bench(e) => e.is_usage(),
+            Self::Kconfig(e) => e.is_usage(),
+            Self::Merge(e) => e.is_usage(),
+            Self::Slurm(e) => e.is_usage(),
+            Self::NoImage(_) | Self::Output { .. } | Self::Input { .. } => true,
+        }
+    }
+}
+
+/// The kernel and initrd to boot: the user's, or the project's guest image
+/// (its PVH vmlinux and initramfs) when no `--kernel` is given.
+pub fn resolve_kernel(
+    kernel: Option<&PathBuf>,
+    initrd: Option<&PathBuf>,
+) -> Result<(PathBuf, Option<PathBuf>, Option<ImageDir>), CommandError> {
+    if let Some(k) = kernel {
+        return Ok((k.clone(), initrd.cloned(), None));
+    }
+    let image = find_image_dir().map_err(|e| CommandError::NoImage(e.to_string()))?;
+    let initrd = initrd.cloned().unwrap_or_else(|| image.initramfs.clone());
+    Ok((image.vmlinux.clone(), Some(initrd), Some(image)))
+}
+
+/// Says up front when a Linux kernel is about to be booted on a KVM that
+/// cannot run it (PVM, or no vmx/svm), instead of leaving the user to wait.
+pub fn warn_if_host_cannot_run(kernel: &std::path::Path) {
+    let host = vmm::host::HostKvm::probe();
+    if host.cannot_run_linux() && vmm::boot::looks_like_linux(kernel) {
+        if let Some(why) = host.explanation() {
+            eprintln!("pmemvm: warning: {why}; expect this Linux guest to stop early (exit status 5) or to crawl");
+        }
+    }
+}
+
+/// `pmemvm boot`: returns the exit status.
+pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
+    let (kernel, initrd, _) = resolve_kernel(args.kernel.as_ref(), args.initrd.as_ref())?;
+    let config = args.to_config(kernel, initrd);
+    let vm = Vm::build(&config)?;
+    warn_if_host_cannot_run(&config.kernel);
+    // The terminal is raw for the run when the console uses it (run_loop).
+    let outcome = vm.run()?;
+    let status = exit_status::for_request(&outcome.reason);
+    log::info!("VM exits: {:?}", outcome.exits);
+    for n in &outcome.nvdimms {
+        log::info!(
+            "NVDIMM {}: {} flushes, {} label calls",
+            n.file,
+            n.flushes,
+            n.label_calls
+        );
+    }
+    match &outcome.reason {
+        devices::exit::ExitRequest::PowerOff | devices::exit::ExitRequest::GuestExit(_) => {
+            log::info!("{}", exit_status::describe(&outcome.reason));
+        }
+        other => {
+            eprintln!(
+                "pmemvm: {} (exit status {status})",
+                exit_status::describe(other)
+            );
+            if let Some(hint) = &outcome.host_hint {
+                eprintln!("pmemvm: {hint}");
+            }
+        }
+    }
+    Ok(status)
+}
+
+/// `pmemvm acpi`: writes `<NAME>.aml` for every table and `RSDP.aml`.
+pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
+    let m = &args.machine;
+    let ram = memory::ram_regions(m.memory).map_err(VmError::from)?;
+    let sizes: Vec<u64> = m.nvdimm.iter().map(|n| n.spa_size()).collect();
+    let bases =
+        memory::nvdimm_bases(&ram, &sizes, memory::host_phys_addr_bits()).map_err(VmError::from)?;
+    let nodes = vmm::config::resolve_nodes(&m.nvdimm).map_err(VmError::from)?;
+    // Serials as a guest would see them: from existing backing files (read
+    // only, nothing is created), order-based otherwise.
+    let placed: Vec<PlacedNvdimm> = m
+        .nvdimm
+        .iter()
+        .zip(bases)
+        .zip(nodes)
+        .map(|((spec, base), node)| PlacedNvdimm {
+            spec,
+            base,
+            serial: vmm::identity::peek_serial(spec),
+            node,
+        })
+        .collect();
+    let tables = acpi_setup::build(&acpi_setup::describe(m.cpus, &ram, &placed))?;
+    let out_err = |path: PathBuf| move |source| CommandError::Output { path, source };
+    if args.out.exists() && !args.out.is_dir() {
+        return Err(out_err(args.out.clone())(std::io::Error::new(
+            std::io::ErrorKind::NotADirectory,
+            "--out must be a directory and this is a file",
+        )));
+    }
+    std::fs::create_dir_all(&args.out).map_err(out_err(args.out.clone()))?;
+    let mut files = vec![("RSDP".to_string(), &tables.rsdp)];
+    files.extend(tables.tables.iter().map(|t| (t.name.clone(), &t.bytes)));
+    for (name, bytes) in files {
+        let path = args.out.join(format!("{name}.aml"));
+        std::fs::write(&path, bytes).map_err(out_err(path.clone()))?;
+    }
+    Ok(())
+}
+
+fn read_input(path: &std::path::Path, what: &'static str) -> Result<String, CommandError> {
+    if path.is_dir() {
+        return Err(CommandError::Input {
+            what,
+            path: path.into(),
+            source: std::io::Error::new(std::io::ErrorKind::IsADirectory, "it is a directory"),
+        });
+    }
+    std::fs::read_to_string(path).map_err(|source| CommandError::Input {
+        what,
+        path: path.into(),
+        source,
+    })
+}
+
+/// Checks the `--json` output place before the run, without creating or
+/// truncating anything (an invocation that fails later leaves no file).
+fn check_output(path: &std::path::Path) -> Result<(), CommandError> {
+    let err = |kind, why: &str| CommandError::Output {
+        path: path.into(),
+        source: std::io::Error::new(kind, why.to_string()),
+    };
+    if path.is_dir() {
+        return Err(err(std::io::ErrorKind::IsADirectory, "it is a directory"));
+    }
+    if path.exists() {
+        // Opening without truncation checks permission and changes nothing.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|source| CommandError::Output {
+                path: path.into(),
+                source,
+            })?;
+    } else if path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .is_some_and(|p| !p.is_dir())
+    {
+        return Err(err(
+            std::io::ErrorKind::NotFound,
+            "its directory does not exist",
+        ));
+    }
+    Ok(())
+}
+
+/// Creates the `--json` output once there is something to write.
+fn open_output(path: &std::path::Path) -> Result<std::fs::File, CommandError> {
+    std::fs::File::create(path).map_err(|source| CommandError::Output {
+        path: path.into(),
+        source,
+    })
+}
+
+/// The job spec of `pmemvm run`, its inputs read and its outputs and
+/// prerequisites checked; creates nothing.
+fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
+    let fio_job = read_input(&args.fio, "fio job file")?;
+    let setup = match &args.setup {
+        Some(s) => match s.strip_prefix('@') {
+            Some(file) => Some(read_input(std::path::Path::new(file), "setup file")?),
+            None => Some(s.clone()),
+        },
+        None => None,
+    };
+    for path in [&args.json, &args.console.console_log]
+        .into_iter()
+        .flatten()
+    {
+        check_output(path)?;
+    }
+    preflight::memory(args.machine.memory, preflight::mem_available()).map_err(RunError::from)?;
+    let spec = RunSpec {
+        engine: args.engine.into(),
+        kernel: args.kernel.clone(),
+        initrd: args.initrd.clone(),
+        cmdline: args.cmdline.clone(),
+        extra_cmdline: args.append.clone(),
+        cpus: args.machine.cpus,
+        memory: args.machine.memory,
+        nvdimms: args.machine.nvdimm.clone(),
+        job: lab::guest_job::GuestJob {
+            fio_job,
+            setup,
+            args: args.fio_args.clone(),
+            ..lab::guest_job::GuestJob::default()
+        },
+        stream_console: args.console.console,
+        console_log: args.console.console_log.clone(),
+        timeout: std::time::Duration::from_secs(args.timeout),
+    };
+    run::check_inputs(&spec)?;
+    Ok(spec)
+}
+
+/// `pmemvm run`: returns the job's status.
+pub fn run(args: &RunArgs) -> Result<u8, CommandError> {
+    let spec = run_spec(args)?;
+    let result = run::run_job(&spec)?;
+    if let Some(path) = &args.json {
+        let mut f = open_output(path)?;
+        serde_json::to_writer_pretty(&mut f, &result)
+            .map_err(std::io::Error::from)
+            .map_err(|source| CommandError::Output {
+                path: path.clone(),
+                source,
+            })?;
+    }
+    print_summary(&result);
+    if let Some(e) = &result.error {
+        if !args.console.console && !result.console_tail.is_empty() {
+            eprintln!(
+                "pmemvm: last lines of the guest console:\n{}",
+                result.console_tail
+            );
+        }
+        eprintln!(
+            "pmemvm: {e}{}",
+            if args.json.is_some() {
+                " (partial results written)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(result.status)
+}
+
+fn print_summary(result: &run::RunResult) {
+    let label = if result.functional_only {
+        " — functional only, not performance"
+    } else {
+        ""
+    };
+    println!(
+        "engine {} ({}){label}; status {}; {:.1} s",
+        serde_json::to_string(&result.engine)
+            .unwrap_or_default()
+            .trim_matches('"'),
+        result.accelerator,
+        result.status,
+        result.wall_seconds
+    );
+    let Some(fio) = &result.fio else { return };
+    let Ok(bytes) = serde_json::to_vec(fio) else {
+        return;
+    };
+    let Ok(parsed) = lab::fio::parse_fio_json(&bytes) else {
+        return;
+    };
+    for s in parsed.summaries() {
+        println!(
+            "group {}: {} job(s), IOPS {:.0}, BW {:.1} MiB/s, slat avg {:.0} ns, clat p99 {} ns, usr {:.1}% sys {:.1}%, ctx {}, errors {}",
+            s.groupid,
+            s.jobnames.len(),
+            s.iops,
+            s.bw_bytes as f64 / f64::from(1u32 << 20),
+            s.slat.mean_ns,
+            s.clat.p99_ns.map_or("-".to_string(), |v| v.to_string()),
+            s.usr_cpu,
+            s.sys_cpu,
+            s.ctx,
+            s.errors.len()
+        );
+    }
+}
+
+fn bench_request(args: &BenchArgs) -> BenchRequest {
+    let out = args.out.clone().unwrap_or_else(|| {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        PathBuf::from(format!("pmemvm-bench/{}-{secs}", args.experiment))
+    });
+    BenchRequest {
+        experiment: args.experiment.clone(),
+        runs: args.runs,
+        cpus: args.cpus,
+        memory: args.memory,
+        jobs: args.jobs,
+        nvdimm: args.nvdimm,
+        runtime: args.runtime,
+        iodepth: args.iodepth,
+        size: args.size,
+        sides: args.sides.clone(),
+        out,
+        engine: args.engine.into(),
+        timeout: std::time::Duration::from_secs(args.timeout),
+        kernel: args.kernel.clone(),
+        initrd: args.initrd.clone(),
+        only: args.only.clone(),
+    }
+}
+
+/// `pmemvm bench`: 0 when every run succeeded.
+pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
+    let req = bench_request(args);
+    if args.plan {
+        let (_, plan) = lab::bench::plan(&req)?;
+        if args.json {
+            let mut v = serde_json::to_value(&plan).map_err(lab::bench::BenchError::PlanJson)?;
+            v["runs_per_side"] = req.runs.into();
+            let text =
+                serde_json::to_string_pretty(&v).map_err(lab::bench::BenchError::PlanJson)?;
+            println!("{text}");
+        } else {
+            print!("{}", plan.render_text(req.runs));
+        }
+        return Ok(0);
+    }
+    if args.slurm {
+        return crate::fleet_commands::slurm(args, &req);
+    }
+    let outcome = lab::bench::bench(&req)?;
+    println!("{}", outcome.report.render_text());
+    for f in &outcome.files {
+        eprintln!("[bench] wrote {}", f.display());
+    }
+    let failed = outcome.report.failed_runs();
+    for f in &failed {
+        eprintln!("pmemvm: failed: {f}");
+    }
+    let r = &outcome.report;
+    eprintln!(
+        "[bench] {}: {} of {} runs produced figures; engine {} ({}){}; report in {}",
+        r.experiment,
+        r.runs.len() - failed.len(),
+        r.runs.len(),
+        r.engine,
+        r.accelerator.name(),
+        if r.accelerator.is_performance() {
+            ""
+        } else {
+            " — functional check only, not performance"
+        },
+        req.out.display()
+    );
+    if !failed.is_empty() {
+        eprintln!(
+            "pmemvm: {} of {} runs failed; the report lists them (partial results)",
+            failed.len(),
+            outcome.report.runs.len()
+        );
+    }
+    Ok(lab::report::bench_exit_status(&failed))
+}
+
+/// `pmemvm preflight COMMAND...`: what `command` needs on this host that an
+/// install can provide; an error for anything it cannot (see [`lab::preflight`]).
+pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
+    let mut needs = Needs::default();
+    match command {
+        Command::Boot(a) => needs.image = a.kernel.is_none(),
+        Command::Run(a) => {
+            let spec = run_spec(a)?;
+            if spec
+                .kernel
+                .as_deref()
+                .is_none_or(vmm::boot::looks_like_linux)
+            {
+                preflight::engine_on_this_host(a.engine.into(), true, &mut needs)
+                    .map_err(RunError::from)?;
+            }
+            needs.image = a.kernel.is_none();
+        }
+        Command::Bench(a) if a.plan => {
+            lab::bench::plan(&bench_request(a))?;
+        }
+        Command::Bench(a) if a.slurm => {
+            lab::bench::plan(&bench_request(a))?;
+        }
+        Command::Bench(a) => {
+            lab::bench::prepare(&bench_request(a), true, &mut needs)?;
+        }
+        Command::Acpi(_) | Command::Preflight(_) | Command::Kconfig(_) | Command::Report(_) => {}
+    }
+    Ok(needs)
+}
+
+/// `pmemvm kconfig`: the fragment, or a check (status 2 when options are missing).
+pub fn kconfig(args: &crate::cli::KconfigArgs) -> Result<u8, CommandError> {
+    if let Some(kernel) = &args.extract {
+        print!("{}", lab::kconfig::read_text(kernel)?);
+        return Ok(0);
+    }
+    let Some(path) = &args.check else {
+        print!("{}", lab::kconfig::fragment());
+        return Ok(0);
+    };
+    let config = lab::kconfig::read(path)?;
+    let result = lab::kconfig::check(&config);
+    let text = lab::kconfig::render_check(path, &config, &result);
+    if result.missing.is_empty() {
+        print!("{text}");
+        Ok(0)
+    } else {
+        eprint!("{text}");
+        Ok(exit_status::USAGE)
+    }
+}

@@ -1,0 +1,118 @@
+//! The `pmemvm` command: argument parsing and exit statuses only; the work is
+//! in the `lab` library (experiments, runs, reports) on top of the `vmm`
+//! core (the VMM itself).
+
+mod cli;
+mod commands;
+mod fleet_commands;
+
+use std::process::ExitCode;
+
+use crate::cli::{
+    AcpiArgs, BenchArgs, BootArgs, Cli, Command, KconfigArgs, PreflightArgs, ReportArgs, RunArgs,
+};
+use clap::Parser;
+use vmm::exit_status;
+
+/// A failure with the exit status it maps to.
+struct Failure {
+    status: u8,
+    error: Box<dyn std::error::Error>,
+}
+
+impl<E: Into<crate::commands::CommandError>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        let e: crate::commands::CommandError = e.into();
+        Failure {
+            status: if e.is_usage() {
+                exit_status::USAGE
+            } else {
+                exit_status::RUNTIME_ERROR
+            },
+            error: Box::new(e),
+        }
+    }
+}
+
+/// Prints the error and its causes once, Cloud Hypervisor style; a cause
+/// whose text the message already contains is not repeated.
+fn report(error: &dyn std::error::Error) {
+    let message = error.to_string();
+    eprintln!("pmemvm: error: {message}");
+    let mut source = error.source();
+    let mut n = 1;
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !message.contains(&text) {
+            eprintln!("  {n}: {text}");
+            n += 1;
+        }
+        source = s.source();
+    }
+}
+
+fn boot(args: &BootArgs) -> Result<u8, Failure> {
+    Ok(crate::commands::boot(args)?)
+}
+
+fn run(args: &RunArgs) -> Result<u8, Failure> {
+    Ok(crate::commands::run(args)?)
+}
+
+fn bench(args: &BenchArgs) -> Result<u8, Failure> {
+    Ok(crate::commands::bench(args)?)
+}
+
+fn report_cmd(args: &ReportArgs) -> Result<u8, Failure> {
+    Ok(crate::fleet_commands::report(args)?)
+}
+
+fn preflight(args: &PreflightArgs) -> Result<u8, Failure> {
+    let inner = Cli::try_parse_from(
+        std::iter::once("pmemvm".to_string()).chain(args.command.iter().cloned()),
+    )
+    .unwrap_or_else(|e| e.exit());
+    for line in crate::commands::preflight(&inner.command)?.lines() {
+        println!("{line}");
+    }
+    Ok(0)
+}
+
+fn kconfig(args: &KconfigArgs) -> Result<u8, Failure> {
+    Ok(crate::commands::kconfig(args)?)
+}
+
+fn acpi(args: &AcpiArgs) -> Result<u8, Failure> {
+    crate::commands::acpi(args)?;
+    Ok(0)
+}
+
+fn main() -> ExitCode {
+    vmm::stats::mark_process_start();
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
+        .format_timestamp_millis()
+        .init();
+    let result = match &cli.command {
+        Command::Boot(a) => boot(a),
+        Command::Run(a) => run(a),
+        Command::Bench(a) => bench(a),
+        Command::Report(a) => report_cmd(a),
+        Command::Acpi(a) => acpi(a),
+        Command::Preflight(a) => preflight(a),
+        Command::Kconfig(a) => kconfig(a),
+    };
+    match result {
+        Ok(status) => ExitCode::from(status),
+        Err(f) => {
+            report(f.error.as_ref());
+            ExitCode::from(f.status)
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! `pmemvm bench`: the upstream experiments as one command. Boots the guest once per side and
+//! per repetition (`--runs`), each boot running the thread's script for that side (setup, then
+//! every phase in order: verify, fill, the measured runs); collects fio's figures and writes
+//! the report (terminal table, JSON, CSV, SVG) after every boot, so partial results survive a
+//! failure or an interrupt.
+//!
+//! - [`sides`]: `--side NAME:kernel=PATH[,initrd=PATH][,append=ARGS]`, A/B between any two
+//!   kernels or command lines;
+//! - [`outcome`]: one boot's frames → runs, checks and provenance.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::experiments::{self, BenchParams, ExperimentError, ExperimentPlan, HostLimits, Side};
+use crate::fleet::record::ResultInfo;
+use crate::fleet::task::Task;
+use crate::guest_job;
+use crate::preflight::{self, Needs, PreflightError};
+use crate::report::{
+    Accelerator, BenchReport, HostInfo, ReportError, RunOutcome, VerifyExpectation,
+};
+use crate::run::{self, Engine, RunError, RunSpec};
+use vmm::config::NvdimmSpec;
+
+pub mod outcome;
+pub mod sides;
+
+pub use sides::{parse_sides, SideError};
+
+/// Errors of `pmemvm bench` before or after the runs.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Unknown experiment or bad scaling.
+    #[error(transparent)]
+    Experiment(#[from] ExperimentError),
+    /// A bad `--side`.
+    #[error(transparent)]
+    Side(#[from] SideError),
+    /// An `--only` task the bench does not have.
+    #[error(transparent)]
+    Only(#[from] crate::fleet::task::TaskError),
+    /// Writing the report.
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    /// A run could not even start (e.g. QEMU missing, no guest image).
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// A prerequisite of the host is not met (checked before any boot).
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
+    /// A side boots its own kernel without an initrd and there is no guest image to take the
+    /// initramfs from.
+    #[error("side {side} boots {kernel} without initrd=, and the guest image's initramfs (which runs the job) is not available: {reason}")]
+    NoInitrd {
+        /// Side.
+        side: String,
+        /// Its kernel.
+        kernel: PathBuf,
+        /// Why the image is missing.
+        reason: String,
+    },
+    /// The plan cannot be printed as JSON.
+    #[error("cannot serialise the plan as JSON")]
+    PlanJson(#[source] serde_json::Error),
+}
+
+impl BenchError {
+    /// True when the user's input is at fault (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Self::Experiment(_) | Self::Side(_) | Self::Only(_) | Self::NoInitrd { .. } => true,
+            Self::Report(ReportError::CreateDir { .. }) => true,
+            Self::Report(_) | Self::PlanJson(_) => false,
+            Self::Run(e) => e.is_usage(),
+            Self::Preflight(_) => true,
+        }
+    }
+}
+
+/// What `pmemvm bench` was asked.
+#[derive(Debug, Clone)]
+pub struct BenchRequest {
+    /// Experiment name.
+    pub experiment: String,
+    /// Boots per side; each runs all of the thread's repetitions (e.g. 3 randread runs).
+    pub runs: u32,
+    /// Guest vCPUs.
+    pub cpus: u8,
+    /// Guest RAM (raised to the experiment's minimum).
+    pub memory: u64,
+    /// fio jobs of the many-job phases.
+    pub jobs: Option<u32>,
+    /// NVDIMM size.
+    pub nvdimm: Option<u64>,
+    /// Seconds of the time-bound phases.
+    pub runtime: Option<u32>,
+    /// Queue depth of the many-job phases.
+    pub iodepth: Option<u32>,
+    /// The thread's `--size`.
+    pub size: Option<u64>,
+    /// `--side` values (none: the experiment's own sides).
+    pub sides: Vec<String>,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Engine.
+    pub engine: Engine,
+    /// Per-boot timeout.
+    pub timeout: Duration,
+    /// Kernel override (all sides without their own).
+    pub kernel: Option<PathBuf>,
+    /// Initrd override (all sides without their own).
+    pub initrd: Option<PathBuf>,
+    /// Run only this boot of this side (`--only SIDE:BOOT`, one Slurm array task).
+    pub only: Option<Task>,
+}
+
+/// The finished report (its `failed_runs` say which runs failed) and its files.
+#[derive(Debug)]
+pub struct BenchOutcome {
+    /// The report.
+    pub report: BenchReport,
+    /// Files written.
+    pub files: Vec<PathBuf>,
+}
+
+fn progress(msg: &str) {
+    eprintln!("[bench] {msg}");
+}
+
+/// A bench whose prerequisites were checked: what will run.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The experiment.
+    pub experiment: &'static experiments::Experiment,
+    /// Its plan on this machine.
+    pub plan: ExperimentPlan,
+    /// Guest RAM (the request raised to the plan's minimum).
+    pub memory: u64,
+    /// The engine `auto` resolved to.
+    pub engine: Engine,
+}
+
+/// The experiment and its plan for this request, `--side` applied. Checks the sides' files;
+/// boots nothing, creates nothing.
+pub fn plan(
+    req: &BenchRequest,
+) -> Result<(&'static experiments::Experiment, ExperimentPlan), BenchError> {
+    let sides = parse_sides(&req.sides)?;
+    let experiment = experiments::find_experiment(&req.experiment)?;
+    let tmp = std::env::temp_dir();
+    let plan = experiment.plan(&BenchParams {
+        vcpus: u32::from(req.cpus),
+        jobs: req.jobs,
+        nvdimm_bytes: req.nvdimm,
+        runtime_s: req.runtime,
+        iodepth: req.iodepth,
+        size_bytes: req.size,
+        host: HostLimits {
+            disk_free_bytes: preflight::free_bytes(&tmp),
+            guest_mem_bytes: preflight::mem_available()
+                .map(|m| m.saturating_sub(preflight::HOST_OVERHEAD_BYTES)),
+        },
+    })?;
+    let plan = match sides {
+        Some(s) => plan.with_sides(s),
+        None => plan,
+    };
+    if let Some(task) = &req.only {
+        let labels: Vec<String> = plan.sides.iter().map(|s| s.label.clone()).collect();
+        task.check(&labels, req.runs)?;
+    }
+    Ok((experiment, plan))
+}
+
+/// Everything a bench checks before its first boot: the sides, the experiment and its
+/// scaling, the engine (KVM usable, QEMU present — or, with `allow_install`, listed in
+/// `needs`), RAM for the guest, disk for the NVDIMM it fills, and an output directory that can
+/// be created. Creates nothing.
+pub fn prepare(
+    req: &BenchRequest,
+    allow_install: bool,
+    needs: &mut Needs,
+) -> Result<Prepared, BenchError> {
+    let (experiment, plan) = plan(req)?;
+    let engine = preflight::engine_on_this_host(req.engine, allow_install, needs)?;
+    let memory = req.memory.max(plan.min_guest_mem_mib << 20);
+    preflight::memory(memory, preflight::mem_available())?;
+    if let Some(bytes) = plan.nvdimm_bytes {
+        let tmp = std::env::temp_dir();
+        preflight::dimm_disk(bytes, &tmp, preflight::free_bytes(&tmp))?;
+    }
+    preflight::output_dir(&req.out)?;
+    // Any side without its own kernel and initrd uses (part of) the guest image.
+    needs.image |= plan.sides.iter().any(|s| {
+        s.kernel.is_none() && req.kernel.is_none() || s.initrd.is_none() && req.initrd.is_none()
+    });
+    Ok(Prepared {
+        experiment,
+        plan,
+        memory,
+        engine,
+    })
+}
+
+/// The kernel and initrd a side boots: its own, else `--kernel`/`--initrd`, else the guest
+/// image's (a side with its own kernel still needs the image's initramfs for the job).
+fn side_files(
+    side: &Side,
+    req: &BenchRequest,
+) -> Result<(Option<PathBuf>, Option<PathBuf>), BenchError> {
+    let kernel = side.kernel.clone().or_else(|| req.kernel.clone());
+    let mut initrd = side.initrd.clone().or_else(|| req.initrd.clone());
+    if let (Some(k), None) = (&kernel, &initrd) {
+        let image = guest_job::find_image_dir().map_err(|e| BenchError::NoInitrd {
+            side: side.label.clone(),
+            kernel: k.clone(),
+            reason: e.to_string(),
+        })?;
+        initrd = Some(image.initramfs);
+    }
+    Ok((kernel, initrd))
+}
+
+/// Runs the experiment. The output directory is created when the first boot has finished: a
+/// bench that fails before any guest ran leaves nothing.
+pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
+    let Prepared {
+        experiment,
+        plan,
+        memory,
+        engine,
+    } = prepare(req, false, &mut Needs::default())?;
+    let files_of: Vec<(Option<PathBuf>, Option<PathBuf>)> = plan
+        .sides
+        .iter()
+        .map(|s| side_files(s, req))
+        .collect::<Result<_, _>>()?;
+    let mut host = HostInfo::detect_host();
+    host.guest_vcpus = u32::from(req.cpus);
+    host.guest_mem_mib = memory >> 20;
+    host.nvdimm_bytes = plan.nvdimm_bytes;
+    host.jobs = plan.jobs;
+    let own_sides = req.sides.is_empty();
+    let mut report = BenchReport {
+        experiment: experiment.name.to_string(),
+        description: experiment.description.to_string(),
+        engine: engine.name().into(),
+        accelerator: Accelerator::Kvm,
+        host,
+        sides: plan.sides.iter().map(|s| s.label.clone()).collect(),
+        runs: Vec::new(),
+        upstream: experiment.upstream_figures(),
+        upstream_source: experiment.upstream_source.to_string(),
+        checks: Vec::new(),
+        verify_expectation: experiment.expectation.filter(|_| own_sides).map(|x| {
+            VerifyExpectation {
+                job: x.job.to_owned(),
+                fails_off: x.fails_off,
+                fails_on: x.fails_on,
+                thread: x.thread.to_owned(),
+            }
+        }),
+        deviations: plan.deviations.clone(),
+        result: None,
+    };
+    let mut files = Vec::new();
+    let nvdimms: Vec<NvdimmSpec> = plan
+        .nvdimm_bytes
+        .map(NvdimmSpec::temporary)
+        .into_iter()
+        .collect();
+    let per_boot = u32::try_from(plan.measured().count()).unwrap_or(u32::MAX);
+    let wanted = |side: &Side, rep: u32| {
+        req.only
+            .as_ref()
+            .is_none_or(|t| t.side == side.label && t.boot == rep)
+    };
+    let boots = if req.only.is_some() {
+        1
+    } else {
+        req.runs as usize * plan.sides.len()
+    };
+    progress(&format!(
+        "{}: {} boot(s) per side × side(s) {:?} = {boots} boot(s), each: {}{}; {} vCPU(s), {} MiB RAM, {} fio job(s), engine {}{}; writing to {}",
+        experiment.name,
+        req.runs,
+        report.sides,
+        if plan.setup.is_some() { "setup, " } else { "" },
+        plan.phases.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+        req.cpus,
+        memory >> 20,
+        plan.jobs,
+        report.engine,
+        if engine == Engine::Qemu && crate::qemu::QemuAccel::choose(&vmm::host::HostKvm::probe()) == crate::qemu::QemuAccel::Tcg {
+            " (TCG: figures are functional only)"
+        } else {
+            ""
+        },
+        req.out.display()
+    ));
+    if !plan.deviations.is_empty() {
+        progress(&format!(
+            "{} deviation(s) from the thread (listed in the report; `--plan` shows them)",
+            plan.deviations.len()
+        ));
+    }
+    let started = std::time::Instant::now();
+    let mut boot = 0;
+    for rep in 1..=req.runs {
+        for (side, (kernel, initrd)) in plan.sides.iter().zip(&files_of) {
+            if !wanted(side, rep) {
+                continue;
+            }
+            let extra = plan.cmdline_for(side);
+            boot += 1;
+            progress(&format!(
+                "boot {boot}/{boots} (side {}, boot {rep}/{}): {}; {:.0} s elapsed",
+                side.label,
+                req.runs,
+                if extra.is_empty() {
+                    "no extra parameters".to_owned()
+                } else {
+                    extra.clone()
+                },
+                started.elapsed().as_secs_f64()
+            ));
+            let spec = RunSpec {
+                engine,
+                kernel: kernel.clone(),
+                initrd: initrd.clone(),
+                cmdline: None,
+                extra_cmdline: if extra.is_empty() {
+                    vec![]
+                } else {
+                    vec![extra.clone()]
+                },
+                cpus: req.cpus,
+                memory,
+                nvdimms: nvdimms.clone(),
+                job: plan.guest_job(),
+                stream_console: false,
+                console_log: None,
+                timeout: req.timeout,
+            };
+            let result = run::run_job(&spec)?;
+            report.accelerator = match (result.functional_only, result.accelerator.as_str()) {
+                (_, "tcg") => Accelerator::Tcg,
+                (true, _) => Accelerator::Nested,
+                _ => Accelerator::Kvm,
+            };
+            let first_run = (rep - 1) * per_boot + 1;
+            let records =
+                outcome::boot_records(experiment, &plan, &side.label, rep, first_run, &result);
+            let mut any_failed = false;
+            for c in &records.checks {
+                if let Some(e) = &c.error {
+                    any_failed = true;
+                    progress(&format!(
+                        "side {} boot {rep} {}: FAILED: {e}",
+                        side.label, c.phase
+                    ));
+                }
+            }
+            for r in &records.runs {
+                match (&r.outcome, r.outcome.failure()) {
+                    (_, Some(error)) => {
+                        any_failed = true;
+                        progress(&format!("side {} run {} ({}): FAILED: {error}", side.label, r.run, r.phase));
+                    }
+                    (RunOutcome::Ok { summary }, None) => progress(&format!(
+                        "side {} run {} ({}): IOPS {:.0}, slat min/avg {}/{:.0} ns, sys {:.1}%, ctx {}",
+                        side.label, r.run, r.phase, summary.iops, summary.slat.min_ns,
+                        summary.slat.mean_ns, summary.sys_cpu, summary.ctx
+                    )),
+                    (RunOutcome::Failed { .. }, None) => {}
+                }
+            }
+            if any_failed && !result.console_tail.is_empty() {
+                eprintln!("{}", result.console_tail);
+            }
+            progress(&format!(
+                "boot {boot}/{boots} done in {:.1} s",
+                result.wall_seconds
+            ));
+            report.runs.extend(records.runs);
+            report.checks.extend(records.checks);
+            report.result = Some(ResultInfo::of_bench(
+                req.runs,
+                req.only.clone(),
+                u32::try_from(boots).unwrap_or(u32::MAX),
+                boot,
+                report.failed_runs().len(),
+            ));
+            files = report.write_files(&req.out, true)?;
+        }
+    }
+    Ok(BenchOutcome { report, files })
+}

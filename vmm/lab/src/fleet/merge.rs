@@ -1,0 +1,473 @@
+//! `pmemvm report DIR...`: merges result directories (of one host or many) into one report.
+//!
+//! Each DIR is a result directory (it holds `report.json`) or a directory of them (each
+//! subdirectory with a `report.json` is one, as `bench --slurm` lays out `runs/SIDE-BOOT/`).
+//! All must be of one experiment, and their bench parameters and machines must match
+//! ([`super::pooling`]; machines may differ with `--pool-hosts`). Each (side, boot) is taken
+//! once: a boot whose runs all produced figures wins over a failed one of the same (side, boot)
+//! (a rerun of a failed task), otherwise the first given wins; the others are listed as left
+//! out, with why, and so is every planned (side, boot) no directory holds. The merged
+//! [`BenchReport`] is rendered by the report module exactly as `bench` renders its own, with
+//! the same statistics.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::pooling::{self, MatchKey};
+use super::record::{ResultInfo, ResultState, SCHEMA_VERSION};
+use super::task::Task;
+use crate::report::{BenchReport, ReportError};
+
+/// Errors of `pmemvm report`.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    /// A DIR that does not exist.
+    #[error("{0} does not exist; give directories written by `pmemvm bench --out`")]
+    Missing(PathBuf),
+    /// A DIR without any result.
+    #[error("{0} is not a pmemvm result: it holds no report.json (written by `pmemvm bench --out`) and no directory that does")]
+    NotAResult(PathBuf),
+    /// A report.json that cannot be read as a bench report.
+    #[error("{path} is not a pmemvm bench report ({why})")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// Written by a newer pmemvm.
+    #[error("{path} has result schema {found}, newer than this pmemvm's {SCHEMA_VERSION}; merge it with the pmemvm that wrote it")]
+    NewerSchema {
+        /// The file.
+        path: PathBuf,
+        /// Its schema.
+        found: u32,
+    },
+    /// Results of two experiments.
+    #[error(
+        "{a_dir} holds experiment {a} and {b_dir} experiment {b}; merge one experiment at a time"
+    )]
+    Experiments {
+        /// First experiment.
+        a: String,
+        /// Its directory.
+        a_dir: PathBuf,
+        /// The other.
+        b: String,
+        /// Its directory.
+        b_dir: PathBuf,
+    },
+    /// Results whose machines or bench parameters differ.
+    #[error("cannot pool {a_dir} with {b_dir}: their {key} differs ({a} vs {b}){hint}")]
+    Differ {
+        /// The first directory.
+        a_dir: PathBuf,
+        /// The other.
+        b_dir: PathBuf,
+        /// The property.
+        key: &'static str,
+        /// Its value in the first.
+        a: String,
+        /// In the other.
+        b: String,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// `--out` holds files that are not a merged report.
+    #[error("{0} already holds a report that `pmemvm report` did not write; choose another --out directory")]
+    OutNotMerged(PathBuf),
+    /// Writing the report.
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    /// Writing merge.json.
+    #[error("cannot write {path}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl MergeError {
+    /// True when the user's input is at fault (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        !matches!(self, Self::Report(_) | Self::Write { .. })
+    }
+}
+
+/// One result directory, read.
+#[derive(Debug, Clone)]
+pub struct Input {
+    /// The directory.
+    pub dir: PathBuf,
+    /// Its report.
+    pub report: BenchReport,
+    /// What must match, with its values here.
+    pub keys: Vec<MatchKey>,
+}
+
+/// A (side, boot) of an input that is not in the merged report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeftOut {
+    /// Where it was (empty for a planned boot that no directory holds).
+    pub dir: String,
+    /// The side and boot.
+    pub task: Task,
+    /// Why it was left out.
+    pub why: String,
+}
+
+/// What went into the merge and what did not.
+#[derive(Debug, Clone, Serialize)]
+pub struct MergeInfo {
+    /// The result directories, in the order given.
+    pub inputs: Vec<InputSummary>,
+    /// Whether machines that differ were pooled (`--pool-hosts`).
+    pub pooled_hosts: bool,
+    /// Whether the inputs' machines differ in a key that must match.
+    pub machines_differ: bool,
+    /// Whether the inputs come from more than one host (by name) or machines differ: the text
+    /// then breaks the figures down per host.
+    pub hosts_differ: bool,
+    /// Boots left out, with why; planned boots no directory holds among them.
+    pub left_out: Vec<LeftOut>,
+}
+
+/// One input in [`MergeInfo`].
+#[derive(Debug, Clone, Serialize)]
+pub struct InputSummary {
+    /// The directory.
+    pub dir: String,
+    /// Its host name.
+    pub hostname: String,
+    /// Its CPU model.
+    pub cpu_model: String,
+    /// Engine and accelerator.
+    pub engine: String,
+    /// `complete`, `partial: ...`, `not recorded`.
+    pub state: String,
+    /// The boots taken from it.
+    pub taken: Vec<Task>,
+}
+
+/// The merge: the report and what went into it.
+#[derive(Debug, Clone)]
+pub struct Merged {
+    /// The merged report (render it like any bench report).
+    pub report: BenchReport,
+    /// Inputs and left-outs.
+    pub info: MergeInfo,
+    /// Hostname of each merged run, index for index with `report.runs`.
+    pub run_hosts: Vec<String>,
+}
+
+/// The result directories `arg` stands for: itself, or its subdirectories that are results.
+pub fn expand(arg: &Path) -> Result<Vec<PathBuf>, MergeError> {
+    if !arg.exists() {
+        return Err(MergeError::Missing(arg.to_owned()));
+    }
+    if arg.join("report.json").is_file() {
+        return Ok(vec![arg.to_owned()]);
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(arg)
+        .map_err(|_| MergeError::NotAResult(arg.to_owned()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.join("report.json").is_file())
+        .collect();
+    if dirs.is_empty() {
+        return Err(MergeError::NotAResult(arg.to_owned()));
+    }
+    dirs.sort();
+    Ok(dirs)
+}
+
+/// Reads one result directory.
+pub fn read_input(dir: &Path) -> Result<Input, MergeError> {
+    let path = dir.join("report.json");
+    let unreadable = |why: String| MergeError::Unreadable {
+        path: path.clone(),
+        why,
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| unreadable(e.to_string()))?;
+    let raw: Value = serde_json::from_str(&text).map_err(|e| unreadable(e.to_string()))?;
+    let report: BenchReport =
+        serde_json::from_value(raw.clone()).map_err(|e| unreadable(e.to_string()))?;
+    if let Some(r) = &report.result {
+        if r.schema_version > SCHEMA_VERSION {
+            return Err(MergeError::NewerSchema {
+                path,
+                found: r.schema_version,
+            });
+        }
+    }
+    let keys = pooling::match_keys(&report, &raw);
+    Ok(Input {
+        dir: dir.to_owned(),
+        report,
+        keys,
+    })
+}
+
+fn boot_ok(report: &BenchReport, task: &Task) -> bool {
+    let mine = |side: &str, boot: u32| side == task.side && boot == task.boot;
+    report
+        .runs
+        .iter()
+        .filter(|r| mine(&r.side, r.boot))
+        .all(|r| r.good_summary().is_some())
+        && report
+            .checks
+            .iter()
+            .filter(|c| mine(&c.side, c.boot))
+            .all(|c| c.error.is_none())
+}
+
+/// The boots a report holds, in order.
+fn tasks_of(report: &BenchReport) -> Vec<Task> {
+    let mut t: Vec<Task> = report
+        .runs
+        .iter()
+        .map(|r| Task::new(&r.side, r.boot))
+        .collect();
+    t.sort();
+    t.dedup();
+    t
+}
+
+/// Merges the inputs (already read, in the order given).
+pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError> {
+    let Some(first) = inputs.first() else {
+        return Err(MergeError::NotAResult(PathBuf::from(".")));
+    };
+    for other in &inputs[1..] {
+        if other.report.experiment != first.report.experiment {
+            return Err(MergeError::Experiments {
+                a: first.report.experiment.clone(),
+                a_dir: first.dir.clone(),
+                b: other.report.experiment.clone(),
+                b_dir: other.dir.clone(),
+            });
+        }
+        if let Some((key, a, b)) = pooling::first_difference(&first.keys, &other.keys, pool_hosts) {
+            let machine = first
+                .keys
+                .iter()
+                .any(|k| k.name == key && k.kind == pooling::KeyKind::Machine);
+            return Err(MergeError::Differ {
+                a_dir: first.dir.clone(),
+                b_dir: other.dir.clone(),
+                key,
+                a,
+                b,
+                hint: if machine {
+                    "; pass --pool-hosts to pool them anyway, or report each machine separately"
+                } else {
+                    "; runs of different bench parameters are never pooled"
+                },
+            });
+        }
+    }
+    let machines_differ = inputs[1..]
+        .iter()
+        .any(|i| pooling::machines_differ(&first.keys, &i.keys));
+    // Which input each (side, boot) comes from.
+    let mut chosen: BTreeMap<Task, usize> = BTreeMap::new();
+    let mut left_out = Vec::new();
+    for (i, input) in inputs.iter().enumerate() {
+        for task in tasks_of(&input.report) {
+            let ok = boot_ok(&input.report, &task);
+            match chosen.get(&task).copied() {
+                None => {
+                    chosen.insert(task, i);
+                }
+                Some(j) => {
+                    let other_ok = boot_ok(&inputs[j].report, &task);
+                    let (keep, drop, why) = if ok && !other_ok {
+                        (i, j, "failed; a later result of the same boot succeeded")
+                    } else {
+                        (
+                            j,
+                            i,
+                            "the same boot is already taken from an earlier directory",
+                        )
+                    };
+                    left_out.push(LeftOut {
+                        dir: inputs[drop].dir.display().to_string(),
+                        task: task.clone(),
+                        why: format!("{why} ({})", inputs[keep].dir.display()),
+                    });
+                    chosen.insert(task, keep);
+                }
+            }
+        }
+    }
+    let mut report = first.report.clone();
+    report.runs.clear();
+    report.checks.clear();
+    let mut run_hosts = Vec::new();
+    for (task, &i) in &chosen {
+        let src = &inputs[i].report;
+        for r in src
+            .runs
+            .iter()
+            .filter(|r| r.side == task.side && r.boot == task.boot)
+        {
+            report.runs.push(r.clone());
+            run_hosts.push(src.host.hostname.clone());
+        }
+        report.checks.extend(
+            src.checks
+                .iter()
+                .filter(|c| c.side == task.side && c.boot == task.boot)
+                .cloned(),
+        );
+    }
+    // Side order, then run number, as bench writes them.
+    let order = |side: &str| report.sides.iter().position(|s| s == side);
+    let mut idx: Vec<usize> = (0..report.runs.len()).collect();
+    idx.sort_by_key(|&k| (order(&report.runs[k].side), report.runs[k].run));
+    report.runs = idx.iter().map(|&k| report.runs[k].clone()).collect();
+    let run_hosts: Vec<String> = idx.iter().map(|&k| run_hosts[k].clone()).collect();
+    // Planned boots that no directory holds.
+    let runs_per_side = inputs
+        .iter()
+        .filter_map(|i| i.report.result.as_ref().map(|r| r.runs_per_side))
+        .max()
+        .unwrap_or(0);
+    for task in Task::all(&report.sides, runs_per_side) {
+        if !chosen.contains_key(&task) {
+            left_out.push(LeftOut {
+                dir: String::new(),
+                task,
+                why: "no result directory holds it (its task did not finish or was not run)"
+                    .to_owned(),
+            });
+        }
+    }
+    if machines_differ {
+        let distinct = |f: &dyn Fn(&BenchReport) -> String| {
+            let mut v: Vec<String> = inputs.iter().map(|i| f(&i.report)).collect();
+            v.dedup();
+            v.sort();
+            v.dedup();
+            v.join(" / ")
+        };
+        report.host.cpu_model = distinct(&|r| r.host.cpu_model.clone());
+        report.host.host_kernel = distinct(&|r| r.host.host_kernel.clone());
+        report.host.hostname = distinct(&|r| r.host.hostname.clone());
+        report.engine = distinct(&|r| r.engine.clone());
+        // A pooled report is performance only when every input is.
+        if let Some(i) = inputs
+            .iter()
+            .find(|i| !i.report.accelerator.is_performance())
+        {
+            report.accelerator = i.report.accelerator;
+        }
+    }
+    let planned = u32::try_from(Task::all(&report.sides, runs_per_side).len()).unwrap_or(u32::MAX);
+    let done = u32::try_from(chosen.len()).unwrap_or(u32::MAX);
+    let mut result = ResultInfo::of_bench(
+        runs_per_side,
+        None,
+        planned.max(done),
+        done,
+        report.failed_runs().len(),
+    );
+    result.merged_from = inputs.iter().map(|i| i.dir.display().to_string()).collect();
+    report.result = Some(result);
+    let info = MergeInfo {
+        inputs: inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| InputSummary {
+                dir: input.dir.display().to_string(),
+                hostname: input.report.host.hostname.clone(),
+                cpu_model: input.report.host.cpu_model.clone(),
+                engine: format!(
+                    "{} ({})",
+                    input.report.engine,
+                    input.report.accelerator.name()
+                ),
+                state: input
+                    .report
+                    .result
+                    .as_ref()
+                    .map_or_else(|| "not recorded".to_owned(), ResultInfo::describe),
+                taken: chosen
+                    .iter()
+                    .filter(|(_, &j)| j == i)
+                    .map(|(t, _)| t.clone())
+                    .collect(),
+            })
+            .collect(),
+        pooled_hosts: pool_hosts && machines_differ,
+        machines_differ,
+        hosts_differ: machines_differ
+            || inputs
+                .iter()
+                .any(|i| i.report.host.hostname != first.report.host.hostname),
+        left_out,
+    };
+    Ok(Merged {
+        report,
+        info,
+        run_hosts,
+    })
+}
+
+/// Reads every DIR (each a result or a directory of results) and merges them.
+pub fn merge_dirs(dirs: &[PathBuf], pool_hosts: bool) -> Result<Merged, MergeError> {
+    let mut inputs = Vec::new();
+    for d in dirs {
+        for dir in expand(d)? {
+            inputs.push(read_input(&dir)?);
+        }
+    }
+    merge(inputs, pool_hosts)
+}
+
+impl Merged {
+    /// Whether every planned boot is in and every run produced figures.
+    pub fn all_good(&self) -> bool {
+        self.report.failed_runs().is_empty()
+            && self
+                .report
+                .result
+                .as_ref()
+                .is_some_and(|r| r.state == ResultState::Complete)
+    }
+
+    /// Writes the report files (as `bench` does, `report.txt` with the merge's section) and
+    /// `merge.json` into `dir`. A directory that already holds a report is overwritten only
+    /// when `pmemvm report` wrote it (it has `merge.json`), so a rerun refreshes it.
+    pub fn write_files(&self, dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
+        let merge_json = dir.join("merge.json");
+        let ours = merge_json.is_file();
+        if !ours && dir.join("report.json").exists() {
+            return Err(MergeError::OutNotMerged(dir.to_owned()));
+        }
+        let mut files = self.report.write_files(dir, ours)?;
+        let txt = dir.join("report.txt");
+        let write = |path: &Path, text: String| {
+            std::fs::write(path, text).map_err(|source| MergeError::Write {
+                path: path.to_owned(),
+                source,
+            })
+        };
+        write(&txt, self.render_text())?;
+        let json = serde_json::to_string_pretty(&self.info).map_err(ReportError::Json)?;
+        write(&merge_json, json)?;
+        files.push(merge_json);
+        Ok(files)
+    }
+}
+
+#[cfg(test)]
+#[path = "merge_tests.rs"]
+mod tests;

@@ -1,0 +1,36 @@
+//! pmemvm's lab: what runs in the guest and what is made of it — guest jobs,
+//! the fio model, the upstream threads' experiments, the engines that run
+//! them (pmemvm's own VMM core, QEMU), statistics and reports.
+//!
+//! # Layering
+//!
+//! The lab sits on top of the VMM core (the `vmm` crate) and uses it only
+//! through its public API: a [`vmm::config::VmConfig`] in, a
+//! [`vmm::run_loop::RunOutcome`] out. Nothing in the core depends on the lab.
+//! Inside the lab:
+//!
+//! * [`guest_job`], [`fio`]: what a guest runs and how its output is read
+//!   (no VMM, no reports);
+//! * [`inference`]: statistics (no I/O);
+//! * [`threads`], [`experiments`]: the upstream threads and their plans;
+//! * [`qemu`], [`run`]: one guest run on an engine (pmemvm or QEMU);
+//! * [`report`]: text/JSON/CSV/SVG of a set of runs;
+//! * [`bench`]: an experiment's runs, sides alternating, and its report;
+//! * [`fleet`]: self-describing results, their merge, the Slurm job array;
+//! * [`preflight`], [`kconfig`]: host and kernel checks before anything slow.
+//!
+//! The `pmemvm` binary (`vmm/cli/`) parses the command line and calls into
+//! this crate and the core.
+
+pub mod bench;
+pub mod experiments;
+pub mod fio;
+pub mod fleet;
+pub mod guest_job;
+pub mod inference;
+pub mod kconfig;
+pub mod preflight;
+pub mod qemu;
+pub mod report;
+pub mod run;
+pub mod threads;

@@ -1,0 +1,180 @@
+//! Which runs of a report failed, and the exit status of `pmemvm bench` that follows from them.
+//!
+//! A run failed when it produced no usable fio report (boot or guest failure, setup script
+//! failure, time-out, unreadable JSON) or when fio reported a job error (e.g. `err=84`, a verify
+//! failure). Either way it is left out of the statistics, listed in the report, named on stderr,
+//! and makes `pmemvm bench` exit with [`exit_status::RUNTIME_ERROR`] — after the report has been
+//! written.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::{BenchReport, RunOutcome};
+use vmm::exit_status;
+
+/// One failed run (or unmeasured phase) and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedRun {
+    /// Side label.
+    pub side: String,
+    /// Repetition, from 1; 0 for an unmeasured phase (a verify before the measurement, a fill).
+    pub run: u32,
+    /// The phase, when recorded.
+    pub phase: String,
+    /// What went wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for FailedRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.run, self.phase.as_str()) {
+            (0, phase) => write!(f, "side {} phase {phase}: {}", self.side, self.reason),
+            (run, "") => write!(f, "side {} run {run}: {}", self.side, self.reason),
+            (run, phase) => write!(f, "side {} run {run} ({phase}): {}", self.side, self.reason),
+        }
+    }
+}
+
+impl RunOutcome {
+    /// Why this run failed — no usable fio report, or a fio job error — if it did.
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            RunOutcome::Failed { error } => Some(error.clone()),
+            RunOutcome::Ok { summary } if !summary.ok() => Some(
+                summary
+                    .errors
+                    .iter()
+                    .map(|e| format!("fio error {} in job {}", e.error, e.jobname))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            RunOutcome::Ok { .. } => None,
+        }
+    }
+}
+
+impl BenchReport {
+    /// The runs that failed or ended with a fio job error, in run order.
+    pub fn failed_runs(&self) -> Vec<FailedRun> {
+        let runs = self.runs.iter().filter_map(|r| {
+            Some(FailedRun {
+                side: r.side.clone(),
+                run: r.run,
+                phase: r.phase.clone(),
+                reason: r.outcome.failure()?,
+            })
+        });
+        let checks = self.checks.iter().filter_map(|c| {
+            Some(FailedRun {
+                side: c.side.clone(),
+                run: 0,
+                phase: format!("{} of boot {}", c.phase, c.boot),
+                reason: c.error.clone()?,
+            })
+        });
+        runs.chain(checks).collect()
+    }
+}
+
+/// `pmemvm bench`'s exit status: 0 when no run failed, [`exit_status::RUNTIME_ERROR`] otherwise.
+pub fn bench_exit_status(failed: &[FailedRun]) -> u8 {
+    if failed.is_empty() {
+        exit_status::POWER_OFF
+    } else {
+        exit_status::RUNTIME_ERROR
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fio::{FioSummary, JobError};
+    use crate::report::{Accelerator, HostInfo, RunRecord, Upstream};
+
+    fn run(side: &str, run: u32, outcome: RunOutcome) -> RunRecord {
+        RunRecord {
+            side: side.into(),
+            run,
+            kernel_cmdline: None,
+            outcome,
+            boot: 1,
+            phase: String::new(),
+            provenance: None,
+            command: String::new(),
+        }
+    }
+
+    fn good() -> RunOutcome {
+        RunOutcome::Ok {
+            summary: Box::new(FioSummary::default()),
+        }
+    }
+
+    fn report(runs: Vec<RunRecord>) -> BenchReport {
+        BenchReport {
+            experiment: "pmem-verify".into(),
+            description: String::new(),
+            engine: "pmemvm".into(),
+            accelerator: Accelerator::Kvm,
+            host: HostInfo::default(),
+            sides: vec!["off".into(), "on".into()],
+            runs,
+            upstream: Upstream::default(),
+            upstream_source: String::new(),
+            checks: vec![],
+            verify_expectation: None,
+            deviations: vec![],
+            result: None,
+        }
+    }
+
+    #[test]
+    fn every_kind_of_failure_is_named_and_makes_the_exit_status_non_zero() {
+        let verify_error = RunOutcome::Ok {
+            summary: Box::new(FioSummary {
+                errors: vec![JobError {
+                    jobname: "verify".into(),
+                    error: 84,
+                }],
+                ..FioSummary::default()
+            }),
+        };
+        let r = report(vec![
+            run("off", 1, good()),
+            run("on", 1, verify_error),
+            run(
+                "off",
+                2,
+                RunOutcome::Failed {
+                    error: "the setup script exited with status 1".into(),
+                },
+            ),
+            run(
+                "on",
+                2,
+                RunOutcome::Failed {
+                    error: "guest did not reach init within 120 s".into(),
+                },
+            ),
+        ]);
+        let failed = r.failed_runs();
+        let named: Vec<String> = failed.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            named,
+            [
+                "side on run 1: fio error 84 in job verify",
+                "side off run 2: the setup script exited with status 1",
+                "side on run 2: guest did not reach init within 120 s",
+            ]
+        );
+        assert_eq!(bench_exit_status(&failed), exit_status::RUNTIME_ERROR);
+    }
+
+    #[test]
+    fn all_good_runs_exit_zero() {
+        let r = report(vec![run("off", 1, good()), run("on", 1, good())]);
+        assert!(r.failed_runs().is_empty());
+        assert_eq!(bench_exit_status(&r.failed_runs()), 0);
+    }
+}

@@ -1,0 +1,659 @@
+//! `pmemvm run`: one fio job in the guest image, on pmemvm or on QEMU, with
+//! fio's JSON and the run's metadata returned to the host.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use devices::exit::ExitRequest;
+use serde::Serialize;
+use sha2::Digest;
+
+use crate::guest_job::{self, GuestJob, GuestReport, FIO_JSON_FRAME};
+use crate::preflight::PreflightError;
+use crate::qemu::{self, QemuAccel, QemuMachine};
+use vmm::config::{ConsoleMode, NvdimmSpec, VmConfig};
+use vmm::exit_status;
+use vmm::host::HostKvm;
+use vmm::run_loop::RunOptions;
+use vmm::stats::{ExitCounts, NvdimmCounts};
+use vmm::vm::{Vm, VmError};
+
+/// Errors of a job run. Partial results are kept in [`RunResult`] where possible.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Building the VM.
+    #[error(transparent)]
+    Vm(#[from] VmError),
+    /// A job file cannot be read.
+    #[error("cannot read {what} {path}: {source}")]
+    Input {
+        /// What it is.
+        what: &'static str,
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The job archive.
+    #[error(transparent)]
+    Job(#[from] guest_job::GuestJobError),
+    /// No kernel given and no guest image.
+    #[error("no --kernel given and the default guest image is not available: {0}")]
+    NoImage(String),
+    /// A prerequisite of the engine or the host is not met.
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
+    /// Host I/O.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RunError {
+    /// True when the user's input is at fault (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Self::Vm(e) => e.is_usage(),
+            Self::Input { .. } | Self::Preflight(_) | Self::NoImage(_) => true,
+            Self::Job(_) | Self::Io { .. } => false,
+        }
+    }
+}
+
+/// Which VMM runs the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// pmemvm itself.
+    Pmemvm,
+    /// qemu-system-x86_64 with its own NVDIMM.
+    Qemu,
+    /// pmemvm where this host's KVM can run Linux, QEMU otherwise.
+    Auto,
+}
+
+impl Engine {
+    /// The engine to use on this host: `Auto` resolved; `Pmemvm` refused
+    /// up front on a KVM that cannot run an unmodified kernel.
+    pub fn resolve(self, host: &HostKvm) -> Result<Engine, PreflightError> {
+        match self {
+            Engine::Auto if host.cannot_run_linux() => Ok(Engine::Qemu),
+            Engine::Auto => Ok(Engine::Pmemvm),
+            Engine::Pmemvm if host.cannot_run_linux() => Err(PreflightError::HostCannotRunLinux(
+                host.explanation().unwrap_or_default(),
+            )),
+            other => Ok(other),
+        }
+    }
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Pmemvm => "pmemvm",
+            Engine::Qemu => "qemu",
+            Engine::Auto => "auto",
+        }
+    }
+}
+
+/// Everything a job run needs.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// Engine.
+    pub engine: Engine,
+    /// Kernel (None → guest image).
+    pub kernel: Option<PathBuf>,
+    /// Initrd (None → guest image's).
+    pub initrd: Option<PathBuf>,
+    /// Full command line (None → default).
+    pub cmdline: Option<String>,
+    /// Appended to the command line (e.g. `nd_pmem.nowait=0`).
+    pub extra_cmdline: Vec<String>,
+    /// vCPUs.
+    pub cpus: u8,
+    /// RAM.
+    pub memory: u64,
+    /// NVDIMMs.
+    pub nvdimms: Vec<NvdimmSpec>,
+    /// The job.
+    pub job: GuestJob,
+    /// Stream the console to stdout.
+    pub stream_console: bool,
+    /// Keep the whole console in this file.
+    pub console_log: Option<PathBuf>,
+    /// Give up after this long.
+    pub timeout: Duration,
+}
+
+/// A file's path and SHA-256.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct HashedFile {
+    /// Path.
+    pub path: String,
+    /// Hex SHA-256 (empty if unreadable).
+    pub sha256: String,
+}
+
+fn hash_file(p: &Path) -> HashedFile {
+    let sha256 = std::fs::read(p)
+        .map(|b| format!("{:x}", sha2::Sha256::digest(&b)))
+        .unwrap_or_default();
+    HashedFile {
+        path: p.display().to_string(),
+        sha256,
+    }
+}
+
+/// The host, for reports.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct HostDescription {
+    /// CPU model name.
+    pub cpu: String,
+    /// Host CPUs.
+    pub cpus: usize,
+    /// `uname -r`.
+    pub kernel: String,
+    /// vmx/svm present.
+    pub hw_virt: bool,
+    /// PVM KVM.
+    pub pvm: bool,
+}
+
+/// Describes this host (CPU and kernel as the bench report reads them).
+pub fn describe_host() -> HostDescription {
+    let info = crate::report::HostInfo::detect_host();
+    let kvm = HostKvm::probe();
+    HostDescription {
+        cpu: info.cpu_model,
+        cpus: usize::try_from(info.host_cpus).unwrap_or(1),
+        kernel: info.host_kernel,
+        hw_virt: kvm.hw_virt,
+        pvm: kvm.pvm,
+    }
+}
+
+/// The DIMMs of a run, for reports.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct DimmDescription {
+    /// Region size (`--nvdimm` SIZE; the backing file adds labels and an identity page).
+    pub size: u64,
+    /// Backing file (None = temporary).
+    pub file: Option<String>,
+    /// Read-only.
+    pub readonly: bool,
+    /// Label bytes.
+    pub label_size: u64,
+}
+
+/// Everything a run produced (also when it failed: `error` says why).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// pmemvm version.
+    pub pmemvm_version: &'static str,
+    /// Engine.
+    pub engine: Engine,
+    /// "kvm" or "tcg" (QEMU), "kvm" (pmemvm).
+    pub accelerator: String,
+    /// True on TCG or nested hosts: numbers are functional only.
+    pub functional_only: bool,
+    /// The job's exit status (or pmemvm's own status when the job did not report).
+    pub status: u8,
+    /// Why the run failed, if it did; results are partial then.
+    pub error: Option<String>,
+    /// Kernel used.
+    pub kernel: HashedFile,
+    /// Initrd used (before the job archive was appended).
+    pub initrd: Option<HashedFile>,
+    /// The guest image manifest, when the image was used.
+    pub image_manifest: Option<serde_json::Value>,
+    /// Kernel command line.
+    pub cmdline: String,
+    /// vCPUs.
+    pub cpus: u8,
+    /// RAM bytes.
+    pub memory: u64,
+    /// DIMMs.
+    pub nvdimms: Vec<DimmDescription>,
+    /// Host.
+    pub host: HostDescription,
+    /// VM exits by reason (pmemvm engine).
+    pub exits: Option<ExitCounts>,
+    /// Per-DIMM flush and label counters (pmemvm engine).
+    pub nvdimm_stats: Vec<NvdimmCounts>,
+    /// Wall time of the run in seconds.
+    pub wall_seconds: f64,
+    /// fio's JSON output.
+    pub fio: Option<serde_json::Value>,
+    /// Other files the guest sent (setup.log, fio.stderr), as text.
+    pub guest_files: std::collections::BTreeMap<String, String>,
+    /// The last lines of the console.
+    #[serde(skip)]
+    pub console_tail: String,
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let v: Vec<&str> = text.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A per-run scratch directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Self, RunError> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "pmemvm-run-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).map_err(|source| RunError::Io {
+            what: format!("creating {}", p.display()),
+            source,
+        })?;
+        Ok(Self(p))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Default kernel command line for jobs in the guest image.
+pub const JOB_CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 loglevel=4";
+
+/// Runs the job; returns the result (check `error`/`status`) or an error
+/// when nothing could be started.
+pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
+    check_inputs(spec)?;
+    let kvm = HostKvm::probe();
+    // A guest that is not Linux (e.g. a test payload) may still run on a PVM KVM.
+    let linux = spec
+        .kernel
+        .as_deref()
+        .is_none_or(vmm::boot::looks_like_linux);
+    let engine = match spec.engine.resolve(&kvm) {
+        Err(PreflightError::HostCannotRunLinux(_)) if !linux => Engine::Pmemvm,
+        other => other?,
+    };
+    let (kernel, initrd, image) = match &spec.kernel {
+        Some(k) => (k.clone(), spec.initrd.clone(), None),
+        None => {
+            let image =
+                guest_job::find_image_dir().map_err(|e| RunError::NoImage(e.to_string()))?;
+            let kernel = match engine {
+                Engine::Qemu => image.bz_image.clone(),
+                _ => image.vmlinux.clone(),
+            };
+            let initrd = spec
+                .initrd
+                .clone()
+                .or_else(|| Some(image.initramfs.clone()));
+            (kernel, initrd, Some(image))
+        }
+    };
+    let cmdline = vmm::config::join_cmdline(
+        spec.cmdline.as_deref().unwrap_or(JOB_CMDLINE),
+        &spec.extra_cmdline,
+    );
+    let archive = spec.job.archive()?;
+    let scratch = Scratch::new()?;
+    let console = scratch.0.join("console.log");
+    let channel = scratch.0.join("channel.bin");
+    let host = describe_host();
+    let start = Instant::now();
+
+    let mut result = RunResult {
+        pmemvm_version: env!("CARGO_PKG_VERSION"),
+        engine,
+        accelerator: "kvm".into(),
+        functional_only: false,
+        status: exit_status::RUNTIME_ERROR,
+        error: None,
+        kernel: hash_file(&kernel),
+        initrd: initrd.as_deref().map(hash_file),
+        image_manifest: image
+            .as_ref()
+            .and_then(|i| std::fs::read(&i.manifest).ok())
+            .and_then(|b| serde_json::from_slice(&b).ok()),
+        cmdline: cmdline.clone(),
+        cpus: spec.cpus,
+        memory: spec.memory,
+        nvdimms: spec
+            .nvdimms
+            .iter()
+            .map(|n| DimmDescription {
+                size: n.size,
+                file: n.file.as_ref().map(|f| f.display().to_string()),
+                readonly: n.readonly,
+                label_size: n.label_size,
+            })
+            .collect(),
+        host,
+        exits: None,
+        nvdimm_stats: Vec::new(),
+        wall_seconds: 0.0,
+        fio: None,
+        guest_files: Default::default(),
+        console_tail: String::new(),
+    };
+
+    let vm_status = match engine {
+        Engine::Pmemvm | Engine::Auto => {
+            // Nested guests run on a real KVM, but their numbers are not performance.
+            result.functional_only = kvm.cannot_run_linux() || in_nested_l1();
+            let config = VmConfig {
+                kernel: kernel.clone(),
+                initrd: initrd.clone(),
+                initrd_append: archive,
+                cmdline,
+                cpus: spec.cpus,
+                memory: spec.memory,
+                nvdimms: spec.nvdimms.clone(),
+                // The scratch copy is kept either way: its tail explains failures.
+                console: ConsoleMode::from_choice(spec.stream_console, Some(console.clone())),
+                channel: Some(channel.clone()),
+            };
+            let vm = Vm::build(&config)?;
+            let outcome = vm.run_with(RunOptions {
+                timeout: Some(spec.timeout),
+                ..RunOptions::default()
+            })?;
+            result.exits = Some(outcome.exits.clone());
+            result.nvdimm_stats = outcome.nvdimms.clone();
+            match &outcome.reason {
+                ExitRequest::GuestExit(_) | ExitRequest::PowerOff => {}
+                other => {
+                    let mut msg = exit_status::describe(other);
+                    if let Some(h) = &outcome.host_hint {
+                        msg.push_str("; ");
+                        msg.push_str(h);
+                    }
+                    result.error = Some(msg);
+                }
+            }
+            Some(exit_status::for_request(&outcome.reason))
+        }
+        Engine::Qemu => {
+            let qemu_bin = qemu::find_qemu().ok_or(PreflightError::NoQemu {
+                engine: spec.engine.name(),
+            })?;
+            let accel = QemuAccel::choose(&kvm);
+            result.accelerator = accel.name().into();
+            result.functional_only = accel == QemuAccel::Tcg || in_nested_l1();
+            let initrd_file = scratch.0.join("initrd");
+            let mut data = match &initrd {
+                Some(p) => std::fs::read(p).map_err(|source| RunError::Input {
+                    what: "initrd",
+                    path: p.clone(),
+                    source,
+                })?,
+                None => Vec::new(),
+            };
+            data = guest_job::append_to_initrd(&data, &spec.job.archive()?);
+            std::fs::write(&initrd_file, &data).map_err(|source| RunError::Io {
+                what: "writing the job initrd".into(),
+                source,
+            })?;
+            // QEMU needs named backing files: temporary ones live in the scratch dir.
+            let dimms: Vec<(&NvdimmSpec, PathBuf)> = spec
+                .nvdimms
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    let p = n
+                        .file
+                        .clone()
+                        .unwrap_or_else(|| scratch.0.join(format!("pmem{i}.img")));
+                    (n, p)
+                })
+                .collect();
+            for (n, p) in &dimms {
+                if !p.exists() {
+                    let f =
+                        std::fs::File::create(p).and_then(|f| f.set_len(n.file_len()).map(|_| f));
+                    f.map_err(|source| RunError::Io {
+                        what: format!("creating {}", p.display()),
+                        source,
+                    })?;
+                }
+            }
+            let machine = QemuMachine {
+                qemu: &qemu_bin,
+                accel,
+                cpus: spec.cpus,
+                memory: spec.memory,
+                kernel: &kernel,
+                initrd: Some(&initrd_file),
+                cmdline: &cmdline,
+                nvdimms: dimms,
+                console: &console,
+                channel: &channel,
+            };
+            let mut cmd = machine.command();
+            log::info!("running {cmd:?}");
+            let status = run_with_deadline(
+                &mut cmd,
+                spec.timeout,
+                spec.stream_console.then_some(&console),
+            )?;
+            match status {
+                // isa-debug-exit: QEMU exits with (byte << 1) | 1.
+                Some(s) if s & 1 == 1 => u8::try_from(s >> 1).ok(),
+                Some(0) => Some(0),
+                Some(s) => {
+                    result.error = Some(format!("qemu-system-x86_64 failed with status {s}"));
+                    None
+                }
+                None => {
+                    result.error = Some(format!(
+                        "the guest did not finish within {} s; QEMU was killed",
+                        spec.timeout.as_secs()
+                    ));
+                    None
+                }
+            }
+        }
+    };
+    result.wall_seconds = start.elapsed().as_secs_f64();
+    let console_text =
+        String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
+    result.console_tail = tail(&console_text, 40);
+    if let Some(log) = &spec.console_log {
+        std::fs::write(log, console_text.as_bytes()).map_err(|source| RunError::Io {
+            what: format!("writing the console log {}", log.display()),
+            source,
+        })?;
+    }
+    let channel_bytes = std::fs::read(&channel).unwrap_or_default();
+    let report = match guest_job::parse_channel(&channel_bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            result
+                .error
+                .get_or_insert(format!("the guest's result channel is damaged: {e}"));
+            GuestReport::default()
+        }
+    };
+    for (name, bytes) in &report.files {
+        if name == FIO_JSON_FRAME {
+            match serde_json::from_slice::<serde_json::Value>(strip_to_json(bytes)) {
+                Ok(v) => result.fio = Some(v),
+                Err(e) => {
+                    result
+                        .error
+                        .get_or_insert(format!("fio's JSON output could not be parsed: {e}"));
+                }
+            }
+        } else {
+            result
+                .guest_files
+                .insert(name.clone(), String::from_utf8_lossy(bytes).into_owned());
+        }
+    }
+    result.status = match (report.status, vm_status) {
+        (Some(s), _) => s,
+        (None, Some(s)) if result.error.is_some() => s.max(exit_status::RUNTIME_ERROR),
+        (None, _) => {
+            result
+                .error
+                .get_or_insert("the guest ended without reporting a job status".into());
+            exit_status::RUNTIME_ERROR
+        }
+    };
+    if result.status != 0 && result.error.is_none() {
+        let detail = result
+            .guest_files
+            .get("fio.stderr")
+            .or_else(|| result.guest_files.get("setup.log"))
+            .map(|t| tail(t, 10))
+            .unwrap_or_default();
+        result.error = Some(format!(
+            "the job failed in the guest with status {}: {detail}",
+            result.status
+        ));
+    }
+    Ok(result)
+}
+
+/// The user's kernel and initrd can be read: checked before the engine is
+/// chosen, so a mistyped path is named as such on every host.
+pub fn check_inputs(spec: &RunSpec) -> Result<(), RunError> {
+    let files = [
+        ("kernel", spec.kernel.as_ref()),
+        ("initrd", spec.initrd.as_ref()),
+    ];
+    for (what, path) in files {
+        let Some(path) = path else { continue };
+        let opened = std::fs::File::open(path).and_then(|f| {
+            if f.metadata()?.is_dir() {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::IsADirectory,
+                    "it is a directory",
+                ))
+            } else {
+                Ok(())
+            }
+        });
+        opened.map_err(|source| RunError::Input {
+            what,
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Skips leading noise (fio warnings) before the JSON object.
+fn strip_to_json(bytes: &[u8]) -> &[u8] {
+    match bytes.iter().position(|&b| b == b'{') {
+        Some(i) => &bytes[i..],
+        None => bytes,
+    }
+}
+
+/// True when this process runs inside the nested harness's L1 (QEMU TCG guest).
+fn in_nested_l1() -> bool {
+    std::fs::read_to_string("/sys/class/dmi/id/sys_vendor")
+        .map(|v| v.trim() == "QEMU")
+        .unwrap_or(false)
+        && std::fs::read_to_string("/proc/cpuinfo")
+            .map(|c| c.contains("hypervisor"))
+            .unwrap_or(false)
+}
+
+/// Runs a command until it exits or the deadline passes (then kills it, None).
+fn run_with_deadline(
+    cmd: &mut std::process::Command,
+    deadline: Duration,
+    stream: Option<&PathBuf>,
+) -> Result<Option<i32>, RunError> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| RunError::Io {
+            what: "starting qemu-system-x86_64".into(),
+            source,
+        })?;
+    let start = Instant::now();
+    let mut shown = 0usize;
+    loop {
+        if let Some(path) = stream {
+            if let Ok(b) = std::fs::read(path) {
+                if b.len() > shown {
+                    use std::io::Write;
+                    let _ = std::io::stdout().write_all(&b[shown..]);
+                    let _ = std::io::stdout().flush();
+                    shown = b.len();
+                }
+            }
+        }
+        match child.try_wait() {
+            Ok(Some(s)) => {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                if !err.trim().is_empty() {
+                    log::warn!("qemu: {}", err.trim());
+                }
+                return Ok(s.code());
+            }
+            Ok(None) if start.elapsed() > deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok(None);
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(source) => {
+                return Err(RunError::Io {
+                    what: "waiting for qemu-system-x86_64".into(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_resolution_follows_the_host() {
+        let pvm = HostKvm {
+            hw_virt: false,
+            pvm: true,
+        };
+        let hw = HostKvm {
+            hw_virt: true,
+            pvm: false,
+        };
+        assert_eq!(Engine::Auto.resolve(&pvm).unwrap(), Engine::Qemu);
+        assert_eq!(Engine::Auto.resolve(&hw).unwrap(), Engine::Pmemvm);
+        assert_eq!(Engine::Pmemvm.resolve(&hw).unwrap(), Engine::Pmemvm);
+        assert_eq!(Engine::Qemu.resolve(&pvm).unwrap(), Engine::Qemu);
+        let e = RunError::from(Engine::Pmemvm.resolve(&pvm).unwrap_err());
+        assert!(e.is_usage());
+        assert!(e.to_string().contains("--engine qemu"), "{e}");
+    }
+
+    #[test]
+    fn json_is_found_after_fio_noise() {
+        assert_eq!(strip_to_json(b"fio: warning\n{\"a\":1}"), b"{\"a\":1}");
+        assert_eq!(strip_to_json(b"no json"), b"no json");
+    }
+}
