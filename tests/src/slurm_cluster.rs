@@ -78,9 +78,12 @@ impl SlurmCluster {
             Command::new("chmod").arg("700").arg(&munge),
             "chmod munge dir",
         );
-        let key: Vec<u8> = (0..1024u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ (std::process::id() as u8))
-            .collect();
+        let mut key = [0u8; 1024];
+        std::io::Read::read_exact(
+            &mut File::open("/dev/urandom").expect("open /dev/urandom"),
+            &mut key,
+        )
+        .expect("read a munge key from /dev/urandom");
         let key_file = munge.join("munge.key");
         std::fs::write(&key_file, key).expect("munge key");
         check(

@@ -281,17 +281,32 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         req.runs as usize * plan.sides.len()
     };
     progress(&format!(
-        "{}: {} boot(s) per side × side(s) {:?} = {boots} boot(s), each: {}{}; {} vCPU(s), {} MiB RAM, {} fio job(s), engine {}{}; writing to {}",
+        "{}: {}, each: {}{}; {} vCPU(s), {} MiB RAM, {} fio job(s), engine {}{}; writing to {}",
         experiment.name,
-        req.runs,
-        report.sides,
+        match &req.only {
+            Some(t) => format!(
+                "only boot {} of side {} (--only {t}; --runs {})",
+                t.boot, t.side, req.runs
+            ),
+            None => format!(
+                "{} boot(s) per side × side(s) {:?} = {boots} boot(s)",
+                req.runs, report.sides
+            ),
+        },
         if plan.setup.is_some() { "setup, " } else { "" },
-        plan.phases.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+        plan.phases
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
         req.cpus,
         memory >> 20,
         plan.jobs,
         report.engine,
-        if engine == Engine::Qemu && crate::qemu::QemuAccel::choose(&vmm::host::HostKvm::probe()) == crate::qemu::QemuAccel::Tcg {
+        if engine == Engine::Qemu
+            && crate::qemu::QemuAccel::choose(&vmm::host::HostKvm::probe())
+                == crate::qemu::QemuAccel::Tcg
+        {
             " (TCG: figures are functional only)"
         } else {
             ""

@@ -245,6 +245,7 @@ mod tests {
 
     fn result(files: &[(&str, String)], error: Option<&str>) -> RunResult {
         RunResult {
+            schema_version: crate::fleet::record::SCHEMA_VERSION,
             pmemvm_version: "test",
             engine: Engine::Qemu,
             accelerator: "tcg".into(),

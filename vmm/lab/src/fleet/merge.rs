@@ -61,21 +61,8 @@ pub enum MergeError {
         b_dir: PathBuf,
     },
     /// Results whose machines or bench parameters differ.
-    #[error("cannot pool {a_dir} with {b_dir}: their {key} differs ({a} vs {b}){hint}")]
-    Differ {
-        /// The first directory.
-        a_dir: PathBuf,
-        /// The other.
-        b_dir: PathBuf,
-        /// The property.
-        key: &'static str,
-        /// Its value in the first.
-        a: String,
-        /// In the other.
-        b: String,
-        /// What to do.
-        hint: &'static str,
-    },
+    #[error("cannot pool {} with {}: their {} differs ({} vs {}){}", .0.a_dir.display(), .0.b_dir.display(), .0.key, .0.a, .0.b, .0.hint)]
+    Differ(Box<Difference>),
     /// `--out` holds files that are not a merged report.
     #[error("{0} already holds a report that `pmemvm report` did not write; choose another --out directory")]
     OutNotMerged(PathBuf),
@@ -91,6 +78,23 @@ pub enum MergeError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Two results that may not be pooled, and why.
+#[derive(Debug)]
+pub struct Difference {
+    /// The first directory.
+    pub a_dir: PathBuf,
+    /// The other.
+    pub b_dir: PathBuf,
+    /// The property.
+    pub key: &'static str,
+    /// Its value in the first.
+    pub a: String,
+    /// In the other.
+    pub b: String,
+    /// What to do.
+    pub hint: &'static str,
 }
 
 impl MergeError {
@@ -259,7 +263,7 @@ pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError>
                 .keys
                 .iter()
                 .any(|k| k.name == key && k.kind == pooling::KeyKind::Machine);
-            return Err(MergeError::Differ {
+            return Err(MergeError::Differ(Box::new(Difference {
                 a_dir: first.dir.clone(),
                 b_dir: other.dir.clone(),
                 key,
@@ -270,7 +274,7 @@ pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError>
                 } else {
                     "; runs of different bench parameters are never pooled"
                 },
-            });
+            })));
         }
     }
     let machines_differ = inputs[1..]
