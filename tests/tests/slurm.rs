@@ -195,6 +195,47 @@ fn bench_array_on_a_real_slurm_cluster_merges_every_side_and_boot_once() {
     assert_eq!(merge["left_out"], serde_json::json!([]), "{merge:#}");
     let text = std::fs::read_to_string(shared.join("report/report.txt")).unwrap();
     assert!(text.contains("Left out: nothing"), "{text}");
+
+    // `pmemvm report SHARED` finds the tasks' results below it (and skips the merged report).
+    let again = run(&["report", shared.to_str().unwrap()], DEADLINE);
+    assert_eq!(again.status, Some(0), "{}", again.dump());
+    assert!(
+        again.stdout.contains("Merged from 4 result directories"),
+        "{}",
+        again.dump()
+    );
+
+    // A task that failed (here: its result is gone) is rerun alone, as docs/fleet.md says:
+    // the report lists it as missing, `sbatch --array=I bench.sbatch` reruns it, the report
+    // job completes the merge.
+    std::fs::remove_dir_all(shared.join("runs/on-1")).unwrap();
+    let missing = run(&["report", shared.join("runs").to_str().unwrap()], DEADLINE);
+    assert_eq!(missing.status, Some(1), "{}", missing.dump());
+    assert!(
+        missing
+            .stdout
+            .contains("on:1: no result directory holds it"),
+        "{}",
+        missing.dump()
+    );
+    let rerun = run_cmd(
+        cluster
+            .command("sbatch")
+            .args(["--wait", "--array=1"])
+            .arg(shared.join("bench.sbatch")),
+        Duration::from_secs(300),
+    );
+    assert_eq!(rerun.status, Some(0), "{}\n{}", rerun.dump(), logs());
+    let report = run_cmd(
+        cluster
+            .command("sbatch")
+            .arg("--wait")
+            .arg(shared.join("report.sbatch")),
+        Duration::from_secs(120),
+    );
+    assert_eq!(report.status, Some(0), "{}\n{}", report.dump(), logs());
+    let merge = json(&shared.join("report/merge.json"));
+    assert_eq!(merge["left_out"], serde_json::json!([]), "{merge:#}");
     drop(cluster);
     eprintln!("slurm array test: {:.0} s", started.elapsed().as_secs_f64());
 }

@@ -1,7 +1,8 @@
 //! `pmemvm report DIR...`: merges result directories (of one host or many) into one report.
 //!
-//! Each DIR is a result directory (it holds `report.json`) or a directory of them (each
-//! subdirectory with a `report.json` is one, as `bench --slurm` lays out `runs/SIDE-BOOT/`).
+//! Each DIR is a result directory (it holds `report.json`) or holds them up to two levels
+//! below (as `bench --slurm` lays out `SHARED/runs/SIDE-BOOT/`); merged reports found that way
+//! (they hold `merge.json`) are skipped.
 //! All must be of one experiment, and their bench parameters and machines must match
 //! ([`super::pooling`]; machines may differ with `--pool-hosts`). Each (side, boot) is taken
 //! once: a boot whose runs all produced figures wins over a failed one of the same (side, boot)
@@ -28,7 +29,7 @@ pub enum MergeError {
     #[error("{0} does not exist; give directories written by `pmemvm bench --out`")]
     Missing(PathBuf),
     /// A DIR without any result.
-    #[error("{0} is not a pmemvm result: it holds no report.json (written by `pmemvm bench --out`) and no directory that does")]
+    #[error("{0} is not a pmemvm result: neither it nor a directory below it holds a report.json written by `pmemvm bench --out`")]
     NotAResult(PathBuf),
     /// A report.json that cannot be read as a bench report.
     #[error("{path} is not a pmemvm bench report ({why})")]
@@ -170,7 +171,30 @@ pub struct Merged {
     pub run_hosts: Vec<String>,
 }
 
-/// The result directories `arg` stands for: itself, or its subdirectories that are results.
+/// How deep below a DIR argument results are looked for: `SHARED/runs/SIDE-BOOT` from `SHARED`.
+const SEARCH_DEPTH: usize = 2;
+
+/// The result directories below `dir` (down to `depth` levels), without merged reports
+/// (they hold `merge.json`): a merge of merged reports would count their runs twice.
+fn results_below(dir: &Path, depth: usize, found: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for path in entries.filter_map(Result::ok).map(|e| e.path()) {
+        if !path.is_dir() || path.join("merge.json").exists() {
+            continue;
+        }
+        if path.join("report.json").is_file() {
+            found.push(path);
+        } else if depth > 1 {
+            results_below(&path, depth - 1, found);
+        }
+    }
+}
+
+/// The result directories `arg` stands for: itself when it holds `report.json`, else the
+/// result directories below it (down to two levels: `pmemvm report SHARED` finds
+/// `SHARED/runs/*`), sorted.
 pub fn expand(arg: &Path) -> Result<Vec<PathBuf>, MergeError> {
     if !arg.exists() {
         return Err(MergeError::Missing(arg.to_owned()));
@@ -178,12 +202,8 @@ pub fn expand(arg: &Path) -> Result<Vec<PathBuf>, MergeError> {
     if arg.join("report.json").is_file() {
         return Ok(vec![arg.to_owned()]);
     }
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(arg)
-        .map_err(|_| MergeError::NotAResult(arg.to_owned()))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.join("report.json").is_file())
-        .collect();
+    let mut dirs = Vec::new();
+    results_below(arg, SEARCH_DEPTH, &mut dirs);
     if dirs.is_empty() {
         return Err(MergeError::NotAResult(arg.to_owned()));
     }
@@ -258,6 +278,8 @@ pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError>
                 b_dir: other.dir.clone(),
             });
         }
+    }
+    for other in &inputs[1..] {
         if let Some((key, a, b)) = pooling::first_difference(&first.keys, &other.keys, pool_hosts) {
             let machine = first
                 .keys

@@ -110,8 +110,16 @@ fn bad_inputs_are_one_sentence() {
         e.ends_with("no-such-dir does not exist; give directories written by `pmemvm bench --out`"),
         "{e}"
     );
-    let e = merge_dirs(&[fixture("")], false).unwrap_err().to_string();
+    let empty = std::env::temp_dir().join(format!("pmemvm-merge-empty-{}", std::process::id()));
+    std::fs::create_dir_all(empty.join("sub")).unwrap();
+    let e = merge_dirs(std::slice::from_ref(&empty), false)
+        .unwrap_err()
+        .to_string();
+    let _ = std::fs::remove_dir_all(&empty);
     assert!(e.contains("is not a pmemvm result"), "{e}");
+    // The fixtures' root holds results two levels down, of two experiments.
+    let e = merge_dirs(&[fixture("")], false).unwrap_err().to_string();
+    assert!(e.contains("merge one experiment at a time"), "{e}");
 }
 
 #[test]
