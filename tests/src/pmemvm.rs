@@ -92,22 +92,13 @@ pub fn run_cmd_with_stdin(cmd: &mut Command, deadline: Duration) -> Output {
         let _ = err_pipe.read_to_end(&mut s);
         s
     });
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("waiting for pmemvm") {
-            break s;
-        }
-        if start.elapsed() > deadline {
-            timed_out = true;
-            let _ = child.kill();
-            break child.wait().expect("reaping pmemvm");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let waited =
+        crate::process::wait_with_deadline(&mut child, deadline).expect("waiting for pmemvm");
+    let timed_out = waited.is_none();
     let stdout = String::from_utf8_lossy(&out_t.join().unwrap_or_default()).into_owned();
     let stderr = String::from_utf8_lossy(&err_t.join().unwrap_or_default()).into_owned();
     Output {
-        status: status.code(),
+        status: waited.and_then(|s| s.code()),
         stdout,
         stderr,
         elapsed: start.elapsed(),

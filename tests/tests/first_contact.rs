@@ -22,7 +22,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pmemvm_tests::pmemvm::{workspace_root, TempDir};
 use pmemvm_tests::skip::Skip;
@@ -174,29 +174,15 @@ fn run_wrapper(clone: &Path, bin: &Path, args: &[&str], report: &Path) -> Wrappe
         let _ = std::io::Read::read_to_string(&mut out, &mut s);
         s
     });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait for ./pmemvm") {
-            break s.code();
-        }
-        if start.elapsed() > DEADLINE {
-            // SAFETY: kill(2) with the negated pid of the child's own process
-            // group touches no memory; at worst the group is already gone.
-            unsafe {
-                libc::kill(
-                    -i32::try_from(child.id()).unwrap_or(i32::MAX),
-                    libc::SIGKILL,
-                );
-            }
-            let _ = child.wait();
-            let _ = reader.join();
-            let s = seen.lock().unwrap_or_else(|e| e.into_inner());
-            panic!(
-                "./pmemvm did not finish within {DEADLINE:?}; stderr:\n{}",
-                s.lines.join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    let waited =
+        pmemvm_tests::process::wait_with_deadline(&mut child, DEADLINE).expect("wait for ./pmemvm");
+    let Some(status) = waited.map(|s| s.code()) else {
+        let _ = reader.join();
+        let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+        panic!(
+            "./pmemvm did not finish within {DEADLINE:?}; stderr:\n{}",
+            s.lines.join("\n")
+        );
     };
     let _ = reader.join();
     let stdout = out_t.join().unwrap_or_default();

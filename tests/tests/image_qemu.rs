@@ -12,10 +12,13 @@ use pmemvm_tests::pmemvm::TempDir;
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use lab::guest_job::{self, GuestJob, GuestReport, ImageDir};
+use lab::qemu::{opt_escape, QemuAccel, QemuCommand, QemuMachine};
+use std::os::unix::process::CommandExt;
+use vmm::config::NvdimmSpec;
 
 /// Each boot must finish within this.
 const BOOT_DEADLINE: Duration = Duration::from_secs(60);
@@ -71,18 +74,9 @@ fn requirements() -> Result<(PathBuf, ImageDir), Skip> {
 }
 
 fn wait_with_deadline(child: &mut Child, deadline: Duration) -> Option<i32> {
-    let start = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return status.code(),
-            Ok(None) if start.elapsed() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    }
+    pmemvm_tests::process::wait_with_deadline(child, deadline)
+        .expect("wait for QEMU")
+        .and_then(|s| s.code())
 }
 
 /// Boots the image under QEMU TCG with one NVDIMM and `job` appended to the initrd.
@@ -111,30 +105,27 @@ fn boot_with_nvdimm(
     let com2 = dir.0.join("com2.log");
     let append = format!("console=ttyS0 panic=-1 {cmdline_extra}");
 
-    let mut cmd = Command::new(qemu);
-    cmd.args(["-accel", "tcg", "-cpu", "max", "-smp", "1"])
-        .args(["-machine", "pc,nvdimm=on", "-m", "512M,slots=2,maxmem=2G"])
-        .arg("-object")
-        .arg(format!(
-            "memory-backend-file,id=mem1,share=on,mem-path={},size={nvdimm_mib}M",
-            nvdimm.display()
-        ))
-        .args(["-device", "nvdimm,memdev=mem1,id=nv1"])
-        .args(["-device", "isa-debug-exit,iobase=0x501,iosize=1"])
-        .args(["-display", "none", "-monitor", "none", "-no-reboot"])
-        .arg("-serial")
-        .arg(format!("file:{}", console.display()))
-        .arg("-serial")
-        .arg(format!("file:{}", com2.display()))
-        .arg("-kernel")
-        .arg(&image.bz_image)
-        .arg("-initrd")
-        .arg(&initrd)
-        .arg("-append")
-        .arg(&append)
-        .stdin(Stdio::null())
+    // The product's own QEMU command (the peer engine), as `pmemvm run --engine qemu` builds it.
+    let spec: NvdimmSpec = format!("{nvdimm_mib}M,label-size=0")
+        .parse()
+        .expect("NVDIMM spec");
+    let machine = QemuMachine {
+        qemu,
+        accel: QemuAccel::Tcg,
+        cpus: 1,
+        memory: 512 << 20,
+        kernel: &image.bz_image,
+        initrd: Some(&initrd),
+        cmdline: &append,
+        nvdimms: vec![(&spec, nvdimm.clone())],
+        console: &console,
+        channel: &com2,
+    };
+    let mut cmd = machine.command();
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
+        .stderr(Stdio::inherit())
+        .process_group(0);
     let mut tcg = pmemvm_tests::tcg::lock().expect("take the TCG lock");
     tcg.note_console(&console);
     let start = Instant::now();
@@ -481,22 +472,24 @@ fn interactive_shell_on_the_console_without_a_job() {
     std::fs::File::create(&nvdimm)
         .and_then(|f| f.set_len(NVDIMM_SIZE_MIB << 20))
         .expect("create nvdimm file");
-    let mut child = Command::new(qemu)
-        .args(["-accel", "tcg", "-cpu", "max", "-smp", "1"])
-        .args(["-machine", "pc,nvdimm=on", "-m", "512M,slots=2,maxmem=2G"])
-        .arg("-object")
-        .arg(format!(
+    let mut q = QemuCommand::new(&qemu, QemuAccel::Tcg, "max");
+    q.machine("pc,nvdimm=on")
+        .smp(1)
+        .memory("512M,slots=2,maxmem=2G")
+        .object(&format!(
             "memory-backend-file,id=mem1,share=on,mem-path={},size={NVDIMM_SIZE_MIB}M",
-            nvdimm.display()
+            opt_escape(&nvdimm.to_string_lossy())
         ))
-        .args(["-device", "nvdimm,memdev=mem1,id=nv1"])
-        .args(["-display", "none", "-monitor", "none", "-no-reboot"])
-        .args(["-serial", "stdio", "-serial", "null"])
-        .arg("-kernel")
-        .arg(&image.bz_image)
-        .arg("-initrd")
-        .arg(&image.initramfs)
-        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .device("nvdimm,memdev=mem1,id=nv1")
+        .serial("stdio")
+        .serial("null")
+        .kernel(
+            &image.bz_image,
+            Some(&image.initramfs),
+            "console=ttyS0 panic=-1 quiet",
+        );
+    let mut child = q
+        .into_command()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -25,13 +25,16 @@
 use pmemvm_tests::pmemvm::TempDir;
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use acpi::{build_tables, nfit_handle, DsmTransport, MachineDescription, NvdimmDescription};
+use lab::qemu::{opt_escape, QemuAccel, QemuCommand};
 use pmemvm_tests::nested::{cache_dir, find_qemu, prepare_l1, NestedError};
+use pmemvm_tests::process::wait_with_deadline;
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
 
@@ -209,24 +212,16 @@ fn boot(tag: &str, image: &Image, desc: &MachineDescription, extra_cmdline: &str
     let qemu = find_qemu().unwrap();
     let dir = TempDir::new(tag);
     let tables = build_tables(desc, 0xe_0000, 0xe_1000, 0x1_e000).unwrap();
-    let mut args: Vec<String> = vec![
-        "-accel".into(),
-        "tcg".into(),
-        "-machine".into(),
-        "pc".into(),
-        "-cpu".into(),
-        "max".into(),
-        "-m".into(),
-        "512M,slots=4,maxmem=4G".into(),
-        "-nographic".into(),
-        "-no-reboot".into(),
-        "-kernel".into(),
-        image.vmlinuz.display().to_string(),
-        "-initrd".into(),
-        image.initramfs.display().to_string(),
-        "-append".into(),
-        format!("console=ttyS0 panic=-1 quiet loglevel=4 acpi_no_memhotplug {extra_cmdline}"),
-    ];
+    let console_path = dir.0.join("console.log");
+    let mut q = QemuCommand::new(&qemu, QemuAccel::Tcg, "max");
+    q.machine("pc")
+        .memory("512M,slots=4,maxmem=4G")
+        .serial_file(&console_path)
+        .kernel(
+            &image.vmlinuz,
+            Some(&image.initramfs),
+            &format!("console=ttyS0 panic=-1 quiet loglevel=4 acpi_no_memhotplug {extra_cmdline}"),
+        );
     for t in tables
         .tables
         .iter()
@@ -234,8 +229,7 @@ fn boot(tag: &str, image: &Image, desc: &MachineDescription, extra_cmdline: &str
     {
         let f = dir.0.join(format!("{}.aml", t.name));
         std::fs::write(&f, &t.bytes).unwrap();
-        args.push("-acpitable".into());
-        args.push(format!("file={}", f.display()));
+        q.acpitable(&f);
     }
     for (i, d) in desc.nvdimms.iter().enumerate() {
         let f = dir.0.join(format!("pm{i}.img"));
@@ -243,45 +237,38 @@ fn boot(tag: &str, image: &Image, desc: &MachineDescription, extra_cmdline: &str
             .unwrap()
             .set_len(d.spa_size)
             .unwrap();
-        args.push("-object".into());
-        args.push(format!(
+        q.object(&format!(
             "memory-backend-file,id=m{i},share=on,mem-path={},size={}",
-            f.display(),
+            opt_escape(&f.to_string_lossy()),
             d.spa_size
         ));
-        args.push("-device".into());
-        args.push(format!("pc-dimm,memdev=m{i},addr={:#x}", d.spa_base));
+        q.device(&format!("pc-dimm,memdev=m{i},addr={:#x}", d.spa_base));
     }
-    let _one = pmemvm_tests::tcg::lock().expect("take the TCG lock");
+    let mut tcg = pmemvm_tests::tcg::lock().expect("take the TCG lock");
+    tcg.note_console(&console_path);
     let start = Instant::now();
-    let mut child = Command::new(qemu)
-        .args(&args)
+    let mut child = q
+        .into_command()
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
         .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = stdout.read_to_end(&mut s);
-        s
-    });
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if start.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            let out = String::from_utf8_lossy(&reader.join().unwrap()).to_string();
-            panic!("QEMU did not finish within {DEADLINE:?}; console:\n{out}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    let waited = wait_with_deadline(&mut child, DEADLINE).expect("wait for QEMU");
+    drop(tcg);
+    let read_console = || {
+        String::from_utf8_lossy(&std::fs::read(&console_path).unwrap_or_default()).replace('\r', "")
+    };
+    if waited.is_none() {
+        panic!(
+            "QEMU did not finish within {DEADLINE:?}; console:\n{}",
+            read_console()
+        );
     }
     let mut err = String::new();
     let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-    let console = String::from_utf8_lossy(&reader.join().unwrap()).replace('\r', "");
+    let console = read_console();
     eprintln!("{tag}: guest ran {:.1} s", start.elapsed().as_secs_f64());
     assert!(
         console.contains("QT-DONE"),

@@ -108,7 +108,7 @@ pub fn parse_size(text: &str) -> Result<u64, ConfigError> {
 /// exactly `size` bytes (a multiple of [`layout::NVDIMM_REGION_ALIGN`]);
 /// the backing file holds the region at offset 0, then the label area,
 /// then pmemvm's identity block — `size + label_size + 4 KiB` bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NvdimmSpec {
     /// Size of the guest's persistent-memory region in bytes.
     pub size: u64,

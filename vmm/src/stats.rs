@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// VM exits seen by pmemvm, by reason.
 #[derive(Debug, Default)]
@@ -31,7 +31,7 @@ pub struct ExitStats {
 }
 
 /// A plain copy of the counters, for reports.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitCounts {
     /// Port reads.
     pub io_in: u64,
@@ -77,7 +77,7 @@ impl ExitStats {
 }
 
 /// Per-DIMM flush statistics for reports.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NvdimmCounts {
     /// Backing file.
     pub file: String,

@@ -38,6 +38,19 @@ pub enum Command {
     /// Check what a command needs on this host, without running it: prints
     /// `install PACKAGE` and `image` lines (used by the ./pmemvm wrapper).
     Preflight(PreflightArgs),
+    /// One boot of a bench, in its own process (internal: `pmemvm bench`
+    /// starts it with a run spec and reads the outcome file it writes).
+    #[command(name = "__run-job", hide = true)]
+    RunJob(RunJobArgs),
+}
+
+/// `pmemvm __run-job SPEC OUTCOME` (internal, see `lab::child`).
+#[derive(Debug, Args)]
+pub struct RunJobArgs {
+    /// The run spec (JSON) written by the bench.
+    pub spec: PathBuf,
+    /// Where to write the outcome (JSON).
+    pub outcome: PathBuf,
 }
 
 /// `pmemvm kconfig`.

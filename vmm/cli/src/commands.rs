@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::cli::{AcpiArgs, BenchArgs, BootArgs, Command, RunArgs};
-use lab::bench::{BenchError, BenchRequest};
+use lab::bench::{BenchError, BenchRequest, Runner};
 use lab::guest_job::{find_image_dir, ImageDir};
 use lab::preflight::{self, Needs};
 use lab::run::{self, RunError, RunSpec};
@@ -365,6 +365,8 @@ fn bench_request(args: &BenchArgs) -> BenchRequest {
         kernel: args.kernel.clone(),
         initrd: args.initrd.clone(),
         only: args.only.clone(),
+        // Every boot in a fresh process of this binary (lab::child).
+        runner: std::env::current_exe().map_or(Runner::InProcess, Runner::Child),
     }
 }
 
@@ -418,6 +420,13 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
             outcome.report.runs.len()
         );
     }
+    if let Some(sig) = outcome.interrupted_by {
+        eprintln!(
+            "pmemvm: bench stopped by signal {sig} after {} run(s); the report holds them",
+            outcome.report.runs.len()
+        );
+        return Ok(u8::try_from(128 + sig).unwrap_or(exit_status::RUNTIME_ERROR));
+    }
     Ok(lab::report::bench_exit_status(&failed))
 }
 
@@ -448,7 +457,11 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
         Command::Bench(a) => {
             lab::bench::prepare(&bench_request(a), true, &mut needs)?;
         }
-        Command::Acpi(_) | Command::Preflight(_) | Command::Kconfig(_) | Command::Report(_) => {}
+        Command::Acpi(_)
+        | Command::Preflight(_)
+        | Command::Kconfig(_)
+        | Command::RunJob(_)
+        | Command::Report(_) => {}
     }
     Ok(needs)
 }

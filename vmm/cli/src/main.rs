@@ -107,6 +107,7 @@ fn main() -> ExitCode {
         Command::Acpi(a) => acpi(a),
         Command::Preflight(a) => preflight(a),
         Command::Kconfig(a) => kconfig(a),
+        Command::RunJob(a) => Ok(lab::child::serve(&a.spec, &a.outcome)),
     };
     match result {
         Ok(status) => ExitCode::from(status),

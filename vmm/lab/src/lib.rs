@@ -13,9 +13,11 @@
 //!   (no VMM, no reports);
 //! * [`inference`]: statistics (no I/O);
 //! * [`threads`], [`experiments`]: the upstream threads and their plans;
-//! * [`qemu`], [`run`]: one guest run on an engine (pmemvm or QEMU);
+//! * [`engine`] (pmemvm, QEMU behind one trait), [`qemu`] (its command
+//!   line), [`run`]: one guest run;
 //! * [`report`]: text/JSON/CSV/SVG of a set of runs;
-//! * [`bench`]: an experiment's runs, sides alternating, and its report;
+//! * [`bench`]: an experiment's runs, sides alternating, each boot in a
+//!   child process ([`child`]), and its report;
 //! * [`fleet`]: self-describing results, their merge, the Slurm job array;
 //! * [`preflight`], [`kconfig`]: host and kernel checks before anything slow.
 //!
@@ -23,6 +25,8 @@
 //! this crate and the core.
 
 pub mod bench;
+pub mod child;
+pub mod engine;
 pub mod experiments;
 pub mod fio;
 pub mod fleet;

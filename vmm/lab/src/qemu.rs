@@ -49,6 +49,106 @@ pub fn find_qemu() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// One `qemu-system-x86_64` command line: the options every use in pmemvm
+/// shares (accelerator, CPU model, no default devices, no user config, no
+/// display, no reboot), then what the caller adds. The peer engine
+/// ([`QemuMachine`]), the nested test harness's L1 and the table tests all
+/// build their QEMU through it.
+#[derive(Debug)]
+pub struct QemuCommand {
+    cmd: Command,
+}
+
+impl QemuCommand {
+    /// `qemu -accel ACCEL -cpu CPU -nodefaults -no-user-config -display none -no-reboot`.
+    pub fn new(qemu: &Path, accel: QemuAccel, cpu: &str) -> Self {
+        let mut cmd = Command::new(qemu);
+        cmd.args(["-accel", accel.name(), "-cpu", cpu]);
+        cmd.args([
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-no-reboot",
+        ]);
+        Self { cmd }
+    }
+
+    /// `-machine TYPE[,OPTIONS]`.
+    pub fn machine(&mut self, machine: &str) -> &mut Self {
+        self.arg2("-machine", machine)
+    }
+
+    /// `-smp N`.
+    pub fn smp(&mut self, cpus: u32) -> &mut Self {
+        self.arg2("-smp", &cpus.to_string())
+    }
+
+    /// `-m SPEC` (e.g. `3072M` or `512M,slots=2,maxmem=4G`).
+    pub fn memory(&mut self, spec: &str) -> &mut Self {
+        self.arg2("-m", spec)
+    }
+
+    /// `-kernel K [-initrd I] -append CMDLINE`.
+    pub fn kernel(&mut self, kernel: &Path, initrd: Option<&Path>, cmdline: &str) -> &mut Self {
+        self.cmd.arg("-kernel").arg(kernel);
+        if let Some(i) = initrd {
+            self.cmd.arg("-initrd").arg(i);
+        }
+        self.arg2("-append", cmdline)
+    }
+
+    /// The next serial port, written to `path` (COM1 first).
+    pub fn serial_file(&mut self, path: &Path) -> &mut Self {
+        self.serial(&format!("file:{}", path.display()))
+    }
+
+    /// The next serial port on a QEMU character backend (`stdio`, `null`, ...).
+    pub fn serial(&mut self, backend: &str) -> &mut Self {
+        self.arg2("-serial", backend)
+    }
+
+    /// A host directory as a virtio-9p share with mount tag `tag`.
+    pub fn virtfs(&mut self, dir: &Path, tag: &str) -> &mut Self {
+        let dir = opt_escape(&dir.to_string_lossy());
+        self.arg2(
+            "-virtfs",
+            &format!("local,path={dir},mount_tag={tag},security_model=none"),
+        )
+    }
+
+    /// An extra ACPI table from a file (`-acpitable file=PATH`).
+    pub fn acpitable(&mut self, path: &Path) -> &mut Self {
+        let file = opt_escape(&path.to_string_lossy());
+        self.arg2("-acpitable", &format!("file={file}"))
+    }
+
+    /// `-object SPEC`.
+    pub fn object(&mut self, spec: &str) -> &mut Self {
+        self.arg2("-object", spec)
+    }
+
+    /// `-device SPEC`.
+    pub fn device(&mut self, spec: &str) -> &mut Self {
+        self.arg2("-device", spec)
+    }
+
+    /// The command, to add stdio and spawn.
+    pub fn into_command(self) -> Command {
+        self.cmd
+    }
+
+    fn arg2(&mut self, option: &str, value: &str) -> &mut Self {
+        self.cmd.args([option, value]);
+        self
+    }
+}
+
+/// Escapes a value for a QEMU option list (commas are doubled).
+pub fn opt_escape(value: &str) -> String {
+    value.replace(',', ",,")
+}
+
 /// What to run under QEMU.
 #[derive(Debug)]
 pub struct QemuMachine<'a> {
@@ -77,42 +177,32 @@ pub struct QemuMachine<'a> {
 impl QemuMachine<'_> {
     /// The full QEMU command.
     pub fn command(&self) -> Command {
-        let mut c = Command::new(self.qemu);
         let mib = |b: u64| b.div_ceil(1 << 20);
         let dimm_total: u64 = self.nvdimms.iter().map(|(s, _)| s.file_len()).sum();
-        c.args(["-accel", self.accel.name()]);
-        c.args([
-            "-cpu",
-            if self.accel == QemuAccel::Kvm {
-                "host"
-            } else {
-                "max"
-            },
-        ]);
-        c.args(["-machine", "pc,nvdimm=on"]);
-        c.args(["-smp", &self.cpus.to_string()]);
-        c.args([
-            "-m",
-            &format!(
+        let cpu = if self.accel == QemuAccel::Kvm {
+            "host"
+        } else {
+            "max"
+        };
+        let mut q = QemuCommand::new(self.qemu, self.accel, cpu);
+        q.machine("pc,nvdimm=on")
+            .smp(u32::from(self.cpus))
+            .memory(&format!(
                 "{}M,slots={},maxmem={}M",
                 mib(self.memory),
                 self.nvdimms.len().max(1),
                 mib(self.memory) + mib(dimm_total) + 1024
-            ),
-        ]);
+            ));
         for (i, (spec, path)) in self.nvdimms.iter().enumerate() {
             let ro = if spec.readonly { ",readonly=on" } else { "" };
-            c.args([
-                "-object",
-                &format!(
-                    "memory-backend-file,id=pmem{i},share=on,mem-path={},size={}{ro}",
-                    path.display(),
-                    // QEMU's region is size − label-size: the same SIZE as
-                    // pmemvm's, labels after it (the identity page beyond
-                    // `size` is left alone: QEMU accepts a longer file).
-                    spec.size + spec.label_size
-                ),
-            ]);
+            q.object(&format!(
+                "memory-backend-file,id=pmem{i},share=on,mem-path={},size={}{ro}",
+                opt_escape(&path.to_string_lossy()),
+                // QEMU's region is size − label-size: the same SIZE as
+                // pmemvm's, labels after it (the identity page beyond
+                // `size` is left alone: QEMU accepts a longer file).
+                spec.size + spec.label_size
+            ));
             let mut dev = format!("nvdimm,memdev=pmem{i},id=nv{i}");
             if spec.label_size > 0 {
                 dev.push_str(&format!(",label-size={}", spec.label_size));
@@ -120,24 +210,13 @@ impl QemuMachine<'_> {
             if spec.readonly {
                 dev.push_str(",unarmed=on");
             }
-            c.args(["-device", &dev]);
+            q.device(&dev);
         }
-        c.arg("-kernel").arg(self.kernel);
-        if let Some(i) = self.initrd {
-            c.arg("-initrd").arg(i);
-        }
-        c.args(["-append", self.cmdline]);
-        c.args([
-            "-display",
-            "none",
-            "-nodefaults",
-            "-no-user-config",
-            "-no-reboot",
-        ]);
-        c.args(["-serial", &format!("file:{}", self.console.display())]);
-        c.args(["-serial", &format!("file:{}", self.channel.display())]);
-        c.args(["-device", "isa-debug-exit,iobase=0x501,iosize=1"]);
-        c
+        q.kernel(self.kernel, self.initrd, self.cmdline)
+            .serial_file(self.console)
+            .serial_file(self.channel)
+            .device("isa-debug-exit,iobase=0x501,iosize=1");
+        q.into_command()
     }
 }
 
@@ -182,5 +261,7 @@ mod tests {
         );
         assert!(joined.contains("-serial file:/d"), "{joined}");
         assert!(joined.contains("-accel tcg -cpu max"), "{joined}");
+        assert!(joined.contains("-nodefaults -no-user-config -display none -no-reboot"));
+        assert_eq!(opt_escape("/tmp/a,b"), "/tmp/a,,b");
     }
 }

@@ -1,24 +1,20 @@
 //! `pmemvm run`: one fio job in the guest image, on pmemvm or on QEMU, with
 //! fio's JSON and the run's metadata returned to the host.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use devices::exit::ExitRequest;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
+use crate::engine::{self, Machine};
 use crate::guest_job::{self, GuestJob, GuestReport, FIO_JSON_FRAME};
 use crate::preflight::PreflightError;
-use crate::qemu::{self, QemuAccel, QemuMachine};
-use vmm::config::{ConsoleMode, NvdimmSpec, VmConfig};
+use vmm::config::NvdimmSpec;
 use vmm::exit_status;
 use vmm::host::HostKvm;
-use vmm::run_loop::RunOptions;
 use vmm::stats::{ExitCounts, NvdimmCounts};
-use vmm::vm::{Vm, VmError};
+use vmm::vm::VmError;
 
 /// Errors of a job run. Partial results are kept in [`RunResult`] where possible.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +65,7 @@ impl RunError {
 }
 
 /// Which VMM runs the guest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
     /// pmemvm itself.
@@ -104,8 +100,8 @@ impl Engine {
     }
 }
 
-/// Everything a job run needs.
-#[derive(Debug, Clone)]
+/// Everything a job run needs (serialisable: a bench hands it to a child process).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunSpec {
     /// Engine.
     pub engine: Engine,
@@ -134,7 +130,7 @@ pub struct RunSpec {
 }
 
 /// A file's path and SHA-256.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HashedFile {
     /// Path.
     pub path: String,
@@ -153,7 +149,7 @@ fn hash_file(p: &Path) -> HashedFile {
 }
 
 /// The host, for reports.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HostDescription {
     /// CPU model name.
     pub cpu: String,
@@ -181,7 +177,7 @@ pub fn describe_host() -> HostDescription {
 }
 
 /// The DIMMs of a run, for reports.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DimmDescription {
     /// Region size (`--nvdimm` SIZE; the backing file adds labels and an identity page).
     pub size: u64,
@@ -194,13 +190,13 @@ pub struct DimmDescription {
 }
 
 /// Everything a run produced (also when it failed: `error` says why).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunResult {
     /// Version of the result layout shared with `bench` results
     /// ([`crate::fleet::record::SCHEMA_VERSION`]).
     pub schema_version: u32,
     /// pmemvm version.
-    pub pmemvm_version: &'static str,
+    pub pmemvm_version: String,
     /// Engine.
     pub engine: Engine,
     /// "kvm" or "tcg" (QEMU), "kvm" (pmemvm).
@@ -238,7 +234,7 @@ pub struct RunResult {
     /// Other files the guest sent (setup.log, fio.stderr), as text.
     pub guest_files: std::collections::BTreeMap<String, String>,
     /// The last lines of the console.
-    #[serde(skip)]
+    #[serde(default)]
     pub console_tail: String,
 }
 
@@ -319,7 +315,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
 
     let mut result = RunResult {
         schema_version: crate::fleet::record::SCHEMA_VERSION,
-        pmemvm_version: env!("CARGO_PKG_VERSION"),
+        pmemvm_version: env!("CARGO_PKG_VERSION").into(),
         engine,
         accelerator: "kvm".into(),
         functional_only: false,
@@ -353,123 +349,27 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         console_tail: String::new(),
     };
 
-    let vm_status = match engine {
-        Engine::Pmemvm | Engine::Auto => {
-            // Nested guests run on a real KVM, but their numbers are not performance.
-            result.functional_only = kvm.cannot_run_linux() || in_nested_l1();
-            let config = VmConfig {
-                kernel: kernel.clone(),
-                initrd: initrd.clone(),
-                initrd_append: archive,
-                cmdline,
-                cpus: spec.cpus,
-                memory: spec.memory,
-                nvdimms: spec.nvdimms.clone(),
-                // The scratch copy is kept either way: its tail explains failures.
-                console: ConsoleMode::from_choice(spec.stream_console, Some(console.clone())),
-                channel: Some(channel.clone()),
-            };
-            let vm = Vm::build(&config)?;
-            let outcome = vm.run_with(RunOptions {
-                timeout: Some(spec.timeout),
-                ..RunOptions::default()
-            })?;
-            result.exits = Some(outcome.exits.clone());
-            result.nvdimm_stats = outcome.nvdimms.clone();
-            match &outcome.reason {
-                ExitRequest::GuestExit(_) | ExitRequest::PowerOff => {}
-                other => {
-                    let mut msg = exit_status::describe(other);
-                    if let Some(h) = &outcome.host_hint {
-                        msg.push_str("; ");
-                        msg.push_str(h);
-                    }
-                    result.error = Some(msg);
-                }
-            }
-            Some(exit_status::for_request(&outcome.reason))
-        }
-        Engine::Qemu => {
-            let qemu_bin = qemu::find_qemu().ok_or(PreflightError::NoQemu {
-                engine: spec.engine.name(),
-            })?;
-            let accel = QemuAccel::choose(&kvm);
-            result.accelerator = accel.name().into();
-            result.functional_only = accel == QemuAccel::Tcg || in_nested_l1();
-            let initrd_file = scratch.0.join("initrd");
-            let mut data = match &initrd {
-                Some(p) => std::fs::read(p).map_err(|source| RunError::Input {
-                    what: "initrd",
-                    path: p.clone(),
-                    source,
-                })?,
-                None => Vec::new(),
-            };
-            data = guest_job::append_to_initrd(&data, &spec.job.archive()?);
-            std::fs::write(&initrd_file, &data).map_err(|source| RunError::Io {
-                what: "writing the job initrd".into(),
-                source,
-            })?;
-            // QEMU needs named backing files: temporary ones live in the scratch dir.
-            let dimms: Vec<(&NvdimmSpec, PathBuf)> = spec
-                .nvdimms
-                .iter()
-                .enumerate()
-                .map(|(i, n)| {
-                    let p = n
-                        .file
-                        .clone()
-                        .unwrap_or_else(|| scratch.0.join(format!("pmem{i}.img")));
-                    (n, p)
-                })
-                .collect();
-            for (n, p) in &dimms {
-                if !p.exists() {
-                    let f =
-                        std::fs::File::create(p).and_then(|f| f.set_len(n.file_len()).map(|_| f));
-                    f.map_err(|source| RunError::Io {
-                        what: format!("creating {}", p.display()),
-                        source,
-                    })?;
-                }
-            }
-            let machine = QemuMachine {
-                qemu: &qemu_bin,
-                accel,
-                cpus: spec.cpus,
-                memory: spec.memory,
-                kernel: &kernel,
-                initrd: Some(&initrd_file),
-                cmdline: &cmdline,
-                nvdimms: dimms,
-                console: &console,
-                channel: &channel,
-            };
-            let mut cmd = machine.command();
-            log::info!("running {cmd:?}");
-            let status = run_with_deadline(
-                &mut cmd,
-                spec.timeout,
-                spec.stream_console.then_some(&console),
-            )?;
-            match status {
-                // isa-debug-exit: QEMU exits with (byte << 1) | 1.
-                Some(s) if s & 1 == 1 => u8::try_from(s >> 1).ok(),
-                Some(0) => Some(0),
-                Some(s) => {
-                    result.error = Some(format!("qemu-system-x86_64 failed with status {s}"));
-                    None
-                }
-                None => {
-                    result.error = Some(format!(
-                        "the guest did not finish within {} s; QEMU was killed",
-                        spec.timeout.as_secs()
-                    ));
-                    None
-                }
-            }
-        }
+    let machine = Machine {
+        kernel: &kernel,
+        initrd: initrd.as_deref(),
+        job_archive: &archive,
+        cmdline: &cmdline,
+        cpus: spec.cpus,
+        memory: spec.memory,
+        nvdimms: &spec.nvdimms,
+        console: &console,
+        channel: &channel,
+        scratch: &scratch.0,
+        stream_console: spec.stream_console,
+        timeout: spec.timeout,
     };
+    let ended = engine::for_engine(engine, &kvm)?.boot(&machine)?;
+    result.accelerator = ended.accelerator;
+    result.functional_only = ended.functional_only;
+    result.exits = ended.exits;
+    result.nvdimm_stats = ended.nvdimm_stats;
+    result.error = ended.error;
+    let vm_status = ended.status;
     result.wall_seconds = start.elapsed().as_secs_f64();
     let console_text =
         String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
@@ -564,71 +464,6 @@ fn strip_to_json(bytes: &[u8]) -> &[u8] {
     match bytes.iter().position(|&b| b == b'{') {
         Some(i) => &bytes[i..],
         None => bytes,
-    }
-}
-
-/// True when this process runs inside the nested harness's L1 (QEMU TCG guest).
-fn in_nested_l1() -> bool {
-    std::fs::read_to_string("/sys/class/dmi/id/sys_vendor")
-        .map(|v| v.trim() == "QEMU")
-        .unwrap_or(false)
-        && std::fs::read_to_string("/proc/cpuinfo")
-            .map(|c| c.contains("hypervisor"))
-            .unwrap_or(false)
-}
-
-/// Runs a command until it exits or the deadline passes (then kills it, None).
-fn run_with_deadline(
-    cmd: &mut std::process::Command,
-    deadline: Duration,
-    stream: Option<&PathBuf>,
-) -> Result<Option<i32>, RunError> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| RunError::Io {
-            what: "starting qemu-system-x86_64".into(),
-            source,
-        })?;
-    let start = Instant::now();
-    let mut shown = 0usize;
-    loop {
-        if let Some(path) = stream {
-            if let Ok(b) = std::fs::read(path) {
-                if b.len() > shown {
-                    use std::io::Write;
-                    let _ = std::io::stdout().write_all(&b[shown..]);
-                    let _ = std::io::stdout().flush();
-                    shown = b.len();
-                }
-            }
-        }
-        match child.try_wait() {
-            Ok(Some(s)) => {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
-                if !err.trim().is_empty() {
-                    log::warn!("qemu: {}", err.trim());
-                }
-                return Ok(s.code());
-            }
-            Ok(None) if start.elapsed() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Ok(None);
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-            Err(source) => {
-                return Err(RunError::Io {
-                    what: "waiting for qemu-system-x86_64".into(),
-                    source,
-                })
-            }
-        }
     }
 }
 

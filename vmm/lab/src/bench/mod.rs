@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::child::{self, ChildError};
 use crate::experiments::{self, BenchParams, ExperimentError, ExperimentPlan, HostLimits, Side};
 use crate::fleet::record::ResultInfo;
 use crate::fleet::task::Task;
@@ -45,6 +46,9 @@ pub enum BenchError {
     /// A run could not even start (e.g. QEMU missing, no guest image).
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A run's child process failed or refused to start.
+    #[error(transparent)]
+    Child(#[from] ChildError),
     /// A prerequisite of the host is not met (checked before any boot).
     #[error(transparent)]
     Preflight(#[from] PreflightError),
@@ -72,6 +76,7 @@ impl BenchError {
             Self::Report(ReportError::CreateDir { .. }) => true,
             Self::Report(_) | Self::PlanJson(_) => false,
             Self::Run(e) => e.is_usage(),
+            Self::Child(e) => e.is_usage(),
             Self::Preflight(_) => true,
         }
     }
@@ -112,6 +117,18 @@ pub struct BenchRequest {
     pub initrd: Option<PathBuf>,
     /// Run only this boot of this side (`--only SIDE:BOOT`, one Slurm array task).
     pub only: Option<Task>,
+    /// Where each boot runs.
+    pub runner: Runner,
+}
+
+/// Where a bench's boots run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runner {
+    /// Each boot in a fresh child process of this binary (the `pmemvm`
+    /// command: see [`crate::child`]).
+    Child(PathBuf),
+    /// In this process (library users and unit tests).
+    InProcess,
 }
 
 /// The finished report (its `failed_runs` say which runs failed) and its files.
@@ -121,6 +138,29 @@ pub struct BenchOutcome {
     pub report: BenchReport,
     /// Files written.
     pub files: Vec<PathBuf>,
+    /// The signal (SIGINT, SIGTERM, SIGHUP) that stopped the bench after the
+    /// boot it arrived in; the report holds the runs up to there.
+    pub interrupted_by: Option<i32>,
+}
+
+/// Where the child processes' spec and outcome files live; removed at the end.
+struct BenchScratch(PathBuf);
+
+impl BenchScratch {
+    fn new() -> Result<Self, BenchError> {
+        let p = std::env::temp_dir().join(format!("pmemvm-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&p).map_err(|source| ChildError::Io {
+            what: format!("creating {}", p.display()),
+            source,
+        })?;
+        Ok(Self(p))
+    }
+}
+
+impl Drop for BenchScratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn progress(msg: &str) {
@@ -320,8 +360,10 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         ));
     }
     let started = std::time::Instant::now();
+    let scratch = BenchScratch::new()?;
+    let mut interrupted_by = None;
     let mut boot = 0;
-    for rep in 1..=req.runs {
+    'reps: for rep in 1..=req.runs {
         for (side, (kernel, initrd)) in plan.sides.iter().zip(&files_of) {
             if !wanted(side, rep) {
                 continue;
@@ -357,7 +399,14 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 console_log: None,
                 timeout: req.timeout,
             };
-            let result = run::run_job(&spec)?;
+            let result = match &req.runner {
+                Runner::InProcess => run::run_job(&spec)?,
+                Runner::Child(exe) => {
+                    let done = child::run_in_child(exe, &spec, &scratch.0)?;
+                    interrupted_by = done.interrupted_by;
+                    done.result
+                }
+            };
             report.accelerator = match (result.functional_only, result.accelerator.as_str()) {
                 (_, "tcg") => Accelerator::Tcg,
                 (true, _) => Accelerator::Nested,
@@ -407,7 +456,17 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 report.failed_runs().len(),
             ));
             files = report.write_files(&req.out, true)?;
+            if let Some(sig) = interrupted_by {
+                progress(&format!(
+                    "stopped by signal {sig} during boot {boot}/{boots}; the report holds the runs so far"
+                ));
+                break 'reps;
+            }
         }
     }
-    Ok(BenchOutcome { report, files })
+    Ok(BenchOutcome {
+        report,
+        files,
+        interrupted_by,
+    })
 }

@@ -246,7 +246,7 @@ mod tests {
     fn result(files: &[(&str, String)], error: Option<&str>) -> RunResult {
         RunResult {
             schema_version: crate::fleet::record::SCHEMA_VERSION,
-            pmemvm_version: "test",
+            pmemvm_version: "test".into(),
             engine: Engine::Qemu,
             accelerator: "tcg".into(),
             functional_only: true,

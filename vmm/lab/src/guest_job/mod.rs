@@ -169,7 +169,7 @@ pub struct GuestReport {
 }
 
 /// One fio invocation of a job with phases: `/job/<name>.fio`, optional `/job/<name>.args`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GuestPhase {
     /// File and frame name (letters, digits, `-`, `_`, `.`).
     pub name: String,
@@ -184,7 +184,7 @@ pub struct GuestPhase {
 /// Either one job file (`fio_job`, run as `/job/job.fio`), or `phases`: then `/job/phases`
 /// lists them and the guest's init runs each in order, sending `<name>.json`,
 /// `<name>.stderr` and `phases.status` (see `guest-images/rootfs/init`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GuestJob {
     /// Contents of `/job/job.fio` (unused when there are phases).
     pub fio_job: String,

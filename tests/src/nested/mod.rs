@@ -45,12 +45,26 @@ use std::fs;
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::thread;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::process::{wait_watched, Waited};
 use crate::skip::{MaybeSkip, Skip};
+
+mod heartbeat;
+mod l1;
+mod share;
+
+use heartbeat::Heartbeat;
+pub use l1::{
+    cache_dir, find_pmemvm, find_qemu, guest_image, host_has_hw_virt, prepare_l1, L1Image,
+};
+use l1::{kvm_opens, l1_command};
+pub use share::tail;
+use share::{
+    command_script, libraries_of, parse_console_error, parse_console_status, parse_marker_uptime,
+    parse_status_file, FileSource, RunDir,
+};
 
 /// Console line printed by the L1 init with the command's exit status.
 pub const STATUS_MARKER: &str = "PMEMVM-L1-STATUS";
@@ -60,6 +74,9 @@ pub const ERROR_MARKER: &str = "PMEMVM-L1-ERROR";
 pub const RUN_MARKER: &str = "PMEMVM-L1-RUN";
 /// Console line printed by the L1 init when it starts.
 pub const INIT_MARKER: &str = "PMEMVM-L1-INIT";
+/// Console line the L1 init prints every few seconds while it lives (left
+/// out of the console text the harness returns).
+pub const ALIVE_MARKER: &str = "PMEMVM-L1-ALIVE";
 
 /// Default time a command may take, L1 boot included.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
@@ -73,7 +90,7 @@ pub const DEFAULT_L1_CPUS: u32 = 1;
 /// Lines of the L1 console shown in errors and dumps.
 const CONSOLE_TAIL_LINES: usize = 60;
 /// Harness-owned directory inside the share (`/share/.l1` in L1).
-const L1_DIR: &str = ".l1";
+pub(crate) const L1_DIR: &str = ".l1";
 
 /// Errors of the end-to-end harness.
 #[derive(Debug, thiserror::Error)]
@@ -109,7 +126,7 @@ pub enum NestedError {
     /// The deadline passed; QEMU (or the direct command) was killed.
     #[error(
         "the command did not finish within {deadline:?} and was killed \
-         (files kept in {}); {} console, last lines:\n{console}",
+         (files kept in {}); its stderr, last lines:\n{stderr}\n{} console, last lines:\n{console}",
         run_dir.display(), mode
     )]
     Deadline {
@@ -123,6 +140,25 @@ pub enum NestedError {
         run_dir: PathBuf,
         /// Tail of the L1 console (nested) or of stderr (direct).
         console: String,
+        /// Tail of the command's stderr (what pmemvm said so far).
+        stderr: String,
+    },
+    /// The L1 kernel stopped running (no heartbeat from its init): an
+    /// emulation failure of the L1, not of the command. Retried once.
+    #[error(
+        "the L1 VM stopped running ({reason}) and was killed (files kept in {}); \
+         the command's stderr, last lines:\n{stderr}\nL1 console, last lines:\n{console}",
+        run_dir.display()
+    )]
+    L1Stalled {
+        /// What the heartbeat watch saw.
+        reason: String,
+        /// Kept run directory.
+        run_dir: PathBuf,
+        /// Tail of the L1 console.
+        console: String,
+        /// Tail of the command's stderr.
+        stderr: String,
     },
     /// The L1 init could not set up (module load, 9p mount).
     #[error(
@@ -164,12 +200,12 @@ impl MaybeSkip for NestedError {
     }
 }
 
-fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> NestedError {
+pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> NestedError {
     let what = what.into();
     move |source| NestedError::Io { what, source }
 }
 
-fn unavailable(reason: impl Into<String>) -> NestedError {
+pub(crate) fn unavailable(reason: impl Into<String>) -> NestedError {
     NestedError::Unavailable(Skip::new(reason))
 }
 
@@ -191,363 +227,8 @@ impl std::fmt::Display for Mode {
     }
 }
 
-/// The prepared L1 kernel and initramfs.
-#[derive(Debug, Clone)]
-pub struct L1Image {
-    /// Debian's stock kernel.
-    pub vmlinuz: PathBuf,
-    /// busybox + modules + tests/l1/init.
-    pub initramfs: PathBuf,
-    /// Initramfs of the "stock" L2 guest: busybox, the NVDIMM modules of the
-    /// same kernel and tests/l1/l2-init, for booting `vmlinuz` under pmemvm.
-    pub l2_initramfs: PathBuf,
-    /// `package=... version=... kernel=...` as recorded by prepare.sh.
-    pub kernel_package: String,
-}
-
 /// The workspace root (the parent of the `tests` crate): one definition for the harnesses.
 pub use crate::pmemvm::workspace_root;
-
-/// Cache directory of the harness: `$PMEMVM_TEST_CACHE` or `tests/.cache/`.
-pub fn cache_dir() -> PathBuf {
-    match std::env::var_os("PMEMVM_TEST_CACHE") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache"),
-    }
-}
-
-/// True if `/proc/cpuinfo` lists `vmx` or `svm`, i.e. hardware virtualization.
-pub fn host_has_hw_virt() -> bool {
-    fs::read_to_string("/proc/cpuinfo")
-        .map(|info| cpuinfo_has_hw_virt(&info))
-        .unwrap_or(false)
-}
-
-fn cpuinfo_has_hw_virt(info: &str) -> bool {
-    info.lines()
-        .filter(|l| l.starts_with("flags"))
-        .flat_map(|l| l.split_whitespace())
-        .any(|f| f == "vmx" || f == "svm")
-}
-
-fn kvm_opens() -> bool {
-    fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok()
-}
-
-fn find_in_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-}
-
-/// A binary named by an environment variable: nothing at that path means
-/// the tool is missing (a skip that names the variable); something there that
-/// is not an executable file is a misconfiguration, and the test fails.
-fn user_binary(var: &str, path: PathBuf) -> Result<PathBuf, Skip> {
-    use std::os::unix::fs::PermissionsExt;
-    match fs::metadata(&path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Skip::new(format!(
-            "{var}={} does not exist (install the tool there, or unset {var})",
-            path.display()
-        ))),
-        Err(e) => panic!("{var}={}: {e}", path.display()),
-        Ok(m) if !m.is_file() || m.permissions().mode() & 0o111 == 0 => panic!(
-            "{var}={} is not an executable file: name the binary, or unset {var}",
-            path.display()
-        ),
-        Ok(_) => Ok(path),
-    }
-}
-
-/// The QEMU binary: `$PMEMVM_QEMU` or `qemu-system-x86_64` on `PATH`.
-pub fn find_qemu() -> Result<PathBuf, Skip> {
-    if let Some(q) = std::env::var_os("PMEMVM_QEMU").filter(|q| !q.is_empty()) {
-        return user_binary("PMEMVM_QEMU", PathBuf::from(q));
-    }
-    find_in_path("qemu-system-x86_64").ok_or_else(|| {
-        Skip::new("qemu-system-x86_64 not found (install the Debian package qemu-system-x86)")
-    })
-}
-
-/// The `pmemvm` binary: `$PMEMVM_BIN`, else the newer of
-/// `target/release/pmemvm` and `target/debug/pmemvm` (honouring
-/// `$CARGO_TARGET_DIR`).
-pub fn find_pmemvm() -> Result<PathBuf, Skip> {
-    if let Some(bin) = std::env::var_os("PMEMVM_BIN").filter(|b| !b.is_empty()) {
-        return user_binary("PMEMVM_BIN", PathBuf::from(bin));
-    }
-    let target = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(t) if !t.is_empty() => {
-            let t = PathBuf::from(t);
-            if t.is_absolute() {
-                t
-            } else {
-                workspace_root().join(t)
-            }
-        }
-        _ => workspace_root().join("target"),
-    };
-    ["release", "debug"]
-        .iter()
-        .map(|profile| target.join(profile).join("pmemvm"))
-        .filter_map(|p| {
-            let mtime = fs::metadata(&p).and_then(|m| m.modified()).ok()?;
-            Some((mtime, p))
-        })
-        .max_by_key(|(mtime, _)| *mtime)
-        .map(|(_, p)| p)
-        .ok_or_else(|| {
-            Skip::new(format!(
-                "pmemvm binary not found (set PMEMVM_BIN or run `cargo build -p pmemvm`; looked in {})",
-                target.display()
-            ))
-        })
-}
-
-/// A file of the project's guest image: `$PMEMVM_IMAGE_DIR/NAME` or
-/// `guest-images/out/NAME` (e.g. `bzImage`, `vmlinux`, `initramfs.cpio.gz`).
-pub fn guest_image(name: &str) -> Result<PathBuf, Skip> {
-    let dir = match std::env::var_os("PMEMVM_IMAGE_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => workspace_root().join("guest-images").join("out"),
-    };
-    let path = dir.join(name);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(Skip::new(format!(
-            "guest image {} not built (run guest-images/build.sh)",
-            path.display()
-        )))
-    }
-}
-
-/// Prepares (or finds cached) the L1 kernel and initramfs with
-/// `tests/l1/prepare.sh`. Missing tools or an unreachable Debian archive are
-/// reported as [`NestedError::Unavailable`].
-pub fn prepare_l1() -> Result<L1Image, NestedError> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("l1")
-        .join("prepare.sh");
-    let bash = find_in_path("bash").ok_or_else(|| unavailable("bash not found"))?;
-    let cache = cache_dir();
-    let out = Command::new(bash)
-        .arg(&script)
-        .arg(&cache)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(io_err(format!("run {}", script.display())))?;
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    if !out.status.success() {
-        if out.status.code() == Some(3) {
-            let reason = stderr.lines().last().unwrap_or("prepare.sh failed").trim();
-            return Err(unavailable(format!("cannot prepare the L1 VM: {reason}")));
-        }
-        return Err(NestedError::Prepare {
-            status: out.status.to_string(),
-            stderr,
-        });
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let dir = stdout
-        .lines()
-        .last()
-        .map(|l| PathBuf::from(l.trim()))
-        .ok_or_else(|| NestedError::Prepare {
-            status: "no output directory printed".to_string(),
-            stderr: stderr.clone(),
-        })?;
-    let kernel_package = fs::read_to_string(dir.join("kernel-package.txt"))
-        .map_err(io_err(format!("read {}/kernel-package.txt", dir.display())))?
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    Ok(L1Image {
-        vmlinuz: dir.join("vmlinuz"),
-        initramfs: dir.join("initramfs.cpio.gz"),
-        l2_initramfs: dir.join("l2-initramfs.cpio.gz"),
-        kernel_package,
-    })
-}
-
-/// Quotes one word for a POSIX shell.
-fn shell_quote(word: &str) -> String {
-    if !word.is_empty()
-        && word
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
-    {
-        return word.to_string();
-    }
-    format!("'{}'", word.replace('\'', r"'\''"))
-}
-
-/// Escapes a value for a QEMU option list (commas are doubled).
-fn qemu_opt_escape(value: &str) -> String {
-    value.replace(',', ",,")
-}
-
-/// The script the L1 init (or the direct runner) executes in the share.
-fn command_script(env: &[(String, String)], argv: &[&str]) -> String {
-    let mut s = String::from("# Written by the pmemvm-tests end-to-end harness.\n");
-    for (k, v) in env {
-        let _ = writeln!(s, "export {k}={}", shell_quote(v));
-    }
-    let words: Vec<String> = argv.iter().map(|w| shell_quote(w)).collect();
-    let _ = writeln!(s, "exec {}", words.join(" "));
-    s
-}
-
-/// Parses `exit=N` from the status file the L1 init writes.
-fn parse_status_file(text: &str) -> Option<i32> {
-    text.lines()
-        .find_map(|l| l.trim().strip_prefix("exit="))
-        .and_then(|n| n.trim().parse().ok())
-}
-
-/// The last `PMEMVM-L1-STATUS N` on the console.
-fn parse_console_status(console: &str) -> Option<i32> {
-    console.lines().rev().find_map(|l| {
-        let rest = l.split(STATUS_MARKER).nth(1)?;
-        rest.split_whitespace().next()?.parse().ok()
-    })
-}
-
-/// The message of the last `PMEMVM-L1-ERROR ...` line on the console.
-fn parse_console_error(console: &str) -> Option<String> {
-    console.lines().rev().find_map(|l| {
-        let rest = l.split(ERROR_MARKER).nth(1)?;
-        Some(rest.trim().to_string())
-    })
-}
-
-/// L1 uptime (seconds) printed with a marker, e.g. [`RUN_MARKER`].
-fn parse_marker_uptime(console: &str, marker: &str) -> Option<f64> {
-    console.lines().find_map(|l| {
-        let rest = l.split(marker).nth(1)?;
-        rest.split_whitespace()
-            .find_map(|w| w.strip_prefix("uptime="))?
-            .parse()
-            .ok()
-    })
-}
-
-/// The last `n` lines of `text`.
-pub fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// A shared library a binary needs: the name it is loaded by and where it is.
-#[derive(Debug, PartialEq, Eq)]
-struct Library {
-    name: String,
-    path: PathBuf,
-}
-
-/// Parses `ldd` output. `Ok(vec![])` for a static binary.
-fn parse_ldd(output: &str) -> Result<Vec<Library>, String> {
-    if output.contains("not a dynamic executable") || output.contains("statically linked") {
-        return Ok(Vec::new());
-    }
-    let mut libs = Vec::new();
-    for line in output.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        if let Some((name, rest)) = line.split_once("=>") {
-            let target = rest.trim();
-            if target.starts_with("not found") {
-                return Err(format!("{} not found", name.trim()));
-            }
-            let path = target.split_whitespace().next().unwrap_or("");
-            if path.starts_with('/') {
-                libs.push(Library {
-                    name: name.trim().to_string(),
-                    path: PathBuf::from(path),
-                });
-            }
-        } else if line.starts_with('/') {
-            // The dynamic loader, listed by its absolute path.
-            let path = PathBuf::from(line.split_whitespace().next().unwrap_or(line));
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            libs.push(Library { name, path });
-        }
-    }
-    Ok(libs)
-}
-
-fn libraries_of(binary: &Path) -> Result<Vec<Library>, NestedError> {
-    let ldd = find_in_path("ldd").ok_or_else(|| NestedError::Libraries {
-        binary: binary.to_path_buf(),
-        detail: "ldd not found".to_string(),
-    })?;
-    let out = Command::new(ldd)
-        .arg(binary)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(io_err("run ldd"))?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    parse_ldd(&text).map_err(|detail| NestedError::Libraries {
-        binary: binary.to_path_buf(),
-        detail,
-    })
-}
-
-/// A run directory under the system temp dir; removed on drop unless kept.
-#[derive(Debug)]
-struct RunDir {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl RunDir {
-    fn create() -> Result<RunDir, NestedError> {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let path =
-            std::env::temp_dir().join(format!("pmemvm-e2e-{}-{n}-{nanos:09}", std::process::id()));
-        fs::create_dir_all(path.join("share").join(L1_DIR))
-            .map_err(io_err(format!("create {}", path.display())))?;
-        let keep = std::env::var_os("PMEMVM_TEST_KEEP").is_some_and(|v| v != "0");
-        Ok(RunDir { path, keep })
-    }
-
-    fn share(&self) -> PathBuf {
-        self.path.join("share")
-    }
-
-    fn l1(&self) -> PathBuf {
-        self.share().join(L1_DIR)
-    }
-
-    /// Keeps the directory (for errors) and returns its path.
-    fn keep(mut self) -> PathBuf {
-        self.keep = true;
-        self.path.clone()
-    }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        if !self.keep {
-            let _ = fs::remove_dir_all(&self.path);
-        }
-    }
-}
 
 /// What a command left behind.
 #[derive(Debug)]
@@ -616,12 +297,6 @@ pub struct NestedVm {
     files: Vec<(String, FileSource)>,
     binaries: Vec<(String, PathBuf)>,
     env: Vec<(String, String)>,
-}
-
-#[derive(Debug)]
-enum FileSource {
-    Copy(PathBuf),
-    Bytes(Vec<u8>),
 }
 
 impl NestedVm {
@@ -735,12 +410,26 @@ impl NestedVm {
 
     /// Runs `argv` in the share directory (`/share` in L1) and waits for it,
     /// at most until the deadline.
+    ///
+    /// In nested mode an L1 whose kernel stops running (its init's heartbeat
+    /// ceases: a TCG emulation failure, seen as a silent L1 in CI) is killed
+    /// and the run is repeated once in a fresh share, saying so on stderr; a
+    /// second stall is an error. A command that is merely slow is not
+    /// retried: it meets the deadline.
     pub fn run(&self, argv: &[&str]) -> Result<RunOutput, NestedError> {
         let run_dir = RunDir::create()?;
         self.populate(&run_dir, argv)?;
         match self.mode {
             Mode::Direct => self.run_direct(run_dir),
-            Mode::Nested => self.run_nested(run_dir),
+            Mode::Nested => match self.run_nested(run_dir) {
+                Err(e @ NestedError::L1Stalled { .. }) => {
+                    eprintln!("nested harness: {e}\nnested harness: retrying once in a fresh L1");
+                    let run_dir = RunDir::create()?;
+                    self.populate(&run_dir, argv)?;
+                    self.run_nested(run_dir)
+                }
+                other => other,
+            },
         }
     }
 
@@ -806,7 +495,9 @@ impl NestedVm {
             .process_group(0)
             .spawn()
             .map_err(io_err("start the command"))?;
-        let waited = wait_with_deadline(child, self.deadline)?;
+        let mut child = child;
+        let waited = crate::process::wait_with_deadline(&mut child, self.deadline)
+            .map_err(io_err("wait for the command"))?;
         let elapsed = start.elapsed();
         let stdout = fs::read_to_string(l1.join("stdout")).unwrap_or_default();
         let stderr = fs::read_to_string(l1.join("stderr")).unwrap_or_default();
@@ -815,7 +506,8 @@ impl NestedVm {
                 deadline: self.deadline,
                 killed_after: elapsed,
                 mode: Mode::Direct,
-                console: tail(&stderr, CONSOLE_TAIL_LINES),
+                console: String::new(),
+                stderr: tail(&stderr, CONSOLE_TAIL_LINES),
                 run_dir: run_dir.keep(),
             });
         };
@@ -846,30 +538,8 @@ impl NestedVm {
         let qemu_log_path = run_dir.path.join("qemu.log");
         let qemu_log = fs::File::create(&qemu_log_path).map_err(io_err("create qemu.log"))?;
         let qemu_log_err = qemu_log.try_clone().map_err(io_err("open qemu.log"))?;
-        let mut cmd = Command::new(qemu);
-        cmd.args(["-accel", "tcg", "-cpu", "max,vendor=AuthenticAMD"])
-            .args(["-m", &format!("{}M", self.memory_mib)])
-            .args(["-smp", &self.cpus.to_string()])
-            .args([
-                "-nodefaults",
-                "-no-user-config",
-                "-display",
-                "none",
-                "-no-reboot",
-            ])
-            .arg("-serial")
-            .arg(format!("file:{}", console_path.display()))
-            .arg("-kernel")
-            .arg(&l1.vmlinuz)
-            .arg("-initrd")
-            .arg(&l1.initramfs)
-            .args(["-append", "console=ttyS0 panic=-1 rdinit=/init"])
-            .arg("-virtfs")
-            .arg(format!(
-                "local,path={},mount_tag=share,security_model=none",
-                qemu_opt_escape(&share.to_string_lossy())
-            ))
-            .stdin(Stdio::null())
+        let mut cmd = l1_command(qemu, l1, self.memory_mib, self.cpus, &console_path, &share);
+        cmd.stdin(Stdio::null())
             .stdout(qemu_log)
             .stderr(qemu_log_err)
             .process_group(0);
@@ -877,23 +547,43 @@ impl NestedVm {
         let mut guard = crate::tcg::lock().map_err(io_err("take the TCG lock"))?;
         guard.note_console(&console_path);
         let start = Instant::now();
-        let child = cmd.spawn().map_err(io_err("start QEMU"))?;
-        let waited = wait_with_deadline(child, self.deadline)?;
+        let mut child = cmd.spawn().map_err(io_err("start QEMU"))?;
+        let mut heartbeat = Heartbeat::new(&console_path);
+        let waited = wait_watched(&mut child, self.deadline, || heartbeat.check())
+            .map_err(io_err("wait for QEMU"))?;
         let elapsed = start.elapsed();
         drop(guard);
 
-        let console = fs::read_to_string(&console_path).unwrap_or_default();
-        let console = console.replace('\r', "");
-        let Some(qemu_status) = waited else {
-            return Err(NestedError::Deadline {
-                deadline: self.deadline,
-                killed_after: elapsed,
-                mode: Mode::Nested,
-                console: tail(&console, CONSOLE_TAIL_LINES),
-                run_dir: run_dir.keep(),
-            });
-        };
+        let console =
+            heartbeat::without_heartbeats(&fs::read_to_string(&console_path).unwrap_or_default());
         let l1dir = run_dir.l1();
+        let stderr_tail = || {
+            tail(
+                &fs::read_to_string(l1dir.join("stderr")).unwrap_or_default(),
+                CONSOLE_TAIL_LINES,
+            )
+        };
+        let qemu_status = match waited {
+            Waited::Exited(status) => status,
+            Waited::Deadline => {
+                return Err(NestedError::Deadline {
+                    deadline: self.deadline,
+                    killed_after: elapsed,
+                    mode: Mode::Nested,
+                    console: tail(&console, CONSOLE_TAIL_LINES),
+                    stderr: stderr_tail(),
+                    run_dir: run_dir.keep(),
+                })
+            }
+            Waited::Stopped(reason) => {
+                return Err(NestedError::L1Stalled {
+                    reason,
+                    console: tail(&console, CONSOLE_TAIL_LINES),
+                    stderr: stderr_tail(),
+                    run_dir: run_dir.keep(),
+                })
+            }
+        };
         let status = fs::read_to_string(l1dir.join("status"))
             .ok()
             .and_then(|s| parse_status_file(&s))
@@ -928,42 +618,10 @@ impl NestedVm {
     }
 }
 
-/// Waits for `child`; at the deadline kills its process group and returns
-/// `None`.
-fn wait_with_deadline(
-    mut child: Child,
-    deadline: Duration,
-) -> Result<Option<ExitStatus>, NestedError> {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().map_err(io_err("wait for the child"))? {
-            return Ok(Some(status));
-        }
-        if start.elapsed() >= deadline {
-            kill_group(&mut child);
-            let _ = child.wait();
-            return Ok(None);
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Kills the process group led by `child` (it was spawned with
-/// `process_group(0)`), falling back to the child alone.
-fn kill_group(child: &mut Child) {
-    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-        // SAFETY: kill(2) only sends a signal; -pid names the process group
-        // this harness created for the child, so no unrelated process is hit.
-        let rc = unsafe { libc::kill(-pid, libc::SIGKILL) };
-        if rc == 0 {
-            return;
-        }
-    }
-    let _ = child.kill();
-}
-
 #[cfg(test)]
 mod tests {
+    use super::l1::cpuinfo_has_hw_virt;
+    use super::share::*;
     use super::*;
 
     #[test]
@@ -1028,11 +686,6 @@ mod tests {
         assert!(cpuinfo_has_hw_virt("flags\t\t: fpu vmx\n"));
         assert!(!cpuinfo_has_hw_virt("flags\t\t: fpu vme lm\n"));
         assert!(!cpuinfo_has_hw_virt("model name : svm-like cpu\n"));
-    }
-
-    #[test]
-    fn escapes_qemu_options() {
-        assert_eq!(qemu_opt_escape("/tmp/a,b"), "/tmp/a,,b");
     }
 
     #[test]

@@ -1,0 +1,298 @@
+//! The engines a guest job runs on, behind one interface: pmemvm's own VMM
+//! core and QEMU with its own NVDIMM (the peer engine). [`crate::run`]
+//! prepares the machine (kernel, initrd with the job, command line, DIMMs,
+//! console and channel files) once; an engine boots it and says how it ended.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use devices::exit::ExitRequest;
+use vmm::config::{ConsoleMode, NvdimmSpec, VmConfig};
+use vmm::exit_status;
+use vmm::host::HostKvm;
+use vmm::run_loop::RunOptions;
+use vmm::stats::{ExitCounts, NvdimmCounts};
+use vmm::vm::Vm;
+
+use crate::preflight::PreflightError;
+use crate::qemu::{self, QemuAccel, QemuMachine};
+use crate::run::{Engine, RunError};
+
+/// One guest boot, as the engines see it.
+#[derive(Debug)]
+pub struct Machine<'a> {
+    /// Kernel file.
+    pub kernel: &'a Path,
+    /// Initrd file, without the job.
+    pub initrd: Option<&'a Path>,
+    /// The job's newc archive, appended to the initrd.
+    pub job_archive: &'a [u8],
+    /// Kernel command line.
+    pub cmdline: &'a str,
+    /// vCPUs.
+    pub cpus: u8,
+    /// RAM bytes.
+    pub memory: u64,
+    /// The user's DIMMs, in order.
+    pub nvdimms: &'a [NvdimmSpec],
+    /// COM1 goes here (and to stdout when `stream_console`).
+    pub console: &'a Path,
+    /// COM2 (the job's result channel) goes here.
+    pub channel: &'a Path,
+    /// A scratch directory for the engine's own files.
+    pub scratch: &'a Path,
+    /// Show the console on stdout while the guest runs.
+    pub stream_console: bool,
+    /// Give up after this long.
+    pub timeout: Duration,
+}
+
+/// How a boot ended, engine-independent.
+#[derive(Debug, Default)]
+pub struct Ended {
+    /// The exit status the engine derived (guest exit code, power-off = 0),
+    /// `None` when the guest did not end by itself.
+    pub status: Option<u8>,
+    /// Why the boot failed, if it did.
+    pub error: Option<String>,
+    /// "kvm" or "tcg".
+    pub accelerator: String,
+    /// TCG or nested: figures are functional only.
+    pub functional_only: bool,
+    /// VM exits by reason (pmemvm only).
+    pub exits: Option<ExitCounts>,
+    /// Per-DIMM flush and label counters (pmemvm only).
+    pub nvdimm_stats: Vec<NvdimmCounts>,
+}
+
+/// An engine: boots a [`Machine`] to its end.
+pub trait GuestEngine: std::fmt::Debug {
+    /// The engine's name as reports print it.
+    fn engine(&self) -> Engine;
+    /// Boots the machine and waits for its end (or its timeout).
+    fn boot(&self, machine: &Machine<'_>) -> Result<Ended, RunError>;
+}
+
+/// The engine for an already resolved choice (see [`Engine::resolve`]).
+pub fn for_engine(engine: Engine, kvm: &HostKvm) -> Result<Box<dyn GuestEngine>, RunError> {
+    Ok(match engine {
+        Engine::Pmemvm | Engine::Auto => Box::new(Pmemvm { kvm: kvm.clone() }),
+        Engine::Qemu => {
+            let qemu = qemu::find_qemu().ok_or(PreflightError::NoQemu {
+                engine: Engine::Qemu.name(),
+            })?;
+            Box::new(Qemu {
+                qemu,
+                accel: QemuAccel::choose(kvm),
+            })
+        }
+    })
+}
+
+/// pmemvm's own VMM core, in this process.
+#[derive(Debug)]
+pub struct Pmemvm {
+    kvm: HostKvm,
+}
+
+impl GuestEngine for Pmemvm {
+    fn engine(&self) -> Engine {
+        Engine::Pmemvm
+    }
+
+    fn boot(&self, m: &Machine<'_>) -> Result<Ended, RunError> {
+        let config = VmConfig {
+            kernel: m.kernel.to_path_buf(),
+            initrd: m.initrd.map(Path::to_path_buf),
+            initrd_append: m.job_archive.to_vec(),
+            cmdline: m.cmdline.to_string(),
+            cpus: m.cpus,
+            memory: m.memory,
+            nvdimms: m.nvdimms.to_vec(),
+            // The scratch copy is kept either way: its tail explains failures.
+            console: ConsoleMode::from_choice(m.stream_console, Some(m.console.to_path_buf())),
+            channel: Some(m.channel.to_path_buf()),
+        };
+        let vm = Vm::build(&config)?;
+        let outcome = vm.run_with(RunOptions {
+            timeout: Some(m.timeout),
+            ..RunOptions::default()
+        })?;
+        let error = match &outcome.reason {
+            ExitRequest::GuestExit(_) | ExitRequest::PowerOff => None,
+            other => {
+                let mut msg = exit_status::describe(other);
+                if let Some(h) = &outcome.host_hint {
+                    msg.push_str("; ");
+                    msg.push_str(h);
+                }
+                Some(msg)
+            }
+        };
+        Ok(Ended {
+            status: Some(exit_status::for_request(&outcome.reason)),
+            error,
+            accelerator: "kvm".into(),
+            // Nested guests run on a real KVM, but their numbers are not performance.
+            functional_only: self.kvm.cannot_run_linux() || in_nested_l1(),
+            exits: Some(outcome.exits.clone()),
+            nvdimm_stats: outcome.nvdimms.clone(),
+        })
+    }
+}
+
+/// `qemu-system-x86_64` with QEMU's own NVDIMM, as a child process.
+#[derive(Debug)]
+pub struct Qemu {
+    qemu: PathBuf,
+    accel: QemuAccel,
+}
+
+impl GuestEngine for Qemu {
+    fn engine(&self) -> Engine {
+        Engine::Qemu
+    }
+
+    fn boot(&self, m: &Machine<'_>) -> Result<Ended, RunError> {
+        let mut ended = Ended {
+            accelerator: self.accel.name().into(),
+            functional_only: self.accel == QemuAccel::Tcg || in_nested_l1(),
+            ..Ended::default()
+        };
+        let initrd_file = m.scratch.join("initrd");
+        let data = match m.initrd {
+            Some(p) => std::fs::read(p).map_err(|source| RunError::Input {
+                what: "initrd",
+                path: p.to_path_buf(),
+                source,
+            })?,
+            None => Vec::new(),
+        };
+        let data = crate::guest_job::append_to_initrd(&data, m.job_archive);
+        std::fs::write(&initrd_file, &data).map_err(|source| RunError::Io {
+            what: "writing the job initrd".into(),
+            source,
+        })?;
+        // QEMU needs named backing files: temporary ones live in the scratch dir.
+        let dimms: Vec<(&NvdimmSpec, PathBuf)> = m
+            .nvdimms
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let p = n
+                    .file
+                    .clone()
+                    .unwrap_or_else(|| m.scratch.join(format!("pmem{i}.img")));
+                (n, p)
+            })
+            .collect();
+        for (n, p) in &dimms {
+            if !p.exists() {
+                let f = std::fs::File::create(p).and_then(|f| f.set_len(n.file_len()).map(|_| f));
+                f.map_err(|source| RunError::Io {
+                    what: format!("creating {}", p.display()),
+                    source,
+                })?;
+            }
+        }
+        let machine = QemuMachine {
+            qemu: &self.qemu,
+            accel: self.accel,
+            cpus: m.cpus,
+            memory: m.memory,
+            kernel: m.kernel,
+            initrd: Some(&initrd_file),
+            cmdline: m.cmdline,
+            nvdimms: dimms,
+            console: m.console,
+            channel: m.channel,
+        };
+        let mut cmd = machine.command();
+        log::info!("running {cmd:?}");
+        let status = run_with_deadline(&mut cmd, m.timeout, m.stream_console.then_some(m.console))?;
+        ended.status = match status {
+            // isa-debug-exit: QEMU exits with (byte << 1) | 1.
+            Some(s) if s & 1 == 1 => u8::try_from(s >> 1).ok(),
+            Some(0) => Some(0),
+            Some(s) => {
+                ended.error = Some(format!("qemu-system-x86_64 failed with status {s}"));
+                None
+            }
+            None => {
+                ended.error = Some(format!(
+                    "the guest did not finish within {} s; QEMU was killed",
+                    m.timeout.as_secs()
+                ));
+                None
+            }
+        };
+        Ok(ended)
+    }
+}
+
+/// True when this process runs inside the nested harness's L1 (QEMU TCG guest).
+pub fn in_nested_l1() -> bool {
+    std::fs::read_to_string("/sys/class/dmi/id/sys_vendor")
+        .map(|v| v.trim() == "QEMU")
+        .unwrap_or(false)
+        && std::fs::read_to_string("/proc/cpuinfo")
+            .map(|c| c.contains("hypervisor"))
+            .unwrap_or(false)
+}
+
+/// Runs a command until it exits or the deadline passes (then kills it, None).
+fn run_with_deadline(
+    cmd: &mut std::process::Command,
+    deadline: Duration,
+    stream: Option<&Path>,
+) -> Result<Option<i32>, RunError> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| RunError::Io {
+            what: "starting qemu-system-x86_64".into(),
+            source,
+        })?;
+    let start = Instant::now();
+    let mut shown = 0usize;
+    loop {
+        if let Some(path) = stream {
+            if let Ok(b) = std::fs::read(path) {
+                if b.len() > shown {
+                    use std::io::Write;
+                    let _ = std::io::stdout().write_all(&b[shown..]);
+                    let _ = std::io::stdout().flush();
+                    shown = b.len();
+                }
+            }
+        }
+        match child.try_wait() {
+            Ok(Some(s)) => {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                if !err.trim().is_empty() {
+                    log::warn!("qemu: {}", err.trim());
+                }
+                return Ok(s.code());
+            }
+            Ok(None) if start.elapsed() > deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok(None);
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(source) => {
+                return Err(RunError::Io {
+                    what: "waiting for qemu-system-x86_64".into(),
+                    source,
+                })
+            }
+        }
+    }
+}
