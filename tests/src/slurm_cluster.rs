@@ -22,6 +22,47 @@ const DAEMONS: [&str; 3] = [
     "/usr/sbin/slurmd",
 ];
 
+/// Names the directory of the cluster that holds it, for the next test's clean-up.
+const LOCK: &str = "/tmp/pmemvm-slurm.lock";
+
+/// Whether `pid` is the `comm` daemon of the cluster in `dir`: its name, and `dir` in its
+/// command line (munged) or its environment's `SLURM_CONF` (slurmctld, slurmd).
+fn is_daemon_of(pid: i32, comm: &str, dir: &Path) -> bool {
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let name = std::fs::read_to_string(proc.join("comm")).unwrap_or_default();
+    if name.trim() != comm {
+        return false;
+    }
+    let needle = dir.display().to_string();
+    let mentions = |file: &str| {
+        std::fs::read(proc.join(file))
+            .map(|b| String::from_utf8_lossy(&b).contains(&needle))
+            .unwrap_or(false)
+    };
+    mentions("cmdline") || mentions("environ")
+}
+
+/// SIGTERM to the daemons of the cluster in `dir` still running, by their pid files.
+fn stop_daemons(dir: &Path) {
+    for (pid_file, comm) in [
+        ("slurmd.pid", "slurmd"),
+        ("slurmctld.pid", "slurmctld"),
+        ("munge/munged.pid", "munged"),
+    ] {
+        let Some(pid) = std::fs::read_to_string(dir.join(pid_file))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if is_daemon_of(pid, comm, dir) {
+            // SAFETY: kill only sends a signal; `pid` was just checked to be this cluster's
+            // daemon (its name, and its directory in its command line or environment).
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+    }
+}
+
 /// A running test cluster; stopped on drop.
 #[derive(Debug)]
 pub struct SlurmCluster {
@@ -60,15 +101,25 @@ impl SlurmCluster {
                 )));
             }
         }
-        let lock = OpenOptions::new()
+        let mut lock = OpenOptions::new()
             .create(true)
             .truncate(false)
+            .read(true)
             .write(true)
-            .open("/tmp/pmemvm-slurm.lock")
+            .open(LOCK)
             .expect("open /tmp/pmemvm-slurm.lock");
         // SAFETY: flock only reads the descriptor, which `lock` keeps open for the call.
         let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
         assert_eq!(rc, 0, "flock /tmp/pmemvm-slurm.lock");
+        // A test killed before its drop left its daemons running: stop them (only processes
+        // that are that cluster's daemons, by their pid files).
+        let mut previous = String::new();
+        let _ = std::io::Read::read_to_string(&mut lock, &mut previous);
+        if let Some(old) = previous.strip_prefix("dir=") {
+            stop_daemons(Path::new(old.trim()));
+        }
+        let _ = lock.set_len(0);
+        let _ = std::io::Write::write_all(&mut lock, format!("dir={}\n", dir.display()).as_bytes());
         let node = format!("pmemvm-{}", std::process::id());
         for sub in ["munge", "state", "spool", "log"] {
             std::fs::create_dir_all(dir.join(sub)).expect("cluster directories");
@@ -156,6 +207,11 @@ impl SlurmCluster {
         self.dir.join("munge/munge.socket")
     }
 
+    /// The node's name (`pmemvm-PID`).
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
     /// Its slurm.conf.
     pub fn conf(&self) -> PathBuf {
         self.dir.join("slurm.conf")
@@ -230,17 +286,8 @@ impl Drop for SlurmCluster {
             .arg("-s")
             .arg(format!("--socket={}", self.munge_socket().display()))
             .output();
-        // Daemons that did not stop (e.g. slurmd when slurmctld was gone): by their pid files.
+        // Daemons that did not stop (e.g. slurmd when slurmctld was gone).
         std::thread::sleep(Duration::from_millis(500));
-        for pid_file in ["slurmd.pid", "slurmctld.pid"] {
-            if let Some(pid) = std::fs::read_to_string(self.dir.join(pid_file))
-                .ok()
-                .and_then(|s| s.trim().parse::<i32>().ok())
-            {
-                // SAFETY: kill only sends a signal to the daemon this cluster started.
-                unsafe { libc::kill(pid, libc::SIGTERM) };
-            }
-        }
-        let _ = &self.node;
+        stop_daemons(&self.dir);
     }
 }

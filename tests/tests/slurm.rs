@@ -52,6 +52,7 @@ fn bench_array_on_a_real_slurm_cluster_merges_every_side_and_boot_once() {
     let dir = TempDir::new("slurm");
     let cluster = require!(SlurmCluster::start(&dir.join("cluster")));
     let _tcg = require!(ready());
+    let waited = started.elapsed();
     let shared = dir.join("shared");
     let mut args: Vec<&str> = BENCH.to_vec();
     args.extend(["--slurm", "--out", shared.to_str().unwrap()]);
@@ -237,7 +238,11 @@ fn bench_array_on_a_real_slurm_cluster_merges_every_side_and_boot_once() {
     let merge = json(&shared.join("report/merge.json"));
     assert_eq!(merge["left_out"], serde_json::json!([]), "{merge:#}");
     drop(cluster);
-    eprintln!("slurm array test: {:.0} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "slurm array test: {:.0} s, of which {:.0} s waiting for the TCG lock",
+        started.elapsed().as_secs_f64(),
+        waited.as_secs_f64()
+    );
 }
 
 #[test]

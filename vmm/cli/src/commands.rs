@@ -452,7 +452,11 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
             lab::bench::plan(&bench_request(a))?;
         }
         Command::Bench(a) if a.slurm => {
-            lab::bench::plan(&bench_request(a))?;
+            // The tasks check their own node; the image they boot is built here, on the
+            // shared file system the nodes read it from.
+            let req = bench_request(a);
+            let (_, plan) = lab::bench::plan(&req)?;
+            needs.image = lab::bench::uses_image(&req, &plan);
         }
         Command::Bench(a) => {
             lab::bench::prepare(&bench_request(a), true, &mut needs)?;

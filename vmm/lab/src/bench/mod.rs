@@ -212,6 +212,14 @@ pub fn plan(
     Ok((experiment, plan))
 }
 
+/// Whether any side boots (part of) the guest image: a side without its own kernel and
+/// initrd, and no `--kernel`/`--initrd` for it.
+pub fn uses_image(req: &BenchRequest, plan: &ExperimentPlan) -> bool {
+    plan.sides.iter().any(|s| {
+        s.kernel.is_none() && req.kernel.is_none() || s.initrd.is_none() && req.initrd.is_none()
+    })
+}
+
 /// Everything a bench checks before its first boot: the sides, the experiment and its
 /// scaling, the engine (KVM usable, QEMU present — or, with `allow_install`, listed in
 /// `needs`), RAM for the guest, disk for the NVDIMM it fills, and an output directory that can
@@ -230,10 +238,7 @@ pub fn prepare(
         preflight::dimm_disk(bytes, &tmp, preflight::free_bytes(&tmp))?;
     }
     preflight::output_dir(&req.out)?;
-    // Any side without its own kernel and initrd uses (part of) the guest image.
-    needs.image |= plan.sides.iter().any(|s| {
-        s.kernel.is_none() && req.kernel.is_none() || s.initrd.is_none() && req.initrd.is_none()
-    });
+    needs.image |= uses_image(req, &plan);
     Ok(Prepared {
         experiment,
         plan,
