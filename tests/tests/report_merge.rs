@@ -52,6 +52,15 @@ fn report_merges_two_hosts_and_writes_the_bench_files() {
     ] {
         assert!(out_dir.join(f).is_file(), "{f} missing");
     }
+    let merge: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("merge.json")).unwrap()).unwrap();
+    let hosts: Vec<&str> = merge["per_host"]
+        .as_array()
+        .expect("per_host")
+        .iter()
+        .filter_map(|h| h["host"].as_str())
+        .collect();
+    assert_eq!(hosts, ["node-a", "node-b"], "{merge:#}");
     let csv = std::fs::read_to_string(out_dir.join("runs.csv")).unwrap();
     assert_eq!(csv.lines().count(), 5, "{csv}");
     // Again into the same --out: the merged report is refreshed.

@@ -105,6 +105,20 @@ fn bench_array_on_a_real_slurm_cluster_merges_every_side_and_boot_once() {
     } else {
         report_job
     };
+    // squeue shows the report job waiting on the array.
+    let queue = run_cmd(
+        cluster
+            .command("squeue")
+            .args(["-h", "-o", "%j %T %E", "-j", &report_job]),
+        DEADLINE,
+    );
+    assert!(
+        queue
+            .stdout
+            .contains("pmemvm-pmem-verify-report PENDING afterany:"),
+        "{}",
+        queue.dump()
+    );
     let state = cluster.wait(&report_job, Duration::from_secs(300));
     let logs = || {
         std::fs::read_dir(shared.join("logs"))

@@ -487,7 +487,15 @@ impl Merged {
             })
         };
         write(&txt, self.render_text())?;
-        let json = serde_json::to_string_pretty(&self.info).map_err(ReportError::Json)?;
+        let mut doc = serde_json::to_value(&self.info).map_err(ReportError::Json)?;
+        if self.info.hosts_differ {
+            doc["per_host"] = self
+                .per_host()
+                .into_iter()
+                .map(|(host, analysis)| serde_json::json!({"host": host, "analysis": analysis}))
+                .collect();
+        }
+        let json = serde_json::to_string_pretty(&doc).map_err(ReportError::Json)?;
         write(&merge_json, json)?;
         files.push(merge_json);
         Ok(files)

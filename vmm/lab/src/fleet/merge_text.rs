@@ -1,11 +1,12 @@
 //! The merge's own section of the text report: the inputs (directory, host, engine, state, the
 //! boots taken from each), a per-host breakdown when the machines differ (per host and side the
-//! mean of the headline metrics, by the report's own analysis), and what was left out and why.
+//! mean of the headline metrics, by the report's own analysis; [`Merged::per_host`] has the
+//! whole analysis per host for `merge.json`), and what was left out and why.
 
 use std::fmt::Write as _;
 
 use super::merge::Merged;
-use crate::report::Metric;
+use crate::report::{Analysis, Metric};
 
 /// Metrics of the per-host breakdown.
 const PER_HOST: [Metric; 3] = [Metric::Iops, Metric::BwMibS, Metric::SysCpu];
@@ -78,29 +79,38 @@ impl Merged {
         out
     }
 
-    fn render_per_host(&self) -> String {
+    /// Per host (in name order), the report's analysis of that host's runs alone.
+    pub fn per_host(&self) -> Vec<(String, Analysis)> {
         let mut hosts: Vec<&String> = self.run_hosts.iter().collect();
         hosts.sort();
         hosts.dedup();
+        hosts
+            .into_iter()
+            .map(|host| {
+                let mut sub = self.report.clone();
+                sub.runs = self
+                    .report
+                    .runs
+                    .iter()
+                    .zip(&self.run_hosts)
+                    .filter(|(_, h)| *h == host)
+                    .map(|(r, _)| r.clone())
+                    .collect();
+                (host.clone(), sub.analyse())
+            })
+            .collect()
+    }
+
+    fn render_per_host(&self) -> String {
         let mut out = String::from("\nPer host (mean over the host's good runs, n in brackets):\n");
-        for host in hosts {
-            let mut sub = self.report.clone();
-            sub.runs = self
-                .report
-                .runs
-                .iter()
-                .zip(&self.run_hosts)
-                .filter(|(_, h)| *h == host)
-                .map(|(r, _)| r.clone())
-                .collect();
-            let analysis = sub.analyse();
+        for (host, analysis) in self.per_host() {
             let _ = write!(
                 out,
                 "  {}:",
                 if host.is_empty() {
                     "not recorded"
                 } else {
-                    host
+                    &host
                 }
             );
             for m in analysis
@@ -111,7 +121,7 @@ impl Merged {
                 let per_side: Vec<String> = m
                     .sides
                     .iter()
-                    .zip(&sub.sides)
+                    .zip(&self.report.sides)
                     .map(|(s, label)| match s {
                         Some(s) => format!("{label} {} [{}]", m.metric.format(s.mean), s.n),
                         None => format!("{label} -"),
