@@ -296,6 +296,15 @@ fn slurm_scripts_refuse_to_overwrite_and_only_refuses_unknown_tasks() {
         bad.dump()
     );
     assert!(!out_dir.exists());
+    // --out that cannot be a directory: one sentence, status 2.
+    let file = dir.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let mut under_file: Vec<&str> = BENCH.to_vec();
+    let under = file.join("shared");
+    under_file.extend(["--slurm", "--out", under.to_str().unwrap()]);
+    let out = run(&under_file, DEADLINE);
+    assert_eq!(out.status, Some(2), "{}", out.dump());
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.dump());
     // --slurm without --out: clap's usage error.
     let mut no_out: Vec<&str> = BENCH.to_vec();
     no_out.push("--slurm");

@@ -45,9 +45,11 @@ pub fn report(args: &ReportArgs) -> Result<u8, CommandError> {
 }
 
 /// `pmemvm bench EXP --slurm --out DIR`: checks the bench as `--plan` does (sides, experiment,
-/// scaling; the engine is the nodes' business) and writes the scripts.
+/// scaling; the engine is the nodes' business) and that DIR can be made, and writes the
+/// scripts.
 pub fn slurm(args: &BenchArgs, req: &BenchRequest) -> Result<u8, CommandError> {
     let (_, plan) = lab::bench::plan(req)?;
+    lab::preflight::output_dir(&req.out).map_err(lab::bench::BenchError::from)?;
     let sides: Vec<String> = plan.sides.iter().map(|s| s.label.clone()).collect();
     let job = lab::fleet::slurm::job_for(
         &args.experiment,

@@ -4,14 +4,13 @@
 //! below (as `bench --slurm` lays out `SHARED/runs/SIDE-BOOT/`); merged reports found that way
 //! (they hold `merge.json`) are skipped.
 //! All must be of one experiment, and their bench parameters and machines must match
-//! ([`super::pooling`]; machines may differ with `--pool-hosts`). Each (side, boot) is taken
-//! once: a boot whose runs all produced figures wins over a failed one of the same (side, boot)
-//! (a rerun of a failed task), otherwise the first given wins; the others are listed as left
-//! out, with why, and so is every planned (side, boot) no directory holds. The merged
+//! ([`super::pooling`]; machines may differ with `--pool-hosts`). Which boots go in, and under
+//! which number, is [`super::select`]: a rerun replaces a failed boot, copies are left out,
+//! independent repetitions of two hosts are all taken; what is left out is listed with why,
+//! and so is every planned (side, boot) no directory holds. The merged
 //! [`BenchReport`] is rendered by the report module exactly as `bench` renders its own, with
 //! the same statistics.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -156,8 +155,8 @@ pub struct InputSummary {
     pub engine: String,
     /// `complete`, `partial: ...`, `not recorded`.
     pub state: String,
-    /// The boots taken from it.
-    pub taken: Vec<Task>,
+    /// The boots taken from it (`on:1`, or `on:1 as on:3` when renumbered).
+    pub taken: Vec<String>,
 }
 
 /// The merge: the report and what went into it.
@@ -238,32 +237,6 @@ pub fn read_input(dir: &Path) -> Result<Input, MergeError> {
     })
 }
 
-fn boot_ok(report: &BenchReport, task: &Task) -> bool {
-    let mine = |side: &str, boot: u32| side == task.side && boot == task.boot;
-    report
-        .runs
-        .iter()
-        .filter(|r| mine(&r.side, r.boot))
-        .all(|r| r.good_summary().is_some())
-        && report
-            .checks
-            .iter()
-            .filter(|c| mine(&c.side, c.boot))
-            .all(|c| c.error.is_none())
-}
-
-/// The boots a report holds, in order.
-fn tasks_of(report: &BenchReport) -> Vec<Task> {
-    let mut t: Vec<Task> = report
-        .runs
-        .iter()
-        .map(|r| Task::new(&r.side, r.boot))
-        .collect();
-    t.sort();
-    t.dedup();
-    t
-}
-
 /// Merges the inputs (already read, in the order given).
 pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError> {
     let Some(first) = inputs.first() else {
@@ -302,57 +275,17 @@ pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError>
     let machines_differ = inputs[1..]
         .iter()
         .any(|i| pooling::machines_differ(&first.keys, &i.keys));
-    // Which input each (side, boot) comes from.
-    let mut chosen: BTreeMap<Task, usize> = BTreeMap::new();
-    let mut left_out = Vec::new();
-    for (i, input) in inputs.iter().enumerate() {
-        for task in tasks_of(&input.report) {
-            let ok = boot_ok(&input.report, &task);
-            match chosen.get(&task).copied() {
-                None => {
-                    chosen.insert(task, i);
-                }
-                Some(j) => {
-                    let other_ok = boot_ok(&inputs[j].report, &task);
-                    let (keep, drop, why) = if ok && !other_ok {
-                        (i, j, "failed; a later result of the same boot succeeded")
-                    } else {
-                        (
-                            j,
-                            i,
-                            "the same boot is already taken from an earlier directory",
-                        )
-                    };
-                    left_out.push(LeftOut {
-                        dir: inputs[drop].dir.display().to_string(),
-                        task: task.clone(),
-                        why: format!("{why} ({})", inputs[keep].dir.display()),
-                    });
-                    chosen.insert(task, keep);
-                }
-            }
-        }
-    }
+    let sel = super::select::select(&inputs);
     let mut report = first.report.clone();
     report.runs.clear();
     report.checks.clear();
     let mut run_hosts = Vec::new();
-    for (task, &i) in &chosen {
-        let src = &inputs[i].report;
-        for r in src
-            .runs
-            .iter()
-            .filter(|r| r.side == task.side && r.boot == task.boot)
-        {
-            report.runs.push(r.clone());
-            run_hosts.push(src.host.hostname.clone());
-        }
-        report.checks.extend(
-            src.checks
-                .iter()
-                .filter(|c| c.side == task.side && c.boot == task.boot)
-                .cloned(),
-        );
+    for t in &sel.taken {
+        let src = &inputs[t.input].report;
+        let (runs, checks) = super::select::renumbered(src, t);
+        run_hosts.extend(runs.iter().map(|_| src.host.hostname.clone()));
+        report.runs.extend(runs);
+        report.checks.extend(checks);
     }
     // Side order, then run number, as bench writes them.
     let order = |side: &str| report.sides.iter().position(|s| s == side);
@@ -360,22 +293,6 @@ pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError>
     idx.sort_by_key(|&k| (order(&report.runs[k].side), report.runs[k].run));
     report.runs = idx.iter().map(|&k| report.runs[k].clone()).collect();
     let run_hosts: Vec<String> = idx.iter().map(|&k| run_hosts[k].clone()).collect();
-    // Planned boots that no directory holds.
-    let runs_per_side = inputs
-        .iter()
-        .filter_map(|i| i.report.result.as_ref().map(|r| r.runs_per_side))
-        .max()
-        .unwrap_or(0);
-    for task in Task::all(&report.sides, runs_per_side) {
-        if !chosen.contains_key(&task) {
-            left_out.push(LeftOut {
-                dir: String::new(),
-                task,
-                why: "no result directory holds it (its task did not finish or was not run)"
-                    .to_owned(),
-            });
-        }
-    }
     if machines_differ {
         let distinct = |f: &dyn Fn(&BenchReport) -> String| {
             let mut v: Vec<String> = inputs.iter().map(|i| f(&i.report)).collect();
@@ -396,12 +313,13 @@ pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError>
             report.accelerator = i.report.accelerator;
         }
     }
-    let planned = u32::try_from(Task::all(&report.sides, runs_per_side).len()).unwrap_or(u32::MAX);
-    let done = u32::try_from(chosen.len()).unwrap_or(u32::MAX);
+    let runs_per_side = sel.taken.iter().map(|t| t.boot).max().unwrap_or(0);
+    let done = u32::try_from(sel.taken.len()).unwrap_or(u32::MAX);
+    let missing = u32::try_from(sel.missing).unwrap_or(u32::MAX);
     let mut result = ResultInfo::of_bench(
         runs_per_side,
         None,
-        planned.max(done),
+        done.saturating_add(missing),
         done,
         report.failed_runs().len(),
     );
@@ -425,10 +343,11 @@ pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError>
                     .result
                     .as_ref()
                     .map_or_else(|| "not recorded".to_owned(), ResultInfo::describe),
-                taken: chosen
+                taken: sel
+                    .taken
                     .iter()
-                    .filter(|(_, &j)| j == i)
-                    .map(|(t, _)| t.clone())
+                    .filter(|t| t.input == i)
+                    .map(super::select::Taken::describe)
                     .collect(),
             })
             .collect(),
@@ -438,7 +357,7 @@ pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError>
             || inputs
                 .iter()
                 .any(|i| i.report.host.hostname != first.report.host.hostname),
-        left_out,
+        left_out: sel.left_out,
     };
     Ok(Merged {
         report,

@@ -35,7 +35,7 @@ impl Merged {
             }
         );
         for i in &info.inputs {
-            let taken: Vec<String> = i.taken.iter().map(ToString::to_string).collect();
+            let taken = &i.taken;
             let _ = writeln!(
                 out,
                 "  {}  host {} ({}), {}, {}; boots taken: {}",

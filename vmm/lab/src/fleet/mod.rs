@@ -7,6 +7,7 @@
 //! - [`task`]: `--only SIDE:BOOT`, one boot of one side of a bench;
 //! - [`pooling`]: the one place that says what must match before runs may be pooled;
 //! - [`merge`]: reading result directories and merging them;
+//! - [`select`]: which boot of which result goes in, renumbered or left out;
 //! - [`merge_text`]: the merge's own section of the text report (inputs, hosts, left out);
 //! - [`slurm`]: the `sbatch` scripts (the command line is in the `pmemvm` crate:
 //!   `vmm/cli/src/fleet_commands.rs`).
@@ -17,5 +18,6 @@ pub mod merge;
 pub mod merge_text;
 pub mod pooling;
 pub mod record;
+pub mod select;
 pub mod slurm;
 pub mod task;

@@ -4,7 +4,8 @@
 //!
 //! Two kinds of keys: the **machine** (engine, accelerator, CPU model, the host's page sizes):
 //! runs of different machines are refused unless `--pool-hosts`; and the **bench** itself
-//! (vCPUs, guest RAM, NVDIMM size, fio jobs, sides): runs of different benches are never
+//! (vCPUs, guest RAM, NVDIMM size, fio jobs, sides; not `--runs`: more boots are more
+//! repetitions): runs of different benches are never
 //! pooled, since they measured different things. Optional fields are read from the raw JSON, so
 //! results written before a key existed (or by a pmemvm that records more) still merge: a key
 //! that one result lacks is "not recorded" there and compared as such.
@@ -89,13 +90,6 @@ pub fn match_keys(report: &BenchReport, raw: &Value) -> Vec<MatchKey> {
                 .map_or_else(|| "none".to_owned(), |b| b.to_string()),
         ),
         bench("fio jobs", h.jobs.to_string()),
-        bench(
-            "runs per side",
-            report
-                .result
-                .as_ref()
-                .map_or_else(|| NOT_RECORDED.to_owned(), |r| r.runs_per_side.to_string()),
-        ),
     ]
 }
 
