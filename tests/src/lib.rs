@@ -3,6 +3,7 @@
 //! Every harness here skips with a visible reason when the tier it needs
 //! (KVM, QEMU, a built guest image) is missing on the machine.
 
+pub mod durable;
 pub mod label_trace;
 pub mod nested;
 pub mod pmemvm;

@@ -647,3 +647,30 @@ fn malformed_invocations_are_refused_cleanly() {
         failures.join("\n\n")
     );
 }
+
+/// `run --kernel LINUX` without `--initrd` takes the guest image's initramfs
+/// (its /init runs the job); with no image it is refused up front, naming the
+/// kernel and the way out, instead of booting a kernel that cannot run the job.
+#[test]
+fn run_with_a_linux_kernel_and_no_initrd_needs_the_image() {
+    let dir = TempDir::new("no-initrd");
+    populate(&dir.0);
+    let before = snapshot(&dir.0);
+    let out = run_cmd(
+        Command::new(pmemvm_bin())
+            .current_dir(&dir.0)
+            .env("PMEMVM_IMAGE_DIR", dir.0.join("no-image"))
+            .args([
+                "run", "--kernel", "bz32", "--fio", "job.fio", "--engine", "qemu",
+            ]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.status, Some(2), "{}", out.dump());
+    assert!(
+        out.stderr.contains("--kernel bz32 without --initrd")
+            && out.stderr.contains("guest-images/build.sh"),
+        "{}",
+        out.dump()
+    );
+    assert_eq!(snapshot(&dir.0), before, "files changed:\n{}", out.dump());
+}

@@ -489,3 +489,46 @@ fn bench_xfs_dax_write_under_pmemvm() {
         assert!(devs.contains(&d), "{d} missing: {devs:?}");
     }
 }
+
+/// Ctrl-C during a bench: each boot runs in its own child process; a SIGINT
+/// sent to the bench alone (as `kill -INT` does) is forwarded to the running
+/// boot, which ends its VM in order, and the bench stops after it with status
+/// 130 — no further boots, the finished ones in the report.
+#[test]
+fn bench_stops_after_sigint_with_130_and_keeps_the_finished_runs() {
+    let vm = require!(bench_vm());
+    let script = r#"
+pmemvm bench pmem-verify --kernel vmlinux --initrd initramfs.cpio.gz --cpus 1 \
+    --nvdimm 64M --size 8M --runs 2 --out report 2>bench.err &
+pid=$!
+n=0
+while ! grep -q 'boot 2/4' bench.err; do
+    n=$((n + 1)); [ "$n" -gt 400 ] && break; sleep 1
+done
+sleep 8
+kill -INT "$pid"
+wait "$pid"
+echo "bench-status=$?"
+ps -o comm | grep -c pmemvm | sed 's/^/pmemvm-left=/'
+cat bench.err >&2
+"#;
+    let out = vm
+        .run(&["sh", "-c", script])
+        .expect("run pmemvm in the harness");
+    assert!(
+        out.stdout.contains("bench-status=130"),
+        "the bench did not end with 130 after SIGINT\n{}",
+        out.dump()
+    );
+    assert!(out.stdout.contains("pmemvm-left=0"), "{}", out.dump());
+    assert!(out.stderr.contains("stopped by signal 2"), "{}", out.dump());
+    assert!(!out.stderr.contains("boot 3/4"), "{}", out.dump());
+    let report = report_json(&out);
+    let runs = report["runs"].as_array().expect("runs");
+    assert_eq!(runs[0]["outcome"]["status"], "ok", "{report:#}");
+    assert_eq!(runs[0]["side"], "off", "{report:#}");
+    assert!(
+        runs.iter().all(|r| r["boot"].as_u64() == Some(1)),
+        "only the first boot of each side may be in the report: {report:#}"
+    );
+}

@@ -40,20 +40,23 @@
 //! ```
 
 use std::ffi::OsString;
-use std::fmt::Write as _;
 use std::fs;
-use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::process::{wait_watched, Waited};
-use crate::skip::{MaybeSkip, Skip};
 
+mod error;
 mod heartbeat;
 mod l1;
+mod output;
 mod share;
+
+pub use error::NestedError;
+pub(crate) use error::{io_err, unavailable};
+pub use output::RunOutput;
 
 use heartbeat::Heartbeat;
 pub use l1::{
@@ -88,126 +91,9 @@ pub const DEFAULT_L1_MEMORY_MIB: u32 = 3072;
 /// one L1 CPU there is no such call, and L2 guests can still have several vCPUs.
 pub const DEFAULT_L1_CPUS: u32 = 1;
 /// Lines of the L1 console shown in errors and dumps.
-const CONSOLE_TAIL_LINES: usize = 60;
+pub(crate) const CONSOLE_TAIL_LINES: usize = 60;
 /// Harness-owned directory inside the share (`/share/.l1` in L1).
 pub(crate) const L1_DIR: &str = ".l1";
-
-/// Errors of the end-to-end harness.
-#[derive(Debug, thiserror::Error)]
-pub enum NestedError {
-    /// A requirement of the tier is missing on this machine; the test skips.
-    #[error("{0}")]
-    Unavailable(Skip),
-    /// A file operation of the harness failed.
-    #[error("cannot {what}: {source}")]
-    Io {
-        /// What the harness was doing.
-        what: String,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
-    },
-    /// `tests/l1/prepare.sh` failed for a reason other than a missing tool.
-    #[error("preparing the L1 VM failed ({status}); prepare.sh said:\n{stderr}")]
-    Prepare {
-        /// Exit status of prepare.sh.
-        status: String,
-        /// Its standard error.
-        stderr: String,
-    },
-    /// `ldd` could not resolve a host binary's libraries.
-    #[error("cannot collect the shared libraries of {}: {detail}", binary.display())]
-    Libraries {
-        /// The binary.
-        binary: PathBuf,
-        /// What ldd reported.
-        detail: String,
-    },
-    /// The deadline passed; QEMU (or the direct command) was killed.
-    #[error(
-        "the command did not finish within {deadline:?} and was killed \
-         (files kept in {}); its stderr, last lines:\n{stderr}\n{} console, last lines:\n{console}",
-        run_dir.display(), mode
-    )]
-    Deadline {
-        /// The deadline that passed.
-        deadline: Duration,
-        /// Time from starting QEMU (or the command) until it was killed.
-        killed_after: Duration,
-        /// Mode the command ran in.
-        mode: Mode,
-        /// Kept run directory (share, console log).
-        run_dir: PathBuf,
-        /// Tail of the L1 console (nested) or of stderr (direct).
-        console: String,
-        /// Tail of the command's stderr (what pmemvm said so far).
-        stderr: String,
-    },
-    /// The L1 kernel stopped running (no heartbeat from its init): an
-    /// emulation failure of the L1, not of the command. Retried once.
-    #[error(
-        "the L1 VM stopped running ({reason}) and was killed (files kept in {}); \
-         the command's stderr, last lines:\n{stderr}\nL1 console, last lines:\n{console}",
-        run_dir.display()
-    )]
-    L1Stalled {
-        /// What the heartbeat watch saw.
-        reason: String,
-        /// Kept run directory.
-        run_dir: PathBuf,
-        /// Tail of the L1 console.
-        console: String,
-        /// Tail of the command's stderr.
-        stderr: String,
-    },
-    /// The L1 init could not set up (module load, 9p mount).
-    #[error(
-        "the L1 VM failed to set up: {message} (files kept in {}); L1 console, last lines:\n{console}",
-        run_dir.display()
-    )]
-    L1Setup {
-        /// The init's error line.
-        message: String,
-        /// Kept run directory.
-        run_dir: PathBuf,
-        /// Tail of the L1 console.
-        console: String,
-    },
-    /// L1 stopped (panic, crash, QEMU error) without reporting a status.
-    #[error(
-        "the L1 VM stopped without reporting the command's exit status (QEMU {qemu_status}; \
-         files kept in {}); QEMU said: {qemu_log}\nL1 console, last lines:\n{console}",
-        run_dir.display()
-    )]
-    NoStatus {
-        /// QEMU's exit status.
-        qemu_status: String,
-        /// QEMU's own stdout/stderr.
-        qemu_log: String,
-        /// Kept run directory.
-        run_dir: PathBuf,
-        /// Tail of the L1 console.
-        console: String,
-    },
-}
-
-impl MaybeSkip for NestedError {
-    fn skip_reason(&self) -> Option<&str> {
-        match self {
-            NestedError::Unavailable(skip) => Some(skip.reason()),
-            _ => None,
-        }
-    }
-}
-
-pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> NestedError {
-    let what = what.into();
-    move |source| NestedError::Io { what, source }
-}
-
-pub(crate) fn unavailable(reason: impl Into<String>) -> NestedError {
-    NestedError::Unavailable(Skip::new(reason))
-}
 
 /// Where the command runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,60 +115,6 @@ impl std::fmt::Display for Mode {
 
 /// The workspace root (the parent of the `tests` crate): one definition for the harnesses.
 pub use crate::pmemvm::workspace_root;
-
-/// What a command left behind.
-#[derive(Debug)]
-pub struct RunOutput {
-    /// Where it ran.
-    pub mode: Mode,
-    /// Exit status of the command (128 + signal if killed by a signal in direct mode).
-    pub status: i32,
-    /// Its standard output.
-    pub stdout: String,
-    /// Its standard error.
-    pub stderr: String,
-    /// The L1 serial console (empty in direct mode).
-    pub l1_console: String,
-    /// Host path of the share: the command's working directory, with every
-    /// file it wrote. Removed when this value is dropped unless
-    /// `PMEMVM_TEST_KEEP=1`.
-    pub share_dir: PathBuf,
-    /// Host wall time from starting QEMU (or the command) to its end.
-    pub elapsed: Duration,
-    /// L1 uptime when its init started the command (nested mode).
-    pub l1_uptime_at_run: Option<f64>,
-    /// The L1 kernel package (nested mode).
-    pub l1_kernel: Option<String>,
-    _run_dir: RunDir,
-}
-
-impl RunOutput {
-    /// Host path of `name` in the share.
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.share_dir.join(name)
-    }
-
-    /// Everything useful for an assertion message: status, stdout, stderr and
-    /// the tail of the L1 console.
-    pub fn dump(&self) -> String {
-        let mut s = format!(
-            "command ({}) exited with {} after {:.1?}\n--- stdout ---\n{}\n--- stderr ---\n{}\n",
-            self.mode,
-            self.status,
-            self.elapsed,
-            tail(&self.stdout, 200),
-            tail(&self.stderr, 100)
-        );
-        if self.mode == Mode::Nested {
-            let _ = write!(
-                s,
-                "--- L1 console (last lines) ---\n{}\n",
-                tail(&self.l1_console, CONSOLE_TAIL_LINES)
-            );
-        }
-        s
-    }
-}
 
 /// Builder for one command run on a machine with a real KVM (see the module
 /// docs). Each [`run`](NestedVm::run) uses a fresh share directory.

@@ -60,6 +60,13 @@ pub enum ChildError {
         /// What happened.
         what: String,
     },
+    /// A signal arrived and the child ended before it had run anything (it
+    /// was still starting up); the bench stops there.
+    #[error("stopped by signal {signal} before the boot produced a result")]
+    Interrupted {
+        /// The signal.
+        signal: i32,
+    },
     /// Host I/O around the child.
     #[error("{what}: {source}")]
     Io {
@@ -194,10 +201,13 @@ pub fn run_in_child(exe: &Path, spec: &RunSpec, dir: &Path) -> Result<ChildRun, 
         Some(ChildOutcome::Refused { message, usage }) => {
             Err(ChildError::Refused { message, usage })
         }
-        None => Err(ChildError::Child {
-            exe: exe.to_path_buf(),
-            what: format!("ended ({status}) without writing its outcome"),
-        }),
+        None => match interrupted_by {
+            Some(signal) => Err(ChildError::Interrupted { signal }),
+            None => Err(ChildError::Child {
+                exe: exe.to_path_buf(),
+                what: format!("ended ({status}) without writing its outcome"),
+            }),
+        },
     }
 }
 

@@ -36,6 +36,14 @@ pub enum RunError {
     /// The job archive.
     #[error(transparent)]
     Job(#[from] guest_job::GuestJobError),
+    /// A Linux kernel without an initrd, and no guest image to take the initramfs from.
+    #[error("--kernel {} without --initrd: the job runs from the guest image's initramfs, which is not available ({reason}); give --initrd, or build the image with guest-images/build.sh", kernel.display())]
+    NoInitrd {
+        /// The kernel given.
+        kernel: PathBuf,
+        /// Why the image is missing.
+        reason: String,
+    },
     /// No kernel given and no guest image.
     #[error("no --kernel given and the default guest image is not available: {0}")]
     NoImage(String),
@@ -58,7 +66,9 @@ impl RunError {
     pub fn is_usage(&self) -> bool {
         match self {
             Self::Vm(e) => e.is_usage(),
-            Self::Input { .. } | Self::Preflight(_) | Self::NoImage(_) => true,
+            Self::Input { .. } | Self::Preflight(_) | Self::NoImage(_) | Self::NoInitrd { .. } => {
+                true
+            }
             Self::Job(_) | Self::Io { .. } => false,
         }
     }
@@ -287,6 +297,16 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         other => other?,
     };
     let (kernel, initrd, image) = match &spec.kernel {
+        // A Linux kernel without --initrd runs the job from the guest image's
+        // initramfs (its /init runs jobs); without the image the job could not
+        // run at all, so that is refused rather than booted without it.
+        Some(k) if linux && spec.initrd.is_none() => {
+            let image = guest_job::find_image_dir().map_err(|e| RunError::NoInitrd {
+                kernel: k.clone(),
+                reason: e.to_string(),
+            })?;
+            (k.clone(), Some(image.initramfs.clone()), None)
+        }
         Some(k) => (k.clone(), spec.initrd.clone(), None),
         None => {
             let image =

@@ -406,11 +406,20 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
             };
             let result = match &req.runner {
                 Runner::InProcess => run::run_job(&spec)?,
-                Runner::Child(exe) => {
-                    let done = child::run_in_child(exe, &spec, &scratch.0)?;
-                    interrupted_by = done.interrupted_by;
-                    done.result
-                }
+                Runner::Child(exe) => match child::run_in_child(exe, &spec, &scratch.0) {
+                    Ok(done) => {
+                        interrupted_by = done.interrupted_by;
+                        done.result
+                    }
+                    Err(ChildError::Interrupted { signal }) => {
+                        progress(&format!(
+                            "stopped by signal {signal} while boot {boot}/{boots} was starting"
+                        ));
+                        interrupted_by = Some(signal);
+                        break 'reps;
+                    }
+                    Err(e) => return Err(e.into()),
+                },
             };
             report.accelerator = match (result.functional_only, result.accelerator.as_str()) {
                 (_, "tcg") => Accelerator::Tcg,

@@ -1,0 +1,62 @@
+//! What one harness run brings back.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::share::{tail, RunDir};
+use super::{Mode, CONSOLE_TAIL_LINES};
+
+/// What a command left behind.
+#[derive(Debug)]
+pub struct RunOutput {
+    /// Where it ran.
+    pub mode: Mode,
+    /// Exit status of the command (128 + signal if killed by a signal in direct mode).
+    pub status: i32,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+    /// The L1 serial console (empty in direct mode).
+    pub l1_console: String,
+    /// Host path of the share: the command's working directory, with every
+    /// file it wrote. Removed when this value is dropped unless
+    /// `PMEMVM_TEST_KEEP=1`.
+    pub share_dir: PathBuf,
+    /// Host wall time from starting QEMU (or the command) to its end.
+    pub elapsed: Duration,
+    /// L1 uptime when its init started the command (nested mode).
+    pub l1_uptime_at_run: Option<f64>,
+    /// The L1 kernel package (nested mode).
+    pub l1_kernel: Option<String>,
+    pub(super) _run_dir: RunDir,
+}
+
+impl RunOutput {
+    /// Host path of `name` in the share.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.share_dir.join(name)
+    }
+
+    /// Everything useful for an assertion message: status, stdout, stderr and
+    /// the tail of the L1 console.
+    pub fn dump(&self) -> String {
+        let mut s = format!(
+            "command ({}) exited with {} after {:.1?}\n--- stdout ---\n{}\n--- stderr ---\n{}\n",
+            self.mode,
+            self.status,
+            self.elapsed,
+            tail(&self.stdout, 200),
+            tail(&self.stderr, 100)
+        );
+        if self.mode == Mode::Nested {
+            let _ = write!(
+                s,
+                "--- L1 console (last lines) ---\n{}\n",
+                tail(&self.l1_console, CONSOLE_TAIL_LINES)
+            );
+        }
+        s
+    }
+}
