@@ -115,10 +115,12 @@ impl SlurmCluster {
         // that are that cluster's daemons, by their pid files).
         let mut previous = String::new();
         let _ = std::io::Read::read_to_string(&mut lock, &mut previous);
+        let previous = previous.trim_matches(|c: char| c == '\0' || c.is_whitespace());
         if let Some(old) = previous.strip_prefix("dir=") {
-            stop_daemons(Path::new(old.trim()));
+            stop_daemons(Path::new(old));
         }
         let _ = lock.set_len(0);
+        let _ = std::io::Seek::seek(&mut lock, std::io::SeekFrom::Start(0));
         let _ = std::io::Write::write_all(&mut lock, format!("dir={}\n", dir.display()).as_bytes());
         let node = format!("pmemvm-{}", std::process::id());
         for sub in ["munge", "state", "spool", "log"] {

@@ -50,9 +50,10 @@ fn json(path: &Path) -> serde_json::Value {
 fn bench_array_on_a_real_slurm_cluster_merges_every_side_and_boot_once() {
     let started = Instant::now();
     let dir = TempDir::new("slurm");
-    let cluster = require!(SlurmCluster::start(&dir.join("cluster")));
+    // The TCG lock first: the cluster runs only while this test may boot guests.
     let _tcg = require!(ready());
     let waited = started.elapsed();
+    let cluster = require!(SlurmCluster::start(&dir.join("cluster")));
     let shared = dir.join("shared");
     let mut args: Vec<&str> = BENCH.to_vec();
     args.extend(["--slurm", "--out", shared.to_str().unwrap()]);
