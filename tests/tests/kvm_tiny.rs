@@ -181,6 +181,8 @@ fn config(kernel: &str, cpus: u8) -> vmm::config::VmConfig {
         cmdline: vmm::config::DEFAULT_CMDLINE.into(),
         cpus,
         memory: 64 << 20,
+        ram_pages: Default::default(),
+        placement: Default::default(),
         nvdimms: Vec::new(),
         console: vmm::config::ConsoleMode::Null,
         channel: None,

@@ -22,6 +22,7 @@ use vm_memory::mmap::MmapRegionBuilder;
 use vm_memory::{FileOffset, MmapRegion};
 
 use crate::config::NvdimmSpec;
+use crate::hugepages::{fs_kind, FsKind};
 use crate::identity::{self, geometry_text, wrong_size, Block, Identity};
 
 /// Errors opening or mapping a backing file.
@@ -120,6 +121,9 @@ pub enum BackingError {
         #[source]
         source: std::io::Error,
     },
+    /// Huge pages: hugetlbfs files, hugetlb temporary DIMMs.
+    #[error(transparent)]
+    Huge(#[from] crate::hugepages::HugePageError),
     /// mmap failed.
     #[error("mapping NVDIMM backing file {path} into memory failed: {source}")]
     Map {
@@ -134,7 +138,11 @@ pub enum BackingError {
 impl BackingError {
     /// True when the error is the user's input (exit status 2) rather than a host failure.
     pub fn is_usage(&self) -> bool {
-        !matches!(self, Self::Io { .. } | Self::Map { .. })
+        match self {
+            Self::Io { .. } | Self::Map { .. } => false,
+            Self::Huge(e) => e.is_usage(),
+            _ => true,
+        }
     }
 }
 
@@ -150,6 +158,8 @@ pub struct NvdimmBacking {
     /// The DIMM serial number recorded in the file's identity block; `None`
     /// for temporary DIMMs and read-only files without one (order-based).
     pub serial: Option<u32>,
+    /// The file system the file is on (decides the page size it can get).
+    pub fs: FsKind,
     /// Path of a file this process created (removed again if setup fails).
     created: Option<PathBuf>,
 }
@@ -162,6 +172,9 @@ impl NvdimmBacking {
             None => Self::open_temporary(spec)?,
         };
         let mut backing = backing;
+        if backing.fs != FsKind::Hugetlbfs {
+            backing.fs = fs_kind(&backing.file);
+        }
         backing.lock()?;
         if spec.prealloc {
             backing.preallocate()?;
@@ -186,6 +199,8 @@ impl NvdimmBacking {
             path: path.display().to_string(),
             source,
         };
+        // hugetlbfs: label-size=0 only, the length rounded up to 2 MiB.
+        let want = crate::memory_placement::backing_len(spec, path)?;
         match std::fs::metadata(path) {
             Ok(md) => {
                 let ft = md.file_type();
@@ -195,8 +210,8 @@ impl NvdimmBacking {
                 if !ft.is_file() || ft.is_block_device() {
                     return Err(BackingError::NotRegular(path.into()));
                 }
-                if md.len() != spec.file_len() {
-                    return Err(wrong_size(spec, path, md.len()));
+                if md.len() != want {
+                    return Err(wrong_size(spec, path, md.len(), want));
                 }
                 let file = OpenOptions::new()
                     .read(true)
@@ -214,6 +229,7 @@ impl NvdimmBacking {
                     file: Arc::new(file),
                     display: path.display().to_string(),
                     serial: None,
+                    fs: FsKind::Other,
                     created: None,
                 })
             }
@@ -238,12 +254,10 @@ impl NvdimmBacking {
                     file: Arc::new(file),
                     display: path.display().to_string(),
                     serial: None,
+                    fs: FsKind::Other,
                     created: Some(path.into()),
                 };
-                backing
-                    .file
-                    .set_len(spec.file_len())
-                    .map_err(backing.io())?;
+                backing.file.set_len(want).map_err(backing.io())?;
                 Ok(backing)
             }
             Err(e) => Err(io(e)),
@@ -251,6 +265,16 @@ impl NvdimmBacking {
     }
 
     fn open_temporary(spec: &NvdimmSpec) -> Result<Self, BackingError> {
+        if spec.hugepages {
+            return Ok(Self {
+                spec: spec.clone(),
+                file: Arc::new(crate::hugepages::temporary_file(spec.file_len())?),
+                display: "(temporary, hugetlb)".into(),
+                serial: None,
+                fs: FsKind::Hugetlbfs,
+                created: None,
+            });
+        }
         let dir = std::env::temp_dir();
         let io = |source| BackingError::Io {
             path: dir.display().to_string(),
@@ -270,6 +294,7 @@ impl NvdimmBacking {
             file: Arc::new(file),
             display: format!("(temporary in {})", dir.display()),
             serial: None,
+            fs: FsKind::Other,
             created: None,
         })
     }
@@ -321,7 +346,13 @@ impl NvdimmBacking {
                     .map_err(self.io())?;
                 // A DIMM pmemvm has not seen before: labels as on a new NVDIMM.
                 self.init_labels()?;
-                identity::write_at(&self.file, offset, &id).map_err(self.io())?;
+                if self.fs == FsKind::Hugetlbfs {
+                    // hugetlbfs has no write(2): through a mapping of its page.
+                    crate::hugepages::write_through_mapping(&self.file, offset, &id.encode())
+                } else {
+                    identity::write_at(&self.file, offset, &id)
+                }
+                .map_err(self.io())?;
                 Ok(Some(id.serial))
             }
         }
@@ -359,26 +390,6 @@ impl NvdimmBacking {
             .map_err(self.io())
     }
 
-    fn preallocate(&self) -> Result<(), BackingError> {
-        let len =
-            libc::off_t::try_from(self.spec.file_len()).map_err(|_| BackingError::Prealloc {
-                path: self.display.clone(),
-                size: self.spec.file_len(),
-                source: std::io::Error::from(ErrorKind::InvalidInput),
-            })?;
-        // SAFETY: fallocate only reads the fd, which `self.file` keeps open; mode 0
-        // allocates blocks without changing the file size (already `len`).
-        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, len) };
-        if rc != 0 {
-            return Err(BackingError::Prealloc {
-                path: self.display.clone(),
-                size: self.spec.file_len(),
-                source: std::io::Error::last_os_error(),
-            });
-        }
-        Ok(())
-    }
-
     /// Maps the guest's region (`spec.spa_size()` bytes
     /// from offset 0) `MAP_SHARED`, read-only when the DIMM is.
     pub fn map(&self) -> Result<MmapRegion, BackingError> {
@@ -391,10 +402,19 @@ impl NvdimmBacking {
         } else {
             libc::PROT_READ | libc::PROT_WRITE
         };
+        let hugetlb = self.fs == FsKind::Hugetlbfs;
+        // hugetlb: no MAP_NORESERVE, so the pages are reserved now (counted
+        // up front by `hugepages::check`) and never missing mid-run.
+        let flags = if hugetlb {
+            libc::MAP_SHARED
+        } else {
+            libc::MAP_SHARED | libc::MAP_NORESERVE
+        };
         MmapRegionBuilder::new(size)
             .with_file_offset(FileOffset::from_arc(self.file.clone(), 0))
             .with_mmap_prot(prot)
-            .with_mmap_flags(libc::MAP_SHARED | libc::MAP_NORESERVE)
+            .with_mmap_flags(flags)
+            .with_hugetlbfs(hugetlb)
             .build()
             .map_err(|source| BackingError::Map {
                 path: self.display.clone(),
@@ -424,84 +444,7 @@ impl Drop for NvdimmBacking {
     }
 }
 
-/// The free space of the file system holding `file`, as a phrase for
-/// storage-failure messages ("its file system has 0 of 8388608 bytes free").
-pub fn space_report(file: &File) -> String {
-    // SAFETY: a zeroed statvfs is a valid out-parameter; fstatvfs only reads
-    // the fd (kept open by `file`) and fills the struct.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) } != 0 {
-        return format!(
-            "its file system's free space is unknown ({})",
-            std::io::Error::last_os_error()
-        );
-    }
-    let free = st.f_bavail.saturating_mul(st.f_frsize);
-    let total = st.f_blocks.saturating_mul(st.f_frsize);
-    if free == 0 {
-        format!("its file system is full (0 of {total} bytes free)")
-    } else {
-        format!("its file system has {free} of {total} bytes free")
-    }
-}
-
-/// Opens every backing file; refuses the same path twice. On error, files
-/// created so far are removed (their `Drop`).
-pub fn open_all(specs: &[NvdimmSpec]) -> Result<Vec<NvdimmBacking>, BackingError> {
-    let mut seen: Vec<FileKey> = Vec::new();
-    for path in specs.iter().filter_map(|s| s.file.as_ref()) {
-        let key = FileKey::of(path);
-        if seen.contains(&key) {
-            return Err(BackingError::Duplicate(path.clone()));
-        }
-        seen.push(key);
-    }
-    let backings: Vec<NvdimmBacking> = specs
-        .iter()
-        .map(NvdimmBacking::open)
-        .collect::<Result<_, _>>()?;
-    for (i, a) in backings.iter().enumerate() {
-        let twin = backings[..i]
-            .iter()
-            .find(|b| a.serial.is_some() && b.serial == a.serial);
-        if let (Some(b), Some(serial)) = (twin, a.serial) {
-            return Err(BackingError::DuplicateIdentity {
-                first: b.display.clone(),
-                second: a.display.clone(),
-                serial,
-            });
-        }
-    }
-    Ok(backings)
-}
-
-/// What makes two `file=` paths the same file: the inode of an existing file
-/// (catches hard links and symlinks), else the canonical directory plus name
-/// (`a.img` and `./a.img` before either exists).
-#[derive(Debug, PartialEq, Eq)]
-enum FileKey {
-    Inode(u64, u64),
-    Path(PathBuf),
-}
-
-impl FileKey {
-    fn of(path: &Path) -> Self {
-        use std::os::unix::fs::MetadataExt;
-        if let Ok(md) = std::fs::metadata(path) {
-            return Self::Inode(md.dev(), md.ino());
-        }
-        let dir = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            Some(p) => p.to_path_buf(),
-            None => PathBuf::from("."),
-        };
-        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
-        Self::Path(match path.file_name() {
-            Some(name) => dir.join(name),
-            None => path.to_path_buf(),
-        })
-    }
-}
+pub use crate::backing_set::{open_all, space_report};
 
 #[cfg(test)]
 mod tests {

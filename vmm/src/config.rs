@@ -25,7 +25,7 @@ pub enum ConfigError {
         nearest: String,
     },
     /// An `--nvdimm` option this version does not know.
-    #[error("--nvdimm option '{0}' is not known; accepted: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,node=N]")]
+    #[error("--nvdimm option '{0}' is not known; accepted: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,hugepages][,node=N]")]
     NvdimmOption(String),
     /// An `--nvdimm` option given twice.
     #[error("--nvdimm option '{0}' is given more than once")]
@@ -54,6 +54,9 @@ pub enum ConfigError {
         /// The highest node number that keeps the numbering dense.
         max_ok: u32,
     },
+    /// `hugepages` together with `file=`.
+    #[error("--nvdimm hugepages makes a temporary DIMM in hugetlb pages and cannot be combined with file=; for a named file with 2 MiB pages put it on a tmpfs mounted with -o huge=always")]
+    HugepagesWithFile,
     /// More DIMMs without `node=` than node numbers left.
     #[error("the --nvdimm options need more than {MAX_NODE} guest NUMA nodes; give some DIMMs a shared node=N")]
     TooManyNodes,
@@ -122,6 +125,8 @@ pub struct NvdimmSpec {
     pub label_size: u64,
     /// Allocate the whole file up front (fallocate).
     pub prealloc: bool,
+    /// A temporary DIMM in hugetlb pages (`hugepages`; needs `label-size=0`).
+    pub hugepages: bool,
     /// Guest NUMA node given with `node=`; `None` = the next node of its own.
     pub node: Option<u32>,
 }
@@ -136,6 +141,7 @@ impl NvdimmSpec {
             readonly: false,
             label_size: 0,
             prealloc: false,
+            hugepages: false,
             node: None,
         }
     }
@@ -215,6 +221,7 @@ impl std::str::FromStr for NvdimmSpec {
             readonly: false,
             label_size: layout::NVDIMM_DEFAULT_LABEL_SIZE,
             prealloc: false,
+            hugepages: false,
             node: None,
         };
         let mut seen: Vec<&str> = Vec::new();
@@ -232,10 +239,14 @@ impl std::str::FromStr for NvdimmSpec {
                 ("file", Some(v)) => out.file = Some(PathBuf::from(v)),
                 ("readonly", None) => out.readonly = true,
                 ("prealloc", None) => out.prealloc = true,
+                ("hugepages", None) => out.hugepages = true,
                 ("label-size", Some(v)) => out.label_size = parse_label_size(v)?,
                 ("node", Some(v)) => out.node = Some(parse_node(v)?),
                 _ => return Err(ConfigError::NvdimmOption(part.to_string())),
             }
+        }
+        if out.hugepages && out.file.is_some() {
+            return Err(ConfigError::HugepagesWithFile);
         }
         if size
             .checked_add(out.label_size + layout::NVDIMM_IDENTITY_SIZE)
@@ -366,6 +377,10 @@ pub struct VmConfig {
     pub cpus: u8,
     /// Guest RAM in bytes.
     pub memory: u64,
+    /// Which pages back guest RAM (`--memory SIZE,hugepages|thp`).
+    pub ram_pages: crate::hugepages::RamPages,
+    /// vCPU pinning and host NUMA binding (`--pin`, `--host-node`).
+    pub placement: crate::placement::Placement,
     /// NVDIMMs in order.
     pub nvdimms: Vec<NvdimmSpec>,
     /// Console (COM1).

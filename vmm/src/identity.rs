@@ -182,7 +182,8 @@ pub(crate) fn geometry_text(id: &Identity) -> String {
 /// another pmemvm geometry (its identity block says which), pmemvm 0.1's
 /// layout (the file is SIZE bytes, or its old region — length minus labels,
 /// rounded down to 2 MiB — is SIZE), or just the wrong size.
-pub(crate) fn wrong_size(spec: &NvdimmSpec, path: &Path, actual: u64) -> BackingError {
+/// The error for an existing file of `actual` bytes where `wanted` were needed.
+pub(crate) fn wrong_size(spec: &NvdimmSpec, path: &Path, actual: u64, wanted: u64) -> BackingError {
     let tail = actual
         .checked_sub(crate::layout::NVDIMM_IDENTITY_SIZE)
         .and_then(|off| File::open(path).ok().map(|f| (f, off)))
@@ -209,7 +210,7 @@ pub(crate) fn wrong_size(spec: &NvdimmSpec, path: &Path, actual: u64) -> Backing
     BackingError::WrongSize {
         path: path.into(),
         actual,
-        wanted: spec.file_len(),
+        wanted,
         wanted_text: spec.size_text.clone(),
     }
 }
@@ -219,7 +220,7 @@ pub(crate) fn wrong_size(spec: &NvdimmSpec, path: &Path, actual: u64) -> Backing
 pub fn peek_serial(spec: &NvdimmSpec) -> Option<u32> {
     let path = spec.file.as_ref()?;
     let f = File::open(path).ok()?;
-    if f.metadata().ok()?.len() != spec.file_len() {
+    if f.metadata().ok()?.len() != crate::memory_placement::backing_len(spec, path).ok()? {
         return None;
     }
     match read_at(&f, spec.identity_offset()).ok()? {

@@ -18,6 +18,7 @@
 
 pub mod acpi_setup;
 pub mod backing;
+pub mod backing_set;
 pub mod boot;
 pub mod config;
 pub mod console;
@@ -25,12 +26,25 @@ pub mod cpu;
 pub mod exit_status;
 pub mod fault;
 pub mod host;
+pub mod hugepages;
 pub mod identity;
 pub mod label_index;
 pub mod layout;
 pub mod memory;
+pub mod memory_placement;
+pub mod placement;
 pub mod run_loop;
 pub mod signals;
 pub mod stats;
 pub mod vcpu;
 pub mod vm;
+
+/// Unit tests that map and touch megabytes, or measure this process's RSS,
+/// take this lock, so one's allocation does not show in another's figures.
+#[cfg(test)]
+pub(crate) static MEMORY_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[cfg(test)]
+pub(crate) fn memory_test_lock() -> std::sync::MutexGuard<'static, ()> {
+    MEMORY_TESTS.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -255,6 +255,8 @@ impl Vm {
 
         let mut unwind_sync = SyncOnUnwind(Some(self.writable_files()));
         let mut vcpus = VcpuSet::new().map_err(io_err("installing the vCPU kick signal"))?;
+        // The VMM's own threads (this one, and what it starts) off the vCPUs' CPUs.
+        let _others = crate::placement::OtherThreads::enter(&self.placement)?;
         let started = self.start_vcpus(&mut vcpus, opts.faults);
         if started.is_ok() {
             while exit.get().is_none() {
@@ -305,10 +307,17 @@ impl Vm {
                 mem: self.mem.clone(),
                 faults,
             };
+            let pin: Vec<u32> = self.placement.pin.get(index).copied().into_iter().collect();
+            let exit = self.exit.clone();
             let spawned = if faults.vcpu_spawn_fails == Some(index) {
                 Err(std::io::Error::other("injected fault"))
             } else {
-                vcpus.spawn(index, move || ctx.run())
+                vcpus.spawn(index, move || {
+                    match crate::placement::pin_current_thread(&pin, &format!("vCPU {index}")) {
+                        Ok(()) => ctx.run(),
+                        Err(e) => exit.request(ExitRequest::Fatal(e.to_string())),
+                    }
+                })
             };
             spawned.map_err(|source| VmError::Io {
                 what: format!("starting the thread of vCPU {index}"),
@@ -327,6 +336,7 @@ impl Vm {
     ) -> RunOutcome {
         let sync_error = sync_all(self.writable_files(), SYNC_DEADLINE);
         self.log_rss();
+        let machine = self.describe_machine();
         // No request: a vCPU thread could not start (the caller reports it).
         let reason = reason.unwrap_or(ExitRequest::Fatal("the VM did not start".into()));
         let reason = match (&stopped, reason, sync_error) {
@@ -379,7 +389,56 @@ impl Vm {
             exits: self.stats.snapshot(),
             nvdimms,
             host_hint,
+            machine,
         }
+    }
+
+    /// The machine description with the page sizes that backed guest RAM
+    /// and each DIMM, read from this process's smaps now that the guest ran.
+    fn describe_machine(&self) -> crate::host::machine::MachineDescription {
+        let mut maps: Vec<(String, usize, usize)> = self
+            .mem
+            .iter()
+            .filter_map(|r| {
+                let host = self.mem.get_host_address(r.start_addr()).ok()?;
+                Some((
+                    "ram".to_string(),
+                    host as usize,
+                    usize::try_from(r.len()).ok()?,
+                ))
+            })
+            .collect();
+        maps.extend(self.nvdimms.iter().enumerate().map(|(i, n)| {
+            (
+                format!("nvdimm{i}"),
+                n.mapping.as_ptr() as usize,
+                n.mapping.size(),
+            )
+        }));
+        let pages = crate::host::smaps::measure(&maps).unwrap_or_else(|e| {
+            log::warn!("{e}");
+            Vec::new()
+        });
+        for p in &pages {
+            let file = p
+                .what
+                .strip_prefix("nvdimm")
+                .and_then(|i| i.parse::<usize>().ok())
+                .and_then(|i| self.nvdimms.get(i))
+                .map(|n| format!(" ({})", n.backing.display))
+                .unwrap_or_default();
+            log::info!(
+                "memory: {}{file} backed by {}, {} KiB resident",
+                p.what,
+                p.describe(),
+                p.resident >> 10
+            );
+        }
+        crate::host::machine::MachineDescription::probe().with_run(
+            &self.placement.pin,
+            self.placement.host_node,
+            pages,
+        )
     }
 
     /// The writable DIMMs' files, named for messages.

@@ -140,6 +140,7 @@ mod tests {
 
     #[test]
     fn rss_excludes_the_named_mapping() {
+        let _lock = crate::memory_test_lock();
         let len = 8 << 20;
         let mut v = vec![1u8; len];
         v[len - 1] = 2;

@@ -30,8 +30,10 @@ use crate::boot::{self, BootError, BootInputs};
 use crate::config::{ConsoleMode, VmConfig};
 use crate::cpu::{self, CpuSetupError};
 use crate::host::HostKvm;
+use crate::hugepages::{self, MemorySpec};
 use crate::layout;
 use crate::memory::{self, MemoryLayoutError};
+use crate::placement::{self, Placement, PlacementError};
 use crate::stats::{ExitCounts, ExitStats, NvdimmCounts};
 
 /// Errors building or running a VM.
@@ -86,9 +88,12 @@ pub enum VmError {
     /// vCPU setup.
     #[error(transparent)]
     Cpu(#[from] CpuSetupError),
-    /// Guest RAM allocation.
-    #[error("allocating {0} bytes of guest RAM failed")]
-    RamAlloc(u64, #[source] vm_memory::mmap::FromRangesError),
+    /// Guest RAM allocation and huge pages.
+    #[error(transparent)]
+    Huge(#[from] crate::hugepages::HugePageError),
+    /// `--pin` / `--host-node`.
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
     /// Device wiring.
     #[error("placing devices failed: {0}")]
     Bus(#[from] BusError),
@@ -126,6 +131,11 @@ impl VmError {
             Self::Config(_) => true,
             Self::Boot(e) => e.is_usage(),
             Self::Backing(e) => e.is_usage(),
+            Self::Huge(e) => e.is_usage(),
+            Self::Placement(e) => !matches!(
+                e,
+                PlacementError::Bind { .. } | PlacementError::Affinity { .. }
+            ),
             _ => false,
         }
     }
@@ -173,6 +183,8 @@ pub struct RunOutcome {
     pub nvdimms: Vec<NvdimmCounts>,
     /// A sentence explaining why the host cannot run this guest, when that is the likely cause.
     pub host_hint: Option<String>,
+    /// The host, the placement and the page sizes that backed guest memory.
+    pub machine: crate::host::machine::MachineDescription,
 }
 
 /// A VM ready to run.
@@ -188,6 +200,7 @@ pub struct Vm {
     pub(crate) console_in: Option<Arc<Mutex<SerialDevice>>>,
     pub(crate) host: HostKvm,
     pub(crate) dsm: Option<Arc<devices::nvdimm_dsm::DsmHandler>>,
+    pub(crate) placement: Placement,
 }
 
 impl std::fmt::Debug for Vm {
@@ -324,6 +337,15 @@ impl Vm {
         let spa_sizes: Vec<u64> = config.nvdimms.iter().map(|n| n.spa_size()).collect();
         let bases = memory::nvdimm_bases(&ram, &spa_sizes, phys_bits)?;
         crate::config::resolve_nodes(&config.nvdimms)?;
+        crate::memory_placement::check_host_placement(
+            config.cpus,
+            &MemorySpec {
+                size: config.memory,
+                pages: config.ram_pages,
+            },
+            &config.placement,
+            &config.nvdimms,
+        )?;
         boot::detect_format(&config.kernel)?;
 
         let vm_fd = kvm.create_vm().map_err(kvm_err("VM creation"))?;
@@ -344,13 +366,16 @@ impl Vm {
             .iter()
             .map(|&(a, l)| (GuestAddress(a), usize::try_from(l).unwrap_or(usize::MAX)))
             .collect();
-        let mem = GuestMemoryMmap::from_ranges(&ranges)
-            .map_err(|e| VmError::RamAlloc(config.memory, e))?;
+        let mem = hugepages::guest_ram(&ranges, config.ram_pages)?;
         let mut slot = 0u32;
         for region in mem.iter() {
             let host = mem
                 .get_host_address(region.start_addr())
                 .map_err(|_| VmError::Acpi("guest RAM has no host mapping".into()))?;
+            if let Some(node) = config.placement.host_node {
+                let len = usize::try_from(region.len()).unwrap_or(usize::MAX);
+                placement::bind_memory(host as usize, len, node, "guest RAM")?;
+            }
             add_memslot(
                 &vm_fd,
                 slot,
@@ -387,6 +412,7 @@ impl Vm {
         let mut nvdimms = Vec::with_capacity(backings.len());
         for (i, (b, base)) in backings.into_iter().zip(bases).enumerate() {
             let mapping = b.map()?;
+            crate::memory_placement::place_dimm(&b, &mapping, base, config.placement.host_node)?;
             add_memslot(
                 &vm_fd,
                 slot,
@@ -500,6 +526,7 @@ impl Vm {
             console_in,
             host,
             dsm,
+            placement: config.placement.clone(),
         })
     }
 

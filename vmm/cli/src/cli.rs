@@ -127,6 +127,24 @@ fn parse_cpus(s: &str) -> Result<u8, String> {
     }
 }
 
+fn parse_memory(s: &str) -> Result<vmm::hugepages::MemorySpec, String> {
+    s.parse()
+}
+
+fn parse_pin(s: &str) -> Result<vmm::placement::Placement, String> {
+    vmm::placement::Placement::parse(Some(s), None).map_err(|e| e.to_string())
+}
+
+impl MachineArgs {
+    /// The host placement these options ask for.
+    pub fn placement(&self) -> vmm::placement::Placement {
+        vmm::placement::Placement {
+            host_node: self.host_node,
+            ..self.pin.clone().unwrap_or_default()
+        }
+    }
+}
+
 fn parse_nvdimm(s: &str) -> Result<NvdimmSpec, String> {
     s.parse::<NvdimmSpec>().map_err(|e| e.to_string())
 }
@@ -137,9 +155,17 @@ pub struct MachineArgs {
     /// Number of vCPUs.
     #[arg(long, default_value = "1", value_parser = parse_cpus, value_name = "N")]
     pub cpus: u8,
-    /// Guest RAM (K, M, G, T suffixes).
-    #[arg(long, default_value = "512M", value_parser = parse_size_arg, value_name = "SIZE")]
-    pub memory: u64,
+    /// Guest RAM (K, M, G, T suffixes); `,hugepages` backs it with 2 MiB
+    /// hugetlb pages (reserved up front), `,thp` asks for transparent huge pages.
+    #[arg(long, default_value = "512M", value_parser = parse_memory, value_name = "SIZE[,hugepages|,thp]")]
+    pub memory: vmm::hugepages::MemorySpec,
+    /// Pin vCPU i to the i-th host CPU of this list (e.g. 2,3 or 4-7); the
+    /// VMM's other threads then run on the remaining CPUs.
+    #[arg(long, value_parser = parse_pin, value_name = "CPULIST")]
+    pub pin: Option<vmm::placement::Placement>,
+    /// Bind guest RAM and every NVDIMM mapping to this host NUMA node (strict).
+    #[arg(long, value_name = "N")]
+    pub host_node: Option<u32>,
     /// An NVDIMM: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,node=N]. Repeat for more.
     ///
     /// SIZE is the guest's persistent-memory region, a multiple of 16 MiB. The
@@ -200,7 +226,9 @@ impl BootArgs {
                 &self.append,
             ),
             cpus: self.machine.cpus,
-            memory: self.machine.memory,
+            memory: self.machine.memory.size,
+            ram_pages: self.machine.memory.pages,
+            placement: self.machine.placement(),
             nvdimms: self.machine.nvdimm.clone(),
             console: ConsoleMode::from_choice(
                 self.console.console || self.console.console_log.is_none(),

@@ -136,7 +136,7 @@ pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
 /// `pmemvm acpi`: writes `<NAME>.aml` for every table and `RSDP.aml`.
 pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
     let m = &args.machine;
-    let ram = memory::ram_regions(m.memory).map_err(VmError::from)?;
+    let ram = memory::ram_regions(m.memory.size).map_err(VmError::from)?;
     let sizes: Vec<u64> = m.nvdimm.iter().map(|n| n.spa_size()).collect();
     let bases =
         memory::nvdimm_bases(&ram, &sizes, memory::host_phys_addr_bits()).map_err(VmError::from)?;
@@ -245,7 +245,12 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
     {
         check_output(path)?;
     }
-    preflight::memory(args.machine.memory, preflight::mem_available()).map_err(RunError::from)?;
+    check_host(&args.machine)?;
+    if args.machine.memory.pages != vmm::hugepages::RamPages::Hugetlb {
+        // hugetlb RAM is not in MemAvailable; Vm::build counts free huge pages.
+        preflight::memory(args.machine.memory.size, preflight::mem_available())
+            .map_err(RunError::from)?;
+    }
     let spec = RunSpec {
         engine: args.engine.into(),
         kernel: args.kernel.clone(),
@@ -253,7 +258,9 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
         cmdline: args.cmdline.clone(),
         extra_cmdline: args.append.clone(),
         cpus: args.machine.cpus,
-        memory: args.machine.memory,
+        memory: args.machine.memory.size,
+        ram_pages: args.machine.memory.pages,
+        placement: args.machine.placement(),
         nvdimms: args.machine.nvdimm.clone(),
         job: lab::guest_job::GuestJob {
             fio_job,
@@ -430,12 +437,22 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
     Ok(lab::report::bench_exit_status(&failed))
 }
 
+/// `--pin`, `--host-node` and huge pages against this host, before anything is built.
+fn check_host(m: &crate::cli::MachineArgs) -> Result<(), CommandError> {
+    let placement = m.placement();
+    vmm::memory_placement::check_host_placement(m.cpus, &m.memory, &placement, &m.nvdimm)?;
+    Ok(())
+}
+
 /// `pmemvm preflight COMMAND...`: what `command` needs on this host that an
 /// install can provide; an error for anything it cannot (see [`lab::preflight`]).
 pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
     let mut needs = Needs::default();
     match command {
-        Command::Boot(a) => needs.image = a.kernel.is_none(),
+        Command::Boot(a) => {
+            check_host(&a.machine)?;
+            needs.image = a.kernel.is_none();
+        }
         Command::Run(a) => {
             let spec = run_spec(a)?;
             if spec

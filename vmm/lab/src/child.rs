@@ -299,6 +299,8 @@ mod tests {
             extra_cmdline: vec![],
             cpus: 1,
             memory: 256 << 20,
+            ram_pages: Default::default(),
+            placement: Default::default(),
             nvdimms: vec![],
             job: Default::default(),
             stream_console: false,

@@ -35,6 +35,10 @@ pub struct Machine<'a> {
     pub cpus: u8,
     /// RAM bytes.
     pub memory: u64,
+    /// Which pages back RAM (pmemvm only).
+    pub ram_pages: vmm::hugepages::RamPages,
+    /// vCPU pinning and host NUMA binding (pmemvm only).
+    pub placement: &'a vmm::placement::Placement,
     /// The user's DIMMs, in order.
     pub nvdimms: &'a [NvdimmSpec],
     /// COM1 goes here (and to stdout when `stream_console`).
@@ -65,6 +69,8 @@ pub struct Ended {
     pub exits: Option<ExitCounts>,
     /// Per-DIMM flush and label counters (pmemvm only).
     pub nvdimm_stats: Vec<NvdimmCounts>,
+    /// The machine with the page sizes measured behind guest memory (pmemvm only).
+    pub machine: Option<vmm::host::machine::MachineDescription>,
 }
 
 /// An engine: boots a [`Machine`] to its end.
@@ -110,6 +116,8 @@ impl GuestEngine for Pmemvm {
             cmdline: m.cmdline.to_string(),
             cpus: m.cpus,
             memory: m.memory,
+            ram_pages: m.ram_pages,
+            placement: m.placement.clone(),
             nvdimms: m.nvdimms.to_vec(),
             // The scratch copy is kept either way: its tail explains failures.
             console: ConsoleMode::from_choice(m.stream_console, Some(m.console.to_path_buf())),
@@ -139,6 +147,7 @@ impl GuestEngine for Pmemvm {
             functional_only: self.kvm.cannot_run_linux() || in_nested_l1(),
             exits: Some(outcome.exits.clone()),
             nvdimm_stats: outcome.nvdimms.clone(),
+            machine: Some(outcome.machine.clone()),
         })
     }
 }

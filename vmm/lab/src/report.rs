@@ -22,6 +22,7 @@ mod analysis;
 mod csv;
 mod failures;
 mod format;
+mod machine;
 mod metric;
 mod provenance;
 mod svg;
@@ -189,6 +190,9 @@ pub struct RunRecord {
     /// The fio command line the guest ran for this phase, as it reported it.
     #[serde(default)]
     pub command: String,
+    /// What the boot's machine was (host, placement, measured page sizes).
+    #[serde(default)]
+    pub machine: Option<vmm::host::machine::MachineDescription>,
 }
 
 impl RunRecord {

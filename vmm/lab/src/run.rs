@@ -50,6 +50,9 @@ pub enum RunError {
     /// A prerequisite of the engine or the host is not met.
     #[error(transparent)]
     Preflight(#[from] PreflightError),
+    /// `--pin`, `--host-node` or huge pages with the QEMU engine.
+    #[error("{0} applies to --engine pmemvm only (QEMU places its guest itself); drop it or use --engine pmemvm")]
+    PmemvmOnly(&'static str),
     /// Host I/O.
     #[error("{what}: {source}")]
     Io {
@@ -69,6 +72,7 @@ impl RunError {
             Self::Input { .. } | Self::Preflight(_) | Self::NoImage(_) | Self::NoInitrd { .. } => {
                 true
             }
+            Self::PmemvmOnly(_) => true,
             Self::Job(_) | Self::Io { .. } => false,
         }
     }
@@ -127,6 +131,12 @@ pub struct RunSpec {
     pub cpus: u8,
     /// RAM.
     pub memory: u64,
+    /// Which pages back RAM.
+    #[serde(default)]
+    pub ram_pages: vmm::hugepages::RamPages,
+    /// vCPU pinning, host NUMA binding.
+    #[serde(default)]
+    pub placement: vmm::placement::Placement,
     /// NVDIMMs.
     pub nvdimms: Vec<NvdimmSpec>,
     /// The job.
@@ -237,6 +247,10 @@ pub struct RunResult {
     pub exits: Option<ExitCounts>,
     /// Per-DIMM flush and label counters (pmemvm engine).
     pub nvdimm_stats: Vec<NvdimmCounts>,
+    /// What the run was: host CPU, THP/KSM/SMT, mitigations, pinning, and
+    /// (pmemvm engine) the page sizes measured behind RAM and each DIMM.
+    #[serde(default)]
+    pub machine: vmm::host::machine::MachineDescription,
     /// Wall time of the run in seconds.
     pub wall_seconds: f64,
     /// fio's JSON output.
@@ -296,6 +310,22 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         Err(PreflightError::HostCannotRunLinux(_)) if !linux => Engine::Pmemvm,
         other => other?,
     };
+    if engine == Engine::Qemu {
+        let option = if !spec.placement.pin.is_empty() {
+            Some("--pin")
+        } else if spec.placement.host_node.is_some() {
+            Some("--host-node")
+        } else if spec.ram_pages != vmm::hugepages::RamPages::Default {
+            Some("--memory SIZE,hugepages/thp")
+        } else if spec.nvdimms.iter().any(|n| n.hugepages) {
+            Some("--nvdimm SIZE,hugepages")
+        } else {
+            None
+        };
+        if let Some(option) = option {
+            return Err(RunError::PmemvmOnly(option));
+        }
+    }
     let (kernel, initrd, image) = match &spec.kernel {
         // A Linux kernel without --initrd runs the job from the guest image's
         // initramfs (its /init runs jobs); without the image the job could not
@@ -363,6 +393,11 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         host,
         exits: None,
         nvdimm_stats: Vec::new(),
+        machine: vmm::host::machine::MachineDescription::probe().with_run(
+            &spec.placement.pin,
+            spec.placement.host_node,
+            Vec::new(),
+        ),
         wall_seconds: 0.0,
         fio: None,
         guest_files: Default::default(),
@@ -376,6 +411,8 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         cmdline: &cmdline,
         cpus: spec.cpus,
         memory: spec.memory,
+        ram_pages: spec.ram_pages,
+        placement: &spec.placement,
         nvdimms: &spec.nvdimms,
         console: &console,
         channel: &channel,
@@ -388,6 +425,9 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     result.functional_only = ended.functional_only;
     result.exits = ended.exits;
     result.nvdimm_stats = ended.nvdimm_stats;
+    if let Some(m) = ended.machine {
+        result.machine = m;
+    }
     result.error = ended.error;
     let vm_status = ended.status;
     result.wall_seconds = start.elapsed().as_secs_f64();

@@ -398,6 +398,8 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 },
                 cpus: req.cpus,
                 memory,
+                ram_pages: Default::default(),
+                placement: Default::default(),
                 nvdimms: nvdimms.clone(),
                 job: plan.guest_job(),
                 stream_console: false,

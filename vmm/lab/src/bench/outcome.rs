@@ -209,6 +209,7 @@ pub fn boot_records(
                     phase: phase.name.clone(),
                     provenance: Some(prov.clone()),
                     command,
+                    machine: Some(result.machine.clone()),
                 });
                 run += 1;
             }
@@ -277,6 +278,7 @@ mod tests {
             },
             exits: None,
             nvdimm_stats: Vec::new(),
+            machine: Default::default(),
             wall_seconds: 1.0,
             fio: None,
             guest_files: files

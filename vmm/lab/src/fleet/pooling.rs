@@ -2,7 +2,9 @@
 //! kept in ONE function, [`match_keys`], so that a new machine property (the page sizes backing
 //! the DIMMs and the guest RAM, THP, the CPU governor, pinning) is added in one place.
 //!
-//! Two kinds of keys: the **machine** (engine, accelerator, CPU model, the host's page sizes):
+//! Two kinds of keys: the **machine** (engine, accelerator, CPU model, and from each run's
+//! machine description the page sizes behind the host, guest RAM and DIMMs, THP, the CPU
+//! governor, pinning and NUMA binding):
 //! runs of different machines are refused unless `--pool-hosts`; and the **bench** itself
 //! (vCPUs, guest RAM, NVDIMM size, fio jobs, sides; not `--runs`: more boots are more
 //! repetitions): runs of different benches are never
@@ -36,19 +38,30 @@ pub struct MatchKey {
 
 const NOT_RECORDED: &str = "not recorded";
 
-/// A string (or number) at `path` in the raw JSON, `not recorded` when absent.
-fn raw_field(raw: &Value, path: &[&str]) -> String {
-    let mut v = raw;
-    for p in path {
-        match v.get(p) {
-            Some(next) => v = next,
-            None => return NOT_RECORDED.to_owned(),
-        }
-    }
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => NOT_RECORDED.to_owned(),
-        other => other.to_string(),
+/// The values of `key` in the machine description of every run (`runs[].machine.KEY`, written
+/// since the machine description exists), distinct and in order, joined with `; `; `not
+/// recorded` when no run has it.
+fn run_machine_field(raw: &Value, key: &str) -> String {
+    let mut values: Vec<String> = raw
+        .get("runs")
+        .and_then(Value::as_array)
+        .map(|runs| {
+            runs.iter()
+                .filter_map(|r| r.get("machine").and_then(|m| m.get(key)))
+                .filter(|v| !v.is_null())
+                .map(|v| match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    values.sort();
+    values.dedup();
+    if values.is_empty() {
+        NOT_RECORDED.to_owned()
+    } else {
+        values.join("; ")
     }
 }
 
@@ -70,17 +83,25 @@ pub fn match_keys(report: &BenchReport, raw: &Value) -> Vec<MatchKey> {
         machine("engine", report.engine.clone()),
         machine("accelerator", report.accelerator.name().to_owned()),
         machine("CPU model", h.cpu_model.clone()),
-        // Recorded by a machine description where present (host page sizes backing the
-        // DIMMs and the guest RAM, transparent huge pages); read defensively.
-        machine("host page size", raw_field(raw, &["host", "page_size"])),
-        machine(
-            "page size backing the NVDIMMs",
-            raw_field(raw, &["host", "machine", "dimm_page_size"]),
-        ),
+        // From each run's machine description (host page size, the page sizes measured behind
+        // guest RAM and each DIMM, THP, the governor, pinning); read defensively: results
+        // written before it existed have none.
+        machine("host page size", run_machine_field(raw, "host_page_size")),
         machine(
             "page size backing guest RAM",
-            raw_field(raw, &["host", "machine", "ram_page_size"]),
+            run_machine_field(raw, "ram_page_size"),
         ),
+        machine(
+            "page sizes backing the NVDIMMs",
+            run_machine_field(raw, "dimm_page_size"),
+        ),
+        machine(
+            "transparent huge pages",
+            run_machine_field(raw, "thp_enabled"),
+        ),
+        machine("CPU governor", run_machine_field(raw, "cpu_governor")),
+        machine("vCPU pinning", run_machine_field(raw, "vcpu_pinning")),
+        machine("host NUMA binding", run_machine_field(raw, "host_node")),
         bench("sides", report.sides.join(", ")),
         bench("guest vCPUs", h.guest_vcpus.to_string()),
         bench("guest memory (MiB)", h.guest_mem_mib.to_string()),
@@ -130,7 +151,7 @@ mod tests {
         .unwrap();
         let mut raw = serde_json::to_value(&report).unwrap();
         if let Some(p) = page {
-            raw["host"]["page_size"] = p.into();
+            raw["runs"] = serde_json::json!([{"machine": {"host_page_size": p}}]);
         }
         match_keys(&report, &raw)
     }

@@ -102,6 +102,7 @@ mod tests {
             phase: String::new(),
             provenance: None,
             command: String::new(),
+            machine: None,
         }
     }
 

@@ -266,6 +266,7 @@ mod tests {
             phase: "write-and-verify".into(),
             provenance: None,
             command: String::new(),
+            machine: None,
         }
     }
 

@@ -27,6 +27,7 @@ fn ok(side: &str, run: u32, summary: FioSummary) -> RunRecord {
         phase: String::new(),
         provenance: None,
         command: String::new(),
+        machine: None,
     }
 }
 
@@ -65,6 +66,7 @@ fn sample(accelerator: Accelerator) -> BenchReport {
                 phase: String::new(),
                 provenance: None,
                 command: String::new(),
+                machine: None,
             },
             ok("on", 1, summary("group-reporting.json", 0)),
             ok("on", 2, summary("normal-json.out", 0)),
@@ -504,4 +506,35 @@ fn one_run_on_a_side_is_said_not_computed() {
             .any(|l| l.contains(",iops,on,") && l.ends_with(",n=1 off")),
         "{csv}"
     );
+}
+
+#[test]
+fn the_report_names_every_machine_field_in_which_the_sides_differ() {
+    let mut r = synthetic_report();
+    let off = vmm::host::machine::MachineDescription::probe().with_run(&[], None, Vec::new());
+    let mut on = off.clone();
+    on.ram_page_size = 2 << 20;
+    on.thp_enabled = format!("not-{}", off.thp_enabled);
+    for run in &mut r.runs {
+        run.machine = Some(if run.side == "off" {
+            off.clone()
+        } else {
+            on.clone()
+        });
+    }
+    let text = r.render_text();
+    assert!(text.contains("machine (off): "), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("machine differs between sides off and on: "))
+        .unwrap_or_else(|| panic!("no difference line:\n{text}"));
+    assert!(line.contains("ram_page_size: 0 vs 2097152"), "{line}");
+    assert!(line.contains("thp_enabled: "), "{line}");
+    for run in &mut r.runs {
+        run.machine = Some(off.clone());
+    }
+    assert!(r.render_text().contains("machine (on): the same"));
+    // The machine travels in report.json.
+    let json = r.to_json().unwrap();
+    assert!(json.contains("\"ram_page_size\""), "{json}");
 }

@@ -99,6 +99,7 @@ impl BenchReport {
         }
         out.push_str(&self.upstream_section(&analysis));
         out.push_str(&self.provenance_sections());
+        out.push_str(&self.machine_section());
         if !self.accelerator.is_performance() {
             let _ = writeln!(
                 out,

@@ -1,9 +1,13 @@
 //! Facts about the host that decide what a guest can do here: hardware
 //! virtualization flags, and whether /dev/kvm is PVM (pagetable-based
 //! virtualization, which emulates guest kernel code and cannot run an
-//! unmodified Linux kernel).
+//! unmodified Linux kernel); [`machine`] describes the host for run and
+//! bench records, [`smaps`] measures the page sizes backing guest memory.
 
 use std::path::Path;
+
+pub mod machine;
+pub mod smaps;
 
 /// What pmemvm knows about the host's KVM.
 #[derive(Debug, Clone, PartialEq, Eq)]

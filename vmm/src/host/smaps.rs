@@ -1,0 +1,216 @@
+//! Which host page size actually backs a mapping, measured from
+//! `/proc/self/smaps`: resident bytes mapped by PMD (`AnonHugePages`,
+//! `ShmemPmdMapped`, `FilePmdMapped`) or by hugetlb pages
+//! (`Shared_Hugetlb`, `Private_Hugetlb`, with `KernelPageSize` giving the
+//! hugetlb page size) against all resident bytes.
+
+use serde::{Deserialize, Serialize};
+
+/// Errors reading smaps.
+#[derive(Debug, thiserror::Error)]
+pub enum SmapsError {
+    /// /proc/self/smaps cannot be read.
+    #[error("reading /proc/self/smaps failed (needed to measure the page size backing guest memory): {0}")]
+    Read(#[source] std::io::Error),
+}
+
+/// How one guest mapping (RAM or a DIMM) is backed on the host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MappingPages {
+    /// What the mapping is: `ram` or `nvdimm0`, `nvdimm1`, ...
+    pub what: String,
+    /// Length of the mapping in bytes.
+    pub size: u64,
+    /// Bytes resident when measured (what the guest touched, or was preallocated).
+    pub resident: u64,
+    /// Of those, bytes mapped with pages larger than the base page
+    /// (2 MiB PMD mappings or hugetlb pages).
+    pub huge_resident: u64,
+    /// The page size backing most resident bytes: 4096, 2097152 or
+    /// 1073741824; 0 when nothing was resident.
+    pub page_size: u64,
+}
+
+impl MappingPages {
+    /// "2M", "4K", "1G", or "none resident", with the share when mixed.
+    pub fn describe(&self) -> String {
+        if self.resident == 0 {
+            return "no page resident".into();
+        }
+        let name = crate::config::size_text(self.page_size);
+        if self.huge_resident == 0 || self.huge_resident == self.resident {
+            format!("{name} pages")
+        } else {
+            let share = self.huge_resident.saturating_mul(100) / self.resident;
+            format!("{name} pages ({share}% of resident bytes in huge pages)")
+        }
+    }
+}
+
+/// Totals of the smaps fields for the VMAs overlapping one range.
+#[derive(Debug, Default, Clone, Copy)]
+struct Totals {
+    rss_kib: u64,
+    pmd_kib: u64,
+    hugetlb_kib: u64,
+    hugetlb_page_kib: u64,
+    base_page_kib: u64,
+}
+
+/// Measures each `(what, host address, length)` mapping from the text of
+/// `/proc/self/smaps`.
+pub fn measure_text(smaps: &str, maps: &[(String, usize, usize)]) -> Vec<MappingPages> {
+    let mut totals = vec![Totals::default(); maps.len()];
+    let mut current: Vec<usize> = Vec::new();
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let Some(first) = fields.next() else { continue };
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(start), Ok(end)) =
+                (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+            {
+                current = maps
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (_, g, len))| start < g.saturating_add(*len) && *g < end)
+                    .map(|(i, _)| i)
+                    .collect();
+                continue;
+            }
+        }
+        let kib = || {
+            fields
+                .clone()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        for &i in &current {
+            let t = &mut totals[i];
+            match first {
+                "Rss:" => t.rss_kib += kib(),
+                "AnonHugePages:" | "ShmemPmdMapped:" | "FilePmdMapped:" => t.pmd_kib += kib(),
+                "Shared_Hugetlb:" | "Private_Hugetlb:" => t.hugetlb_kib += kib(),
+                "KernelPageSize:" => {
+                    let k = kib();
+                    if k > 4 {
+                        t.hugetlb_page_kib = t.hugetlb_page_kib.max(k);
+                    } else {
+                        t.base_page_kib = k;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    maps.iter()
+        .zip(totals)
+        .map(|((what, _, len), t)| {
+            // hugetlb pages are not counted in Rss.
+            let resident_kib = t.rss_kib + t.hugetlb_kib;
+            let huge_kib = t.pmd_kib + t.hugetlb_kib;
+            let base = if t.base_page_kib == 0 {
+                4
+            } else {
+                t.base_page_kib
+            };
+            let huge_page_kib = if t.hugetlb_kib > 0 {
+                t.hugetlb_page_kib
+            } else {
+                2048
+            };
+            let page_kib = if resident_kib == 0 {
+                0
+            } else if huge_kib * 2 > resident_kib {
+                huge_page_kib
+            } else {
+                base
+            };
+            MappingPages {
+                what: what.clone(),
+                size: *len as u64,
+                resident: resident_kib << 10,
+                huge_resident: huge_kib << 10,
+                page_size: page_kib << 10,
+            }
+        })
+        .collect()
+}
+
+/// Measures each `(what, host address, length)` mapping of this process.
+pub fn measure(maps: &[(String, usize, usize)]) -> Result<Vec<MappingPages>, SmapsError> {
+    let text = std::fs::read_to_string("/proc/self/smaps").map_err(SmapsError::Read)?;
+    Ok(measure_text(&text, maps))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn touched_anonymous_memory_is_measured_in_4k_pages_without_thp() {
+        let _lock = crate::memory_test_lock();
+        let len = 8 << 20;
+        // SAFETY: an anonymous private mapping, unmapped below; no other code uses it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: `p` is a live mapping of `len` bytes.
+        unsafe {
+            libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
+            std::ptr::write_bytes(p.cast::<u8>(), 1, len / 2);
+        }
+        let m = measure(&[("ram".into(), p as usize, len)]).unwrap();
+        assert_eq!(m[0].page_size, 4096, "{m:?}");
+        assert!(m[0].resident >= (len / 2) as u64, "{m:?}");
+        assert_eq!(m[0].huge_resident, 0);
+        assert_eq!(m[0].describe(), "4K pages");
+        // SAFETY: unmapping the mapping made above, no longer used.
+        unsafe { libc::munmap(p, len) };
+    }
+
+    #[test]
+    fn pmd_and_hugetlb_fields_decide_the_page_size() {
+        let text = "\
+7f0000000000-7f0000400000 rw-s 00000000 00:2d 12 /mnt/huge/pm0.img
+Size:               4096 kB
+KernelPageSize:        4 kB
+Rss:                4096 kB
+ShmemPmdMapped:     4096 kB
+FilePmdMapped:         0 kB
+Shared_Hugetlb:        0 kB
+7f0000400000-7f0000800000 rw-s 00000000 00:2e 13 /dev/hugepages/pm1.img
+Size:               4096 kB
+KernelPageSize:     2048 kB
+Rss:                   0 kB
+Shared_Hugetlb:     2048 kB
+Private_Hugetlb:       0 kB
+7f0000800000-7f0000c00000 rw-s 00000000 fe:00 14 /var/tmp/pm2.img
+Size:               4096 kB
+KernelPageSize:        4 kB
+Rss:                 100 kB
+FilePmdMapped:         0 kB
+";
+        let maps = [
+            ("nvdimm0".to_string(), 0x7f00_0000_0000, 4 << 20),
+            ("nvdimm1".to_string(), 0x7f00_0040_0000, 4 << 20),
+            ("nvdimm2".to_string(), 0x7f00_0080_0000, 4 << 20),
+            ("ram".to_string(), 0x1000, 4096),
+        ];
+        let m = measure_text(text, &maps);
+        assert_eq!(m[0].page_size, 2 << 20);
+        assert_eq!(m[1].page_size, 2 << 20);
+        assert_eq!(m[1].resident, 2 << 20);
+        assert_eq!(m[2].page_size, 4096);
+        assert_eq!(m[3].page_size, 0);
+        assert_eq!(m[3].describe(), "no page resident");
+    }
+}

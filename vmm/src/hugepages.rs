@@ -1,0 +1,383 @@
+//! Huge pages for guest memory: `--memory SIZE,hugepages` (hugetlb guest
+//! RAM, reserved at mmap time so a shortage is found before the guest
+//! starts), `--memory SIZE,thp` (`MADV_HUGEPAGE` on anonymous RAM), and
+//! `--nvdimm SIZE,hugepages,label-size=0` (a temporary DIMM in a
+//! `memfd_create(MFD_HUGETLB)` file). DIMM files on a tmpfs mounted with
+//! `huge=always`/`within_size` get 2 MiB pages from the kernel as they are;
+//! this module tells which file system a backing file is on and checks the
+//! mapping's 2 MiB alignment against its guest address.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+
+use vm_memory::mmap::MmapRegionBuilder;
+use vm_memory::{GuestAddress, GuestMemoryMmap, GuestRegionMmap};
+
+/// 2 MiB, the huge page size pmemvm uses.
+pub const HUGE_PAGE_SIZE: u64 = 2 << 20;
+/// memfd_create flags (linux/memfd.h).
+const MFD_CLOEXEC: libc::c_uint = 1;
+const MFD_HUGETLB: libc::c_uint = 4;
+
+/// Errors with huge pages.
+#[derive(Debug, thiserror::Error)]
+pub enum HugePageError {
+    /// A `--memory` option that is not known.
+    #[error("--memory option '{0}' is not known; accepted: SIZE[,hugepages|,thp]")]
+    MemoryOption(String),
+    /// A size that is not a multiple of 2 MiB.
+    #[error("{what} {size} bytes is not a multiple of 2 MiB, which hugetlb pages need; use a multiple of 2M")]
+    Unaligned {
+        /// "--memory", "--nvdimm".
+        what: &'static str,
+        /// Bytes.
+        size: u64,
+    },
+    /// Not enough free hugetlb pages.
+    #[error("{what} needs {needed} free 2 MiB huge pages but this host has {free} (HugePages_Free less HugePages_Rsvd in /proc/meminfo); reserve more with `echo N > /proc/sys/vm/nr_hugepages`, or use ordinary pages there")]
+    NotEnough {
+        /// What asks for them.
+        what: String,
+        /// Pages needed.
+        needed: u64,
+        /// Pages free.
+        free: u64,
+    },
+    /// A hugetlb DIMM with labels (hugetlbfs files cannot be written with write(2)).
+    #[error("--nvdimm {0},hugepages needs label-size=0: hugetlbfs files cannot be written with write(2), which pmemvm's label area and identity page use; add ',label-size=0', or use a file on a tmpfs mounted with huge=always")]
+    HugetlbLabels(String),
+    /// A named file on hugetlbfs with a label area.
+    #[error("NVDIMM backing file {0} is on hugetlbfs, whose files cannot be written with write(2) as the guest's label writes need; add ',label-size=0' for a label-less DIMM there, or put the file on a tmpfs mounted with -o huge=always (2 MiB pages too, labels work)")]
+    HugetlbfsFile(String),
+    /// Creating or mapping hugetlb memory failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl HugePageError {
+    /// True when the user's input is at fault (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        !matches!(self, Self::Io { .. })
+    }
+}
+
+/// Which pages back guest RAM.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RamPages {
+    /// Anonymous memory, the kernel's THP default.
+    #[default]
+    Default,
+    /// Anonymous memory with `MADV_HUGEPAGE`.
+    Thp,
+    /// hugetlb pages (`MAP_HUGETLB`), reserved when mapped.
+    Hugetlb,
+}
+
+/// `--memory SIZE[,hugepages|,thp]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemorySpec {
+    /// Bytes.
+    pub size: u64,
+    /// Page kind.
+    pub pages: RamPages,
+}
+
+impl std::str::FromStr for MemorySpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut parts = s.split(',');
+        let size = crate::config::parse_size(parts.next().unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+        let mut pages = RamPages::Default;
+        for p in parts {
+            pages = match (p, pages) {
+                ("hugepages", RamPages::Default) => RamPages::Hugetlb,
+                ("thp", RamPages::Default) => RamPages::Thp,
+                _ => return Err(HugePageError::MemoryOption(p.to_string()).to_string()),
+            };
+        }
+        Ok(Self { size, pages })
+    }
+}
+
+/// Free 2 MiB hugetlb pages (HugePages_Free − HugePages_Rsvd), from /proc/meminfo.
+pub fn free_huge_pages() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    if field("Hugepagesize:") != HUGE_PAGE_SIZE >> 10 {
+        return 0;
+    }
+    field("HugePages_Free:").saturating_sub(field("HugePages_Rsvd:"))
+}
+
+/// Bytes a hugetlb DIMM of `file_len` bytes takes (rounded up to 2 MiB).
+pub fn huge_len(file_len: u64) -> u64 {
+    file_len.div_ceil(HUGE_PAGE_SIZE) * HUGE_PAGE_SIZE
+}
+
+/// Checks, before anything is created, that RAM and the hugetlb DIMMs fit
+/// in the free hugetlb pages.
+pub fn check(
+    memory: &MemorySpec,
+    dimms: &[crate::config::NvdimmSpec],
+) -> Result<(), HugePageError> {
+    let mut needed = 0u64;
+    let mut what = Vec::new();
+    if memory.pages == RamPages::Hugetlb {
+        if !memory.size.is_multiple_of(HUGE_PAGE_SIZE) {
+            return Err(HugePageError::Unaligned {
+                what: "--memory",
+                size: memory.size,
+            });
+        }
+        needed += memory.size / HUGE_PAGE_SIZE;
+        what.push(format!(
+            "--memory {},hugepages",
+            crate::config::size_text(memory.size)
+        ));
+    }
+    for d in dimms.iter().filter(|d| d.hugepages) {
+        if d.label_size != 0 {
+            return Err(HugePageError::HugetlbLabels(d.size_text.clone()));
+        }
+        needed += huge_len(d.file_len()) / HUGE_PAGE_SIZE;
+        what.push(format!("--nvdimm {},hugepages", d.size_text));
+    }
+    // A new file on hugetlbfs takes its pages from the same pool (an
+    // existing one may have them already).
+    for (d, path) in dimms
+        .iter()
+        .filter_map(|d| d.file.as_deref().map(|p| (d, p)))
+        .filter(|(_, p)| !p.exists() && crate::memory_placement::on_hugetlbfs(p))
+    {
+        needed += huge_len(d.file_len()) / HUGE_PAGE_SIZE;
+        what.push(format!("--nvdimm {},file={}", d.size_text, path.display()));
+    }
+    let free = free_huge_pages();
+    if needed > free {
+        return Err(HugePageError::NotEnough {
+            what: what.join(" and "),
+            needed,
+            free,
+        });
+    }
+    Ok(())
+}
+
+/// The file system a backing file is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsKind {
+    /// hugetlbfs.
+    Hugetlbfs,
+    /// tmpfs/shmem (2 MiB pages when mounted with `huge=`).
+    Tmpfs,
+    /// Anything else (4 KiB page cache pages on ext4, xfs, ...).
+    Other,
+}
+
+/// The file system holding `file`.
+pub fn fs_kind(file: &File) -> FsKind {
+    // SAFETY: a zeroed statfs is a valid out-parameter; fstatfs only reads
+    // the fd (kept open by `file`) and fills the struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return FsKind::Other;
+    }
+    match st.f_type {
+        libc::HUGETLBFS_MAGIC => FsKind::Hugetlbfs,
+        libc::TMPFS_MAGIC => FsKind::Tmpfs,
+        _ => FsKind::Other,
+    }
+}
+
+/// A nameless hugetlb file of `len` bytes (rounded up to 2 MiB), for a
+/// temporary DIMM; its pages are reserved when it is mapped.
+pub fn temporary_file(len: u64) -> Result<File, HugePageError> {
+    let io = |source| HugePageError::Io {
+        what: "creating a hugetlb memfd for a temporary NVDIMM".into(),
+        source,
+    };
+    // SAFETY: the name is a NUL-terminated literal; memfd_create returns a new fd or -1.
+    let fd = unsafe { libc::memfd_create(c"pmemvm-nvdimm".as_ptr(), MFD_CLOEXEC | MFD_HUGETLB) };
+    if fd < 0 {
+        return Err(io(std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` is a new fd owned by nobody else.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(huge_len(len)).map_err(io)?;
+    Ok(file)
+}
+
+/// Writes `bytes` at `offset` of a hugetlbfs file (which has no
+/// write(2)) through a shared mapping of the 2 MiB page holding them.
+pub fn write_through_mapping(file: &File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
+    let page = offset - offset % HUGE_PAGE_SIZE;
+    let within = usize::try_from(offset - page).map_err(std::io::Error::other)?;
+    let len = usize::try_from(HUGE_PAGE_SIZE).map_err(std::io::Error::other)?;
+    if within + bytes.len() > len {
+        return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+    }
+    let off = libc::off_t::try_from(page).map_err(std::io::Error::other)?;
+    // SAFETY: a new shared mapping of one huge page of `file` (open for
+    // writing), at an address the kernel chooses; unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            off,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `within + bytes.len() <= len` (checked above), so the copy
+    // stays inside the live mapping; `bytes` does not overlap it.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>().add(within), bytes.len());
+        libc::munmap(p, len);
+    }
+    Ok(())
+}
+
+/// Guest RAM for `ranges` with the pages `pages` asks for.
+pub fn guest_ram(
+    ranges: &[(GuestAddress, usize)],
+    pages: RamPages,
+) -> Result<GuestMemoryMmap, HugePageError> {
+    let io = |what: String| move |source| HugePageError::Io { what, source };
+    let mut regions = Vec::with_capacity(ranges.len());
+    for &(base, len) in ranges {
+        let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        if pages == RamPages::Hugetlb {
+            // No MAP_NORESERVE: the kernel reserves every huge page now,
+            // so a shortage fails here and not in the middle of a run.
+            flags |= libc::MAP_HUGETLB;
+        } else {
+            flags |= libc::MAP_NORESERVE;
+        }
+        let region = MmapRegionBuilder::new(len)
+            .with_mmap_prot(libc::PROT_READ | libc::PROT_WRITE)
+            .with_mmap_flags(flags)
+            .with_hugetlbfs(pages == RamPages::Hugetlb)
+            .build()
+            .map_err(|e| HugePageError::Io {
+                what: format!("mapping {len} bytes of guest RAM"),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        if pages == RamPages::Thp {
+            // SAFETY: madvise only changes the paging advice of this live
+            // mapping, owned by `region`.
+            let rc = unsafe { libc::madvise(region.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
+            if rc != 0 {
+                return Err(io(
+                    "asking for transparent huge pages (MADV_HUGEPAGE)".into()
+                )(std::io::Error::last_os_error()));
+            }
+        }
+        let region = GuestRegionMmap::new(region, base).ok_or_else(|| HugePageError::Io {
+            what: "placing guest RAM".into(),
+            source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        })?;
+        regions.push(region);
+    }
+    GuestMemoryMmap::from_regions(regions).map_err(|e| HugePageError::Io {
+        what: "placing guest RAM".into(),
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
+/// True when host address `host` and guest address `guest` are 2 MiB
+/// aligned relative to each other (a PMD-mapped host page then covers
+/// whole guest 2 MiB pages, so KVM can map them large too).
+pub fn relatively_aligned(host: u64, guest: u64) -> bool {
+    host % HUGE_PAGE_SIZE == guest % HUGE_PAGE_SIZE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_specs() {
+        let m: MemorySpec = "512M".parse().unwrap();
+        assert_eq!((m.size, m.pages), (512 << 20, RamPages::Default));
+        let m: MemorySpec = "1G,hugepages".parse().unwrap();
+        assert_eq!(m.pages, RamPages::Hugetlb);
+        let m: MemorySpec = "1G,thp".parse().unwrap();
+        assert_eq!(m.pages, RamPages::Thp);
+        for bad in ["1G,huge", "1G,thp,hugepages", "x,thp"] {
+            assert!(bad.parse::<MemorySpec>().is_err(), "{bad}");
+        }
+        let e = "1G,bogus".parse::<MemorySpec>().unwrap_err();
+        assert!(e.contains("'bogus'"), "{e}");
+    }
+
+    #[test]
+    fn shortage_and_alignment_are_found_up_front() {
+        let free = free_huge_pages();
+        let too_much = MemorySpec {
+            size: (free + 1) * HUGE_PAGE_SIZE,
+            pages: RamPages::Hugetlb,
+        };
+        let e = check(&too_much, &[]).unwrap_err();
+        assert!(e.is_usage());
+        assert!(
+            e.to_string().contains(&format!("this host has {free}")),
+            "{e}"
+        );
+        let odd = MemorySpec {
+            size: 3 << 20,
+            pages: RamPages::Hugetlb,
+        };
+        assert!(matches!(
+            check(&odd, &[]),
+            Err(HugePageError::Unaligned { .. })
+        ));
+        let dimm: crate::config::NvdimmSpec = "16M,hugepages".parse().unwrap();
+        assert!(matches!(
+            check(
+                &MemorySpec {
+                    size: 1 << 30,
+                    pages: RamPages::Default
+                },
+                &[dimm]
+            ),
+            Err(HugePageError::HugetlbLabels(_))
+        ));
+        assert_eq!(huge_len((16 << 20) + 4096), 18 << 20);
+        assert!(relatively_aligned(0x7f00_0020_0000, 0x1_0000_0000));
+        assert!(!relatively_aligned(0x7f00_0020_1000, 0x1_0000_0000));
+    }
+
+    #[test]
+    fn thp_ram_is_advised() {
+        let _lock = crate::memory_test_lock();
+        let mem = guest_ram(&[(GuestAddress(0), 4 << 20)], RamPages::Thp).unwrap();
+        let host = vm_memory::GuestMemoryBackend::get_host_address(&mem, GuestAddress(0)).unwrap();
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let head = format!("{:x}-", host as usize);
+        let flags = smaps
+            .split_inclusive('\n')
+            .skip_while(|l| !l.starts_with(&head))
+            .find(|l| l.starts_with("VmFlags:"))
+            .unwrap_or_default();
+        assert!(flags.split_whitespace().any(|f| f == "hg"), "{flags}");
+    }
+}
