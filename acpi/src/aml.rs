@@ -33,6 +33,7 @@ const DEREF_OF_OP: u8 = 0x83;
 const SIZE_OF_OP: u8 = 0x87;
 const INDEX_OP: u8 = 0x88;
 const OBJECT_TYPE_OP: u8 = 0x8e;
+const NOTIFY_OP: u8 = 0x86;
 const LAND_OP: u8 = 0x90;
 const LNOT_OP: u8 = 0x92;
 const LEQUAL_OP: u8 = 0x93;
@@ -259,6 +260,11 @@ pub fn field(region: &str, access: FieldAccess, entries: &[(&str, usize)]) -> Ve
         contents.extend(encode_pkg_value(*bits, n));
     }
     with_pkg_length(&[EXT_OP_PREFIX, FIELD_OP], &contents)
+}
+
+/// `Notify (object, value)`.
+pub fn notify(object: &str, value: u64) -> Vec<u8> {
+    concat(&[vec![NOTIFY_OP], name_string(object), integer(value)])
 }
 
 /// `Return (value)`.

@@ -9,7 +9,13 @@
 //! Scope (\_SB) {
 //!   Device (NVDR) {
 //!     Name (_HID, "ACPI0012")
-//!     Method (_DSM, 4) { Return (Buffer (One) { 0x00 }) }   // no root functions
+//!     Method (_DSM, 4, Serialized) {                        // root: ARS, clear, inject
+//!       Local0 = NCAL (Arg0, Arg1, Arg2, Arg3, 0xFFFFFFFF)
+//!       If (LEqual (NDBR, One)) {       // pmemvm: new media errors (an injection)
+//!         Notify (\_SB.NVDR, 0x81)      // "unconsumed uncorrectable memory error"
+//!       }
+//!       Return (Local0)
+//!     }
 //!     OperationRegion (NPAG, SystemMemory, page_addr, 0x1000)
 //!     Field (NPAG, DWordAcc, NoLock, Preserve) {            // request
 //!       NHDL, 32, NREV, 32, NFUN, 32, NLEN, 32, NDAT, 32640 }
@@ -18,8 +24,14 @@
 //!     OperationRegion (NDBL, SystemIO, doorbell_port, 4)
 //!     Field (NDBL, DWordAcc, NoLock, Preserve) { NDBR, 32 }
 //!     Method (NCAL, 5, Serialized) {   // Arg0-3 as _DSM, Arg4 NFIT handle
-//!       If (LNot (LEqual (Arg0, ToUUID ("4309ac30-0d11-11e4-9191-0800200c9a66")))) {
-//!         Return (Buffer (One) { 0x00 })
+//!       If (LEqual (Arg4, 0xFFFFFFFF)) {                   // the root device
+//!         If (LNot (LEqual (Arg0, ToUUID ("2f10e7a4-9e91-11e4-89d3-123b93f75cba")))) {
+//!           Return (Buffer (One) { 0x00 })
+//!         }
+//!       } Else {                                            // a DIMM: Intel family
+//!         If (LNot (LEqual (Arg0, ToUUID ("4309ac30-0d11-11e4-9191-0800200c9a66")))) {
+//!           Return (Buffer (One) { 0x00 })
+//!         }
 //!       }
 //!       NHDL = Arg4;  NREV = Arg1;  NFUN = Arg2;  NLEN = Zero
 //!       If (LEqual (ObjectType (Arg3), 4)) {                // Package
@@ -55,6 +67,10 @@ use crate::{DsmTransport, NvdimmDescription};
 const SSDT_REVISION: u8 = 2;
 /// Intel NVDIMM DSM family UUID.
 pub const INTEL_DSM_UUID: &str = "4309ac30-0d11-11e4-9191-0800200c9a66";
+/// NVDIMM root device `_DSM` UUID (ACPI 6.4, 9.20.7).
+pub const ROOT_DSM_UUID: &str = "2f10e7a4-9e91-11e4-89d3-123b93f75cba";
+/// The handle `NCAL` gets for the root device (pmemvm's `ROOT_HANDLE`).
+pub const ROOT_DSM_HANDLE: u64 = 0xffff_ffff;
 /// Size of the DSM page.
 pub const DSM_PAGE_SIZE: usize = 4096;
 /// Offset of the request's input bytes in the page.
@@ -74,12 +90,20 @@ pub fn child_name(index: usize) -> String {
 /// `NCAL`: the shared `_DSM` worker (see the module docs).
 fn ncal(t: &DsmTransport) -> Vec<u8> {
     let uuid = aml::uuid(INTEL_DSM_UUID).unwrap_or([0; 16]);
+    let root_uuid = aml::uuid(ROOT_DSM_UUID).unwrap_or([0; 16]);
     let page = aml::integer(t.page_addr);
+    let wrong_uuid = |u: &[u8; 16]| {
+        aml::if_(
+            &aml::lnot(&aml::lequal(&aml::arg(0), &aml::buffer(u))),
+            &[aml::ret(&aml::buffer(&[0]))],
+        )
+    };
     let body = vec![
         aml::if_(
-            &aml::lnot(&aml::lequal(&aml::arg(0), &aml::buffer(&uuid))),
-            &[aml::ret(&aml::buffer(&[0]))],
+            &aml::lequal(&aml::arg(4), &aml::integer(ROOT_DSM_HANDLE)),
+            &[wrong_uuid(&root_uuid)],
         ),
+        aml::else_(&[wrong_uuid(&uuid)]),
         aml::store(&aml::arg(4), &aml::path("NHDL")),
         aml::store(&aml::arg(1), &aml::path("NREV")),
         aml::store(&aml::arg(2), &aml::path("NFUN")),
@@ -124,11 +148,34 @@ pub fn build(dimms: &[NvdimmDescription], dsm: Option<&DsmTransport>) -> Vec<u8>
     let mut root = vec![aml::name("_HID", &aml::string("ACPI0012"))];
     if let Some(tr) = dsm {
         let page_bits = DSM_PAGE_SIZE * 8;
+        // A read of the doorbell tells whether the call found new media
+        // errors (an error injection asking for notification); then the
+        // root device gets the notification a platform sends for them
+        // (ACPI 6.4, 5.6.6: 0x81 on an NVDIMM root device).
         root.push(aml::method(
             "_DSM",
             4,
-            false,
-            &[aml::ret(&aml::buffer(&[0]))],
+            true,
+            &[
+                aml::store(
+                    &aml::call(
+                        "NCAL",
+                        &[
+                            aml::arg(0),
+                            aml::arg(1),
+                            aml::arg(2),
+                            aml::arg(3),
+                            aml::integer(ROOT_DSM_HANDLE),
+                        ],
+                    ),
+                    &aml::local(0),
+                ),
+                aml::if_(
+                    &aml::lequal(&aml::path("NDBR"), &aml::integer(1)),
+                    &[aml::notify("\\_SB.NVDR", 0x81)],
+                ),
+                aml::ret(&aml::local(0)),
+            ],
         ));
         root.push(aml::op_region(
             "NPAG",
@@ -258,8 +305,11 @@ mod tests {
         );
         // Method (NCAL, 5, Serialized): flags 0x0D right after the name.
         assert_eq!(count(&t, &[b'N', b'C', b'A', b'L', 0x0d]), 1);
-        // The Intel UUID buffer once (in NCAL).
+        // The Intel and root UUID buffers once each (in NCAL).
         assert_eq!(count(&t, &aml::uuid(INTEL_DSM_UUID).unwrap()), 1);
+        assert_eq!(count(&t, &aml::uuid(ROOT_DSM_UUID).unwrap()), 1);
+        // The root handle twice: the root's NCAL call and NCAL's test.
+        assert_eq!(count(&t, &[0x0c, 0xff, 0xff, 0xff, 0xff]), 2);
         // One _DSM per DIMM plus the root's; NCAL called with each handle.
         assert_eq!(count(&t, b"_DSM"), 4);
         for n in ["NV00", "NV01", "NV02"] {

@@ -176,11 +176,15 @@ fn dsm_other_uuid_empty_package_and_root() {
             ex("NV00", INTEL_UUID, 1, 4, "[7]"),
             ev("NFUN"),
             ev("NLEN"),
-            // The root device's _DSM: no functions.
-            format!("execute \\_SB.NVDR._DSM {other} 1 0 [0]"),
+            // The root device's _DSM: the Intel UUID gets no functions, the
+            // root UUID goes through the page with the root handle.
+            format!("execute \\_SB.NVDR._DSM {INTEL_UUID} 1 0 [0]"),
+            format!("execute \\_SB.NVDR._DSM {other} 1 3 [0]"),
+            ev("NHDL"),
+            ev("NFUN"),
         ],
     );
-    assert_eq!(r.len(), 9, "{r:?}");
+    assert_eq!(r.len(), 12, "{r:?}");
     assert_eq!(r[0], Ok(vec![0]));
     assert_eq!(r[1], Err(0)); // never written
     assert_eq!(r[2], Ok(vec![1])); // 1 byte (RLEN = handle 1) = low byte of NREV
@@ -190,6 +194,10 @@ fn dsm_other_uuid_empty_package_and_root() {
     assert_eq!(r[6], Err(4));
     assert_eq!(r[7], Err(0));
     assert_eq!(r[8], Ok(vec![0]));
+    // Page unchanged by a VMM: "length" = the root handle, clamped to the page.
+    assert_eq!(r[9].as_ref().map(Vec::len), Ok(4092));
+    assert_eq!(r[10], Err(0xffff_ffff));
+    assert_eq!(r[11], Err(3));
 }
 
 #[test]

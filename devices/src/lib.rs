@@ -1,7 +1,9 @@
 //! Emulated devices of pmemvm: the PIO/MMIO [`bus`], 16550 [`serial`] ports,
 //! [`power`] devices (ACPI sleep/reset, i8042 reset, guest-exit port), the VM
 //! [`exit`] notifier, the NVDIMM flush-hint device ([`nvdimm`]), the `_DSM`
-//! label transport ([`nvdimm_dsm`]) and label storage ([`nvdimm_labels`]).
+//! transport ([`nvdimm_dsm`]), label storage ([`nvdimm_labels`]), the root
+//! device's scrub and error injection ([`nvdimm_ars`]), DIMM health
+//! ([`nvdimm_health`]) and the media state both keep ([`nvdimm_media`]).
 //!
 //! Every guest-supplied value reaching these devices is treated as hostile:
 //! offsets and lengths are bound-checked and nothing here panics on them.
@@ -9,7 +11,10 @@
 pub mod bus;
 pub mod exit;
 pub mod nvdimm;
+pub mod nvdimm_ars;
 pub mod nvdimm_dsm;
+pub mod nvdimm_health;
 pub mod nvdimm_labels;
+pub mod nvdimm_media;
 pub mod power;
 pub mod serial;

@@ -10,6 +10,9 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+
+use crate::nvdimm_dsm::{DsmStats, DsmStatus, Reply, MAX_LABEL_TRANSFER};
 
 /// Where a DIMM's namespace labels live.
 pub trait LabelStorage {
@@ -101,6 +104,77 @@ impl LabelStorage for FileLabels {
     fn readonly(&self) -> bool {
         self.readonly
     }
+}
+
+// Label functions 5 and 6 of the Intel family: the handler's share of a
+// call once the DIMM, revision and input length are checked.
+
+/// Checks an (offset, length) pair against the label area and the
+/// transfer limit.
+fn label_range<L: LabelStorage>(dimm: &L, offset: u32, length: u32) -> Option<(u64, usize)> {
+    if length > MAX_LABEL_TRANSFER {
+        return None;
+    }
+    let end = u64::from(offset) + u64::from(length);
+    if end > u64::from(dimm.label_size()) {
+        return None;
+    }
+    Some((u64::from(offset), usize::try_from(length).ok()?))
+}
+
+pub(crate) fn get_label_data<L: LabelStorage>(stats: &DsmStats, dimm: &L, input: &[u8]) -> Reply {
+    if input.len() != 8 {
+        return Reply::Status(DsmStatus::InvalidInput);
+    }
+    let offset = u32::from_le_bytes([input[0], input[1], input[2], input[3]]);
+    let length = u32::from_le_bytes([input[4], input[5], input[6], input[7]]);
+    let Some((off, len)) = label_range(dimm, offset, length) else {
+        return Reply::Status(DsmStatus::InvalidInput);
+    };
+    let mut data = vec![0u8; len];
+    match dimm.read_label(off, &mut data) {
+        Ok(()) => {
+            stats
+                .label_bytes_read
+                .fetch_add(u64::from(length), Ordering::Relaxed);
+            Reply::Data(data)
+        }
+        Err(e) => {
+            log::warn!("nvdimm label read at {off:#x}+{len:#x} failed: {e}");
+            Reply::Status(DsmStatus::HardwareError)
+        }
+    }
+}
+
+pub(crate) fn set_label_data<L: LabelStorage>(stats: &DsmStats, dimm: &L, input: &[u8]) -> Reply {
+    if input.len() < 8 {
+        return Reply::Status(DsmStatus::InvalidInput);
+    }
+    let offset = u32::from_le_bytes([input[0], input[1], input[2], input[3]]);
+    let length = u32::from_le_bytes([input[4], input[5], input[6], input[7]]);
+    let data = &input[8..];
+    let Some((off, len)) = label_range(dimm, offset, length) else {
+        return Reply::Status(DsmStatus::InvalidInput);
+    };
+    if data.len() != len {
+        return Reply::Status(DsmStatus::InvalidInput);
+    }
+    if dimm.readonly() {
+        return Reply::Status(DsmStatus::NotSupported);
+    }
+    if let Err(e) = dimm.write_label(off, data) {
+        log::warn!("nvdimm label write at {off:#x}+{len:#x} failed: {e}");
+        return Reply::Status(DsmStatus::HardwareError);
+    }
+    if let Err(e) = dimm.sync_labels() {
+        log::warn!("nvdimm label write at {off:#x}+{len:#x} could not be synced: {e}");
+        return Reply::Status(DsmStatus::HardwareError);
+    }
+    stats.label_syncs.fetch_add(1, Ordering::Relaxed);
+    stats
+        .label_bytes_written
+        .fetch_add(u64::from(length), Ordering::Relaxed);
+    Reply::Status(DsmStatus::Success)
 }
 
 #[cfg(test)]

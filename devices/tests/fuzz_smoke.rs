@@ -9,6 +9,8 @@
 mod dsm;
 #[path = "../fuzz/src/flush_hint.rs"]
 mod flush_hint;
+#[path = "../fuzz/src/media_dsm.rs"]
+mod media_dsm;
 #[path = "../fuzz/src/pio_bus.rs"]
 mod pio_bus;
 
@@ -95,4 +97,32 @@ fn dsm_corpus_reaches_successful_label_reads_and_writes() {
         .load(std::sync::atomic::Ordering::Relaxed);
     eprintln!("dsm smoke: {read} label bytes read, {written} written");
     assert!(read > 0 && written > 0, "read {read}, written {written}");
+}
+
+#[test]
+fn media_dsm_survives_hostile_calls_and_reaches_injection_and_clear() {
+    smoke("media_dsm", 0x3ed1, 43 * 6, media_dsm::run);
+    // One long sequence on one handler: the corpus must inject, scrub and
+    // clear for real, not only be refused.
+    let s = media_dsm::setup();
+    let mut rng = Rng(0x3ed1);
+    let mut most = 0;
+    for _ in 0..INPUTS / 5 {
+        media_dsm::run_on(&s, &rng.bytes(43 * 6));
+        most = most.max(s.media[0].state().bad_ranges.len());
+    }
+    let st = s.handler.root().map(|r| r.stats());
+    let (injected, cleared, scrubs) = st.map_or((0, 0, 0), |r| {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            r.injected.load(Relaxed),
+            r.cleared_bytes.load(Relaxed),
+            r.scrubs.load(Relaxed),
+        )
+    });
+    eprintln!("media_dsm smoke: {injected} injections, {cleared} bytes cleared, {scrubs} scrubs, at most {most} ranges");
+    assert!(
+        injected > 0 && cleared > 0 && scrubs > 0 && most > 1,
+        "{injected} {cleared} {scrubs} {most}"
+    );
 }

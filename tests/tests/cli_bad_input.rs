@@ -128,6 +128,20 @@ fn cases() -> Vec<Case> {
             "'file'",
         ),
         case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/bb.img,badblocks=1M+1000"],
+            "badblocks=1M+1000",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,badblocks=16M+512"],
+            "badblocks=16M+512",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,badblocks=4096"],
+            "badblocks=4096",
+        ),
+        case(&["nvdimm", "badblocks", "{D}/missing.img"], "missing.img does not exist"),
+        case(&["nvdimm", "badblocks", "{D}"], "is not a pmemvm NVDIMM backing file"),
+        case(
             &["boot", KERNEL, "{K}", "--nvdimm", "16M,label-size=5K"],
             "label-size=5K",
         ),

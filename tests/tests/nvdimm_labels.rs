@@ -204,9 +204,10 @@ fn ndctl_labels_persist_across_boots() {
     let context = format!("{}\n--- boot 1:\n{c1}\n--- boot 2:\n{c2}", out.dump());
     assert!(c1.contains("LT-EXIT 0"), "boot 1 failed\n{context}");
     assert!(c2.contains("LT-EXIT 0"), "boot 2 failed\n{context}");
-    // Linux found the Intel family with the three label functions.
+    // Linux found the Intel family with the three label functions and the
+    // health ones (1 SMART, 2 threshold, 17 set threshold, 18 SMART inject).
     assert_eq!(attr(&c1, "family"), "0", "{context}");
-    assert_eq!(attr(&c1, "dsm_mask"), "0x70", "{context}");
+    assert_eq!(attr(&c1, "dsm_mask"), "0x60076", "{context}");
     let commands = attr(&c1, "commands");
     for c in ["get_size", "get_data", "set_data"] {
         assert!(commands.contains(c), "{commands}\n{context}");

@@ -1,6 +1,7 @@
 //! From a VM's configuration to the ACPI description of its machine
 //! (`acpi::MachineDescription`), the tables in guest memory, and the NVDIMM
-//! `_DSM` doorbell that serves label requests from the guest's AML.
+//! `_DSM` doorbell that serves the guest's AML: label, health and (root
+//! device) scrub and error-injection requests.
 
 use std::sync::Arc;
 
@@ -47,13 +48,12 @@ pub fn describe(cpus: u8, ram: &[(u64, u64)], dimms: &[PlacedNvdimm]) -> Machine
             proximity_domain: Some(d.node),
         })
         .collect();
-    let dsm = nvdimms
-        .iter()
-        .any(|n| n.label_size > 0)
-        .then_some(DsmTransport {
-            page_addr: layout::NVDIMM_DSM_PAGE_START.0,
-            doorbell_port: layout::NVDIMM_DSM_PORT,
-        });
+    // Every DIMM answers the health functions and the root device answers
+    // ARS, so the transport is there whenever there is a DIMM.
+    let dsm = (!nvdimms.is_empty()).then_some(DsmTransport {
+        page_addr: layout::NVDIMM_DSM_PAGE_START.0,
+        doorbell_port: layout::NVDIMM_DSM_PORT,
+    });
     MachineDescription {
         cpus: u32::from(cpus),
         lapic_addr: u32::try_from(layout::LAPIC_START.0).unwrap_or(0),
@@ -98,6 +98,15 @@ struct DsmDoorbell {
 }
 
 impl BusDevice for DsmDoorbell {
+    /// 1 when the last root `_DSM` call asks the AML to notify the root
+    /// device of new media errors, else 0.
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        data.fill(0);
+        if offset == 0 && self.handler.take_notification() {
+            data[0] = 1;
+        }
+    }
+
     fn write(&mut self, offset: u64, data: &[u8]) {
         let addr = match (offset, <[u8; 4]>::try_from(data)) {
             (0, Ok(b)) => u64::from(u32::from_le_bytes(b)),
@@ -118,7 +127,7 @@ impl BusDevice for DsmDoorbell {
 }
 
 /// Writes the tables into guest memory and puts the DSM doorbell on the bus.
-/// Returns the DSM handler (for its counters) when any DIMM has labels.
+/// Returns the DSM handler (for its counters) when there is any DIMM.
 pub fn install(
     cpus: u8,
     ram: &[(u64, u64)],
@@ -153,9 +162,6 @@ pub fn install(
     }
     let mut handler = DsmHandler::new();
     for (n, d) in nvdimms.iter().zip(&desc.nvdimms) {
-        if d.label_size == 0 {
-            continue;
-        }
         let file = n.backing.file.try_clone().map_err(|source| VmError::Io {
             what: format!("duplicating the fd of {}", n.backing.display),
             source,
@@ -169,7 +175,9 @@ pub fn install(
                 d.readonly,
             ),
         );
+        handler.add_media(n.media.clone());
     }
+    handler.enable_root();
     let handler = Arc::new(handler);
     pio.insert(
         Arc::new(std::sync::Mutex::new(DsmDoorbell {

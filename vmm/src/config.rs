@@ -25,7 +25,7 @@ pub enum ConfigError {
         nearest: String,
     },
     /// An `--nvdimm` option this version does not know.
-    #[error("--nvdimm option '{0}' is not known; accepted: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,hugepages][,node=N]")]
+    #[error("--nvdimm option '{0}' is not known; accepted: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,hugepages][,node=N][,badblocks=OFFSET+LEN[:OFFSET+LEN...]]")]
     NvdimmOption(String),
     /// An `--nvdimm` option given twice.
     #[error("--nvdimm option '{0}' is given more than once")]
@@ -53,6 +53,14 @@ pub enum ConfigError {
         missing: u32,
         /// The highest node number that keeps the numbering dense.
         max_ok: u32,
+    },
+    /// A `badblocks=` list that cannot be parsed or does not fit the region.
+    #[error("--nvdimm badblocks={value} is not valid: {why}; use OFFSET+LEN[:OFFSET+LEN...] in bytes from the start of the region, each a multiple of 512 with an optional K, M, G suffix (e.g. badblocks=1M+4K:8M+512)")]
+    BadBlocks {
+        /// The text the user gave.
+        value: String,
+        /// What is wrong with it.
+        why: String,
     },
     /// `hugepages` together with `file=`.
     #[error("--nvdimm hugepages makes a temporary DIMM in hugetlb pages and cannot be combined with file=; for a named file with 2 MiB pages put it on a tmpfs mounted with -o huge=always")]
@@ -129,6 +137,8 @@ pub struct NvdimmSpec {
     pub hugepages: bool,
     /// Guest NUMA node given with `node=`; `None` = the next node of its own.
     pub node: Option<u32>,
+    /// Bad ranges to add with `badblocks=`: (offset from the region start, length).
+    pub badblocks: Vec<(u64, u64)>,
 }
 
 impl NvdimmSpec {
@@ -143,6 +153,7 @@ impl NvdimmSpec {
             prealloc: false,
             hugepages: false,
             node: None,
+            badblocks: Vec::new(),
         }
     }
 
@@ -223,6 +234,7 @@ impl std::str::FromStr for NvdimmSpec {
             prealloc: false,
             hugepages: false,
             node: None,
+            badblocks: Vec::new(),
         };
         let mut seen: Vec<&str> = Vec::new();
         for part in parts {
@@ -242,6 +254,7 @@ impl std::str::FromStr for NvdimmSpec {
                 ("hugepages", None) => out.hugepages = true,
                 ("label-size", Some(v)) => out.label_size = parse_label_size(v)?,
                 ("node", Some(v)) => out.node = Some(parse_node(v)?),
+                ("badblocks", Some(v)) => out.badblocks = crate::media::parse_badblocks(v, size)?,
                 _ => return Err(ConfigError::NvdimmOption(part.to_string())),
             }
         }

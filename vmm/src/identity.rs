@@ -18,7 +18,8 @@
 //! | 32 | 8 | label area size |
 //! | 40 | 16 | random id (for humans and future use) |
 //! | 56 | 8 | FNV-1a 64 checksum of bytes 0..56 |
-//! | 64 | 4032 | zero |
+//! | 64 | 1984 | zero |
+//! | 2048 | 2048 | the DIMM's media state: bad ranges, health, unsafe shutdown count ([`crate::media`]) |
 //!
 //! A block of zeros is "not yet written" (a new file, or one the user grew
 //! with `truncate -s`); pmemvm writes an identity there the first time it
@@ -141,7 +142,9 @@ pub fn parse(b: &[u8; BLOCK_SIZE]) -> Block {
     if b[0..16] != MAGIC
         || u32_at(16) != VERSION
         || u64_at(56) != fnv1a(&b[..CHECKED_LEN])
-        || b[64..].iter().any(|x| *x != 0)
+        || b[64..devices::nvdimm_media::MEDIA_BLOCK_OFFSET]
+            .iter()
+            .any(|x| *x != 0)
     {
         return Block::Foreign;
     }
@@ -254,11 +257,15 @@ mod tests {
         assert_eq!(parse(&b), Block::Valid(id));
         assert_eq!(parse(&[0; BLOCK_SIZE]), Block::Empty);
         // Any damaged byte makes the block foreign, never a wrong identity.
-        for at in [0, 16, 20, 30, 47, 56, 63, 64, 4095] {
+        for at in [0, 16, 20, 30, 47, 56, 63, 64, 2047] {
             let mut d = b;
             d[at] ^= 1;
             assert_eq!(parse(&d), Block::Foreign, "byte {at}");
         }
+        // The second half is the media state's, checked by crate::media.
+        let mut d = b;
+        d[2048] = 1;
+        assert_eq!(parse(&d), Block::Valid(id));
     }
 
     #[test]

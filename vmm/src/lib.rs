@@ -30,6 +30,7 @@ pub mod hugepages;
 pub mod identity;
 pub mod label_index;
 pub mod layout;
+pub mod media;
 pub mod memory;
 pub mod memory_placement;
 pub mod placement;

@@ -335,6 +335,18 @@ impl Vm {
         stopped: Result<(), Vec<usize>>,
     ) -> RunOutcome {
         let sync_error = sync_all(self.writable_files(), SYNC_DEADLINE);
+        if sync_error.is_none() && stopped.is_ok() {
+            // An orderly end: the data is on stable storage, so the next
+            // start counts no unsafe shutdown.
+            for n in &self.nvdimms {
+                if let Err(e) = crate::media::mark_clean(&n.media) {
+                    log::warn!(
+                        "NVDIMM backing file {}: clearing the dirty flag failed ({e}); the next start counts an unsafe shutdown",
+                        n.backing.display
+                    );
+                }
+            }
+        }
         self.log_rss();
         let machine = self.describe_machine();
         // No request: a vCPU thread could not start (the caller reports it).

@@ -76,6 +76,9 @@ pub enum VmError {
     /// Backing files.
     #[error(transparent)]
     Backing(#[from] BackingError),
+    /// A DIMM's media state (bad ranges, health, unsafe shutdown count).
+    #[error(transparent)]
+    Media(#[from] crate::media::MediaSetupError),
     /// A KVM call failed.
     #[error("KVM {step} failed: {source}")]
     Kvm {
@@ -131,6 +134,7 @@ impl VmError {
             Self::Config(_) => true,
             Self::Boot(e) => e.is_usage(),
             Self::Backing(e) => e.is_usage(),
+            Self::Media(e) => e.is_usage(),
             Self::Huge(e) => e.is_usage(),
             Self::Placement(e) => !matches!(
                 e,
@@ -163,6 +167,8 @@ pub struct Nvdimm {
     pub flush_stats: Arc<FlushStats>,
     /// NFIT device handle (addresses its `_DSM` calls).
     pub handle: u32,
+    /// Bad ranges, health and unsafe shutdown count ([`crate::media`]).
+    pub media: Arc<devices::nvdimm_media::DimmMedia>,
 }
 
 impl Nvdimm {
@@ -422,12 +428,15 @@ impl Vm {
                 b.spec.readonly,
             )?;
             slot += 1;
+            let handle = acpi::nfit_handle(u32::try_from(i).unwrap_or(u32::MAX));
+            let media = crate::media::start(&b, handle, base)?;
             nvdimms.push(Nvdimm {
                 backing: b,
                 mapping,
                 base,
                 flush_stats: Arc::new(FlushStats::default()),
-                handle: acpi::nfit_handle(u32::try_from(i).unwrap_or(u32::MAX)),
+                handle,
+                media,
             });
         }
 

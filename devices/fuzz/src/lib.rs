@@ -11,4 +11,5 @@
 pub mod config;
 pub mod dsm;
 pub mod flush_hint;
+pub mod media_dsm;
 pub mod pio_bus;

@@ -35,6 +35,9 @@ pub enum Command {
     /// Print the kernel options pmemvm's guests need, or check a kernel
     /// (vmlinux or bzImage with an embedded config) or a .config against them.
     Kconfig(KconfigArgs),
+    /// Look at NVDIMM backing files.
+    #[command(subcommand)]
+    Nvdimm(NvdimmCommand),
     /// Check what a command needs on this host, without running it: prints
     /// `install PACKAGE` and `image` lines (used by the ./pmemvm wrapper).
     Preflight(PreflightArgs),
@@ -51,6 +54,19 @@ pub struct RunJobArgs {
     pub spec: PathBuf,
     /// Where to write the outcome (JSON).
     pub outcome: PathBuf,
+}
+
+/// `pmemvm nvdimm ...`.
+#[derive(Debug, Subcommand)]
+pub enum NvdimmCommand {
+    /// Print the bad ranges recorded in a backing file (one OFFSET+LENGTH
+    /// line each, bytes from the region start: the syntax of
+    /// `--nvdimm ...,badblocks=`), after a comment line with the unsafe
+    /// shutdown count.
+    Badblocks {
+        /// The backing file (`--nvdimm ...,file=FILE`).
+        file: PathBuf,
+    },
 }
 
 /// `pmemvm kconfig`.

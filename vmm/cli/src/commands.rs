@@ -36,6 +36,9 @@ pub enum CommandError {
     /// Reading a kernel configuration.
     #[error(transparent)]
     Kconfig(#[from] lab::kconfig::KconfigError),
+    /// Reading a backing file's media state.
+    #[error(transparent)]
+    Media(#[from] vmm::media::MediaSetupError),
     /// A job input file.
     #[error("cannot read {what} {path}: {source}")]
     Input {
@@ -68,6 +71,7 @@ impl CommandError {
             Self::Kconfig(e) => e.is_usage(),
             Self::Merge(e) => e.is_usage(),
             Self::Slurm(e) => e.is_usage(),
+            Self::Media(e) => e.is_usage(),
             Self::NoImage(_) | Self::Output { .. } | Self::Input { .. } => true,
         }
     }
@@ -481,6 +485,7 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
         Command::Acpi(_)
         | Command::Preflight(_)
         | Command::Kconfig(_)
+        | Command::Nvdimm(_)
         | Command::RunJob(_)
         | Command::Report(_) => {}
     }
@@ -507,4 +512,10 @@ pub fn kconfig(args: &crate::cli::KconfigArgs) -> Result<u8, CommandError> {
         eprint!("{text}");
         Ok(exit_status::USAGE)
     }
+}
+
+/// `pmemvm nvdimm badblocks FILE`: the media state recorded in a backing file.
+pub fn nvdimm_badblocks(file: &std::path::Path) -> Result<String, CommandError> {
+    let (id, state) = vmm::media::read_file(file)?;
+    Ok(vmm::media::report(file, &id, &state))
 }

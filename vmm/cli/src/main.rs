@@ -9,7 +9,8 @@ mod fleet_commands;
 use std::process::ExitCode;
 
 use crate::cli::{
-    AcpiArgs, BenchArgs, BootArgs, Cli, Command, KconfigArgs, PreflightArgs, ReportArgs, RunArgs,
+    AcpiArgs, BenchArgs, BootArgs, Cli, Command, KconfigArgs, NvdimmCommand, PreflightArgs,
+    ReportArgs, RunArgs,
 };
 use clap::Parser;
 use vmm::exit_status;
@@ -87,6 +88,11 @@ fn acpi(args: &AcpiArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
+fn nvdimm_badblocks(file: &std::path::Path) -> Result<u8, Failure> {
+    print!("{}", crate::commands::nvdimm_badblocks(file)?);
+    Ok(0)
+}
+
 fn main() -> ExitCode {
     vmm::stats::mark_process_start();
     let cli = Cli::parse();
@@ -107,6 +113,7 @@ fn main() -> ExitCode {
         Command::Acpi(a) => acpi(a),
         Command::Preflight(a) => preflight(a),
         Command::Kconfig(a) => kconfig(a),
+        Command::Nvdimm(NvdimmCommand::Badblocks { file }) => nvdimm_badblocks(file),
         Command::RunJob(a) => Ok(lab::child::serve(&a.spec, &a.outcome)),
     };
     match result {
