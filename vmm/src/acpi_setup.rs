@@ -13,7 +13,33 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use crate::config::NvdimmSpec;
 use crate::identity;
 use crate::layout;
-use crate::vm::{Nvdimm, VmError};
+use devices::bus::BusError;
+
+use crate::config::ConfigError;
+use crate::dimm::Nvdimm;
+
+/// Errors of describing the machine and installing its tables.
+#[derive(Debug, thiserror::Error)]
+pub enum AcpiSetupError {
+    /// The table builder refused the description, or writing the tables into guest memory failed.
+    #[error("building the ACPI tables failed: {0}")]
+    Tables(String),
+    /// The DIMMs' NUMA nodes.
+    #[error(transparent)]
+    Nodes(#[from] ConfigError),
+    /// Placing the `_DSM` doorbell.
+    #[error("placing devices failed: {0}")]
+    Bus(#[from] BusError),
+    /// Host I/O.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// One DIMM as placed: spec, guest base, serial number, NUMA node.
 #[derive(Debug, Clone, Copy)]
@@ -81,14 +107,14 @@ pub fn describe(cpus: u8, ram: &[(u64, u64)], dimms: &[PlacedNvdimm]) -> Machine
 }
 
 /// Builds the tables at pmemvm's fixed addresses.
-pub fn build(desc: &MachineDescription) -> Result<AcpiTables, VmError> {
+pub fn build(desc: &MachineDescription) -> Result<AcpiTables, AcpiSetupError> {
     acpi::build_tables(
         desc,
         layout::RSDP_ADDR.0,
         layout::ACPI_TABLES_START.0,
         layout::ACPI_TABLES_MAX_SIZE,
     )
-    .map_err(|e| VmError::Acpi(e.to_string()))
+    .map_err(|e| AcpiSetupError::Tables(e.to_string()))
 }
 
 /// Serves `_DSM` calls: the guest's AML writes the DSM page address here.
@@ -134,7 +160,7 @@ pub fn install(
     mem: &GuestMemoryMmap,
     nvdimms: &[Nvdimm],
     pio: &mut Bus,
-) -> Result<Option<Arc<DsmHandler>>, VmError> {
+) -> Result<Option<Arc<DsmHandler>>, AcpiSetupError> {
     let specs: Vec<NvdimmSpec> = nvdimms.iter().map(|n| n.backing.spec.clone()).collect();
     let nodes = crate::config::resolve_nodes(&specs)?;
     let placed: Vec<PlacedNvdimm> = nvdimms
@@ -151,7 +177,7 @@ pub fn install(
     let tables = build(&desc)?;
     let write = |bytes: &[u8], addr: u64| {
         mem.write_slice(bytes, GuestAddress(addr))
-            .map_err(|e| VmError::Acpi(format!("writing tables into guest memory: {e}")))
+            .map_err(|e| AcpiSetupError::Tables(format!("writing tables into guest memory: {e}")))
     };
     write(&tables.rsdp, tables.rsdp_addr)?;
     for t in &tables.tables {
@@ -162,10 +188,14 @@ pub fn install(
     }
     let mut handler = DsmHandler::new();
     for (n, d) in nvdimms.iter().zip(&desc.nvdimms) {
-        let file = n.backing.file.try_clone().map_err(|source| VmError::Io {
-            what: format!("duplicating the fd of {}", n.backing.display),
-            source,
-        })?;
+        let file = n
+            .backing
+            .file
+            .try_clone()
+            .map_err(|source| AcpiSetupError::Io {
+                what: format!("duplicating the fd of {}", n.backing.display),
+                source,
+            })?;
         handler.add_dimm(
             d.handle,
             FileLabels::new(

@@ -20,12 +20,10 @@ use kvm_bindings::{
     KVM_PIT_SPEAKER_DUMMY,
 };
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
-use vm_memory::{
-    Address, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MmapRegion,
-};
+use vm_memory::{Address, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::backing::{self, BackingError, NvdimmBacking};
+use crate::backing::{self, BackingError};
 use crate::boot::{self, BootError, BootInputs};
 use crate::config::{ConsoleMode, VmConfig};
 use crate::cpu::{self, CpuSetupError};
@@ -154,27 +152,17 @@ fn kvm_err(step: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmError {
     move |source| VmError::Kvm { step, source }
 }
 
-/// One NVDIMM: its file, its mapping and where the guest sees it.
-#[derive(Debug)]
-pub struct Nvdimm {
-    /// Backing file.
-    pub backing: NvdimmBacking,
-    /// The `MAP_SHARED` mapping registered as a memslot.
-    pub mapping: MmapRegion,
-    /// Guest physical base.
-    pub base: u64,
-    /// Flush counters.
-    pub flush_stats: Arc<FlushStats>,
-    /// NFIT device handle (addresses its `_DSM` calls).
-    pub handle: u32,
-    /// Bad ranges, health and unsafe shutdown count ([`crate::media`]).
-    pub media: Arc<devices::nvdimm_media::DimmMedia>,
-}
+pub use crate::dimm::Nvdimm;
 
-impl Nvdimm {
-    /// Guest physical range length.
-    pub fn size(&self) -> u64 {
-        self.mapping.size() as u64
+impl From<crate::acpi_setup::AcpiSetupError> for VmError {
+    fn from(e: crate::acpi_setup::AcpiSetupError) -> Self {
+        use crate::acpi_setup::AcpiSetupError as E;
+        match e {
+            E::Tables(msg) => VmError::Acpi(msg),
+            E::Nodes(e) => VmError::Config(e),
+            E::Bus(e) => VmError::Bus(e),
+            E::Io { what, source } => VmError::Io { what, source },
+        }
     }
 }
 

@@ -1,0 +1,35 @@
+//! One NVDIMM of a built VM: its backing file, the mapping registered as a
+//! memslot, its guest base, counters and media state. Shared by the VM build
+//! ([`crate::vm`]) and the ACPI setup ([`crate::acpi_setup`]), which must not
+//! depend on each other.
+
+use std::sync::Arc;
+
+use devices::nvdimm::FlushStats;
+use vm_memory::mmap::MmapRegion;
+
+use crate::backing::NvdimmBacking;
+
+/// One NVDIMM: its file, its mapping and where the guest sees it.
+#[derive(Debug)]
+pub struct Nvdimm {
+    /// Backing file.
+    pub backing: NvdimmBacking,
+    /// The `MAP_SHARED` mapping registered as a memslot.
+    pub mapping: MmapRegion,
+    /// Guest physical base.
+    pub base: u64,
+    /// Flush counters.
+    pub flush_stats: Arc<FlushStats>,
+    /// NFIT device handle (addresses its `_DSM` calls).
+    pub handle: u32,
+    /// Bad ranges, health and unsafe shutdown count ([`crate::media`]).
+    pub media: Arc<devices::nvdimm_media::DimmMedia>,
+}
+
+impl Nvdimm {
+    /// Guest physical range length.
+    pub fn size(&self) -> u64 {
+        self.mapping.size() as u64
+    }
+}
