@@ -8,6 +8,7 @@ pub mod label_trace;
 pub mod nested;
 pub mod pmemvm;
 pub mod process;
+pub mod slurm_cluster;
 pub mod stock_kernel;
 pub mod tcg;
 

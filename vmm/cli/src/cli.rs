@@ -28,6 +28,8 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Run one of the upstream experiments (A/B where it has two sides) and report.
     Bench(BenchArgs),
+    /// Merge the results of `bench` (one host or many, e.g. a Slurm array's) into one report.
+    Report(ReportArgs),
     /// Write the ACPI tables pmemvm would give a guest, one file per table.
     Acpi(AcpiArgs),
     /// Print the kernel options pmemvm's guests need, or check a kernel
@@ -78,6 +80,22 @@ pub struct KconfigArgs {
     /// scripts/extract-ikconfig).
     #[arg(long, value_name = "KERNEL")]
     pub extract: Option<PathBuf>,
+}
+
+/// `pmemvm report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Result directories (written by `bench --out`), or directories of them (e.g. the
+    /// runs/ of a `bench --slurm` directory).
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// Also write report.txt, report.json, runs.csv, summary.csv, upstream.csv, chart.svg and
+    /// merge.json here.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Pool runs of machines that differ (engine, accelerator, CPU model, page sizes).
+    #[arg(long)]
+    pub pool_hosts: bool,
 }
 
 /// `pmemvm preflight`.
@@ -426,4 +444,12 @@ pub struct BenchArgs {
     /// Initrd of every side without its own (default: the guest image's initramfs).
     #[arg(long, value_name = "PATH")]
     pub initrd: Option<PathBuf>,
+    /// Run only this boot of this side, e.g. on:2 (what one Slurm array task runs; reruns one
+    /// failed task by hand).
+    #[arg(long, value_name = "SIDE:BOOT", value_parser = lab::fleet::task::parse_arg, conflicts_with_all = ["plan", "slurm"])]
+    pub only: Option<lab::fleet::task::Task>,
+    /// Write SHARED_DIR/bench.sbatch (a Slurm job array: one task per side and boot),
+    /// report.sbatch (the merge) and submit.sh instead of running anything; needs --out.
+    #[arg(long, requires = "out", conflicts_with = "plan")]
+    pub slurm: bool,
 }

@@ -27,6 +27,12 @@ pub enum CommandError {
     /// A benchmark.
     #[error(transparent)]
     Bench(#[from] BenchError),
+    /// Merging results.
+    #[error(transparent)]
+    Merge(#[from] lab::fleet::merge::MergeError),
+    /// Writing the Slurm scripts.
+    #[error(transparent)]
+    Slurm(#[from] lab::fleet::slurm::SlurmError),
     /// Reading a kernel configuration.
     #[error(transparent)]
     Kconfig(#[from] lab::kconfig::KconfigError),
@@ -63,6 +69,8 @@ impl CommandError {
             Self::Run(e) => e.is_usage(),
             Self::Bench(e) => e.is_usage(),
             Self::Kconfig(e) => e.is_usage(),
+            Self::Merge(e) => e.is_usage(),
+            Self::Slurm(e) => e.is_usage(),
             Self::Media(e) => e.is_usage(),
             Self::NoImage(_) | Self::Output { .. } | Self::Input { .. } => true,
         }
@@ -460,6 +468,7 @@ fn bench_request(args: &BenchArgs) -> BenchRequest {
         timeout: std::time::Duration::from_secs(args.timeout),
         kernel: args.kernel.clone(),
         initrd: args.initrd.clone(),
+        only: args.only.clone(),
         // Every boot in a fresh process of this binary (lab::child).
         runner: std::env::current_exe().map_or(Runner::InProcess, Runner::Child),
     }
@@ -480,6 +489,9 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
             print!("{}", plan.render_text(req.runs));
         }
         return Ok(0);
+    }
+    if args.slurm {
+        return crate::fleet_commands::slurm(args, &req);
     }
     let outcome = lab::bench::bench(&req)?;
     println!("{}", outcome.report.render_text());
@@ -553,6 +565,13 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
         Command::Bench(a) if a.plan => {
             lab::bench::plan(&bench_request(a))?;
         }
+        Command::Bench(a) if a.slurm => {
+            // The tasks check their own node; the image they boot is built here, on the
+            // shared file system the nodes read it from.
+            let req = bench_request(a);
+            let (_, plan) = lab::bench::plan(&req)?;
+            needs.image = lab::bench::uses_image(&req, &plan);
+        }
         Command::Bench(a) => {
             lab::bench::prepare(&bench_request(a), true, &mut needs)?;
         }
@@ -560,7 +579,8 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
         | Command::Preflight(_)
         | Command::Kconfig(_)
         | Command::Nvdimm(_)
-        | Command::RunJob(_) => {}
+        | Command::RunJob(_)
+        | Command::Report(_) => {}
     }
     Ok(needs)
 }

@@ -4,11 +4,13 @@
 
 mod cli;
 mod commands;
+mod fleet_commands;
 
 use std::process::ExitCode;
 
 use crate::cli::{
-    AcpiArgs, BenchArgs, BootArgs, Cli, Command, KconfigArgs, NvdimmCommand, PreflightArgs, RunArgs,
+    AcpiArgs, BenchArgs, BootArgs, Cli, Command, KconfigArgs, NvdimmCommand, PreflightArgs,
+    ReportArgs, RunArgs,
 };
 use clap::Parser;
 use vmm::exit_status;
@@ -62,6 +64,10 @@ fn bench(args: &BenchArgs) -> Result<u8, Failure> {
     Ok(crate::commands::bench(args)?)
 }
 
+fn report_cmd(args: &ReportArgs) -> Result<u8, Failure> {
+    Ok(crate::fleet_commands::report(args)?)
+}
+
 fn preflight(args: &PreflightArgs) -> Result<u8, Failure> {
     let inner = Cli::try_parse_from(
         std::iter::once("pmemvm".to_string()).chain(args.command.iter().cloned()),
@@ -103,6 +109,7 @@ fn main() -> ExitCode {
         Command::Boot(a) => boot(a),
         Command::Run(a) => run(a),
         Command::Bench(a) => bench(a),
+        Command::Report(a) => report_cmd(a),
         Command::Acpi(a) => acpi(a),
         Command::Preflight(a) => preflight(a),
         Command::Kconfig(a) => kconfig(a),

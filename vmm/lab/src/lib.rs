@@ -18,6 +18,7 @@
 //! * [`report`]: text/JSON/CSV/SVG of a set of runs;
 //! * [`bench`]: an experiment's runs, sides alternating, each boot in a
 //!   child process ([`child`]), and its report;
+//! * [`fleet`]: self-describing results, their merge, the Slurm job array;
 //! * [`preflight`], [`kconfig`]: host and kernel checks before anything slow.
 //!
 //! The `pmemvm` binary (`vmm/cli/`) parses the command line and calls into
@@ -28,6 +29,7 @@ pub mod child;
 pub mod engine;
 pub mod experiments;
 pub mod fio;
+pub mod fleet;
 pub mod guest_job;
 pub mod inference;
 pub mod kconfig;

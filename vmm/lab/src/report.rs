@@ -115,6 +115,9 @@ pub struct HostInfo {
     pub nvdimm_bytes: Option<u64>,
     /// fio jobs of the measured phase.
     pub jobs: u32,
+    /// The host's name (empty in results written before it was recorded).
+    #[serde(default)]
+    pub hostname: String,
 }
 
 impl HostInfo {
@@ -135,10 +138,14 @@ impl HostInfo {
         let host_kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_owned())
             .unwrap_or_else(|_| "unknown".to_owned());
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default();
         Self {
             cpu_model,
             host_cpus,
             host_kernel,
+            hostname,
             ..Self::default()
         }
     }
@@ -239,6 +246,10 @@ pub struct BenchReport {
     /// Every way the plan differed from the thread's script.
     #[serde(default)]
     pub deviations: Vec<Deviation>,
+    /// What the result directory holds (schema and pmemvm versions, which boots, complete or
+    /// partial); absent in results written before it was recorded.
+    #[serde(default)]
+    pub result: Option<crate::fleet::record::ResultInfo>,
 }
 
 /// The JSON document written by [`BenchReport::to_json`].

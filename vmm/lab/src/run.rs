@@ -218,6 +218,9 @@ pub struct DimmDescription {
 /// Everything a run produced (also when it failed: `error` says why).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunResult {
+    /// Version of the result layout shared with `bench` results
+    /// ([`crate::fleet::record::SCHEMA_VERSION`]).
+    pub schema_version: u32,
     /// pmemvm version.
     pub pmemvm_version: String,
     /// Engine.
@@ -380,6 +383,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let start = Instant::now();
 
     let mut result = RunResult {
+        schema_version: crate::fleet::record::SCHEMA_VERSION,
         pmemvm_version: env!("CARGO_PKG_VERSION").into(),
         engine,
         accelerator: "kvm".into(),

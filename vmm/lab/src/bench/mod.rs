@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use crate::child::{self, ChildError};
 use crate::experiments::{self, BenchParams, ExperimentError, ExperimentPlan, HostLimits, Side};
+use crate::fleet::record::ResultInfo;
+use crate::fleet::task::Task;
 use crate::guest_job;
 use crate::preflight::{self, Needs, PreflightError};
 use crate::report::{
@@ -35,6 +37,9 @@ pub enum BenchError {
     /// A bad `--side`.
     #[error(transparent)]
     Side(#[from] SideError),
+    /// An `--only` task the bench does not have.
+    #[error(transparent)]
+    Only(#[from] crate::fleet::task::TaskError),
     /// Writing the report.
     #[error(transparent)]
     Report(#[from] ReportError),
@@ -67,7 +72,7 @@ impl BenchError {
     /// True when the user's input is at fault (exit status 2).
     pub fn is_usage(&self) -> bool {
         match self {
-            Self::Experiment(_) | Self::Side(_) | Self::NoInitrd { .. } => true,
+            Self::Experiment(_) | Self::Side(_) | Self::Only(_) | Self::NoInitrd { .. } => true,
             Self::Report(ReportError::CreateDir { .. }) => true,
             Self::Report(_) | Self::PlanJson(_) => false,
             Self::Run(e) => e.is_usage(),
@@ -110,6 +115,8 @@ pub struct BenchRequest {
     pub kernel: Option<PathBuf>,
     /// Initrd override (all sides without their own).
     pub initrd: Option<PathBuf>,
+    /// Run only this boot of this side (`--only SIDE:BOOT`, one Slurm array task).
+    pub only: Option<Task>,
     /// Where each boot runs.
     pub runner: Runner,
 }
@@ -194,13 +201,23 @@ pub fn plan(
                 .map(|m| m.saturating_sub(preflight::HOST_OVERHEAD_BYTES)),
         },
     })?;
-    Ok((
-        experiment,
-        match sides {
-            Some(s) => plan.with_sides(s),
-            None => plan,
-        },
-    ))
+    let plan = match sides {
+        Some(s) => plan.with_sides(s),
+        None => plan,
+    };
+    if let Some(task) = &req.only {
+        let labels: Vec<String> = plan.sides.iter().map(|s| s.label.clone()).collect();
+        task.check(&labels, req.runs)?;
+    }
+    Ok((experiment, plan))
+}
+
+/// Whether any side boots (part of) the guest image: a side without its own kernel and
+/// initrd, and no `--kernel`/`--initrd` for it.
+pub fn uses_image(req: &BenchRequest, plan: &ExperimentPlan) -> bool {
+    plan.sides.iter().any(|s| {
+        s.kernel.is_none() && req.kernel.is_none() || s.initrd.is_none() && req.initrd.is_none()
+    })
 }
 
 /// Everything a bench checks before its first boot: the sides, the experiment and its
@@ -221,10 +238,7 @@ pub fn prepare(
         preflight::dimm_disk(bytes, &tmp, preflight::free_bytes(&tmp))?;
     }
     preflight::output_dir(&req.out)?;
-    // Any side without its own kernel and initrd uses (part of) the guest image.
-    needs.image |= plan.sides.iter().any(|s| {
-        s.kernel.is_none() && req.kernel.is_none() || s.initrd.is_none() && req.initrd.is_none()
-    });
+    needs.image |= uses_image(req, &plan);
     Ok(Prepared {
         experiment,
         plan,
@@ -292,6 +306,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
             }
         }),
         deviations: plan.deviations.clone(),
+        result: None,
     };
     let mut files = Vec::new();
     let nvdimms: Vec<NvdimmSpec> = plan
@@ -300,19 +315,43 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         .into_iter()
         .collect();
     let per_boot = u32::try_from(plan.measured().count()).unwrap_or(u32::MAX);
-    let boots = req.runs as usize * plan.sides.len();
+    let wanted = |side: &Side, rep: u32| {
+        req.only
+            .as_ref()
+            .is_none_or(|t| t.side == side.label && t.boot == rep)
+    };
+    let boots = if req.only.is_some() {
+        1
+    } else {
+        req.runs as usize * plan.sides.len()
+    };
     progress(&format!(
-        "{}: {} boot(s) per side × side(s) {:?} = {boots} boot(s), each: {}{}; {} vCPU(s), {} MiB RAM, {} fio job(s), engine {}{}; writing to {}",
+        "{}: {}, each: {}{}; {} vCPU(s), {} MiB RAM, {} fio job(s), engine {}{}; writing to {}",
         experiment.name,
-        req.runs,
-        report.sides,
+        match &req.only {
+            Some(t) => format!(
+                "only boot {} of side {} (--only {t}; --runs {})",
+                t.boot, t.side, req.runs
+            ),
+            None => format!(
+                "{} boot(s) per side × side(s) {:?} = {boots} boot(s)",
+                req.runs, report.sides
+            ),
+        },
         if plan.setup.is_some() { "setup, " } else { "" },
-        plan.phases.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+        plan.phases
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
         req.cpus,
         memory >> 20,
         plan.jobs,
         report.engine,
-        if engine == Engine::Qemu && crate::qemu::QemuAccel::choose(&vmm::host::HostKvm::probe()) == crate::qemu::QemuAccel::Tcg {
+        if engine == Engine::Qemu
+            && crate::qemu::QemuAccel::choose(&vmm::host::HostKvm::probe())
+                == crate::qemu::QemuAccel::Tcg
+        {
             " (TCG: figures are functional only)"
         } else {
             ""
@@ -331,6 +370,9 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
     let mut boot = 0;
     'reps: for rep in 1..=req.runs {
         for (side, (kernel, initrd)) in plan.sides.iter().zip(&files_of) {
+            if !wanted(side, rep) {
+                continue;
+            }
             let extra = plan.cmdline_for(side);
             boot += 1;
             progress(&format!(
@@ -423,6 +465,13 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
             ));
             report.runs.extend(records.runs);
             report.checks.extend(records.checks);
+            report.result = Some(ResultInfo::of_bench(
+                req.runs,
+                req.only.clone(),
+                u32::try_from(boots).unwrap_or(u32::MAX),
+                boot,
+                report.failed_runs().len(),
+            ));
             files = report.write_files(&req.out, true)?;
             if let Some(sig) = interrupted_by {
                 progress(&format!(

@@ -126,6 +126,7 @@ mod tests {
             checks: vec![],
             verify_expectation: None,
             deviations: vec![],
+            result: None,
         }
     }
 

@@ -289,6 +289,7 @@ mod tests {
                 thread: "off: err=84; on: err=0".into(),
             }),
             deviations: vec![Deviation::new("jobs", "48", "1", "one per vCPU")],
+            result: None,
         }
     }
 

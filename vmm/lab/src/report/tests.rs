@@ -49,6 +49,7 @@ fn sample(accelerator: Accelerator) -> BenchReport {
             guest_mem_mib: 1024,
             nvdimm_bytes: Some(2 << 30),
             jobs: 4,
+            hostname: "test-host".into(),
         },
         sides: vec!["off".into(), "on".into()],
         runs: vec![
@@ -76,6 +77,7 @@ fn sample(accelerator: Accelerator) -> BenchReport {
         checks: vec![],
         verify_expectation: None,
         deviations: vec![],
+        result: None,
     }
 }
 

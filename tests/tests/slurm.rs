@@ -1,0 +1,313 @@
+//! `pmemvm bench EXP --slurm` on a real single-node Slurm cluster (munge, slurmctld and
+//! slurmd on this machine, see `pmemvm_tests::slurm_cluster`): the generated job array runs
+//! one `pmemvm bench --only SIDE:BOOT` per task under QEMU TCG, one task at a time (`%1`: two
+//! cores), the dependent report job merges them, and the merged report holds every (side, boot)
+//! exactly once with figures. Also what `--slurm` and `--only` refuse.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use lab::guest_job;
+use pmemvm_tests::pmemvm::{run, run_cmd, TempDir};
+use pmemvm_tests::require;
+use pmemvm_tests::skip::Skip;
+use pmemvm_tests::slurm_cluster::SlurmCluster;
+use pmemvm_tests::tcg::TcgGuard;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// QEMU and the guest image are there; the guard holds the machine's TCG lock while the
+/// array's guests run.
+fn ready() -> Result<TcgGuard, Skip> {
+    pmemvm_tests::nested::find_qemu()?;
+    guest_job::find_image_dir().map_err(|e| Skip::new(e.to_string()))?;
+    Ok(pmemvm_tests::tcg::lock().expect("take the TCG lock"))
+}
+
+/// The smallest pmem-verify bench: 1 vCPU, 64 MiB NVDIMM, 8 MiB verify, 2 boots per side.
+const BENCH: [&str; 12] = [
+    "bench",
+    "pmem-verify",
+    "--engine",
+    "qemu",
+    "--cpus",
+    "1",
+    "--nvdimm",
+    "64M",
+    "--size",
+    "8M",
+    "--runs",
+    "2",
+];
+
+fn json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn bench_array_on_a_real_slurm_cluster_merges_every_side_and_boot_once() {
+    let started = Instant::now();
+    let dir = TempDir::new("slurm");
+    // The TCG lock first: the cluster runs only while this test may boot guests.
+    let _tcg = require!(ready());
+    let waited = started.elapsed();
+    let cluster = require!(SlurmCluster::start(&dir.join("cluster")));
+    let shared = dir.join("shared");
+    let mut args: Vec<&str> = BENCH.to_vec();
+    args.extend(["--slurm", "--out", shared.to_str().unwrap()]);
+    let out = run(&args, DEADLINE);
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    assert!(
+        out.stdout
+            .contains("4 array task(s) (2 side(s) x 2 boot(s))"),
+        "{}",
+        out.dump()
+    );
+    assert!(
+        std::fs::read_dir(shared.join("runs"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "--slurm must run nothing"
+    );
+
+    // What a Slurm user types: the submit script (sbatch --parsable, then the report job with
+    // --dependency=afterany:), here throttled to one task at a time.
+    let submit = run_cmd(
+        cluster
+            .command("sh")
+            .arg(shared.join("submit.sh"))
+            .arg("--array=0-3%1"),
+        DEADLINE,
+    );
+    assert_eq!(submit.status, Some(0), "{}", submit.dump());
+    let words: Vec<&str> = submit.stdout.split_whitespace().collect();
+    let after = |w: &str| {
+        words
+            .windows(2)
+            .find(|p| p[0] == w)
+            .map(|p| p[1].trim_end_matches(';').to_owned())
+            .unwrap_or_else(|| panic!("no '{w} ID' in {}", submit.dump()))
+    };
+    let array = words
+        .windows(3)
+        .find(|p| p[0] == "array" && p[1] == "job")
+        .map(|p| p[2].to_owned())
+        .unwrap_or_else(|| panic!("no array job id in {}", submit.dump()));
+    let report_job = after("job");
+    let report_job = if report_job == array {
+        words
+            .windows(3)
+            .find(|p| p[0] == "report" && p[1] == "job")
+            .map(|p| p[2].trim_end_matches(';').to_owned())
+            .unwrap()
+    } else {
+        report_job
+    };
+    // squeue shows the report job waiting on the array.
+    let queue = run_cmd(
+        cluster
+            .command("squeue")
+            .args(["-h", "-o", "%j %T %E", "-j", &report_job]),
+        DEADLINE,
+    );
+    assert!(
+        queue
+            .stdout
+            .contains("pmemvm-pmem-verify-report PENDING afterany:"),
+        "{}",
+        queue.dump()
+    );
+    let state = cluster.wait(&report_job, Duration::from_secs(300));
+    let logs = || {
+        std::fs::read_dir(shared.join("logs"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| {
+                        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                        let tail: Vec<&str> = text.lines().rev().take(20).collect();
+                        format!(
+                            "--- {} ---\n{}",
+                            e.path().display(),
+                            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        state,
+        "COMPLETED",
+        "report job {report_job}\n{}\n{}",
+        logs(),
+        cluster.logs()
+    );
+    let tasks = run_cmd(
+        cluster
+            .command("scontrol")
+            .args(["show", "job", "-o", &array]),
+        DEADLINE,
+    );
+    let states: Vec<&str> = tasks
+        .stdout
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("JobState="))
+        .collect();
+    assert_eq!(states, ["COMPLETED"; 4], "{}\n{}", tasks.dump(), logs());
+
+    // Each task's directory says which boot it holds.
+    for (side, boot) in [("off", 1), ("on", 1), ("off", 2), ("on", 2)] {
+        let r = json(&shared.join(format!("runs/{side}-{boot}/report.json")));
+        assert_eq!(
+            r["result"]["only"],
+            serde_json::json!({"side": side, "boot": boot})
+        );
+        assert_eq!(r["result"]["schema_version"], 1);
+        assert_eq!(r["result"]["state"], "complete");
+        assert!(
+            !r["host"]["hostname"].as_str().unwrap_or("").is_empty(),
+            "{r:#}"
+        );
+    }
+    // The merged report: every (side, boot) exactly once, with figures.
+    let merged = json(&shared.join("report/report.json"));
+    let mut got: Vec<(String, u64)> = merged["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| {
+            assert_eq!(r["outcome"]["status"], "ok", "{r:#}");
+            let iops = r["outcome"]["summary"]["iops"].as_f64().unwrap_or(0.0);
+            assert!(iops > 0.0, "no IOPS in {r:#}");
+            (
+                r["side"].as_str().unwrap_or("").to_owned(),
+                r["boot"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    got.sort();
+    let want: Vec<(String, u64)> = [("off", 1), ("off", 2), ("on", 1), ("on", 2)]
+        .iter()
+        .map(|(s, b)| ((*s).to_owned(), *b))
+        .collect();
+    assert_eq!(got, want, "{merged:#}");
+    assert_eq!(merged["result"]["state"], "complete");
+    assert_eq!(
+        merged["result"]["merged_from"].as_array().map(Vec::len),
+        Some(4)
+    );
+    let iops = merged["analysis"]["metrics"]
+        .as_array()
+        .and_then(|m| m.iter().find(|x| x["metric"] == "iops"))
+        .expect("iops analysis");
+    for side in iops["sides"].as_array().expect("sides") {
+        assert_eq!(side["n"], 2, "{iops:#}");
+    }
+    let merge = json(&shared.join("report/merge.json"));
+    assert_eq!(merge["left_out"], serde_json::json!([]), "{merge:#}");
+    let text = std::fs::read_to_string(shared.join("report/report.txt")).unwrap();
+    assert!(text.contains("Left out: nothing"), "{text}");
+
+    // `pmemvm report SHARED` finds the tasks' results below it (and skips the merged report).
+    let again = run(&["report", shared.to_str().unwrap()], DEADLINE);
+    assert_eq!(again.status, Some(0), "{}", again.dump());
+    assert!(
+        again.stdout.contains("Merged from 4 result directories"),
+        "{}",
+        again.dump()
+    );
+
+    // A task that failed (here: its result is gone) is rerun alone, as docs/fleet.md says:
+    // the report lists it as missing, `sbatch --array=I bench.sbatch` reruns it, the report
+    // job completes the merge.
+    std::fs::remove_dir_all(shared.join("runs/on-1")).unwrap();
+    let missing = run(&["report", shared.join("runs").to_str().unwrap()], DEADLINE);
+    assert_eq!(missing.status, Some(1), "{}", missing.dump());
+    assert!(
+        missing
+            .stdout
+            .contains("on:1: no result directory holds it"),
+        "{}",
+        missing.dump()
+    );
+    let rerun = run_cmd(
+        cluster
+            .command("sbatch")
+            .args(["--wait", "--array=1"])
+            .arg(shared.join("bench.sbatch")),
+        Duration::from_secs(300),
+    );
+    assert_eq!(rerun.status, Some(0), "{}\n{}", rerun.dump(), logs());
+    let report = run_cmd(
+        cluster
+            .command("sbatch")
+            .arg("--wait")
+            .arg(shared.join("report.sbatch")),
+        Duration::from_secs(120),
+    );
+    assert_eq!(report.status, Some(0), "{}\n{}", report.dump(), logs());
+    let merge = json(&shared.join("report/merge.json"));
+    assert_eq!(merge["left_out"], serde_json::json!([]), "{merge:#}");
+    drop(cluster);
+    eprintln!(
+        "slurm array test: {:.0} s, of which {:.0} s waiting for the TCG lock",
+        started.elapsed().as_secs_f64(),
+        waited.as_secs_f64()
+    );
+}
+
+#[test]
+fn slurm_scripts_refuse_to_overwrite_and_only_refuses_unknown_tasks() {
+    let dir = TempDir::new("slurm-refuse");
+    let shared = dir.join("shared");
+    let mut args: Vec<&str> = BENCH.to_vec();
+    args.extend(["--slurm", "--out", shared.to_str().unwrap()]);
+    let out = run(&args, DEADLINE);
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    let script = std::fs::read_to_string(shared.join("bench.sbatch")).unwrap();
+    assert!(script.contains("#SBATCH --array=0-3\n"), "{script}");
+    assert!(script.contains("3) task=on:2 dir=on-2 ;;"), "{script}");
+    // Again: one sentence, status 2, the scripts untouched.
+    std::fs::write(shared.join("bench.sbatch"), "mine").unwrap();
+    let again = run(&args, DEADLINE);
+    assert_eq!(again.status, Some(2), "{}", again.dump());
+    assert_eq!(again.stderr.lines().count(), 1, "{}", again.dump());
+    assert!(
+        again.stderr.contains("bench.sbatch already exists"),
+        "{}",
+        again.dump()
+    );
+    assert_eq!(
+        std::fs::read_to_string(shared.join("bench.sbatch")).unwrap(),
+        "mine"
+    );
+    // --only names a task the bench does not have: refused before anything runs.
+    let out_dir = dir.join("only");
+    let mut only: Vec<&str> = BENCH.to_vec();
+    only.extend(["--only", "on:3", "--out", out_dir.to_str().unwrap()]);
+    let bad = run(&only, DEADLINE);
+    assert_eq!(bad.status, Some(2), "{}", bad.dump());
+    assert!(
+        bad.stderr.contains("--only on:3 is not a task of this bench: its sides are off, on and its boots 1 to 2 (--runs 2)"),
+        "{}",
+        bad.dump()
+    );
+    assert!(!out_dir.exists());
+    // --out that cannot be a directory: one sentence, status 2.
+    let file = dir.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let mut under_file: Vec<&str> = BENCH.to_vec();
+    let under = file.join("shared");
+    under_file.extend(["--slurm", "--out", under.to_str().unwrap()]);
+    let out = run(&under_file, DEADLINE);
+    assert_eq!(out.status, Some(2), "{}", out.dump());
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.dump());
+    // --slurm without --out: clap's usage error.
+    let mut no_out: Vec<&str> = BENCH.to_vec();
+    no_out.push("--slurm");
+    assert_eq!(run(&no_out, DEADLINE).status, Some(2));
+}
