@@ -41,7 +41,10 @@ pub fn place_dimm(
 ) -> Result<(), VmError> {
     if b.fs != FsKind::Other {
         if !hugepages::relatively_aligned(mapping.as_ptr() as u64, base) {
-            log::warn!(
+            // Info, not a warning: Linux leaves a shmem mapping unaligned only when
+            // that tmpfs gives no huge pages (huge=never, the default), so 4 KiB pages
+            // are all it offers anyway; a run's own stderr stays the guest's.
+            log::info!(
                 "NVDIMM {}: host mapping {:#x} and guest address {base:#x} are not 2 MiB aligned \
                  to each other, so KVM maps it with 4 KiB pages",
                 b.display,
