@@ -537,7 +537,8 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
 /// `--pin`, `--host-node` and huge pages against this host, before anything is built.
 fn check_host(m: &crate::cli::MachineArgs) -> Result<(), CommandError> {
     let placement = m.placement();
-    vmm::memory_placement::check_host_placement(m.cpus, &m.memory, &placement, &m.nvdimm)?;
+    vmm::memory_placement::check_host_placement(m.cpus, &m.memory, &placement, &m.nvdimm)
+        .map_err(VmError::from)?;
     Ok(())
 }
 

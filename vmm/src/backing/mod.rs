@@ -23,7 +23,7 @@ use vm_memory::{FileOffset, MmapRegion};
 
 use crate::config::NvdimmSpec;
 use crate::hugepages::{fs_kind, FsKind};
-use crate::identity::{self, geometry_text, wrong_size, Block, Identity};
+use crate::identity::{self, geometry_text, Block, Identity};
 
 /// Errors opening or mapping a backing file.
 #[derive(Debug, thiserror::Error)]
@@ -200,7 +200,7 @@ impl NvdimmBacking {
             source,
         };
         // hugetlbfs: label-size=0 only, the length rounded up to 2 MiB.
-        let want = crate::memory_placement::backing_len(spec, path)?;
+        let want = crate::hugepages::backing_len(spec, path)?;
         match std::fs::metadata(path) {
             Ok(md) => {
                 let ft = md.file_type();
@@ -444,7 +444,45 @@ impl Drop for NvdimmBacking {
     }
 }
 
-pub use crate::backing_set::{open_all, space_report};
+mod set;
+pub use set::{open_all, space_report};
+
+/// The error for an existing file of length `actual` ≠ `spec.file_len()`:
+/// another pmemvm geometry (its identity block says which), pmemvm 0.1's
+/// layout (the file is SIZE bytes, or its old region — length minus labels,
+/// rounded down to 2 MiB — is SIZE), or just the wrong size.
+/// The error for an existing file of `actual` bytes where `wanted` were needed.
+pub(crate) fn wrong_size(spec: &NvdimmSpec, path: &Path, actual: u64, wanted: u64) -> BackingError {
+    let tail = actual
+        .checked_sub(crate::layout::NVDIMM_IDENTITY_SIZE)
+        .and_then(|off| File::open(path).ok().map(|f| (f, off)))
+        .and_then(|(f, off)| identity::read_at(&f, off).ok());
+    if let Some(Block::Valid(id)) = tail {
+        return BackingError::OtherGeometry {
+            path: path.into(),
+            recorded: geometry_text(&id),
+        };
+    }
+    const OLD_ALIGN: u64 = 2 << 20;
+    let old_region = actual
+        .checked_sub(spec.label_size)
+        .map(|r| r & !(OLD_ALIGN - 1));
+    if actual == spec.size || (spec.label_size > 0 && old_region == Some(spec.size)) {
+        return BackingError::OldLayout {
+            path: path.into(),
+            actual,
+            label: spec.label_size,
+            wanted: spec.file_len(),
+            wanted_text: spec.size_text.clone(),
+        };
+    }
+    BackingError::WrongSize {
+        path: path.into(),
+        actual,
+        wanted,
+        wanted_text: spec.size_text.clone(),
+    }
+}
 
 #[cfg(test)]
 mod tests {
