@@ -9,6 +9,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
+use std::path::Path;
 
 use vm_memory::mmap::MmapRegionBuilder;
 use vm_memory::{GuestAddress, GuestMemoryMmap, GuestRegionMmap};
@@ -67,17 +68,7 @@ impl HugePageError {
     }
 }
 
-/// Which pages back guest RAM.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum RamPages {
-    /// Anonymous memory, the kernel's THP default.
-    #[default]
-    Default,
-    /// Anonymous memory with `MADV_HUGEPAGE`.
-    Thp,
-    /// hugetlb pages (`MAP_HUGETLB`), reserved when mapped.
-    Hugetlb,
-}
+pub use crate::config::RamPages;
 
 /// `--memory SIZE[,hugepages|,thp]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +152,7 @@ pub fn check(
     for (d, path) in dimms
         .iter()
         .filter_map(|d| d.file.as_deref().map(|p| (d, p)))
-        .filter(|(_, p)| !p.exists() && crate::memory_placement::on_hugetlbfs(p))
+        .filter(|(_, p)| !p.exists() && on_hugetlbfs(p))
     {
         needed += huge_len(d.file_len()) / HUGE_PAGE_SIZE;
         what.push(format!("--nvdimm {},file={}", d.size_text, path.display()));
@@ -308,6 +299,29 @@ pub fn guest_ram(
 /// whole guest 2 MiB pages, so KVM can map them large too).
 pub fn relatively_aligned(host: u64, guest: u64) -> bool {
     host % HUGE_PAGE_SIZE == guest % HUGE_PAGE_SIZE
+}
+
+/// True when `path` (or, for a file not there yet, its directory) is on hugetlbfs.
+pub fn on_hugetlbfs(path: &Path) -> bool {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let on = |p: &Path| File::open(p).is_ok_and(|f| fs_kind(&f) == FsKind::Hugetlbfs);
+    on(path) || (!path.exists() && on(dir))
+}
+
+/// The length the backing file of `spec` at `path` must have: the region,
+/// labels and identity page; on hugetlbfs (label-less DIMMs only: it has
+/// no write(2) for label writes) rounded up to whole 2 MiB pages.
+pub fn backing_len(spec: &crate::config::NvdimmSpec, path: &Path) -> Result<u64, HugePageError> {
+    if !on_hugetlbfs(path) {
+        return Ok(spec.file_len());
+    }
+    if spec.label_size != 0 {
+        return Err(HugePageError::HugetlbfsFile(path.display().to_string()));
+    }
+    Ok(huge_len(spec.file_len()))
 }
 
 #[cfg(test)]

@@ -27,18 +27,15 @@
 //! whose block was never written use the order-based serial
 //! [`order_serial`] — nothing persists for them anyway.
 //!
-//! The module also tells what an existing file of the wrong length is
-//! (`wrong_size`: another geometry, named from its identity block, or
-//! pmemvm 0.1's layout, with the command that converts it) and reads a
+//! The module also reads the geometry an identity block records (which
+//! `crate::backing` names when an existing file has the wrong length) and a
 //! file's serial without opening it for the VM ([`peek_serial`], for
 //! `pmemvm acpi`).
 
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 
-use crate::backing::BackingError;
 use crate::config::{size_text, NvdimmSpec};
 use crate::layout;
 
@@ -181,49 +178,12 @@ pub(crate) fn geometry_text(id: &Identity) -> String {
     format!("{},label-size={label}", size_text(id.region_size))
 }
 
-/// The error for an existing file of length `actual` ≠ `spec.file_len()`:
-/// another pmemvm geometry (its identity block says which), pmemvm 0.1's
-/// layout (the file is SIZE bytes, or its old region — length minus labels,
-/// rounded down to 2 MiB — is SIZE), or just the wrong size.
-/// The error for an existing file of `actual` bytes where `wanted` were needed.
-pub(crate) fn wrong_size(spec: &NvdimmSpec, path: &Path, actual: u64, wanted: u64) -> BackingError {
-    let tail = actual
-        .checked_sub(crate::layout::NVDIMM_IDENTITY_SIZE)
-        .and_then(|off| File::open(path).ok().map(|f| (f, off)))
-        .and_then(|(f, off)| read_at(&f, off).ok());
-    if let Some(Block::Valid(id)) = tail {
-        return BackingError::OtherGeometry {
-            path: path.into(),
-            recorded: geometry_text(&id),
-        };
-    }
-    const OLD_ALIGN: u64 = 2 << 20;
-    let old_region = actual
-        .checked_sub(spec.label_size)
-        .map(|r| r & !(OLD_ALIGN - 1));
-    if actual == spec.size || (spec.label_size > 0 && old_region == Some(spec.size)) {
-        return BackingError::OldLayout {
-            path: path.into(),
-            actual,
-            label: spec.label_size,
-            wanted: spec.file_len(),
-            wanted_text: spec.size_text.clone(),
-        };
-    }
-    BackingError::WrongSize {
-        path: path.into(),
-        actual,
-        wanted,
-        wanted_text: spec.size_text.clone(),
-    }
-}
-
 /// The serial recorded in the backing file `spec` names, if it exists with
 /// this geometry and a valid identity block (read only: `pmemvm acpi`).
 pub fn peek_serial(spec: &NvdimmSpec) -> Option<u32> {
     let path = spec.file.as_ref()?;
     let f = File::open(path).ok()?;
-    if f.metadata().ok()?.len() != crate::memory_placement::backing_len(spec, path).ok()? {
+    if f.metadata().ok()?.len() != crate::hugepages::backing_len(spec, path).ok()? {
         return None;
     }
     match read_at(&f, spec.identity_offset()).ok()? {
@@ -237,7 +197,7 @@ pub fn peek_serial(spec: &NvdimmSpec) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backing::{open_all, NvdimmBacking};
+    use crate::backing::{open_all, BackingError, NvdimmBacking};
 
     #[test]
     fn encode_parse_round_trip_and_golden_header() {

@@ -18,7 +18,6 @@
 
 pub mod acpi_setup;
 pub mod backing;
-pub mod backing_set;
 pub mod boot;
 pub mod config;
 pub mod console;

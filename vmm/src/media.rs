@@ -23,14 +23,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use devices::nvdimm_media::{
-    DimmMedia, FileMedia, MediaState, MediaStore, BAD_BLOCK_SIZE, FLAG_DIRTY,
-    FLAG_LAST_SHUTDOWN_DIRTY, MEDIA_BLOCK_OFFSET, MEDIA_BLOCK_SIZE,
+    DimmMedia, FileMedia, MediaState, MediaStore, FLAG_DIRTY, FLAG_LAST_SHUTDOWN_DIRTY,
+    MEDIA_BLOCK_OFFSET, MEDIA_BLOCK_SIZE,
 };
 
 pub use devices::nvdimm_media::{MediaState as State, MEDIA_BLOCK_SIZE as BLOCK_SIZE};
 
 use crate::backing::NvdimmBacking;
-use crate::config::{parse_size, size_text, ConfigError};
+use crate::config::size_text;
 use crate::identity::{self, Block, Identity};
 use crate::layout;
 
@@ -80,41 +80,6 @@ impl MediaSetupError {
     pub fn is_usage(&self) -> bool {
         !matches!(self, Self::Io { .. })
     }
-}
-
-/// Parses `badblocks=OFFSET+LEN[:OFFSET+LEN...]` for a region of `region` bytes.
-pub fn parse_badblocks(text: &str, region: u64) -> Result<Vec<(u64, u64)>, ConfigError> {
-    let err = |why: String| ConfigError::BadBlocks {
-        value: text.to_string(),
-        why,
-    };
-    let number = |t: &str| -> Result<u64, ConfigError> {
-        if t == "0" {
-            return Ok(0);
-        }
-        parse_size(t).map_err(|_| err(format!("'{t}' is not a size")))
-    };
-    let mut out = Vec::new();
-    for item in text.split(':') {
-        let Some((o, l)) = item.split_once('+') else {
-            return Err(err(format!("'{item}' is not OFFSET+LEN")));
-        };
-        let (offset, length) = (number(o)?, number(l)?);
-        if offset % BAD_BLOCK_SIZE != 0 || length % BAD_BLOCK_SIZE != 0 {
-            return Err(err(format!("'{item}' is not a multiple of 512 bytes")));
-        }
-        if length == 0 {
-            return Err(err(format!("'{item}' is empty")));
-        }
-        if offset.checked_add(length).is_none_or(|e| e > region) {
-            return Err(err(format!(
-                "'{item}' ends beyond the {}-byte region",
-                size_text(region)
-            )));
-        }
-        out.push((offset, length));
-    }
-    Ok(out)
 }
 
 /// File offset of the media block of `backing`'s file.
@@ -276,6 +241,8 @@ pub fn report(path: &Path, id: &Identity, s: &MediaState) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::badblocks::parse_badblocks;
+    use crate::config::ConfigError;
     use crate::config::NvdimmSpec;
 
     fn tmpdir(name: &str) -> PathBuf {

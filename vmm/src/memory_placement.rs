@@ -3,15 +3,24 @@
 //! per DIMM mapping, the huge-page advice, the 2 MiB alignment check and the
 //! NUMA binding (docs/performance.md).
 
-use std::fs::File;
-use std::path::Path;
-
 use vm_memory::MmapRegion;
 
 use crate::backing::NvdimmBacking;
-use crate::hugepages::{self, fs_kind, FsKind, MemorySpec};
+use crate::hugepages::HugePageError;
+use crate::hugepages::{self, FsKind, MemorySpec};
+use crate::placement::PlacementError;
 use crate::placement::{self, Placement};
-use crate::vm::VmError;
+
+/// Errors of placing guest memory on the host.
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryPlacementError {
+    /// `--pin` / `--host-node`.
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
+    /// Huge pages.
+    #[error(transparent)]
+    Huge(#[from] HugePageError),
+}
 
 /// The host-side checks of `--pin`, `--host-node` and huge pages, which
 /// touch nothing (also run by `pmemvm preflight` and before `run` builds
@@ -21,11 +30,11 @@ pub fn check_host_placement(
     memory: &MemorySpec,
     placement: &Placement,
     nvdimms: &[crate::config::NvdimmSpec],
-) -> Result<(), VmError> {
+) -> Result<(), MemoryPlacementError> {
     placement.check(cpus)?;
     for n in nvdimms {
         if let Some(path) = n.file.as_deref() {
-            backing_len(n, path)?;
+            hugepages::backing_len(n, path)?;
         }
     }
     hugepages::check(memory, nvdimms)?;
@@ -38,7 +47,7 @@ pub fn place_dimm(
     mapping: &MmapRegion,
     base: u64,
     node: Option<u32>,
-) -> Result<(), VmError> {
+) -> Result<(), MemoryPlacementError> {
     if b.fs != FsKind::Other {
         if !hugepages::relatively_aligned(mapping.as_ptr() as u64, base) {
             // Info, not a warning: Linux leaves a shmem mapping unaligned only when
@@ -63,32 +72,4 @@ pub fn place_dimm(
         placement::bind_memory(mapping.as_ptr() as usize, mapping.size(), node, &what)?;
     }
     Ok(())
-}
-
-/// True when `path` (or, for a file not there yet, its directory) is on hugetlbfs.
-pub fn on_hugetlbfs(path: &Path) -> bool {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let on = |p: &Path| File::open(p).is_ok_and(|f| fs_kind(&f) == FsKind::Hugetlbfs);
-    on(path) || (!path.exists() && on(dir))
-}
-
-/// The length the backing file of `spec` at `path` must have: the region,
-/// labels and identity page; on hugetlbfs (label-less DIMMs only: it has
-/// no write(2) for label writes) rounded up to whole 2 MiB pages.
-pub fn backing_len(
-    spec: &crate::config::NvdimmSpec,
-    path: &Path,
-) -> Result<u64, hugepages::HugePageError> {
-    if !on_hugetlbfs(path) {
-        return Ok(spec.file_len());
-    }
-    if spec.label_size != 0 {
-        return Err(hugepages::HugePageError::HugetlbfsFile(
-            path.display().to_string(),
-        ));
-    }
-    Ok(hugepages::huge_len(spec.file_len()))
 }

@@ -154,6 +154,16 @@ fn kvm_err(step: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmError {
 
 pub use crate::dimm::Nvdimm;
 
+impl From<crate::memory_placement::MemoryPlacementError> for VmError {
+    fn from(e: crate::memory_placement::MemoryPlacementError) -> Self {
+        use crate::memory_placement::MemoryPlacementError as E;
+        match e {
+            E::Placement(e) => VmError::Placement(e),
+            E::Huge(e) => VmError::Huge(e),
+        }
+    }
+}
+
 impl From<crate::acpi_setup::AcpiSetupError> for VmError {
     fn from(e: crate::acpi_setup::AcpiSetupError) -> Self {
         use crate::acpi_setup::AcpiSetupError as E;

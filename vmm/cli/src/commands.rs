@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use crate::cli::{AcpiArgs, BenchArgs, BootArgs, Command, RunArgs};
-use lab::bench::{BenchError, BenchRequest, Runner};
+use crate::cli::{AcpiArgs, BootArgs, Command, RunArgs};
+use lab::bench::BenchError;
 use lab::guest_job::{find_image_dir, ImageDir};
 use lab::preflight::{self, Needs};
 use lab::run::{self, RunError, RunSpec};
@@ -445,99 +445,11 @@ fn print_summary(result: &run::RunResult) {
     }
 }
 
-fn bench_request(args: &BenchArgs) -> BenchRequest {
-    let out = args.out.clone().unwrap_or_else(|| {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        PathBuf::from(format!("pmemvm-bench/{}-{secs}", args.experiment))
-    });
-    BenchRequest {
-        experiment: args.experiment.clone(),
-        runs: args.runs,
-        cpus: args.cpus,
-        memory: args.memory,
-        jobs: args.jobs,
-        nvdimm: args.nvdimm,
-        runtime: args.runtime,
-        iodepth: args.iodepth,
-        size: args.size,
-        sides: args.sides.clone(),
-        out,
-        engine: args.engine.into(),
-        timeout: std::time::Duration::from_secs(args.timeout),
-        kernel: args.kernel.clone(),
-        initrd: args.initrd.clone(),
-        only: args.only.clone(),
-        // Every boot in a fresh process of this binary (lab::child).
-        runner: std::env::current_exe().map_or(Runner::InProcess, Runner::Child),
-    }
-}
-
-/// `pmemvm bench`: 0 when every run succeeded.
-pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
-    let req = bench_request(args);
-    if args.plan {
-        let (_, plan) = lab::bench::plan(&req)?;
-        if args.json {
-            let mut v = serde_json::to_value(&plan).map_err(lab::bench::BenchError::PlanJson)?;
-            v["runs_per_side"] = req.runs.into();
-            let text =
-                serde_json::to_string_pretty(&v).map_err(lab::bench::BenchError::PlanJson)?;
-            println!("{text}");
-        } else {
-            print!("{}", plan.render_text(req.runs));
-        }
-        return Ok(0);
-    }
-    if args.slurm {
-        return crate::fleet_commands::slurm(args, &req);
-    }
-    let outcome = lab::bench::bench(&req)?;
-    println!("{}", outcome.report.render_text());
-    for f in &outcome.files {
-        eprintln!("[bench] wrote {}", f.display());
-    }
-    let failed = outcome.report.failed_runs();
-    for f in &failed {
-        eprintln!("pmemvm: failed: {f}");
-    }
-    let r = &outcome.report;
-    eprintln!(
-        "[bench] {}: {} of {} runs produced figures; engine {} ({}){}; report in {}",
-        r.experiment,
-        r.runs.len() - failed.len(),
-        r.runs.len(),
-        r.engine,
-        r.accelerator.name(),
-        if r.accelerator.is_performance() {
-            ""
-        } else {
-            " — functional check only, not performance"
-        },
-        req.out.display()
-    );
-    if !failed.is_empty() {
-        eprintln!(
-            "pmemvm: {} of {} runs failed; the report lists them (partial results)",
-            failed.len(),
-            outcome.report.runs.len()
-        );
-    }
-    if let Some(sig) = outcome.interrupted_by {
-        eprintln!(
-            "pmemvm: bench stopped by signal {sig} after {} run(s); the report holds them",
-            outcome.report.runs.len()
-        );
-        return Ok(u8::try_from(128 + sig).unwrap_or(exit_status::RUNTIME_ERROR));
-    }
-    Ok(lab::report::bench_exit_status(&failed))
-}
-
 /// `--pin`, `--host-node` and huge pages against this host, before anything is built.
 fn check_host(m: &crate::cli::MachineArgs) -> Result<(), CommandError> {
     let placement = m.placement();
-    vmm::memory_placement::check_host_placement(m.cpus, &m.memory, &placement, &m.nvdimm)?;
+    vmm::memory_placement::check_host_placement(m.cpus, &m.memory, &placement, &m.nvdimm)
+        .map_err(VmError::from)?;
     Ok(())
 }
 
@@ -563,17 +475,17 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
             needs.image = a.kernel.is_none();
         }
         Command::Bench(a) if a.plan => {
-            lab::bench::plan(&bench_request(a))?;
+            lab::bench::plan(&crate::bench_commands::bench_request(a))?;
         }
         Command::Bench(a) if a.slurm => {
             // The tasks check their own node; the image they boot is built here, on the
             // shared file system the nodes read it from.
-            let req = bench_request(a);
+            let req = crate::bench_commands::bench_request(a);
             let (_, plan) = lab::bench::plan(&req)?;
             needs.image = lab::bench::uses_image(&req, &plan);
         }
         Command::Bench(a) => {
-            lab::bench::prepare(&bench_request(a), true, &mut needs)?;
+            lab::bench::prepare(&crate::bench_commands::bench_request(a), true, &mut needs)?;
         }
         Command::Acpi(_)
         | Command::Preflight(_)

@@ -2,6 +2,7 @@
 //! in the `lab` library (experiments, runs, reports) on top of the `vmm`
 //! core (the VMM itself).
 
+mod bench_commands;
 mod cli;
 mod commands;
 mod fleet_commands;
@@ -61,7 +62,7 @@ fn run(args: &RunArgs) -> Result<u8, Failure> {
 }
 
 fn bench(args: &BenchArgs) -> Result<u8, Failure> {
-    Ok(crate::commands::bench(args)?)
+    Ok(crate::bench_commands::bench(args)?)
 }
 
 fn report_cmd(args: &ReportArgs) -> Result<u8, Failure> {

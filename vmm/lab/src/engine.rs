@@ -14,11 +14,53 @@ use vmm::exit_status;
 use vmm::host::HostKvm;
 use vmm::run_loop::RunOptions;
 use vmm::stats::{ExitCounts, NvdimmCounts};
-use vmm::vm::Vm;
+use vmm::vm::{Vm, VmError};
 
+use crate::preflight::Engine;
 use crate::preflight::PreflightError;
 use crate::qemu::{self, QemuAccel, QemuMachine};
-use crate::run::{Engine, RunError};
+
+/// Errors of an engine before or while it boots a machine.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Building pmemvm's VM.
+    #[error(transparent)]
+    Vm(#[from] VmError),
+    /// The engine is not usable here (e.g. QEMU missing).
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
+    /// An input file cannot be read.
+    #[error("cannot read {what} {path}: {source}")]
+    Input {
+        /// What it is.
+        what: &'static str,
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Host I/O.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl EngineError {
+    /// True when the user's input is at fault (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Self::Vm(e) => e.is_usage(),
+            Self::Preflight(_) | Self::Input { .. } => true,
+            Self::Io { .. } => false,
+        }
+    }
+}
 
 /// One guest boot, as the engines see it.
 #[derive(Debug)]
@@ -78,11 +120,11 @@ pub trait GuestEngine: std::fmt::Debug {
     /// The engine's name as reports print it.
     fn engine(&self) -> Engine;
     /// Boots the machine and waits for its end (or its timeout).
-    fn boot(&self, machine: &Machine<'_>) -> Result<Ended, RunError>;
+    fn boot(&self, machine: &Machine<'_>) -> Result<Ended, EngineError>;
 }
 
 /// The engine for an already resolved choice (see [`Engine::resolve`]).
-pub fn for_engine(engine: Engine, kvm: &HostKvm) -> Result<Box<dyn GuestEngine>, RunError> {
+pub fn for_engine(engine: Engine, kvm: &HostKvm) -> Result<Box<dyn GuestEngine>, EngineError> {
     Ok(match engine {
         Engine::Pmemvm | Engine::Auto => Box::new(Pmemvm { kvm: kvm.clone() }),
         Engine::Qemu => {
@@ -108,7 +150,7 @@ impl GuestEngine for Pmemvm {
         Engine::Pmemvm
     }
 
-    fn boot(&self, m: &Machine<'_>) -> Result<Ended, RunError> {
+    fn boot(&self, m: &Machine<'_>) -> Result<Ended, EngineError> {
         let config = VmConfig {
             kernel: m.kernel.to_path_buf(),
             initrd: m.initrd.map(Path::to_path_buf),
@@ -164,7 +206,7 @@ impl GuestEngine for Qemu {
         Engine::Qemu
     }
 
-    fn boot(&self, m: &Machine<'_>) -> Result<Ended, RunError> {
+    fn boot(&self, m: &Machine<'_>) -> Result<Ended, EngineError> {
         let mut ended = Ended {
             accelerator: self.accel.name().into(),
             functional_only: self.accel == QemuAccel::Tcg || in_nested_l1(),
@@ -172,7 +214,7 @@ impl GuestEngine for Qemu {
         };
         let initrd_file = m.scratch.join("initrd");
         let data = match m.initrd {
-            Some(p) => std::fs::read(p).map_err(|source| RunError::Input {
+            Some(p) => std::fs::read(p).map_err(|source| EngineError::Input {
                 what: "initrd",
                 path: p.to_path_buf(),
                 source,
@@ -180,7 +222,7 @@ impl GuestEngine for Qemu {
             None => Vec::new(),
         };
         let data = crate::guest_job::append_to_initrd(&data, m.job_archive);
-        std::fs::write(&initrd_file, &data).map_err(|source| RunError::Io {
+        std::fs::write(&initrd_file, &data).map_err(|source| EngineError::Io {
             what: "writing the job initrd".into(),
             source,
         })?;
@@ -200,7 +242,7 @@ impl GuestEngine for Qemu {
         for (n, p) in &dimms {
             if !p.exists() {
                 let f = std::fs::File::create(p).and_then(|f| f.set_len(n.file_len()).map(|_| f));
-                f.map_err(|source| RunError::Io {
+                f.map_err(|source| EngineError::Io {
                     what: format!("creating {}", p.display()),
                     source,
                 })?;
@@ -256,13 +298,13 @@ fn run_with_deadline(
     cmd: &mut std::process::Command,
     deadline: Duration,
     stream: Option<&Path>,
-) -> Result<Option<i32>, RunError> {
+) -> Result<Option<i32>, EngineError> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|source| RunError::Io {
+        .map_err(|source| EngineError::Io {
             what: "starting qemu-system-x86_64".into(),
             source,
         })?;
@@ -297,7 +339,7 @@ fn run_with_deadline(
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(50)),
             Err(source) => {
-                return Err(RunError::Io {
+                return Err(EngineError::Io {
                     what: "waiting for qemu-system-x86_64".into(),
                     source,
                 })

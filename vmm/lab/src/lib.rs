@@ -36,6 +36,7 @@ pub mod kconfig;
 pub mod preflight;
 pub mod qemu;
 pub mod report;
+pub mod results;
 pub mod rootfs;
 pub mod run;
 pub mod threads;

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::run::Engine;
+use serde::{Deserialize, Serialize};
 use vmm::host::HostKvm;
 
 /// Memory the host keeps beside a guest: QEMU or pmemvm's own process,
@@ -239,6 +239,42 @@ fn writable(dir: &Path) -> bool {
     };
     // SAFETY: `c` is a NUL-terminated path valid for the call; access only reads it.
     unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
+/// Which VMM runs the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// pmemvm itself.
+    Pmemvm,
+    /// qemu-system-x86_64 with its own NVDIMM.
+    Qemu,
+    /// pmemvm where this host's KVM can run Linux, QEMU otherwise.
+    Auto,
+}
+
+impl Engine {
+    /// The engine to use on this host: `Auto` resolved; `Pmemvm` refused
+    /// up front on a KVM that cannot run an unmodified kernel.
+    pub fn resolve(self, host: &HostKvm) -> Result<Engine, PreflightError> {
+        match self {
+            Engine::Auto if host.cannot_run_linux() => Ok(Engine::Qemu),
+            Engine::Auto => Ok(Engine::Pmemvm),
+            Engine::Pmemvm if host.cannot_run_linux() => Err(PreflightError::HostCannotRunLinux(
+                host.explanation().unwrap_or_default(),
+            )),
+            other => Ok(other),
+        }
+    }
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Pmemvm => "pmemvm",
+            Engine::Qemu => "qemu",
+            Engine::Auto => "auto",
+        }
+    }
 }
 
 #[cfg(test)]

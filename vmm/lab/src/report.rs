@@ -249,7 +249,7 @@ pub struct BenchReport {
     /// What the result directory holds (schema and pmemvm versions, which boots, complete or
     /// partial); absent in results written before it was recorded.
     #[serde(default)]
-    pub result: Option<crate::fleet::record::ResultInfo>,
+    pub result: Option<crate::results::record::ResultInfo>,
 }
 
 /// The JSON document written by [`BenchReport::to_json`].

@@ -22,6 +22,9 @@ pub enum RunError {
     /// Building the VM.
     #[error(transparent)]
     Vm(#[from] VmError),
+    /// The engine failed before or while booting.
+    #[error(transparent)]
+    Engine(#[from] engine::EngineError),
     /// A job file cannot be read.
     #[error("cannot read {what} {path}: {source}")]
     Input {
@@ -72,6 +75,7 @@ impl RunError {
     pub fn is_usage(&self) -> bool {
         match self {
             Self::Vm(e) => e.is_usage(),
+            Self::Engine(e) => e.is_usage(),
             Self::Input { .. } | Self::Preflight(_) | Self::NoImage(_) | Self::NoInitrd { .. } => {
                 true
             }
@@ -82,41 +86,7 @@ impl RunError {
     }
 }
 
-/// Which VMM runs the guest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Engine {
-    /// pmemvm itself.
-    Pmemvm,
-    /// qemu-system-x86_64 with its own NVDIMM.
-    Qemu,
-    /// pmemvm where this host's KVM can run Linux, QEMU otherwise.
-    Auto,
-}
-
-impl Engine {
-    /// The engine to use on this host: `Auto` resolved; `Pmemvm` refused
-    /// up front on a KVM that cannot run an unmodified kernel.
-    pub fn resolve(self, host: &HostKvm) -> Result<Engine, PreflightError> {
-        match self {
-            Engine::Auto if host.cannot_run_linux() => Ok(Engine::Qemu),
-            Engine::Auto => Ok(Engine::Pmemvm),
-            Engine::Pmemvm if host.cannot_run_linux() => Err(PreflightError::HostCannotRunLinux(
-                host.explanation().unwrap_or_default(),
-            )),
-            other => Ok(other),
-        }
-    }
-
-    /// Lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Pmemvm => "pmemvm",
-            Engine::Qemu => "qemu",
-            Engine::Auto => "auto",
-        }
-    }
-}
+pub use crate::preflight::Engine;
 
 /// Everything a job run needs (serialisable: a bench hands it to a child process).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -219,7 +189,7 @@ pub struct DimmDescription {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunResult {
     /// Version of the result layout shared with `bench` results
-    /// ([`crate::fleet::record::SCHEMA_VERSION`]).
+    /// ([`crate::results::record::SCHEMA_VERSION`]).
     pub schema_version: u32,
     /// pmemvm version.
     pub pmemvm_version: String,
@@ -383,7 +353,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let start = Instant::now();
 
     let mut result = RunResult {
-        schema_version: crate::fleet::record::SCHEMA_VERSION,
+        schema_version: crate::results::record::SCHEMA_VERSION,
         pmemvm_version: env!("CARGO_PKG_VERSION").into(),
         engine,
         accelerator: "kvm".into(),

@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use crate::child::{self, ChildError};
 use crate::experiments::{self, BenchParams, ExperimentError, ExperimentPlan, HostLimits, Side};
-use crate::fleet::record::ResultInfo;
-use crate::fleet::task::Task;
 use crate::guest_job;
 use crate::preflight::{self, Needs, PreflightError};
 use crate::report::{
     Accelerator, BenchReport, HostInfo, ReportError, RunOutcome, VerifyExpectation,
 };
+use crate::results::record::ResultInfo;
+use crate::results::task::Task;
 use crate::run::{self, Engine, RunError, RunSpec};
 use vmm::config::NvdimmSpec;
 
@@ -39,7 +39,7 @@ pub enum BenchError {
     Side(#[from] SideError),
     /// An `--only` task the bench does not have.
     #[error(transparent)]
-    Only(#[from] crate::fleet::task::TaskError),
+    Only(#[from] crate::results::task::TaskError),
     /// Writing the report.
     #[error(transparent)]
     Report(#[from] ReportError),

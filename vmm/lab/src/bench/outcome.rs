@@ -247,7 +247,7 @@ mod tests {
     fn result(files: &[(&str, String)], error: Option<&str>) -> RunResult {
         RunResult {
             command: None,
-            schema_version: crate::fleet::record::SCHEMA_VERSION,
+            schema_version: crate::results::record::SCHEMA_VERSION,
             pmemvm_version: "test".into(),
             engine: Engine::Qemu,
             accelerator: "tcg".into(),

@@ -24,6 +24,8 @@ mod pmem;
 pub mod template;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_tools;
 mod xfs;
 
 pub use plan::{Deviation, ExperimentPlan, Phase, PhaseRole, Setup, Side};

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::backing::{BackingError, NvdimmBacking};
+use super::{BackingError, NvdimmBacking};
 use crate::config::NvdimmSpec;
 
 impl NvdimmBacking {

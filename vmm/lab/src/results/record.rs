@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::task::Task;
+use crate::results::task::Task;
 
 /// Version of the result layout (`report.json` with its `result` object). Raised when a field
 /// a merge relies on changes meaning; fields added later are read as optional.

@@ -23,7 +23,7 @@ use vm_memory::{FileOffset, MmapRegion};
 
 use crate::config::NvdimmSpec;
 use crate::hugepages::{fs_kind, FsKind};
-use crate::identity::{self, geometry_text, wrong_size, Block, Identity};
+use crate::identity::{self, geometry_text, Block, Identity};
 
 /// Errors opening or mapping a backing file.
 #[derive(Debug, thiserror::Error)]
@@ -200,7 +200,7 @@ impl NvdimmBacking {
             source,
         };
         // hugetlbfs: label-size=0 only, the length rounded up to 2 MiB.
-        let want = crate::memory_placement::backing_len(spec, path)?;
+        let want = crate::hugepages::backing_len(spec, path)?;
         match std::fs::metadata(path) {
             Ok(md) => {
                 let ft = md.file_type();
@@ -444,7 +444,11 @@ impl Drop for NvdimmBacking {
     }
 }
 
-pub use crate::backing_set::{open_all, space_report};
+mod geometry;
+mod set;
+
+use geometry::wrong_size;
+pub use set::{open_all, space_report};
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,8 @@
 //! What the user asked for: sizes with QEMU-style suffixes, `--nvdimm` specs
 //! and the validated [`VmConfig`] every other module works from.
 
+pub mod badblocks;
+
 use std::path::PathBuf;
 
 use crate::layout;
@@ -254,7 +256,7 @@ impl std::str::FromStr for NvdimmSpec {
                 ("hugepages", None) => out.hugepages = true,
                 ("label-size", Some(v)) => out.label_size = parse_label_size(v)?,
                 ("node", Some(v)) => out.node = Some(parse_node(v)?),
-                ("badblocks", Some(v)) => out.badblocks = crate::media::parse_badblocks(v, size)?,
+                ("badblocks", Some(v)) => out.badblocks = badblocks::parse_badblocks(v, size)?,
                 _ => return Err(ConfigError::NvdimmOption(part.to_string())),
             }
         }
@@ -391,7 +393,7 @@ pub struct VmConfig {
     /// Guest RAM in bytes.
     pub memory: u64,
     /// Which pages back guest RAM (`--memory SIZE,hugepages|thp`).
-    pub ram_pages: crate::hugepages::RamPages,
+    pub ram_pages: RamPages,
     /// vCPU pinning and host NUMA binding (`--pin`, `--host-node`).
     pub placement: crate::placement::Placement,
     /// NVDIMMs in order.
@@ -417,6 +419,18 @@ pub fn join_cmdline(base: &str, append: &[String]) -> String {
         line.push_str(extra);
     }
     line
+}
+
+/// Which pages back guest RAM.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RamPages {
+    /// Anonymous memory, the kernel's THP default.
+    #[default]
+    Default,
+    /// Anonymous memory with `MADV_HUGEPAGE`.
+    Thp,
+    /// hugetlb pages (`MAP_HUGETLB`), reserved when mapped.
+    Hugetlb,
 }
 
 #[cfg(test)]

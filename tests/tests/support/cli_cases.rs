@@ -1,0 +1,410 @@
+//! The table of malformed invocations of tests/tests/cli_bad_input.rs: each
+//! with the words its one error line must contain, and whether it needs a
+//! usable /dev/kvm to get that far.
+
+use std::time::Duration;
+
+pub(crate) const DEADLINE: Duration = Duration::from_secs(20);
+
+/// What an invocation needs beyond the pmemvm binary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Needs {
+    /// Refused while parsing arguments or before KVM is opened.
+    Nothing,
+    /// Refused after /dev/kvm was opened (kernel, files, layout checks).
+    Kvm,
+    /// Needs a file made read-only in a way root cannot bypass.
+    ReadOnlyFile,
+}
+
+/// One malformed invocation. In `args`, `{D}` is the scratch directory and
+/// `{K}` a valid tiny guest kernel; `names` must appear in stderr.
+pub(crate) struct Case {
+    pub(crate) args: &'static [&'static str],
+    pub(crate) names: &'static str,
+    pub(crate) needs: Needs,
+}
+
+pub(crate) const fn case(args: &'static [&'static str], names: &'static str) -> Case {
+    Case {
+        args,
+        names,
+        needs: Needs::Nothing,
+    }
+}
+
+pub(crate) const fn kvm(args: &'static [&'static str], names: &'static str) -> Case {
+    Case {
+        args,
+        names,
+        needs: Needs::Kvm,
+    }
+}
+
+pub(crate) const KERNEL: &str = "--kernel";
+
+/// The table. Sizes and suffixes, overflowing numbers, empty strings,
+/// nvdimm options, label sizes, files of every wrong kind, kernels, initrds,
+/// `run` and `acpi` inputs and outputs.
+pub(crate) fn cases() -> Vec<Case> {
+    vec![
+        // --memory
+        case(&["boot", KERNEL, "{K}", "--memory", "0"], "'0'"),
+        case(&["boot", KERNEL, "{K}", "--memory", ""], "''"),
+        case(&["boot", KERNEL, "{K}", "--memory", "12X"], "'12X'"),
+        case(&["boot", KERNEL, "{K}", "--memory", "1.5G"], "'1.5G'"),
+        case(&["boot", KERNEL, "{K}", "--memory", "1P"], "'1P'"),
+        case(&["boot", KERNEL, "{K}", "--memory", "1GG"], "'1GG'"),
+        case(&["boot", KERNEL, "{K}", "--memory=-1G"], "'-1G'"),
+        case(
+            &["boot", KERNEL, "{K}", "--memory", "99999999999999999999"],
+            "'99999999999999999999'",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--memory", "16777216T"],
+            "'16777216T'",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--memory", "17"],
+            "--memory 17 bytes",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--memory", "2T"],
+            "--memory 2199023255552 bytes",
+        ),
+        // --cpus
+        case(&["boot", KERNEL, "{K}", "--cpus", "0"], "'0'"),
+        case(&["boot", KERNEL, "{K}", "--cpus", "255"], "'255'"),
+        case(
+            &["boot", KERNEL, "{K}", "--cpus", "99999999999"],
+            "'99999999999'",
+        ),
+        case(&["boot", KERNEL, "{K}", "--cpus", "two"], "'two'"),
+        case(&["boot", KERNEL, "{K}", "--cpus", ""], "''"),
+        // --nvdimm sizes and options
+        case(&["boot", KERNEL, "{K}", "--nvdimm", ""], "''"),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "1M"], "'1M'"),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "3M"], "'3M'"),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "0"], "'0'"),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", ",file={D}/x.img"],
+            "''",
+        ),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "16M,bogus"], "'bogus'"),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,readonly=yes"],
+            "'readonly=yes'",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,readonly,readonly"],
+            "'readonly'",
+        ),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "16M,file="], "file="),
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "16M,file"], "'file'"),
+        case(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "16M,file={D}/a.img,file={D}/b.img",
+            ],
+            "'file'",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/bb.img,badblocks=1M+1000"],
+            "badblocks=1M+1000",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,badblocks=16M+512"],
+            "badblocks=16M+512",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,badblocks=4096"],
+            "badblocks=4096",
+        ),
+        case(&["nvdimm", "badblocks", "{D}/missing.img"], "missing.img does not exist"),
+        case(&["nvdimm", "badblocks", "{D}"], "is not a pmemvm NVDIMM backing file"),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,label-size=5K"],
+            "label-size=5K",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,label-size=64K"],
+            "label-size=64K",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,label-size=8G"],
+            "label-size=8G",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,label-size="],
+            "label-size=",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,label-size=-1"],
+            "label-size=-1",
+        ),
+        case(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "16M,label-size=99999999999999999999",
+            ],
+            "label-size=99999999999999999999",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "2M,label-size=128K"],
+            "size '2M' is not a multiple of 16 MiB",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "1000M"],
+            "'1000M' is not a multiple of 16 MiB (the guest's persistent-memory region is exactly SIZE, and Linux aligns regions to 16 MiB); the nearest valid sizes are 992M and 1008M",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "1G,node=300"],
+            "node=300 is not valid; use a guest NUMA node number from 0 to 255",
+        ),
+        case(
+            &["acpi", "--out", "{D}/o", "--nvdimm", "16M,node=2"],
+            "node=2 leaves guest NUMA node 1 without CPUs or NVDIMMs",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/old.img"],
+            "old.img is 16777216 bytes, the layout of pmemvm 0.1",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--nvdimm", "100000T"],
+            "NVDIMMs do not fit",
+        ),
+        kvm(&["boot", KERNEL, "{K}", "--nvdimm=16M*300"], "300 NVDIMMs"),
+        // --nvdimm files
+        kvm(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "16M,file={D}/dup.img",
+                "--nvdimm",
+                "16M,file={D}/./dup.img",
+            ],
+            "dup.img is given more than once",
+        ),
+        kvm(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "16M,file={D}/link.img",
+                "--nvdimm",
+                "16M,file={D}/sized.img",
+            ],
+            "sized.img is given more than once",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/adir"],
+            "adir is a directory",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file=/dev/null"],
+            "/dev/null is not a regular file",
+        ),
+        kvm(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "16M,file={D}/missing/x.img",
+            ],
+            "missing/x.img cannot be created",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/small.img"],
+            "small.img is 4096 bytes",
+        ),
+        kvm(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "16M,file={D}/nofile.img,readonly",
+            ],
+            "nofile.img does not exist",
+        ),
+        Case {
+            args: &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/ro.img"],
+            names: "ro.img is not writable",
+            needs: Needs::ReadOnlyFile,
+        },
+        kvm(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--nvdimm",
+                "16M,file={D}/new.img",
+                "--nvdimm",
+                "16M,file={D}/adir",
+            ],
+            "adir is a directory",
+        ),
+        // kernels and initrds
+        kvm(&["boot", KERNEL, "{D}/nokernel"], "nokernel"),
+        kvm(
+            &["boot", KERNEL, "{D}/adir"],
+            "kernel {D}/adir is a directory",
+        ),
+        kvm(&["boot", KERNEL, "{D}/notelf"], "notelf is neither"),
+        kvm(&["boot", KERNEL, "{D}/empty"], "empty"),
+        kvm(&["boot", KERNEL, "{D}/badelf"], "badelf cannot be loaded"),
+        kvm(
+            &["boot", KERNEL, "{D}/highelf", "--memory", "16M"],
+            "too small for kernel {D}/highelf",
+        ),
+        kvm(
+            &["boot", KERNEL, "{D}/cutelf"],
+            "kernel {D}/cutelf is truncated",
+        ),
+        kvm(
+            &["boot", KERNEL, "{D}/bz32"],
+            "without a 64-bit entry point",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--initrd", "{D}/noinitrd"],
+            "noinitrd",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--initrd", "{D}/adir"],
+            "initrd {D}/adir is a directory",
+        ),
+        kvm(
+            &[
+                "boot",
+                KERNEL,
+                "{K}",
+                "--memory",
+                "16M",
+                "--initrd",
+                "{D}/big.initrd",
+            ],
+            "too small for initrd {D}/big.initrd",
+        ),
+        case(&["boot", KERNEL, ""], "--kernel"),
+        kvm(
+            &["boot", KERNEL, "{K}", "--cmdline", "{LONG}"],
+            "5000 bytes",
+        ),
+        // console and channel files
+        kvm(
+            &["boot", KERNEL, "{K}", "--console-log", "{D}/adir"],
+            "console file {D}/adir",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--channel", "{D}/missing/ch"],
+            "channel file {D}/missing/ch",
+        ),
+        // unknown things
+        case(&["bogus"], "'bogus'"),
+        case(&["boot", KERNEL, "{K}", "--bogus"], "'--bogus'"),
+        // run
+        case(&["run"], "--fio"),
+        kvm(&["run", "--fio", "{D}/nojob.fio"], "nojob.fio"),
+        kvm(&["run", "--fio", "{D}/adir"], "fio job file {D}/adir"),
+        kvm(
+            &["run", "--fio", "{D}/job.fio", "--json", "{D}/adir"],
+            "{D}/adir",
+        ),
+        kvm(
+            &[
+                "run",
+                "--fio",
+                "{D}/job.fio",
+                "--json",
+                "{D}/missing/out.json",
+            ],
+            "missing/out.json",
+        ),
+        kvm(
+            &[
+                "run",
+                "--fio",
+                "{D}/job.fio",
+                "--json",
+                "{D}/out.json",
+                KERNEL,
+                "{D}/nokernel",
+            ],
+            "nokernel",
+        ),
+        kvm(
+            &["run", "--fio", "{D}/job.fio", "--setup", "@{D}/nosetup"],
+            "nosetup",
+        ),
+        case(&["run", "--fio", "{D}/job.fio", "--timeout", "0"], "'0'"),
+        case(
+            &["run", "--fio", "{D}/job.fio", "--engine", "bogus"],
+            "'bogus'",
+        ),
+        case(&["run", "--fio", "{D}/job.fio", "--cpus", "0"], "'0'"),
+        // acpi
+        case(&["acpi"], "--out"),
+        case(&["acpi", "--out", "{D}/o", "--cpus", "0"], "'0'"),
+        case(&["acpi", "--out", "{D}/o", "--memory", "12X"], "'12X'"),
+        case(&["acpi", "--out", "{D}/notelf"], "{D}/notelf"),
+        case(&["acpi", "--out", "/dev/null"], "/dev/null"),
+        case(
+            &["acpi", "--out", "/proc/pmemvm-nowhere"],
+            "/proc/pmemvm-nowhere",
+        ),
+        case(
+            &["acpi", "--out", "{D}/o", "--nvdimm", "100000T"],
+            "NVDIMMs do not fit",
+        ),
+        // run -- CMD with --put/--get: all refused before the guest boots
+        case(&["run", "--"], "`--` must be followed by the command"),
+        case(&["run", "--put", "{D}/missing", "--", "true"], "--put {D}/missing"),
+        case(&["run", "--put", "{D}/empty:..", "--", "true"], "\"..\""),
+        case(&["run", "--get", "x", "--", "true"], "--get needs --out"),
+        case(&["run", "--get", "../x", "--out", "{D}/o", "--", "true"], "\"../x\""),
+        case(&["run", "--get", "/", "--out", "{D}/o", "--", "true"], "\"/\""),
+        case(
+            &["run", "--get", "x", "--out", "{D}/adir/a/b", "--", "true"],
+            "{D}/adir/a/b",
+        ),
+        case(
+            &["run", "--get", "x", "--out", "{D}/empty", "--", "true"],
+            "not a directory",
+        ),
+        case(
+            &["run", "--get", "/a/r", "--get", "/b/r", "--out", "{D}/o", "--", "true"],
+            "--get /a/r and --get /b/r",
+        ),
+        case(
+            &["run", "--get", "out.json", "--out", "{D}", "--", "true"],
+            "does not overwrite",
+        ),
+        case(
+            &["run", "--transfer-size", "16M", "--put", "{D}/big.initrd", "--", "true"],
+            "raise --transfer-size",
+        ),
+        case(&["run", "--transfer-size", "10M", "--", "true"], "'10M'"),
+        case(&["run", "--fio", "{D}/job.fio", "--", "true"], "not both"),
+        case(&["run", "--packages", "python3", "--", "true"], "--packages needs --rootfs debian"),
+        case(
+            &["run", "--rootfs", "debian", "--packages", "py thon", "--", "true"],
+            "'py thon'",
+        ),
+        case(&["run", "--rootfs", "{D}/small.img", "--", "true"], "multiple of 16 MiB"),
+        case(&["run", "--rootfs", "{D}/missing.ext4", "--", "true"], "{D}/missing.ext4"),
+        case(
+            &["run", "--fio", "{D}/job.fio", "--put", "{D}/empty"],
+            "--put and --get work with a command",
+        ),
+    ]
+}

@@ -1,0 +1,99 @@
+//! `pmemvm bench`: the request from the arguments, the run, the report and
+//! the exit status (0: every run produced figures; 1: some failed; 128 + N:
+//! stopped by signal N).
+
+use std::path::PathBuf;
+
+use crate::cli::BenchArgs;
+use crate::commands::CommandError;
+use lab::bench::{BenchRequest, Runner};
+use vmm::exit_status;
+
+pub(crate) fn bench_request(args: &BenchArgs) -> BenchRequest {
+    let out = args.out.clone().unwrap_or_else(|| {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        PathBuf::from(format!("pmemvm-bench/{}-{secs}", args.experiment))
+    });
+    BenchRequest {
+        experiment: args.experiment.clone(),
+        runs: args.runs,
+        cpus: args.cpus,
+        memory: args.memory,
+        jobs: args.jobs,
+        nvdimm: args.nvdimm,
+        runtime: args.runtime,
+        iodepth: args.iodepth,
+        size: args.size,
+        sides: args.sides.clone(),
+        out,
+        engine: args.engine.into(),
+        timeout: std::time::Duration::from_secs(args.timeout),
+        kernel: args.kernel.clone(),
+        initrd: args.initrd.clone(),
+        only: args.only.clone(),
+        // Every boot in a fresh process of this binary (lab::child).
+        runner: std::env::current_exe().map_or(Runner::InProcess, Runner::Child),
+    }
+}
+
+/// `pmemvm bench`: 0 when every run succeeded.
+pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
+    let req = bench_request(args);
+    if args.plan {
+        let (_, plan) = lab::bench::plan(&req)?;
+        if args.json {
+            let mut v = serde_json::to_value(&plan).map_err(lab::bench::BenchError::PlanJson)?;
+            v["runs_per_side"] = req.runs.into();
+            let text =
+                serde_json::to_string_pretty(&v).map_err(lab::bench::BenchError::PlanJson)?;
+            println!("{text}");
+        } else {
+            print!("{}", plan.render_text(req.runs));
+        }
+        return Ok(0);
+    }
+    if args.slurm {
+        return crate::fleet_commands::slurm(args, &req);
+    }
+    let outcome = lab::bench::bench(&req)?;
+    println!("{}", outcome.report.render_text());
+    for f in &outcome.files {
+        eprintln!("[bench] wrote {}", f.display());
+    }
+    let failed = outcome.report.failed_runs();
+    for f in &failed {
+        eprintln!("pmemvm: failed: {f}");
+    }
+    let r = &outcome.report;
+    eprintln!(
+        "[bench] {}: {} of {} runs produced figures; engine {} ({}){}; report in {}",
+        r.experiment,
+        r.runs.len() - failed.len(),
+        r.runs.len(),
+        r.engine,
+        r.accelerator.name(),
+        if r.accelerator.is_performance() {
+            ""
+        } else {
+            " — functional check only, not performance"
+        },
+        req.out.display()
+    );
+    if !failed.is_empty() {
+        eprintln!(
+            "pmemvm: {} of {} runs failed; the report lists them (partial results)",
+            failed.len(),
+            outcome.report.runs.len()
+        );
+    }
+    if let Some(sig) = outcome.interrupted_by {
+        eprintln!(
+            "pmemvm: bench stopped by signal {sig} after {} run(s); the report holds them",
+            outcome.report.runs.len()
+        );
+        return Ok(u8::try_from(128 + sig).unwrap_or(exit_status::RUNTIME_ERROR));
+    }
+    Ok(lab::report::bench_exit_status(&failed))
+}
