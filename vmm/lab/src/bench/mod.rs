@@ -232,7 +232,10 @@ pub fn prepare(
     let (experiment, plan) = plan(req)?;
     let engine = preflight::engine_on_this_host(req.engine, allow_install, needs)?;
     let memory = req.memory.max(plan.min_guest_mem_mib << 20);
-    preflight::memory(memory, preflight::mem_available())?;
+    preflight::memory(
+        preflight::guest_memory_on_host(engine, memory),
+        preflight::mem_available(),
+    )?;
     if let Some(bytes) = plan.nvdimm_bytes {
         let tmp = std::env::temp_dir();
         preflight::dimm_disk(bytes, &tmp, preflight::free_bytes(&tmp))?;
