@@ -356,6 +356,8 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 == crate::qemu::QemuAccel::Tcg
         {
             " (TCG: figures are functional only)"
+        } else if engine == Engine::Nested {
+            " (pmemvm in a TCG L1: figures are functional only)"
         } else {
             ""
         },
