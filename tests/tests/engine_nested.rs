@@ -11,17 +11,17 @@
 //! missing. Each test holds the machine's TCG lock while its L1 runs.
 
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lab::guest_job;
-use pmemvm_tests::pmemvm::{pmemvm_bin, run_cmd, Output, TempDir};
+use pmemvm_tests::pmemvm::{path_without, pmemvm_bin, run_cmd, Output, TempDir, VERIFY_JOB};
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
 use pmemvm_tests::tcg::TcgGuard;
+use pmemvm_tests::terminal::{openpty, term_settings};
 
 /// One L1 boot (about 5 s under TCG), the guest and its job, with room for a loaded host.
 const DEADLINE: Duration = Duration::from_secs(600);
@@ -124,18 +124,6 @@ fn run_command_writes_the_users_backing_file_on_the_host() {
     assert_eq!(v["nvdimms"][0]["file"], img.to_str().unwrap());
 }
 
-const VERIFY_JOB: &str = "[global]
-filename=/dev/pmem0
-ioengine=io_uring
-direct=1
-bs=4k
-size=8m
-[write-verify]
-rw=randwrite
-verify=crc32c
-do_verify=1
-";
-
 #[test]
 fn run_fio_on_nested_returns_fio_json_labelled_nested() {
     let _tcg = require!(ready());
@@ -223,40 +211,11 @@ fn bench_on_nested_reports_functional_only() {
     assert_eq!(report["performance"], false);
 }
 
-/// A pty: (master, slave).
-fn openpty() -> (OwnedFd, OwnedFd) {
-    let (mut master, mut slave) = (0, 0);
-    // SAFETY: openpty writes two descriptors into the ints it is given; the
-    // name, termios and winsize pointers may be null.
-    let rc = unsafe {
-        libc::openpty(
-            &mut master,
-            &mut slave,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
-    // SAFETY: both descriptors were just opened by openpty and are owned here only.
-    unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) }
-}
-
-fn termios_of(fd: &OwnedFd) -> libc::termios {
-    use std::os::fd::AsRawFd;
-    let mut t = std::mem::MaybeUninit::<libc::termios>::uninit();
-    // SAFETY: tcgetattr fills the termios struct for a valid descriptor.
-    let rc = unsafe { libc::tcgetattr(fd.as_raw_fd(), t.as_mut_ptr()) };
-    assert_eq!(rc, 0, "tcgetattr: {}", std::io::Error::last_os_error());
-    // SAFETY: tcgetattr succeeded, so the struct is initialised.
-    unsafe { t.assume_init() }
-}
-
 #[test]
 fn boot_on_nested_puts_the_guest_shell_on_the_terminal() {
     let _tcg = require!(ready());
-    let (master, slave) = openpty();
-    let before = termios_of(&slave);
+    let (master, slave) = require!(openpty());
+    let before = term_settings(&slave);
     let stdin = std::fs::File::from(slave.try_clone().expect("dup"));
     let stdout = std::fs::File::from(slave.try_clone().expect("dup"));
     let started = Instant::now();
@@ -330,37 +289,17 @@ fn boot_on_nested_puts_the_guest_shell_on_the_terminal() {
         !shown.contains("PMEMVM-L1-"),
         "the L1 console is not muted:\n{shown}"
     );
-    let after = termios_of(&slave);
     assert_eq!(
-        (after.c_lflag, after.c_iflag, after.c_oflag),
-        (before.c_lflag, before.c_iflag, before.c_oflag),
+        term_settings(&slave),
+        before,
         "the terminal was not restored"
     );
-}
-
-/// A directory of links to every program on PATH but qemu-system-x86_64.
-fn path_without_qemu(dir: &Path) -> PathBuf {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).expect("bin dir");
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for d in std::env::split_paths(&path) {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let link = bin.join(e.file_name());
-            if e.file_name() != "qemu-system-x86_64" && !link.exists() {
-                let _ = std::os::unix::fs::symlink(e.path(), &link);
-            }
-        }
-    }
-    bin
 }
 
 #[test]
 fn nested_without_qemu_is_one_sentence_and_status_2() {
     let dir = TempDir::new("nested-no-qemu");
-    let bin = path_without_qemu(&dir.0);
+    let bin = path_without(&dir.0, &["qemu-system-x86_64"]);
     let img = dir.join("untouched.img");
     let spec = format!("64M,file={}", img.display());
     for args in [
