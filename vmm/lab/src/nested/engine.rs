@@ -57,16 +57,48 @@ fn nvdimm_arg(spec: &NvdimmSpec, path: &str) -> String {
     s
 }
 
+/// The host-side locks of the user's backing files, held while the L1 runs.
+#[derive(Debug)]
+struct HostLocks(#[allow(dead_code)] Vec<fs::File>);
+
+/// Takes pmemvm's lock (`flock`, exclusive; shared for `readonly`) on an
+/// existing backing file on the host: pmemvm's own lock is taken in the L1,
+/// where QEMU's 9p server does not pass it on, so this one keeps a pmemvm on
+/// the host (or another nested one) off the file for the run. A file that
+/// does not exist yet is created by pmemvm in the L1 and not locked here.
+fn lock_on_host(file: &Path, readonly: bool) -> Result<Option<fs::File>, NestedError> {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = fs::File::open(file) else {
+        return Ok(None);
+    };
+    let op = if readonly {
+        libc::LOCK_SH
+    } else {
+        libc::LOCK_EX
+    };
+    // SAFETY: flock only reads the descriptor, which `f` keeps open.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(NestedError::BackingFile {
+            file: file.to_path_buf(),
+            why: "it is in use by another pmemvm (it holds the file's lock)".into(),
+        });
+    }
+    Ok(Some(f))
+}
+
 /// Where each DIMM's backing file is in L1, and the mounts that make the
 /// user's files reachable: a file in the share by its relative path, another
-/// file through a 9p mount of its directory at `/host/dimmN`, a temporary
-/// DIMM as `pmemN.img` in the share (removed with it).
+/// file through a 9p mount of its directory at `/host/dimmN` (locked on the
+/// host, see [`lock_on_host`]), a temporary DIMM as `pmemN.img` in the share
+/// (removed with it).
 fn place_dimms(
     share: &Path,
     nvdimms: &[NvdimmSpec],
-) -> Result<(Vec<String>, Vec<Mount>), NestedError> {
+) -> Result<(Vec<String>, Vec<Mount>, HostLocks), NestedError> {
     let mut args = Vec::new();
     let mut mounts: Vec<Mount> = Vec::new();
+    let mut locks = Vec::new();
     for (i, spec) in nvdimms.iter().enumerate() {
         if spec.hugepages {
             return Err(NestedError::Unsupported("--nvdimm SIZE,hugepages"));
@@ -91,6 +123,7 @@ fn place_dimms(
                     Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
                     _ => PathBuf::from("."),
                 };
+                locks.extend(lock_on_host(file, spec.readonly)?);
                 let dir = parent.canonicalize().map_err(|e| {
                     bad(&format!(
                         "its directory cannot be shared into the L1 VM ({e})"
@@ -115,7 +148,7 @@ fn place_dimms(
         args.push("--nvdimm".to_string());
         args.push(nvdimm_arg(spec, &path));
     }
-    Ok((args, mounts))
+    Ok((args, mounts, HostLocks(locks)))
 }
 
 /// A file of the share by its path relative to the share.
@@ -199,7 +232,7 @@ impl NestedEngine {
             return Err(NestedError::Unsupported("--memory SIZE,hugepages/thp"));
         }
         let share = m.scratch;
-        let (dimm_args, mounts) = place_dimms(share, m.nvdimms)?;
+        let (dimm_args, mounts, _locks) = place_dimms(share, m.nvdimms)?;
         fs::copy(m.kernel, share.join("kernel")).map_err(io_err(format!(
             "copy {} into the share",
             m.kernel.display()
@@ -348,7 +381,7 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
         N.fetch_add(1, Ordering::Relaxed)
     )));
     fs::create_dir_all(&share.0).map_err(io_err(format!("create {}", share.0.display())))?;
-    let (dimm_args, mounts) = place_dimms(&share.0, b.nvdimms)?;
+    let (dimm_args, mounts, _locks) = place_dimms(&share.0, b.nvdimms)?;
     fs::copy(b.kernel, share.0.join("kernel")).map_err(io_err(format!(
         "copy {} into the share",
         b.kernel.display()
@@ -412,7 +445,7 @@ mod tests {
             .parse()
             .expect("spec");
         let temp: NvdimmSpec = "32M,node=1".parse().expect("spec");
-        let (args, mounts) = place_dimms(&share, &[user, in_share, temp]).expect("placed");
+        let (args, mounts, _) = place_dimms(&share, &[user, in_share, temp]).expect("placed");
         assert_eq!(mounts.len(), 1);
         assert_eq!(mounts[0].tag, "dimm0");
         assert_eq!(
@@ -427,6 +460,19 @@ mod tests {
             args[5],
             format!("{},file=pmem2.img,label-size=131072,node=1", 32u64 << 20)
         );
+        // An existing file another pmemvm holds is refused before the L1 boots.
+        let held = share.join("held.img");
+        fs::write(&held, b"x").expect("file");
+        let holder = lock_on_host(&held, false).expect("lock").expect("exists");
+        let spec: NvdimmSpec = format!("16M,file={}", held.display())
+            .parse()
+            .expect("spec");
+        let err = place_dimms(Path::new("/no-share"), &[spec]).expect_err("locked");
+        assert!(
+            err.to_string().contains("in use by another pmemvm"),
+            "{err}"
+        );
+        drop(holder);
         let missing: NvdimmSpec = "16M,file=/no/such/dir/x.img".parse().expect("spec");
         let err = place_dimms(&share, &[missing]).expect_err("no directory");
         assert!(err.is_usage());
