@@ -296,6 +296,14 @@ impl NestedEngine {
                     tail(&stderr, 20)
                 );
             }
+            Err(e @ super::L1Failure::Deadline { .. }) => {
+                ended.status = Some(vmm::exit_status::TIMED_OUT);
+                ended.error = Some(format!(
+                    "the guest did not finish within {} s (use --timeout to allow more; the L1 VM gets {} s more to boot): {e}",
+                    m.timeout.as_secs(),
+                    L1_BOOT_ALLOWANCE.as_secs()
+                ));
+            }
             Err(e) => ended.error = Some(format!("--engine nested: {e}")),
         }
         Ok(ended)
