@@ -222,7 +222,15 @@ impl ModuleTree {
     /// The archive files (path, contents, mode) that put the wanted modules and
     /// their dependencies into the guest's `lib/modules/<release>/`.
     pub fn pack(&self) -> Result<Vec<(String, Vec<u8>, u32)>, ModulesError> {
-        pack::pack(self)
+        // Absolute, so no file name is taken for an option by the decompressors.
+        let dir = std::fs::canonicalize(&self.dir).map_err(|e| ModulesError::Read {
+            path: self.dir.clone(),
+            reason: e.to_string(),
+        })?;
+        pack::pack(&Self {
+            dir,
+            release: self.release.clone(),
+        })
     }
 }
 

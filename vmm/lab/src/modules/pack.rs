@@ -101,7 +101,7 @@ fn read_module(path: &Path) -> Result<Vec<u8>, ModulesError> {
     };
     let bytes = if let Some((tool, package)) = tool {
         let out = Command::new(tool)
-            .args(["-dc", "--"])
+            .arg("-dc")
             .arg(path)
             .stdin(Stdio::null())
             .output()
@@ -189,6 +189,45 @@ fn walk(dir: &Path, rel: &str, out: &mut Vec<(String, PathBuf)>) -> std::io::Res
     Ok(())
 }
 
+/// Runs the host's depmod over the staged tree; says why not where it cannot.
+fn index(base: &Path, release: &str) {
+    let Some(tool) = depmod() else {
+        log::warn!(
+            "--modules: no depmod on this host (package kmod): the guest gets modules.dep but \
+             not the indexes kmod users (ndctl, daxctl) read"
+        );
+        return;
+    };
+    match Command::new(&tool)
+        .arg("-b")
+        .arg(base)
+        .arg(release)
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(out) if out.status.success() => {
+            if !base
+                .join("lib/modules")
+                .join(release)
+                .join("modules.dep.bin")
+                .is_file()
+            {
+                log::info!(
+                    "--modules: {} wrote no modules.dep.bin (busybox's?): kmod users in the \
+                     guest will not find the modules",
+                    tool.display()
+                );
+            }
+        }
+        Ok(out) => log::warn!(
+            "--modules: {} failed: {}",
+            tool.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => log::warn!("--modules: cannot run {}: {e}", tool.display()),
+    }
+}
+
 pub(super) fn pack(tree: &ModuleTree) -> Result<Vec<(String, Vec<u8>, u32)>, ModulesError> {
     let dep_file = tree.dir.join("modules.dep");
     let text = std::fs::read_to_string(&dep_file).map_err(|e| ModulesError::Read {
@@ -240,35 +279,11 @@ pub(super) fn pack(tree: &ModuleTree) -> Result<Vec<(String, Vec<u8>, u32)>, Mod
                 .map_err(host(format!("copying {}", src.display())))?;
         }
     }
+    // depmod writes the binary indexes libkmod reads (modules.dep.bin, modules.builtin.bin,
+    // ...); without them (no depmod, or busybox's) the guest's init still loads the modules.
+    index(&stage.0, &tree.release);
     std::fs::write(rel_dir.join("modules.dep"), &dep_text)
         .map_err(host("writing modules.dep".into()))?;
-    // depmod writes the binary indexes libkmod reads (modules.dep.bin, modules.builtin.bin, ...).
-    match depmod() {
-        Some(tool) => {
-            let out = Command::new(&tool)
-                .arg("-b")
-                .arg(&stage.0)
-                .arg(&tree.release)
-                .stdin(Stdio::null())
-                .output()
-                .map_err(host(format!("running {}", tool.display())))?;
-            if !out.status.success() {
-                return Err(ModulesError::Host {
-                    what: format!(
-                        "{} -b {} {}",
-                        tool.display(),
-                        stage.0.display(),
-                        tree.release
-                    ),
-                    reason: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-                });
-            }
-        }
-        None => log::warn!(
-            "--modules: no depmod on this host (package kmod): the guest gets modules.dep but \
-             not the indexes kmod users (ndctl, daxctl) read"
-        ),
-    }
     std::fs::write(rel_dir.join(LOAD_LIST), &load).map_err(host(format!("writing {LOAD_LIST}")))?;
     let mut files = Vec::new();
     walk(&stage.0, "", &mut files).map_err(host(format!("reading {}", stage.0.display())))?;

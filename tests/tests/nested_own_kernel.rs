@@ -1,0 +1,97 @@
+//! Tier 5 for the user's own modular kernel: the bzImage of
+//! `guest-images/build.sh --modular` (Debian's linux-source-6.1, the project's
+//! fragment, `CONFIG_MODULES=y`, the NVDIMM drivers as .ko.xz modules) booted
+//! by `pmemvm run --kernel bzImage --modules DIR` inside the nested harness's
+//! L1, with `nd_pmem.nowait=1` on the command line. In the guest: the modules
+//! are loaded (`lsmod`, /sys/module), the parameter reached the modular
+//! nd_pmem, `ndctl list` sees the namespace, and a pattern written to
+//! /dev/pmem0 reads back and lands in the host's backing file.
+
+use std::fs;
+use std::time::Duration;
+
+use pmemvm_tests::nested::{guest_image, NestedVm};
+use pmemvm_tests::own_kernel::{files_under, modular_kernel};
+use pmemvm_tests::require;
+
+/// Quiet: every console byte is an expensive exit when nested.
+const CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 quiet nd_pmem.nowait=1";
+const PATTERN: &str = "PMEMVM-OWN-KERNEL-PATTERN";
+
+const GUEST_SCRIPT: &str = r#"set -e
+echo "release $(uname -r)"
+lsmod | sed 's/^/lsmod /'
+for m in libnvdimm nfit nd_pmem; do test -d /sys/module/$m && echo "sysmodule $m"; done
+echo "nowait $(cat /sys/module/nd_pmem/parameters/nowait)"
+printf '%s' "$PATTERN" | dd of=/dev/pmem0 bs=4096 conv=sync,fsync 2>/dev/null
+echo "readback $(head -c ${#PATTERN} /dev/pmem0)"
+ndctl list -N | tr -d ' \n' | sed 's/^/ndctl /'; echo
+"#;
+
+#[test]
+fn a_modular_kernel_boots_with_its_modules_and_their_parameters() {
+    let k = require!(modular_kernel());
+    let initrd = require!(guest_image("initramfs.cpio.gz"));
+    let mut vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm))
+        .deadline(Duration::from_secs(600))
+        .file("bzImage", &k.bz_image)
+        .file("initramfs.cpio.gz", &initrd)
+        .bytes("t.sh", GUEST_SCRIPT.replace("$PATTERN", PATTERN));
+    for (rel, path) in files_under(&k.modules) {
+        vm = vm.file(&format!("mods/{rel}"), path);
+    }
+    let steps = format!(
+        "pmemvm run --kernel bzImage --initrd initramfs.cpio.gz --modules mods --memory 512M \
+         --cmdline '{CMDLINE}' --nvdimm 64M,label-size=0,file=pm0.img --put t.sh \
+         --console-log console.txt --json run.json -- sh t.sh >run.stdout 2>run.stderr; \
+         echo $? >run.status"
+    );
+    let out = vm
+        .run(&["sh", "-c", &steps])
+        .expect("run pmemvm in the harness");
+    let read = |name: &str| fs::read_to_string(out.path(name)).unwrap_or_default();
+    let stdout = read("run.stdout");
+    let context = format!(
+        "{}\nrun.stdout:\n{stdout}\nrun.stderr:\n{}\nguest console (last lines):\n{}",
+        out.dump(),
+        read("run.stderr"),
+        pmemvm_tests::nested::tail(&read("console.txt"), 40)
+    );
+    assert_eq!(read("run.status").trim(), "0", "{context}");
+    assert!(
+        stdout.contains(&format!("release {}", k.release)),
+        "{context}"
+    );
+    for m in ["libnvdimm", "nfit", "nd_pmem"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("lsmod {m} "))),
+            "{m} not in lsmod\n{context}"
+        );
+        assert!(stdout.contains(&format!("sysmodule {m}")), "{context}");
+    }
+    assert!(
+        stdout.contains("nowait Y"),
+        "nd_pmem.nowait=1 did not reach the module\n{context}"
+    );
+    assert!(stdout.contains(&format!("readback {PATTERN}")), "{context}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("ndctl ") && l.contains("\"dev\":\"namespace0.0\"")),
+        "{context}"
+    );
+    let backing = fs::read(out.path("pm0.img")).expect("backing file on the host");
+    assert!(
+        backing.starts_with(PATTERN.as_bytes()),
+        "the pattern is not at the start of the backing file\n{context}"
+    );
+    let console = read("console.txt");
+    let loaded = console.matches("pmemvm-init: module ").count();
+    eprintln!(
+        "{}: modular kernel {} booted with {loaded} modules loaded by the init; pmemvm run took \
+         {:.1?} in all (L1 boot included)",
+        out.mode, k.release, out.elapsed
+    );
+}
