@@ -485,7 +485,8 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
     match command {
         Command::Boot(a) => {
             check_host(&a.machine)?;
-            needs.image = a.kernel.is_none();
+            // --modules without --initrd boots the image's initramfs (its init loads them).
+            needs.image = a.kernel.is_none() || a.modules.is_some() && a.initrd.is_none();
         }
         Command::Run(a) => {
             let spec = run_spec(a)?;

@@ -132,6 +132,17 @@ pub struct RunSpec {
     pub timeout: Duration,
 }
 
+/// What `--modules` packed (see [`crate::modules`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PackedModules {
+    /// The release directory (`.../lib/modules/<release>`).
+    pub dir: String,
+    /// The kernel release.
+    pub release: String,
+    /// The modules the guest loads, in order (`pmemvm.load`).
+    pub load: Vec<String>,
+}
+
 /// A file's path and SHA-256.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HashedFile {
@@ -214,6 +225,9 @@ pub struct RunResult {
     pub kernel: HashedFile,
     /// Initrd used (before the job archive was appended).
     pub initrd: Option<HashedFile>,
+    /// The `--modules` tree packed into the job archive, and the modules loaded from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modules: Option<PackedModules>,
     /// The guest image manifest, when the image was used.
     pub image_manifest: Option<serde_json::Value>,
     /// Kernel command line.
@@ -343,9 +357,32 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     );
     let scratch = Scratch::new()?;
     let mut job = spec.job.clone();
+    let mut packed = None;
     if let Some(dir) = &spec.modules {
         let tree = crate::modules::ModuleTree::open(dir, &kernel)?;
-        job.extra_files.extend(tree.pack()?);
+        let files = tree.pack()?;
+        let list = format!("lib/modules/{}/{}", tree.release, crate::modules::LOAD_LIST);
+        packed = Some(PackedModules {
+            dir: tree.dir.display().to_string(),
+            release: tree.release.clone(),
+            load: files
+                .iter()
+                .find(|(p, _, _)| *p == list)
+                .map(|(_, d, _)| {
+                    String::from_utf8_lossy(d)
+                        .lines()
+                        .map(|l| {
+                            l.rsplit('/')
+                                .next()
+                                .unwrap_or(l)
+                                .trim_end_matches(".ko")
+                                .to_owned()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        });
+        job.extra_files.extend(files);
     }
     let mut nvdimms = spec.nvdimms.clone();
     let transfer = match &spec.command {
@@ -373,6 +410,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         error: None,
         kernel: hash_file(&kernel),
         initrd: initrd.as_deref().map(hash_file),
+        modules: packed,
         image_manifest: image
             .as_ref()
             .and_then(|i| std::fs::read(&i.manifest).ok())
