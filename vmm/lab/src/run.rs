@@ -132,17 +132,6 @@ pub struct RunSpec {
     pub timeout: Duration,
 }
 
-/// What `--modules` packed (see [`crate::modules`]).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct PackedModules {
-    /// The release directory (`.../lib/modules/<release>`).
-    pub dir: String,
-    /// The kernel release.
-    pub release: String,
-    /// The modules the guest loads, in order (`pmemvm.load`).
-    pub load: Vec<String>,
-}
-
 /// A file's path and SHA-256.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HashedFile {
@@ -227,7 +216,7 @@ pub struct RunResult {
     pub initrd: Option<HashedFile>,
     /// The `--modules` tree packed into the job archive, and the modules loaded from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub modules: Option<PackedModules>,
+    pub modules: Option<crate::modules::PackedModules>,
     /// The guest image manifest, when the image was used.
     pub image_manifest: Option<serde_json::Value>,
     /// Kernel command line.
@@ -361,27 +350,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     if let Some(dir) = &spec.modules {
         let tree = crate::modules::ModuleTree::open(dir, &kernel)?;
         let files = tree.pack()?;
-        let list = format!("lib/modules/{}/{}", tree.release, crate::modules::LOAD_LIST);
-        packed = Some(PackedModules {
-            dir: tree.dir.display().to_string(),
-            release: tree.release.clone(),
-            load: files
-                .iter()
-                .find(|(p, _, _)| *p == list)
-                .map(|(_, d, _)| {
-                    String::from_utf8_lossy(d)
-                        .lines()
-                        .map(|l| {
-                            l.rsplit('/')
-                                .next()
-                                .unwrap_or(l)
-                                .trim_end_matches(".ko")
-                                .to_owned()
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-        });
+        packed = Some(tree.describe(&files));
         job.extra_files.extend(files);
     }
     let mut nvdimms = spec.nvdimms.clone();

@@ -153,6 +153,17 @@ fn first_word(bytes: &[u8]) -> Option<String> {
     (end > 0 && end < 256).then(|| String::from_utf8_lossy(&bytes[..end]).into_owned())
 }
 
+/// What `--modules` packed, as a run records it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PackedModules {
+    /// The release directory (`.../lib/modules/<release>`).
+    pub dir: String,
+    /// The kernel release.
+    pub release: String,
+    /// The modules the guest loads, in order ([`LOAD_LIST`]).
+    pub load: Vec<String>,
+}
+
 /// A module tree of one release: `.../lib/modules/<release>/`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModuleTree {
@@ -231,6 +242,31 @@ impl ModuleTree {
             dir,
             release: self.release.clone(),
         })
+    }
+}
+
+impl ModuleTree {
+    /// What [`ModuleTree::pack`] packed (`files`), for the run's record.
+    pub fn describe(&self, files: &[(String, Vec<u8>, u32)]) -> PackedModules {
+        let list = format!("lib/modules/{}/{LOAD_LIST}", self.release);
+        let load = files
+            .iter()
+            .find(|(p, _, _)| *p == list)
+            .map(|(_, d, _)| {
+                String::from_utf8_lossy(d)
+                    .lines()
+                    .map(|l| {
+                        let base = l.rsplit('/').next().unwrap_or(l);
+                        base.trim_end_matches(".ko").to_owned()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        PackedModules {
+            dir: self.dir.display().to_string(),
+            release: self.release.clone(),
+            load,
+        }
     }
 }
 

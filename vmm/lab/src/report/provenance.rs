@@ -28,7 +28,7 @@ pub struct Provenance {
     pub image: Option<serde_json::Value>,
     /// The `--modules` tree packed for the kernel and the modules loaded from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub modules: Option<crate::run::PackedModules>,
+    pub modules: Option<crate::modules::PackedModules>,
 }
 
 /// An unmeasured phase of one boot (the verify job before a measurement, a fill).
