@@ -88,7 +88,10 @@ fn the_module_tree_packs_decompressed_in_dependency_order() {
     };
     assert!(at("libnvdimm.ko") < at("nfit.ko"), "{load}");
     assert!(at("libnvdimm.ko") < at("nd_pmem.ko"), "{load}");
-    assert!(at("device_dax.ko") < at("kmem.ko"), "{load}");
+    assert!(at("nd_btt.ko") < at("nd_pmem.ko"), "{load}");
+    for m in ["dax_pmem.ko", "device_dax.ko", "kmem.ko", "nd_btt.ko"] {
+        at(m);
+    }
     for line in load.lines() {
         let data = get(line).unwrap_or_else(|| panic!("{line} listed but not packed"));
         assert!(
