@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 mod requirements;
 
-pub use requirements::{Requirement, REQUIREMENTS};
+pub use requirements::{Requirement, MODULE_NEEDS, REQUIREMENTS};
 
 /// Errors of reading a kernel's configuration.
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +124,14 @@ pub fn check(config: &Kconfig) -> Check {
             }),
         }
     }
+    for (when, r) in MODULE_NEEDS {
+        if config.get(when) == Some("m") && config.get(r.option) != Some("y") {
+            out.missing.push(Missing {
+                requirement: *r,
+                value: config.get(r.option).map(str::to_string),
+            });
+        }
+    }
     out
 }
 
@@ -146,6 +154,13 @@ pub fn fragment() -> String {
             }
             s.push_str(&format!("{}=y\n", r.option));
         }
+    }
+    s.push_str("\n# --- with NVDIMM drivers as modules (harmless when they are built in)\n");
+    for (when, r) in MODULE_NEEDS {
+        s.push_str(&format!(
+            "# without it, when {when}=m: {}\n{}=y\n",
+            r.breaks, r.option
+        ));
     }
     s
 }
@@ -386,6 +401,25 @@ mod tests {
     }
 
     #[test]
+    fn a_modular_nd_btt_needs_debugfs() {
+        let modular = format!("{}CONFIG_ND_BTT=m\n", full_config());
+        let result = check(&Kconfig::parse(&modular));
+        let names: Vec<&str> = result
+            .missing
+            .iter()
+            .map(|m| m.requirement.option)
+            .collect();
+        assert_eq!(names, ["CONFIG_DEBUG_FS"]);
+        assert!(
+            check(&Kconfig::parse(&format!("{modular}CONFIG_DEBUG_FS=y\n")))
+                .missing
+                .is_empty()
+        );
+        // Built in, the failing init goes unnoticed: not required.
+        assert!(check(&Kconfig::parse(&full_config())).missing.is_empty());
+    }
+
+    #[test]
     fn every_module_a_requirement_names_is_one_modules_packs() {
         for r in REQUIREMENTS.iter().flat_map(|(_, r)| r.iter()) {
             if let Some(m) = r.module {
@@ -411,7 +445,8 @@ mod tests {
     fn the_fragment_lists_every_requirement_once_and_parses_back() {
         let f = fragment();
         let parsed = Kconfig::parse(&f);
-        let total: usize = REQUIREMENTS.iter().map(|(_, r)| r.len()).sum();
+        let total: usize =
+            REQUIREMENTS.iter().map(|(_, r)| r.len()).sum::<usize>() + MODULE_NEEDS.len();
         assert_eq!(
             parsed.len(),
             total,

@@ -183,3 +183,14 @@ pub const REQUIREMENTS: &[(&str, &[Requirement])] = &[
         ],
     ),
 ];
+
+/// What a kernel with modules needs besides: when the first option is `=m`, the
+/// requirement must be met (`=y`) too.
+pub const MODULE_NEEDS: &[(&str, Requirement)] = &[(
+    "CONFIG_ND_BTT",
+    req(
+        "CONFIG_DEBUG_FS",
+        "nd_btt.ko does not load (6.1's btt init fails with ENXIO without debugfs), nor \
+         nd_pmem.ko, which needs it: no /dev/pmem*",
+    ),
+)];
