@@ -68,3 +68,62 @@ pub fn files_under(dir: &Path) -> Vec<(String, PathBuf)> {
     out.sort();
     out
 }
+
+/// The module tree of Debian's stock kernel package `deb` as a user has it after unpacking the
+/// package and running `depmod -b`, cut to what `--modules` packs (the modules of
+/// [`lab::modules::WANTED`] and their dependencies) and the index files: `dir/tree/lib/modules/
+/// <release>/`. Returns (`dir/tree`, release). Uses `dir/full` as scratch space.
+pub fn debian_module_tree(deb: &Path, dir: &Path) -> Result<(PathBuf, String), String> {
+    let full = dir.join("full");
+    std::fs::create_dir_all(&full).map_err(|e| format!("{}: {e}", full.display()))?;
+    let script = format!(
+        "set -eu -o pipefail
+         dpkg-deb --fsys-tarfile '{deb}' | tar -x -C '{full}' --wildcards './lib/modules/*'
+         rel=$(ls '{full}/lib/modules')
+         depmod -b '{full}' \"$rel\"
+         echo \"$rel\"",
+        deb = deb.display(),
+        full = full.display()
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("bash: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "unpacking the modules of {} failed: {}",
+            deb.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let release = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let src = full.join("lib/modules").join(&release);
+    let dst = dir.join("tree/lib/modules").join(&release);
+    let dep = std::fs::read_to_string(src.join("modules.dep"))
+        .map_err(|e| format!("modules.dep of {release}: {e}"))?;
+    let deps = lab::modules::parse_modules_dep(&dep);
+    let mut files: Vec<String> = lab::modules::load_order(&deps, lab::modules::WANTED)
+        .into_iter()
+        .map(|i| deps[i].path.clone())
+        .collect();
+    files.extend(
+        [
+            "modules.dep",
+            "modules.builtin",
+            "modules.builtin.modinfo",
+            "modules.order",
+        ]
+        .map(String::from),
+    );
+    for f in &files {
+        let to = dst.join(f);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        }
+        std::fs::copy(src.join(f), &to).map_err(|e| format!("copying {f}: {e}"))?;
+    }
+    let _ = std::fs::remove_dir_all(&full);
+    Ok((dir.join("tree"), release))
+}

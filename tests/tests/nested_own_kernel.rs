@@ -5,13 +5,18 @@
 //! L1, with `nd_pmem.nowait=1` on the command line. In the guest: the modules
 //! are loaded (`lsmod`, /sys/module), the parameter reached the modular
 //! nd_pmem, `ndctl list` sees the namespace, and a pattern written to
-//! /dev/pmem0 reads back and lands in the host's backing file.
+//! /dev/pmem0 reads back and lands in the host's backing file. The same with
+//! Debian's stock kernel (`linux-image-*-amd64`, the L1's own) and its
+//! package's module tree after `depmod -b`: a distribution kernel whose NVDIMM
+//! drivers and file systems are .ko.xz modules, booted with the guest image's
+//! initramfs through `--modules`.
 
 use std::fs;
 use std::time::Duration;
 
-use pmemvm_tests::nested::{guest_image, NestedVm};
-use pmemvm_tests::own_kernel::{files_under, modular_kernel};
+use pmemvm_tests::nested::{guest_image, NestedVm, RunOutput};
+use pmemvm_tests::own_kernel::{debian_module_tree, files_under, modular_kernel};
+use pmemvm_tests::pmemvm::TempDir;
 use pmemvm_tests::require;
 
 /// Quiet: every console byte is an expensive exit when nested.
@@ -28,21 +33,16 @@ echo "readback $(head -c ${#PATTERN} /dev/pmem0)"
 ndctl list -N | tr -d ' \n' | sed 's/^/ndctl /'; echo
 "#;
 
-#[test]
-fn a_modular_kernel_boots_with_its_modules_and_their_parameters() {
-    let k = require!(modular_kernel());
-    let initrd = require!(guest_image("initramfs.cpio.gz"));
-    let mut vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm))
-        .deadline(Duration::from_secs(600))
-        .file("bzImage", &k.bz_image)
-        .file("initramfs.cpio.gz", &initrd)
-        .bytes("t.sh", GUEST_SCRIPT.replace("$PATTERN", PATTERN));
-    for (rel, path) in files_under(&k.modules) {
-        vm = vm.file(&format!("mods/{rel}"), path);
-    }
+/// Boots `kernel` (a share file name) with `--modules mods` and GUEST_SCRIPT in `vm`; returns
+/// the script's stdout, the run's status and a context for messages.
+fn boot_with_modules(
+    vm: NestedVm,
+    kernel: &str,
+    cmdline: &str,
+) -> (String, String, String, RunOutput) {
     let steps = format!(
-        "pmemvm run --kernel bzImage --initrd initramfs.cpio.gz --modules mods --memory 512M \
-         --cmdline '{CMDLINE}' --nvdimm 64M,label-size=0,file=pm0.img --put t.sh \
+        "pmemvm run --kernel {kernel} --initrd initramfs.cpio.gz --modules mods --memory 512M \
+         --cmdline '{cmdline}' --nvdimm 64M,label-size=0,file=pm0.img --put t.sh \
          --console-log console.txt --json run.json -- sh t.sh >run.stdout 2>run.stderr; \
          echo $? >run.status"
     );
@@ -57,11 +57,13 @@ fn a_modular_kernel_boots_with_its_modules_and_their_parameters() {
         read("run.stderr"),
         pmemvm_tests::nested::tail(&read("console.txt"), 40)
     );
-    assert_eq!(read("run.status").trim(), "0", "{context}");
-    assert!(
-        stdout.contains(&format!("release {}", k.release)),
-        "{context}"
-    );
+    (stdout, read("run.status"), context, out)
+}
+
+/// What every booted kernel shows: its release, the NVDIMM modules loaded, the pattern
+/// through /dev/pmem0 into the backing file, ndctl's namespace.
+fn check_guest(stdout: &str, release: &str, context: &str, out: &RunOutput) {
+    assert!(stdout.contains(&format!("release {release}")), "{context}");
     for m in ["libnvdimm", "nfit", "nd_pmem"] {
         assert!(
             stdout
@@ -71,10 +73,6 @@ fn a_modular_kernel_boots_with_its_modules_and_their_parameters() {
         );
         assert!(stdout.contains(&format!("sysmodule {m}")), "{context}");
     }
-    assert!(
-        stdout.contains("nowait Y"),
-        "nd_pmem.nowait=1 did not reach the module\n{context}"
-    );
     assert!(stdout.contains(&format!("readback {PATTERN}")), "{context}");
     assert!(
         stdout
@@ -87,11 +85,66 @@ fn a_modular_kernel_boots_with_its_modules_and_their_parameters() {
         backing.starts_with(PATTERN.as_bytes()),
         "the pattern is not at the start of the backing file\n{context}"
     );
-    let console = read("console.txt");
-    let loaded = console.matches("pmemvm-init: module ").count();
+}
+
+#[test]
+fn a_modular_kernel_boots_with_its_modules_and_their_parameters() {
+    let k = require!(modular_kernel());
+    let initrd = require!(guest_image("initramfs.cpio.gz"));
+    let mut vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm))
+        .deadline(Duration::from_secs(600))
+        .file("bzImage", &k.bz_image)
+        .file("initramfs.cpio.gz", &initrd)
+        .bytes("t.sh", GUEST_SCRIPT.replace("$PATTERN", PATTERN));
+    for (rel, path) in files_under(&k.modules) {
+        vm = vm.file(&format!("mods/{rel}"), path);
+    }
+    let (stdout, status, context, out) = boot_with_modules(vm, "bzImage", CMDLINE);
+    assert_eq!(status.trim(), "0", "{context}");
+    check_guest(&stdout, &k.release, &context, &out);
+    assert!(
+        stdout.contains("nowait Y"),
+        "nd_pmem.nowait=1 did not reach the module\n{context}"
+    );
+    let console = fs::read_to_string(out.path("console.txt")).unwrap_or_default();
     eprintln!(
-        "{}: modular kernel {} booted with {loaded} modules loaded by the init; pmemvm run took \
+        "{}: modular kernel {} booted with {} modules loaded by the init; pmemvm run took \
          {:.1?} in all (L1 boot included)",
-        out.mode, k.release, out.elapsed
+        out.mode,
+        k.release,
+        console.matches("pmemvm-init: module ").count(),
+        out.elapsed
+    );
+}
+
+#[test]
+fn debians_stock_kernel_boots_with_its_packages_modules() {
+    let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
+    let Some(l1) = vm.l1_image().cloned() else {
+        pmemvm_tests::skip!("the stock kernel is the nested L1's: nested mode only");
+    };
+    let initrd = require!(guest_image("initramfs.cpio.gz"));
+    let dir = TempDir::new("own-debian");
+    let (tree, release) = debian_module_tree(&pmemvm_tests::stock_kernel::deb(), &dir.0)
+        .expect("the stock kernel package's module tree");
+    let mut vm = vm
+        .deadline(Duration::from_secs(600))
+        .file("vmlinuz", &l1.vmlinuz)
+        .file("initramfs.cpio.gz", &initrd)
+        .bytes("t.sh", GUEST_SCRIPT.replace("$PATTERN", PATTERN));
+    for (rel, path) in files_under(&tree) {
+        vm = vm.file(&format!("mods/{rel}"), path);
+    }
+    let (stdout, status, context, out) =
+        boot_with_modules(vm, "vmlinuz", "console=ttyS0 reboot=acpi panic=-1 quiet");
+    assert_eq!(status.trim(), "0", "{context}");
+    check_guest(&stdout, &release, &context, &out);
+    let console = fs::read_to_string(out.path("console.txt")).unwrap_or_default();
+    eprintln!(
+        "{}: Debian's {release} booted with {} of its modules loaded by the init; pmemvm run \
+         took {:.1?} in all (L1 boot included)",
+        out.mode,
+        console.matches("pmemvm-init: module ").count(),
+        out.elapsed
     );
 }

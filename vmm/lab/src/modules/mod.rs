@@ -14,7 +14,7 @@ mod pack;
 
 use std::path::{Path, PathBuf};
 
-pub use pack::{load_order, ModuleDep};
+pub use pack::{load_order, parse_modules_dep, ModuleDep};
 
 /// The modules packed when present (with their dependencies): the NVDIMM
 /// stack, device DAX and its system-RAM mode, and what the experiments' jobs
