@@ -24,12 +24,13 @@ const CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 quiet nd_pmem.nowait=1
 const PATTERN: &str = "PMEMVM-OWN-KERNEL-PATTERN";
 
 const GUEST_SCRIPT: &str = r#"set -e
+P='@PATTERN@'
 echo "release $(uname -r)"
 lsmod | sed 's/^/lsmod /'
 for m in libnvdimm nfit nd_pmem; do test -d /sys/module/$m && echo "sysmodule $m"; done
 echo "nowait $(cat /sys/module/nd_pmem/parameters/nowait)"
-printf '%s' "$PATTERN" | dd of=/dev/pmem0 bs=4096 conv=sync,fsync 2>/dev/null
-echo "readback $(head -c ${#PATTERN} /dev/pmem0)"
+printf '%s' "$P" | dd of=/dev/pmem0 bs=4096 conv=sync,fsync 2>/dev/null
+echo "readback $(head -c ${#P} /dev/pmem0)"
 ndctl list -N | tr -d ' \n' | sed 's/^/ndctl /'; echo
 "#;
 
@@ -95,7 +96,7 @@ fn a_modular_kernel_boots_with_its_modules_and_their_parameters() {
         .deadline(Duration::from_secs(600))
         .file("bzImage", &k.bz_image)
         .file("initramfs.cpio.gz", &initrd)
-        .bytes("t.sh", GUEST_SCRIPT.replace("$PATTERN", PATTERN));
+        .bytes("t.sh", GUEST_SCRIPT.replace("@PATTERN@", PATTERN));
     for (rel, path) in files_under(&k.modules) {
         vm = vm.file(&format!("mods/{rel}"), path);
     }
@@ -131,7 +132,7 @@ fn debians_stock_kernel_boots_with_its_packages_modules() {
         .deadline(Duration::from_secs(600))
         .file("vmlinuz", &l1.vmlinuz)
         .file("initramfs.cpio.gz", &initrd)
-        .bytes("t.sh", GUEST_SCRIPT.replace("$PATTERN", PATTERN));
+        .bytes("t.sh", GUEST_SCRIPT.replace("@PATTERN@", PATTERN));
     for (rel, path) in files_under(&tree) {
         vm = vm.file(&format!("mods/{rel}"), path);
     }
