@@ -13,12 +13,18 @@
 //!    and the JSON record keeps what it printed (`partial`);
 //! 3. `--rootfs` with the Debian root file system of `guest-images/rootfs-debian.sh`
 //!    (built on the host by tests/run.sh, cached): `python3 -c` and
-//!    `stress-ng --version` run in it, and a file it writes comes back with `--get`.
+//!    `stress-ng --version` run in it, and a file it writes comes back with `--get`;
+//! 4. `--get` of a path the command never wrote: status 2, one sentence naming the
+//!    path, nothing written below `--out`.
+//!
+//! The put tree is served read-only from the put DIMM (an ext4 image bind-mounted at
+//! `/data`): the script checks that `/data` is a read-only mount.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::time::Duration;
 
+use pmemvm_tests::guest_inputs::debian_rootfs;
 use pmemvm_tests::nested::{guest_image, NestedError, NestedVm};
 use pmemvm_tests::require;
 use sha2::Digest;
@@ -34,6 +40,7 @@ const GUEST_SCRIPT: &str = r#"set -e
 echo "pmem0-mark $(head -c 18 /dev/pmem0)"
 echo "pmem0-sectors $(cat /sys/block/pmem0/size)"
 echo "cwd $(pwd)"
+if touch /data/new 2>/dev/null; then echo "data-writable"; else echo "data-read-only"; fi
 mkdir -p results
 (cd / && find data -type f | sort | while IFS= read -r f; do sha256sum "$f"; done) > results/sums
 echo "to-stderr" >&2
@@ -56,31 +63,10 @@ pmemvm run $common --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --rootfs debia
     'python3 -c "import sys; print(6 * 7, sys.version_info[0])"; stress-ng --version; mkdir -p /root/out; cat /etc/debian_version > /root/out/version' \
     >debian.stdout 2>debian.stderr
 echo $? >debian.status
+pmemvm run $common --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --get /job/never-written \
+    --out got-missing -- true >missing.stdout 2>missing.stderr
+echo $? >missing.status
 "#;
-
-/// The Debian root file system (cached build of `guest-images/rootfs-debian.sh`).
-fn debian_rootfs() -> Result<std::path::PathBuf, pmemvm_skip::Skip> {
-    let script = pmemvm_tests::pmemvm::workspace_root().join("guest-images/rootfs-debian.sh");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
-        .output()
-        .map_err(|e| pmemvm_skip::Skip::new(format!("cannot run {}: {e}", script.display())))?;
-    let path = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .map(std::path::PathBuf::from)
-        .filter(|p| out.status.success() && p.is_file());
-    path.ok_or_else(|| {
-        pmemvm_skip::Skip::new(format!(
-            "the Debian root file system could not be built ({}): {}",
-            script.display(),
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        ))
-    })
-}
 
 /// splitmix64, for reproducible file contents.
 fn bytes(seed: u64, len: usize) -> Vec<u8> {
@@ -140,6 +126,16 @@ fn run_command_with_put_get_status_and_timeout() {
         .bytes("user.img", user)
         .file("debian.ext4", rootfs)
         .env("CMDLINE", CMDLINE);
+    // pmemvm makes the --put image with mke2fs; the L1 has only busybox.
+    let mke2fs = ["/usr/sbin/mke2fs", "/sbin/mke2fs"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file());
+    let mke2fs = require!(
+        mke2fs.ok_or_else(|| NestedError::Unavailable(pmemvm_skip::Skip::new(
+            "no mke2fs (e2fsprogs) on the host"
+        )))
+    );
+    vm = vm.binary("mke2fs", mke2fs);
     for (name, data) in &files {
         vm = vm.bytes(&format!("tree/{name}"), data.clone());
     }
@@ -158,6 +154,7 @@ fn run_command_with_put_get_status_and_timeout() {
         dump()
     );
     assert!(stdout.contains("pmem0-sectors 131072"), "{}", dump());
+    assert!(stdout.contains("data-read-only\n"), "{}", dump());
     assert!(
         stdout.contains("cwd /job\n") && stdout.ends_with("done\n"),
         "{}",
@@ -249,5 +246,17 @@ fn run_command_with_put_get_status_and_timeout() {
     println!(
         "debian rootfs: python3 and stress-ng in {:.1} s",
         d["wall_seconds"].as_f64().unwrap_or(0.0)
+    );
+
+    // 4. a --get path the guest never wrote.
+    let missing = read("missing.stderr");
+    assert_eq!(read("missing.status").trim(), "2", "{missing}");
+    assert!(
+        missing.contains("--get /job/never-written: the guest has no such file or directory"),
+        "{missing}"
+    );
+    assert!(
+        fs::read_dir(out.path("got-missing")).map_or(true, |mut d| d.next().is_none()),
+        "nothing below --out"
     );
 }
