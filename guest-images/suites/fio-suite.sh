@@ -23,6 +23,7 @@ mkdir -p /job/fio-results
 only=""
 [ $# -gt 0 ] && only="--run-only $*"
 set +e
+t0=$(date +%s)
 # The suite's stdout streams to the console and into the log; its status via a file
 # (sh has no pipefail).
 {
@@ -32,6 +33,7 @@ set +e
     echo $? >/tmp/fio-suite.status
 } | tee /job/fio-results/run-fio-tests.log
 st=$(cat /tmp/fio-suite.status 2>/dev/null || echo 1)
+echo "fio-suite.sh: run-fio-tests.py took $(( $(date +%s) - t0 )) s"
 cp -r "$mnt/artifacts/." /job/fio-results/ 2>/dev/null
 umount "$mnt"
 exit "$st"

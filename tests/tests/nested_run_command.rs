@@ -4,7 +4,8 @@
 //! inside the nested harness's L1. One L1 boot, two pmemvm runs:
 //!
 //! 1. a tree of `PMEMVM_TEST_TREE_MIB` MiB (default 16; 200 on demand, see
-//!    docs/testing.md) put at `/data`, a script put as `./t`; the script checks
+//!    docs/testing.md, with `PMEMVM_TEST_GUEST_MEMORY=160M` a tree larger than the
+//!    guest's RAM) put at `/data`, a script put as `./t`; the script checks
 //!    that `/dev/pmem0` is the user's `--nvdimm` (it reads the marker the test
 //!    wrote into that DIMM's backing file: the transfer DIMMs come after it),
 //!    hashes the tree, writes to stderr and exits 7; `/data` and the script's
@@ -50,20 +51,20 @@ exit 7
 
 /// Runs in L1 (cwd = the share): both pmemvm runs, statuses to files.
 const STEPS: &str = r#"
-common="--kernel vmlinux --initrd initramfs.cpio.gz --memory 1G"
-pmemvm run $common --cmdline "$CMDLINE" --nvdimm 64M,label-size=0,file=user.img \
-    --put tree:/data --put t --get /data --get results --out got --json run.json \
+common="--kernel vmlinux --initrd initramfs.cpio.gz"
+pmemvm run $common --memory "$RUN_MEMORY" --cmdline "$CMDLINE" --nvdimm 64M,label-size=0,file=user.img \
+    --timeout "$RUN_TIMEOUT" --put tree:/data --put t --get /data --get results --out got --json run.json \
     -- sh t/run.sh >run.stdout 2>run.stderr
 echo $? >run.status
-pmemvm run $common --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --timeout 30 \
+pmemvm run $common --memory 1G --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --timeout 30 \
     --json timeout.json -- sh -c 'echo step-1-done; sleep 600' >timeout.stdout 2>timeout.stderr
 echo $? >timeout.status
-pmemvm run $common --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --rootfs debian.ext4 \
+pmemvm run $common --memory 1G --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --rootfs debian.ext4 \
     --get /root/out --out got-debian --json debian.json -- sh -c \
     'python3 -c "import sys; print(6 * 7, sys.version_info[0])"; stress-ng --version; mkdir -p /root/out; cat /etc/debian_version > /root/out/version' \
     >debian.stdout 2>debian.stderr
 echo $? >debian.status
-pmemvm run $common --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --get /job/never-written \
+pmemvm run $common --memory 1G --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --get /job/never-written \
     --out got-missing -- true >missing.stdout 2>missing.stderr
 echo $? >missing.status
 "#;
@@ -110,6 +111,11 @@ fn run_command_with_put_get_status_and_timeout() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(16);
+    // pmemvm's --timeout for the put/get run: 600 s, or 6 s a MiB for big trees
+    // (200 MiB took ~15 min of nested TCG time, docs/testing.md).
+    let run_timeout = 600.max(mib as u64 * 6);
+    // Guest RAM of the put/get run: 1 GiB, or less to show a tree larger than RAM.
+    let memory = std::env::var("PMEMVM_TEST_GUEST_MEMORY").unwrap_or_else(|_| "1G".into());
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
     let kernel = require!(guest_image("vmlinux").map_err(NestedError::Unavailable));
     let initrd = require!(guest_image("initramfs.cpio.gz").map_err(NestedError::Unavailable));
@@ -118,14 +124,16 @@ fn run_command_with_put_get_status_and_timeout() {
     let mut user = USER_MARK.as_bytes().to_vec();
     user.resize(usize::try_from(USER_DIMM_LEN).expect("size"), 0);
     let mut vm = vm
-        .deadline(Duration::from_secs(900))
+        .deadline(Duration::from_secs(300 + run_timeout))
         .file("vmlinux", kernel)
         .file("initramfs.cpio.gz", initrd)
         .bytes("t/run.sh", GUEST_SCRIPT)
         .bytes("steps.sh", STEPS)
         .bytes("user.img", user)
         .file("debian.ext4", rootfs)
-        .env("CMDLINE", CMDLINE);
+        .env("CMDLINE", CMDLINE)
+        .env("RUN_TIMEOUT", &run_timeout.to_string())
+        .env("RUN_MEMORY", &memory);
     // pmemvm makes the --put image with mke2fs; the L1 has only busybox.
     let mke2fs = ["/usr/sbin/mke2fs", "/sbin/mke2fs"]
         .into_iter()
@@ -190,7 +198,7 @@ fn run_command_with_put_get_status_and_timeout() {
     assert_eq!(checked, files.len());
     let wall = record["wall_seconds"].as_f64().unwrap_or(0.0);
     println!(
-        "run: {mib} MiB tree put and got back in one pmemvm run of {wall:.1} s (put archive {} bytes, get archive {} bytes)",
+        "run: {mib} MiB tree put and got back ({memory} guest RAM) in one pmemvm run of {wall:.1} s (put image {} bytes, get archive {} bytes)",
         cmd["put"]["bytes"], cmd["get"]["bytes"]
     );
 
