@@ -25,10 +25,12 @@ use pmemvm_tests::require;
 
 /// Quiet: every console byte is an expensive exit when nested.
 const CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 quiet";
-/// The CI subset: basic jobs that fit a few minutes of TCG time (test 2 needs a
-/// libaio check Debian's fio does not meet and is skipped by the suite itself).
-const SUBSET: &str = "1 2 5 7 8 12";
-/// Of [`SUBSET`], the tests that passed under `--engine qemu` and pmemvm nested.
+/// The CI subset: jobs that fit a few minutes of nested TCG time (the suite took
+/// 33 s of it; tests 5 and 7, 100 MiB with md5 verify and 128 MiB of direct reads,
+/// add about 350 s and pass on demand). Test 2 needs a libaio check Debian's fio
+/// does not meet and is skipped by the suite itself.
+const SUBSET: &str = "1 2 8 12";
+/// Tests that passed under `--engine qemu` and pmemvm nested (1 2 5 7 8 12 measured).
 const KNOWN_TO_PASS: &[&str] = &["1", "5", "7", "8", "12"];
 
 /// Runs in L1 (cwd = the share).
