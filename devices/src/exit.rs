@@ -19,6 +19,8 @@ pub enum ExitRequest {
     TripleFault,
     /// A host signal (SIGINT, SIGTERM, SIGHUP) asked for an orderly stop.
     Signal(i32),
+    /// The watchdog (`--timeout`, in seconds) ran out before the guest ended.
+    Timeout(u64),
     /// The host could not store what the guest wrote (e.g. disk full).
     StorageFailure(String),
     /// An unrecoverable error in a vCPU or device; the text explains it.

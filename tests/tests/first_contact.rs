@@ -120,10 +120,20 @@ struct Wrapper {
 }
 
 impl Wrapper {
+    /// Status, then the stderr lines that say what failed (CI shows only the
+    /// start and end of a long message), then stdout and the whole stderr.
     fn dump(&self) -> String {
+        let failures: Vec<&str> = self
+            .seen
+            .lines
+            .iter()
+            .map(String::as_str)
+            .filter(|l| l.starts_with("pmemvm: ") || l.contains("FAILED"))
+            .collect();
         format!(
-            "status={:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            "status={:?}\n--- failures on stderr ---\n{}\n--- stdout ---\n{}\n--- stderr ---\n{}",
             self.status,
+            failures.join("\n"),
             self.stdout,
             self.seen.lines.join("\n")
         )
@@ -268,7 +278,34 @@ fn readme_first_command_on_a_host_without_qemu() {
         ],
         &report,
     );
-    assert_eq!(run.status, Some(0), "{}", run.dump());
+    // The thread's write-and-verify job can fail with nowait off: fio's verify racing
+    // overlapping in-flight writes that io-wq completes out of order (2 of 20 boots here).
+    // That is a finding the report explains, not a broken first run: status 1 is right
+    // then, and only for that.
+    let failed: Vec<&String> = run
+        .seen
+        .lines
+        .iter()
+        .filter(|l| l.starts_with("pmemvm: failed: "))
+        .collect();
+    let verify_race_only = !failed.is_empty()
+        && failed
+            .iter()
+            .all(|l| l.contains("side off") && lab::report::is_verify_race(l));
+    if verify_race_only {
+        assert_eq!(run.status, Some(1), "{}", run.dump());
+        assert!(
+            run.line_index("pmemvm: note: a \"verify: bad header numberio A, wanted B\"")
+                .is_some(),
+            "the verify race is not explained:\n{}",
+            run.dump()
+        );
+        eprintln!(
+            "first contact: the off side's verify lost fio's overlap race (status 1, explained)"
+        );
+    } else {
+        assert_eq!(run.status, Some(0), "{}", run.dump());
+    }
     let image_at = run
         .line_index("guest image (guest-images/build.sh")
         .unwrap_or_else(|| panic!("the wrapper did not build the image:\n{}", run.dump()));

@@ -352,7 +352,7 @@ fn run_timeout_ends_a_guest_that_never_finishes() {
     ];
     let out = run(&args, DEADLINE);
     assert!(!out.timed_out, "{}", out.dump());
-    assert_eq!(out.status, Some(5), "{}", out.dump());
+    assert_eq!(out.status, Some(124), "{}", out.dump());
     assert!(
         out.stderr.contains("did not finish within 1 s"),
         "{}",

@@ -19,6 +19,8 @@ pub const GUEST_RESET: u8 = 3;
 pub const TRIPLE_FAULT: u8 = 4;
 /// A vCPU stopped on a KVM internal error (e.g. emulation failure) or an unhandled exit.
 pub const VCPU_FAILURE: u8 = 5;
+/// The guest did not end within `--timeout` (as coreutils' `timeout(1)`).
+pub const TIMED_OUT: u8 = 124;
 /// A backing file could not store the guest's data (e.g. host disk full, fdatasync failure).
 pub const STORAGE_FAILURE: u8 = 6;
 
@@ -31,6 +33,7 @@ pub fn for_request(r: &ExitRequest) -> u8 {
         ExitRequest::TripleFault => TRIPLE_FAULT,
         ExitRequest::Fatal(_) => VCPU_FAILURE,
         ExitRequest::StorageFailure(_) => STORAGE_FAILURE,
+        ExitRequest::Timeout(_) => TIMED_OUT,
         // Shell convention: 128 + signal number.
         ExitRequest::Signal(s) => u8::try_from(128 + s).unwrap_or(RUNTIME_ERROR),
     }
@@ -45,6 +48,9 @@ pub fn describe(r: &ExitRequest) -> String {
         ExitRequest::TripleFault => "the guest triple-faulted (KVM shutdown exit)".into(),
         ExitRequest::Fatal(m) => m.clone(),
         ExitRequest::StorageFailure(m) => m.clone(),
+        ExitRequest::Timeout(secs) => {
+            format!("the guest did not finish within {secs} s (use --timeout to allow more)")
+        }
         ExitRequest::Signal(s) => format!("stopped by signal {s}"),
     }
 }
@@ -61,6 +67,7 @@ mod tests {
             for_request(&ExitRequest::TripleFault),
             for_request(&ExitRequest::Fatal(String::new())),
             for_request(&ExitRequest::StorageFailure(String::new())),
+            for_request(&ExitRequest::Timeout(1)),
             USAGE,
             RUNTIME_ERROR,
         ];

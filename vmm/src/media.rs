@@ -181,6 +181,36 @@ pub fn mark_clean(media: &DimmMedia) -> std::io::Result<()> {
         .map(|_| ())
 }
 
+/// The media started by a VM's setup, cleared again if the setup fails after
+/// them: no guest ran, so the next start must not count an unsafe shutdown.
+/// [`SetupGuard::disarm`] once the VM is built.
+#[derive(Debug, Default)]
+pub struct SetupGuard(Vec<Arc<DimmMedia>>);
+
+impl SetupGuard {
+    /// Guards `media` (just started) until [`SetupGuard::disarm`].
+    pub fn push(&mut self, media: &Arc<DimmMedia>) {
+        self.0.push(media.clone());
+    }
+
+    /// The setup succeeded: the dirty flags stay set while the guest runs.
+    pub fn disarm(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for SetupGuard {
+    fn drop(&mut self) {
+        for m in &self.0 {
+            if let Err(e) = mark_clean(m) {
+                log::warn!(
+                    "clearing an NVDIMM's dirty flag after the failed setup failed ({e}); its next start counts an unsafe shutdown"
+                );
+            }
+        }
+    }
+}
+
 /// What `pmemvm nvdimm badblocks FILE` shows: the identity and media state
 /// recorded in a backing file (read only; works while a VM runs on it).
 pub fn read_file(path: &Path) -> Result<(Identity, MediaState), MediaSetupError> {
@@ -327,6 +357,28 @@ mod tests {
         let s = m.state();
         assert_eq!(s.shutdown_count, 1);
         assert!(!s.has(FLAG_LAST_SHUTDOWN_DIRTY));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_setup_that_fails_after_the_media_started_is_no_unsafe_shutdown() {
+        let d = tmpdir("setup-guard");
+        let p = d.join("pm.img");
+        let spec: NvdimmSpec = format!("16M,file={}", p.display()).parse().unwrap();
+        // Setup fails: the guard drops armed and clears the flag.
+        let (b, m) = open(&spec);
+        let mut guard = SetupGuard::default();
+        guard.push(&m);
+        drop((guard, b, m));
+        assert!(!read_file(&p).unwrap().1.has(FLAG_DIRTY));
+        let (b, m) = open(&spec);
+        assert_eq!(m.state().shutdown_count, 0);
+        // Setup succeeds: disarmed, the flag stays set while the guest runs.
+        let mut guard = SetupGuard::default();
+        guard.push(&m);
+        guard.disarm();
+        drop((b, m));
+        assert!(read_file(&p).unwrap().1.has(FLAG_DIRTY));
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -133,10 +133,8 @@ impl MutEventSubscriber for Watchdog {
 
     fn process(&mut self, _: Events, _: &mut EventOps) {
         let _ = self.timer.wait();
-        self.exit.request(ExitRequest::Fatal(format!(
-            "the guest did not finish within {} s (use --timeout to allow more)",
-            self.timeout.as_secs()
-        )));
+        self.exit
+            .request(ExitRequest::Timeout(self.timeout.as_secs()));
     }
 }
 

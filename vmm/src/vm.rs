@@ -414,6 +414,7 @@ impl Vm {
         // From here on the user's files may be created.
         let backings = backing::open_all(&config.nvdimms)?;
         let mut nvdimms = Vec::with_capacity(backings.len());
+        let mut media_started = crate::media::SetupGuard::default();
         for (i, (b, base)) in backings.into_iter().zip(bases).enumerate() {
             let mapping = b.map()?;
             crate::memory_placement::place_dimm(&b, &mapping, base, config.placement.host_node)?;
@@ -428,6 +429,7 @@ impl Vm {
             slot += 1;
             let handle = acpi::nfit_handle(u32::try_from(i).unwrap_or(u32::MAX));
             let media = crate::media::start(&b, handle, base)?;
+            media_started.push(&media);
             nvdimms.push(Nvdimm {
                 backing: b,
                 mapping,
@@ -520,6 +522,7 @@ impl Vm {
         for n in &mut nvdimms {
             n.backing.keep();
         }
+        media_started.disarm();
         let console_in = config.console.uses_terminal().then_some(com1);
         Ok(Self {
             vm_fd,

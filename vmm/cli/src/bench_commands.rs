@@ -81,6 +81,12 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
         },
         req.out.display()
     );
+    if failed
+        .iter()
+        .any(|f| lab::report::is_verify_race(&f.reason))
+    {
+        eprintln!("pmemvm: note: {}", lab::report::VERIFY_RACE_NOTE);
+    }
     if !failed.is_empty() {
         eprintln!(
             "pmemvm: {} of {} runs failed; the report lists them (partial results)",

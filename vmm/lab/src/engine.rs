@@ -273,10 +273,10 @@ impl GuestEngine for Qemu {
             }
             None => {
                 ended.error = Some(format!(
-                    "the guest did not finish within {} s; QEMU was killed",
+                    "the guest did not finish within {} s (use --timeout to allow more); QEMU was killed",
                     m.timeout.as_secs()
                 ));
-                None
+                Some(exit_status::TIMED_OUT)
             }
         };
         Ok(ended)

@@ -30,7 +30,7 @@ mod text;
 mod upstream;
 
 pub use analysis::{Analysis, MetricAnalysis, SideStats};
-pub use failures::{bench_exit_status, FailedRun};
+pub use failures::{bench_exit_status, is_verify_race, FailedRun, VERIFY_RACE_NOTE};
 pub use metric::{Metric, MetricGroup};
 pub use provenance::{CheckRecord, Deviation, Provenance, VerifyExpectation, VerifyVerdict};
 pub use upstream::{Upstream, UpstreamAnalysis, UpstreamFigure, UpstreamSource};

@@ -196,6 +196,13 @@ impl BenchReport {
                 );
             }
         }
+        let races = self
+            .failed_runs()
+            .iter()
+            .any(|f| super::failures::is_verify_race(&f.reason));
+        if races {
+            let _ = writeln!(out, "\nNote: {}.", super::failures::VERIFY_RACE_NOTE);
+        }
         let mut seen: Vec<(&str, &Provenance)> = Vec::new();
         for r in &self.runs {
             if let Some(p) = &r.provenance {
