@@ -57,3 +57,13 @@ pub fn fio_t_dir() -> Result<PathBuf, String> {
         )
     })
 }
+
+/// The host's `mke2fs`, for the L1 (whose user space is busybox): pmemvm makes the
+/// `--put` image with it. Put it on the L1's `PATH` with `NestedVm::binary`.
+pub fn mke2fs() -> Result<PathBuf, Skip> {
+    ["/usr/sbin/mke2fs", "/sbin/mke2fs"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| Skip::new("no mke2fs (e2fsprogs) on the host"))
+}

@@ -18,7 +18,7 @@ use std::fs;
 use std::process::Command;
 use std::time::Duration;
 
-use pmemvm_tests::guest_inputs::{debian_rootfs, fio_t_dir};
+use pmemvm_tests::guest_inputs::{self, debian_rootfs, fio_t_dir};
 use pmemvm_tests::nested::{guest_image, NestedError, NestedVm};
 use pmemvm_tests::pmemvm::workspace_root;
 use pmemvm_tests::require;
@@ -69,14 +69,7 @@ fn fio_test_suite_subset_on_xfs_dax() {
         .env("SUBSET", &subset)
         .env("SUITE_TIMEOUT", &timeout.to_string());
     // pmemvm makes the --put image with mke2fs; the L1 has only busybox.
-    let mke2fs = ["/usr/sbin/mke2fs", "/sbin/mke2fs"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).is_file());
-    let mke2fs = require!(
-        mke2fs.ok_or_else(|| NestedError::Unavailable(pmemvm_skip::Skip::new(
-            "no mke2fs (e2fsprogs) on the host"
-        )))
-    );
+    let mke2fs = require!(guest_inputs::mke2fs().map_err(NestedError::Unavailable));
     vm = vm.binary("mke2fs", mke2fs);
     for entry in walk(&t_dir) {
         let rel = entry.strip_prefix(&t_dir).expect("below t");

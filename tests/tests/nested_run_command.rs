@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::time::Duration;
 
-use pmemvm_tests::guest_inputs::debian_rootfs;
+use pmemvm_tests::guest_inputs::{self, debian_rootfs};
 use pmemvm_tests::nested::{guest_image, NestedError, NestedVm};
 use pmemvm_tests::require;
 use sha2::Digest;
@@ -135,14 +135,7 @@ fn run_command_with_put_get_status_and_timeout() {
         .env("RUN_TIMEOUT", &run_timeout.to_string())
         .env("RUN_MEMORY", &memory);
     // pmemvm makes the --put image with mke2fs; the L1 has only busybox.
-    let mke2fs = ["/usr/sbin/mke2fs", "/sbin/mke2fs"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).is_file());
-    let mke2fs = require!(
-        mke2fs.ok_or_else(|| NestedError::Unavailable(pmemvm_skip::Skip::new(
-            "no mke2fs (e2fsprogs) on the host"
-        )))
-    );
+    let mke2fs = require!(guest_inputs::mke2fs().map_err(NestedError::Unavailable));
     vm = vm.binary("mke2fs", mke2fs);
     for (name, data) in &files {
         vm = vm.bytes(&format!("tree/{name}"), data.clone());

@@ -1,4 +1,4 @@
-//! The tar archives of `--put` and `--get`.
+//! The tar archive of `--get` (the `--put` side is an ext4 image: [`super::image`]).
 //!
 //! * **Tar writer.** [`write_tar`] writes files and trees as one tar stream (names
 //!   are guest paths without the leading `/`), hashing it as it goes: the shape of a

@@ -50,7 +50,7 @@ pub const GET_MANIFEST_FRAME: &str = "get.manifest";
 pub const GET_MISSING_FRAME: &str = "get.missing";
 /// Frame with `<length>` of a get archive that did not fit the transfer area.
 pub const GET_OVERFLOW_FRAME: &str = "get.overflow";
-/// Frame with why the guest refused the put archive.
+/// Frame with why the guest refused the put image.
 pub const PUT_ERROR_FRAME: &str = "put.error";
 /// Console line after which the command's stdout follows.
 pub const STDOUT_CONSOLE_MARK: &str = "pmemvm-init: command output follows";
@@ -141,8 +141,8 @@ pub enum TransferError {
         /// Area.
         area: u64,
     },
-    /// The guest refused the put archive.
-    #[error("the guest could not unpack the --put files: {0}")]
+    /// The guest refused the put image.
+    #[error("the guest could not use the --put files: {0}")]
     PutRefused(String),
     /// The get archive's checksum differs.
     #[error("the --get archive is damaged: the guest wrote {len} bytes with SHA-256 {guest}, the host read {host}")]
