@@ -3,9 +3,9 @@
 //! results back, `--timeout`), under pmemvm with the project's guest image,
 //! inside the nested harness's L1. One L1 boot, two pmemvm runs:
 //!
-//! 1. a tree of `PMEMVM_TEST_TREE_MIB` MiB (default 16; 200 on demand, see
-//!    docs/testing.md, with `PMEMVM_TEST_GUEST_MEMORY=160M` a tree larger than the
-//!    guest's RAM) put at `/data`, a script put as `./t`; the script checks
+//! 1. a tree of `PMEMVM_TEST_TREE_MIB` MiB (default 200) in a guest of
+//!    `PMEMVM_TEST_GUEST_MEMORY` RAM (default 160M: the tree is larger than the
+//!    guest's RAM; see docs/testing.md) put at `/data`, a script put as `./t`; the script checks
 //!    that `/dev/pmem0` is the user's `--nvdimm` (it reads the marker the test
 //!    wrote into that DIMM's backing file: the transfer DIMMs come after it),
 //!    hashes the tree, writes to stderr and exits 7; `/data` and the script's
@@ -110,12 +110,12 @@ fn run_command_with_put_get_status_and_timeout() {
     let mib: usize = std::env::var("PMEMVM_TEST_TREE_MIB")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(16);
+        .unwrap_or(200);
     // pmemvm's --timeout for the put/get run: 600 s, or 6 s a MiB for big trees
-    // (200 MiB took ~15 min of nested TCG time, docs/testing.md).
+    // (200 MiB took 252 s of nested TCG time, docs/testing.md).
     let run_timeout = 600.max(mib as u64 * 6);
-    // Guest RAM of the put/get run: 1 GiB, or less to show a tree larger than RAM.
-    let memory = std::env::var("PMEMVM_TEST_GUEST_MEMORY").unwrap_or_else(|_| "1G".into());
+    // Guest RAM of the put/get run: less than the tree (it stays on the put DIMM).
+    let memory = std::env::var("PMEMVM_TEST_GUEST_MEMORY").unwrap_or_else(|_| "160M".into());
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
     let kernel = require!(guest_image("vmlinux").map_err(NestedError::Unavailable));
     let initrd = require!(guest_image("initramfs.cpio.gz").map_err(NestedError::Unavailable));
