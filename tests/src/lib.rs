@@ -4,6 +4,7 @@
 //! (KVM, QEMU, a built guest image) is missing on the machine.
 
 pub mod durable;
+pub mod guest_inputs;
 pub mod label_trace;
 pub mod nested;
 pub mod own_kernel;
