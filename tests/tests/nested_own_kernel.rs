@@ -43,8 +43,8 @@ fn boot_with_modules(
 ) -> (String, String, String, RunOutput) {
     let steps = format!(
         "pmemvm run --kernel {kernel} --initrd initramfs.cpio.gz --modules mods --memory 512M \
-         --cmdline '{cmdline}' --nvdimm 64M,label-size=0,file=pm0.img --put t.sh \
-         --console-log console.txt --json run.json -- sh t.sh >run.stdout 2>run.stderr; \
+         --cmdline '{cmdline}' --nvdimm 64M,label-size=0,file=pm0.img \
+         --console-log console.txt --json run.json -- sh -c \"$(cat t.sh)\" >run.stdout 2>run.stderr; \
          echo $? >run.status"
     );
     let out = vm
