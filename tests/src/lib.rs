@@ -7,6 +7,7 @@ pub mod durable;
 pub mod guest_inputs;
 pub mod label_trace;
 pub mod nested;
+pub mod own_kernel;
 pub mod pmemvm;
 pub mod process;
 pub mod slurm_cluster;
