@@ -6,11 +6,16 @@
 # fio, ndctl, mkfs.xfs, make-bcache and the pmemvm /init.
 #
 #   guest-images/build.sh [--out DIR] [--jobs N] [--force]
+#   guest-images/build.sh --modular [--out DIR] [--jobs N] [--force]
 #
 # Outputs (default DIR: guest-images/out/): vmlinux, bzImage,
-# initramfs.cpio.gz, manifest.json.  Everything is cached by a hash of all
-# inputs; an unchanged rebuild prints "cached" and takes seconds.
-# See docs/guest-image.md.
+# initramfs.cpio.gz, manifest.json.  With --modular, only a modular variant
+# of the kernel (NVDIMM drivers as modules, config/modular.config; default
+# DIR: guest-images/out/modular/): bzImage, vmlinux, config, kernelrelease
+# and modules/ (what `make modules_install INSTALL_MOD_PATH=modules` writes),
+# for `pmemvm --modules`.  Everything is cached by a hash of all inputs; an
+# unchanged rebuild prints "cached" and takes seconds.
+# See docs/guest-image.md and docs/own-kernel.md.
 set -eu -o pipefail
 
 GI_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,6 +23,7 @@ OUT="$GI_DIR/out"
 WORK="${PMEMVM_IMAGE_WORK:-$GI_DIR/build}"
 JOBS=$(nproc)
 FORCE=0
+MODULAR=0
 
 log() { printf '[guest-image %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[guest-image] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -28,10 +34,12 @@ while [ $# -gt 0 ]; do
         --out=*) OUT="${1#--out=}"; shift ;;
         --jobs) JOBS="${2:?--jobs needs a number}"; shift 2 ;;
         --force) FORCE=1; shift ;;
-        -h|--help) sed -n '3,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --modular) MODULAR=1; shift ;;
+        -h|--help) sed -n '3,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
 done
+[ "$MODULAR" -eq 0 ] || [ "$OUT" != "$GI_DIR/out" ] || OUT="$GI_DIR/out/modular"
 mkdir -p "$OUT" "$WORK"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(cd "$WORK" && pwd)
@@ -44,6 +52,8 @@ compgen -G 'patches/*.patch' >/dev/null || die "no kernel patches in $GI_DIR/pat
 . "$GI_DIR/lib/kernel.sh"
 # shellcheck source=lib/initramfs.sh
 . "$GI_DIR/lib/initramfs.sh"
+# shellcheck source=lib/kernel-modular.sh
+. "$GI_DIR/lib/kernel-modular.sh"
 
 # ---- host packages --------------------------------------------------------
 # Kernel build, initramfs contents and fio's (static) build dependencies.
@@ -130,6 +140,37 @@ initramfs_inputs() {
     echo "kernel=$KERNEL_KEY"
     pkg_versions $INITRAMFS_KEY_PACKAGES
 }
+modular_inputs() {
+    local f
+    for f in lib/kernel-modular.sh config/pmemvm.config config/modular.config patches/*.patch; do
+        echo "file $f $(sha "$GI_DIR/$f")"
+    done
+    pkg_versions $KERNEL_KEY_PACKAGES xz-utils
+}
+
+# --modular: the modular kernel only, cached by its own key.
+if [ "$MODULAR" -eq 1 ]; then
+    MODULAR_KEY=$(modular_inputs | sha256sum | cut -c1-16)
+    MDIR="$WORK/cache/kernel-modular-$MODULAR_KEY"
+    if [ "$FORCE" -eq 0 ] && [ -f "$MDIR/build-seconds" ]; then
+        log "modular kernel: cached ($MDIR)"
+    else
+        check_space
+        rm -rf "$MDIR" "$MDIR.tmp"
+        kernel_build_modular "$MDIR.tmp"
+        mv "$MDIR.tmp" "$MDIR"
+    fi
+    if [ "$(cat "$OUT/key" 2>/dev/null)" != "$MODULAR_KEY" ]; then
+        log "writing $OUT"
+        rm -rf "$OUT/modules" "$OUT/key"
+        cp -a "$MDIR/bzImage" "$MDIR/vmlinux" "$MDIR/config" "$MDIR/kernelrelease" \
+            "$MDIR/build-seconds" "$MDIR/modules" "$OUT/"
+        echo "$MODULAR_KEY" > "$OUT/key"
+    fi
+    log "modular kernel: $OUT ($(cat "$OUT/kernelrelease"), built in $(cat "$OUT/build-seconds") s)"
+    exit 0
+fi
+
 KERNEL_KEY=$(kernel_inputs | sha256sum | cut -c1-16)
 INITRAMFS_KEY=$(initramfs_inputs | sha256sum | cut -c1-16)
 INPUT_HASH=$( { sha "$GI_DIR/build.sh"; echo "$KERNEL_KEY $INITRAMFS_KEY"; } | sha256sum | cut -d' ' -f1)

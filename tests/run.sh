@@ -6,7 +6,8 @@
 #      qemu-system-x86 for the TCG and nested tiers, binutils for the tiny
 #      guests, fio for the fixture check, strace for the exit-path fdatasync
 #      check, ...) — skipped when already there;
-#   2. builds the guest image (guest-images/build.sh, cached by input hash) and
+#   2. builds the guest image (guest-images/build.sh, cached by input hash), the
+#      modular kernel of the --modules tests (build.sh --modular, cached too) and
 #      the Debian root file system of `run --rootfs debian` (rootfs-debian.sh);
 #   3. checks formatting and clippy;
 #   4. runs every test (unit, golden, iasl, tiny guests on this host's KVM,
@@ -75,6 +76,8 @@ fi
 
 log "guest image"
 bounded guest-images/build.sh
+log "modular kernel (the user's own kernel of the --modules tests)"
+bounded guest-images/build.sh --modular
 log "Debian root file system (pmemvm run --rootfs debian)"
 bounded guest-images/rootfs-debian.sh >/dev/null
 

@@ -4,8 +4,10 @@
 //! (KVM, QEMU, a built guest image) is missing on the machine.
 
 pub mod durable;
+pub mod guest_inputs;
 pub mod label_trace;
 pub mod nested;
+pub mod own_kernel;
 pub mod pmemvm;
 pub mod process;
 pub mod slurm_cluster;

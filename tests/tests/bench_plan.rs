@@ -132,7 +132,7 @@ fn bad_side_specs_are_one_sentence_status_2_and_create_nothing() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec![format!("a:kernl={k}"), format!("b:kernel={k}")],
-            "unknown key \"kernl\"; accepted: kernel, initrd, append",
+            "unknown key \"kernl\"; accepted: kernel, initrd, modules, append",
         ),
         (
             vec![
@@ -151,7 +151,7 @@ fn bad_side_specs_are_one_sentence_status_2_and_create_nothing() {
         ),
         (
             vec![format!("kernel={k}"), format!("b:kernel={k}")],
-            "has no name: use NAME:kernel=PATH[,initrd=PATH][,append=ARGS]",
+            "has no name: use NAME:kernel=PATH[,initrd=PATH][,modules=DIR][,append=ARGS]",
         ),
     ];
     for (sides, want) in cases {

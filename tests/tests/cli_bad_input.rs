@@ -44,7 +44,22 @@ fn populate(d: &Path) {
     bz[0x1fe..0x200].copy_from_slice(&0xaa55u16.to_le_bytes());
     bz[0x202..0x206].copy_from_slice(b"HdrS");
     bz[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
-    std::fs::write(d.join("bz32"), bz).expect("bz32");
+    std::fs::write(d.join("bz32"), bz.clone()).expect("bz32");
+    // A bzImage header whose kernel_version string names release 6.1.99-test, and module
+    // trees for --modules: of that release, without modules.dep, of another release.
+    bz[0x20e..0x210].copy_from_slice(&0x300u16.to_le_bytes());
+    bz[0x500..0x512].copy_from_slice(b"6.1.99-test (t) #1");
+    std::fs::write(d.join("bzmod"), bz).expect("bzmod");
+    for (tree, dep) in [
+        ("mods/lib/modules/6.1.99-test", true),
+        ("nodep/lib/modules/6.1.99-test", false),
+        ("othermods/lib/modules/6.1.0-other", true),
+    ] {
+        std::fs::create_dir_all(d.join(tree).join("kernel")).expect("module tree");
+        if dep {
+            std::fs::write(d.join(tree).join("modules.dep"), b"").expect("modules.dep");
+        }
+    }
     std::fs::write(d.join("small.img"), vec![0x5a; 4096]).expect("small.img");
     // A backing file of pmemvm 0.1's layout for --nvdimm 16M: exactly 16 MiB.
     std::fs::write(d.join("old.img"), vec![0x6b; 16 << 20]).expect("old.img");

@@ -3,8 +3,9 @@
 //! results back, `--timeout`), under pmemvm with the project's guest image,
 //! inside the nested harness's L1. One L1 boot, two pmemvm runs:
 //!
-//! 1. a tree of `PMEMVM_TEST_TREE_MIB` MiB (default 16; 200 on demand, see
-//!    docs/testing.md) put at `/data`, a script put as `./t`; the script checks
+//! 1. a tree of `PMEMVM_TEST_TREE_MIB` MiB (default 200) in a guest of
+//!    `PMEMVM_TEST_GUEST_MEMORY` RAM (default 160M: the tree is larger than the
+//!    guest's RAM; see docs/testing.md) put at `/data`, a script put as `./t`; the script checks
 //!    that `/dev/pmem0` is the user's `--nvdimm` (it reads the marker the test
 //!    wrote into that DIMM's backing file: the transfer DIMMs come after it),
 //!    hashes the tree, writes to stderr and exits 7; `/data` and the script's
@@ -13,12 +14,18 @@
 //!    and the JSON record keeps what it printed (`partial`);
 //! 3. `--rootfs` with the Debian root file system of `guest-images/rootfs-debian.sh`
 //!    (built on the host by tests/run.sh, cached): `python3 -c` and
-//!    `stress-ng --version` run in it, and a file it writes comes back with `--get`.
+//!    `stress-ng --version` run in it, and a file it writes comes back with `--get`;
+//! 4. `--get` of a path the command never wrote: status 2, one sentence naming the
+//!    path, nothing written below `--out`.
+//!
+//! The put tree is served read-only from the put DIMM (an ext4 image bind-mounted at
+//! `/data`): the script checks that `/data` is a read-only mount.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::time::Duration;
 
+use pmemvm_tests::guest_inputs::{self, debian_rootfs};
 use pmemvm_tests::nested::{guest_image, NestedError, NestedVm};
 use pmemvm_tests::require;
 use sha2::Digest;
@@ -34,6 +41,7 @@ const GUEST_SCRIPT: &str = r#"set -e
 echo "pmem0-mark $(head -c 18 /dev/pmem0)"
 echo "pmem0-sectors $(cat /sys/block/pmem0/size)"
 echo "cwd $(pwd)"
+if touch /data/new 2>/dev/null; then echo "data-writable"; else echo "data-read-only"; fi
 mkdir -p results
 (cd / && find data -type f | sort | while IFS= read -r f; do sha256sum "$f"; done) > results/sums
 echo "to-stderr" >&2
@@ -43,44 +51,23 @@ exit 7
 
 /// Runs in L1 (cwd = the share): both pmemvm runs, statuses to files.
 const STEPS: &str = r#"
-common="--kernel vmlinux --initrd initramfs.cpio.gz --memory 1G"
-pmemvm run $common --cmdline "$CMDLINE" --nvdimm 64M,label-size=0,file=user.img \
-    --put tree:/data --put t --get /data --get results --out got --json run.json \
+common="--kernel vmlinux --initrd initramfs.cpio.gz"
+pmemvm run $common --memory "$RUN_MEMORY" --cmdline "$CMDLINE" --nvdimm 64M,label-size=0,file=user.img \
+    --timeout "$RUN_TIMEOUT" --put tree:/data --put t --get /data --get results --out got --json run.json \
     -- sh t/run.sh >run.stdout 2>run.stderr
 echo $? >run.status
-pmemvm run $common --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --timeout 30 \
+pmemvm run $common --memory 1G --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --timeout 30 \
     --json timeout.json -- sh -c 'echo step-1-done; sleep 600' >timeout.stdout 2>timeout.stderr
 echo $? >timeout.status
-pmemvm run $common --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --rootfs debian.ext4 \
+pmemvm run $common --memory 1G --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --rootfs debian.ext4 \
     --get /root/out --out got-debian --json debian.json -- sh -c \
     'python3 -c "import sys; print(6 * 7, sys.version_info[0])"; stress-ng --version; mkdir -p /root/out; cat /etc/debian_version > /root/out/version' \
     >debian.stdout 2>debian.stderr
 echo $? >debian.status
+pmemvm run $common --memory 1G --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --get /job/never-written \
+    --out got-missing -- true >missing.stdout 2>missing.stderr
+echo $? >missing.status
 "#;
-
-/// The Debian root file system (cached build of `guest-images/rootfs-debian.sh`).
-fn debian_rootfs() -> Result<std::path::PathBuf, pmemvm_skip::Skip> {
-    let script = pmemvm_tests::pmemvm::workspace_root().join("guest-images/rootfs-debian.sh");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
-        .output()
-        .map_err(|e| pmemvm_skip::Skip::new(format!("cannot run {}: {e}", script.display())))?;
-    let path = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .map(std::path::PathBuf::from)
-        .filter(|p| out.status.success() && p.is_file());
-    path.ok_or_else(|| {
-        pmemvm_skip::Skip::new(format!(
-            "the Debian root file system could not be built ({}): {}",
-            script.display(),
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        ))
-    })
-}
 
 /// splitmix64, for reproducible file contents.
 fn bytes(seed: u64, len: usize) -> Vec<u8> {
@@ -123,7 +110,12 @@ fn run_command_with_put_get_status_and_timeout() {
     let mib: usize = std::env::var("PMEMVM_TEST_TREE_MIB")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(16);
+        .unwrap_or(200);
+    // pmemvm's --timeout for the put/get run: 600 s, or 6 s a MiB for big trees
+    // (200 MiB took 252 s of nested TCG time, docs/testing.md).
+    let run_timeout = 600.max(mib as u64 * 6);
+    // Guest RAM of the put/get run: less than the tree (it stays on the put DIMM).
+    let memory = std::env::var("PMEMVM_TEST_GUEST_MEMORY").unwrap_or_else(|_| "160M".into());
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
     let kernel = require!(guest_image("vmlinux").map_err(NestedError::Unavailable));
     let initrd = require!(guest_image("initramfs.cpio.gz").map_err(NestedError::Unavailable));
@@ -132,14 +124,19 @@ fn run_command_with_put_get_status_and_timeout() {
     let mut user = USER_MARK.as_bytes().to_vec();
     user.resize(usize::try_from(USER_DIMM_LEN).expect("size"), 0);
     let mut vm = vm
-        .deadline(Duration::from_secs(900))
+        .deadline(Duration::from_secs(300 + run_timeout))
         .file("vmlinux", kernel)
         .file("initramfs.cpio.gz", initrd)
         .bytes("t/run.sh", GUEST_SCRIPT)
         .bytes("steps.sh", STEPS)
         .bytes("user.img", user)
         .file("debian.ext4", rootfs)
-        .env("CMDLINE", CMDLINE);
+        .env("CMDLINE", CMDLINE)
+        .env("RUN_TIMEOUT", &run_timeout.to_string())
+        .env("RUN_MEMORY", &memory);
+    // pmemvm makes the --put image with mke2fs; the L1 has only busybox.
+    let mke2fs = require!(guest_inputs::mke2fs().map_err(NestedError::Unavailable));
+    vm = vm.binary("mke2fs", mke2fs);
     for (name, data) in &files {
         vm = vm.bytes(&format!("tree/{name}"), data.clone());
     }
@@ -158,6 +155,7 @@ fn run_command_with_put_get_status_and_timeout() {
         dump()
     );
     assert!(stdout.contains("pmem0-sectors 131072"), "{}", dump());
+    assert!(stdout.contains("data-read-only\n"), "{}", dump());
     assert!(
         stdout.contains("cwd /job\n") && stdout.ends_with("done\n"),
         "{}",
@@ -193,7 +191,7 @@ fn run_command_with_put_get_status_and_timeout() {
     assert_eq!(checked, files.len());
     let wall = record["wall_seconds"].as_f64().unwrap_or(0.0);
     println!(
-        "run: {mib} MiB tree put and got back in one pmemvm run of {wall:.1} s (put archive {} bytes, get archive {} bytes)",
+        "run: {mib} MiB tree put and got back ({memory} guest RAM) in one pmemvm run of {wall:.1} s (put image {} bytes, get archive {} bytes)",
         cmd["put"]["bytes"], cmd["get"]["bytes"]
     );
 
@@ -246,5 +244,17 @@ fn run_command_with_put_get_status_and_timeout() {
     println!(
         "debian rootfs: python3 and stress-ng in {:.1} s",
         d["wall_seconds"].as_f64().unwrap_or(0.0)
+    );
+
+    // 4. a --get path the guest never wrote.
+    let missing = read("missing.stderr");
+    assert_eq!(read("missing.status").trim(), "2", "{missing}");
+    assert!(
+        missing.contains("--get /job/never-written: the guest has no such file or directory"),
+        "{missing}"
+    );
+    assert!(
+        fs::read_dir(out.path("got-missing")).map_or(true, |mut d| d.next().is_none()),
+        "nothing below --out"
     );
 }

@@ -406,5 +406,54 @@ pub(crate) fn cases() -> Vec<Case> {
             &["run", "--fio", "{D}/job.fio", "--put", "{D}/empty"],
             "--put and --get work with a command",
         ),
+        // --modules: what `make modules_install` wrote, of the kernel's release ({D}/bzmod is
+        // 6.1.99-test; mods/, nodep/ and othermods/ are made by populate()).
+        case(
+            &["boot", KERNEL, "{D}/bzmod", "--modules", "{D}/nomods"],
+            "--modules {D}/nomods is not a directory",
+        ),
+        case(
+            &["boot", KERNEL, "{D}/bzmod", "--modules", "{D}/nodep"],
+            "--modules {D}/nodep has no modules.dep",
+        ),
+        case(
+            &["boot", KERNEL, "{D}/notelf", "--modules", "{D}/mods"],
+            "cannot read the release of kernel {D}/notelf",
+        ),
+        case(
+            &[
+                "run", KERNEL, "{D}/bzmod", "--initrd", "{D}/empty", "--modules", "{D}/othermods",
+                "--fio", "{D}/job.fio",
+            ],
+            "--modules {D}/othermods holds modules of release 6.1.0-other, but kernel {D}/bzmod is release 6.1.99-test",
+        ),
+        case(
+            &[
+                "run", KERNEL, "{D}/bzmod", "--initrd", "{D}/empty", "--modules",
+                "{D}/mods/lib/modules/6.1.99-test/kernel", "--fio", "{D}/job.fio",
+            ],
+            "has no modules.dep",
+        ),
+        case(
+            &[
+                "bench", "pmem-nowait", "--side", "a:kernel={D}/bzmod,modules={D}/othermods",
+                "--side", "b:kernel={D}/bzmod", "--out", "{D}/bench-out",
+            ],
+            "holds modules of release 6.1.0-other, but kernel {D}/bzmod is release 6.1.99-test",
+        ),
+        case(
+            &[
+                "bench", "pmem-nowait", "--modules", "{D}/nodep", "--side",
+                "a:kernel={D}/bzmod", "--side", "b:kernel={D}/bzmod", "--out", "{D}/bench-out",
+            ],
+            "--modules {D}/nodep has no modules.dep",
+        ),
+        case(
+            &[
+                "bench", "pmem-nowait", "--side", "a:kernel={D}/bzmod,modules={D}/notelf",
+                "--side", "b:kernel={D}/bzmod",
+            ],
+            "--side a: modules {D}/notelf is not a directory",
+        ),
     ]
 }

@@ -32,6 +32,7 @@ pub(crate) fn bench_request(args: &BenchArgs) -> BenchRequest {
         timeout: std::time::Duration::from_secs(args.timeout),
         kernel: args.kernel.clone(),
         initrd: args.initrd.clone(),
+        modules: args.modules.clone(),
         only: args.only.clone(),
         // Every boot in a fresh process of this binary (lab::child).
         runner: std::env::current_exe().map_or(Runner::InProcess, Runner::Child),

@@ -202,6 +202,11 @@ pub struct BootArgs {
     /// Initial ramdisk.
     #[arg(long, value_name = "PATH")]
     pub initrd: Option<PathBuf>,
+    /// The kernel's modules: what `make modules_install INSTALL_MOD_PATH=X` wrote (X or
+    /// X/lib/modules/RELEASE, of the kernel's release); the NVDIMM, DAX and file-system
+    /// modules and their dependencies go into the initrd and the guest's init loads them.
+    #[arg(long, value_name = "DIR")]
+    pub modules: Option<PathBuf>,
     /// Whole kernel command line (replaces the default).
     #[arg(long, value_name = "STR")]
     pub cmdline: Option<String>,
@@ -364,6 +369,11 @@ pub struct RunArgs {
     /// Initrd (default: the guest image's initramfs).
     #[arg(long, value_name = "PATH")]
     pub initrd: Option<PathBuf>,
+    /// The kernel's modules: what `make modules_install INSTALL_MOD_PATH=X` wrote (X or
+    /// X/lib/modules/RELEASE, of the kernel's release); the NVDIMM, DAX and file-system
+    /// modules and their dependencies go into the initrd and the guest's init loads them.
+    #[arg(long, value_name = "DIR")]
+    pub modules: Option<PathBuf>,
     /// Whole kernel command line (default: a console on ttyS0).
     #[arg(long, value_name = "STR")]
     pub cmdline: Option<String>,
@@ -436,8 +446,8 @@ pub struct BenchArgs {
     #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
     pub size: Option<u64>,
     /// A side of an A/B between two kernels or command lines:
-    /// NAME:kernel=PATH[,initrd=PATH][,append=ARGS] (append last; twice, instead of the
-    /// experiment's own sides).
+    /// NAME:kernel=PATH[,initrd=PATH][,modules=DIR][,append=ARGS] (append last; twice,
+    /// instead of the experiment's own sides).
     #[arg(long = "side", value_name = "SPEC")]
     pub sides: Vec<String>,
     /// Print each side's boot, phase by phase with the complete fio jobs, and the deviations
@@ -463,6 +473,11 @@ pub struct BenchArgs {
     /// Initrd of every side without its own (default: the guest image's initramfs).
     #[arg(long, value_name = "PATH")]
     pub initrd: Option<PathBuf>,
+    /// Modules of every side's kernel without its own modules=: what `make modules_install INSTALL_MOD_PATH=X` wrote (X or
+    /// X/lib/modules/RELEASE, of the kernel's release); the NVDIMM, DAX and file-system
+    /// modules and their dependencies go into the initrd and the guest's init loads them.
+    #[arg(long, value_name = "DIR")]
+    pub modules: Option<PathBuf>,
     /// Run only this boot of this side, e.g. on:2 (what one Slurm array task runs; reruns one
     /// failed task by hand).
     #[arg(long, value_name = "SIDE:BOOT", value_parser = lab::fleet::task::parse_arg, conflicts_with_all = ["plan", "slurm"])]

@@ -21,6 +21,9 @@ pub enum CommandError {
     /// No kernel given and no default image.
     #[error("no --kernel given and the default guest image is not available: {0}")]
     NoImage(String),
+    /// `boot --modules` without an initrd and no guest image to take one from.
+    #[error("--modules without --initrd boots the guest image's initramfs (its /init loads the modules), which is not available: {0}; give --initrd or build the image with guest-images/build.sh")]
+    ModulesNoInitrd(String),
     /// A job run.
     #[error(transparent)]
     Run(#[from] RunError),
@@ -72,7 +75,10 @@ impl CommandError {
             Self::Merge(e) => e.is_usage(),
             Self::Slurm(e) => e.is_usage(),
             Self::Media(e) => e.is_usage(),
-            Self::NoImage(_) | Self::Output { .. } | Self::Input { .. } => true,
+            Self::NoImage(_)
+            | Self::ModulesNoInitrd(_)
+            | Self::Output { .. }
+            | Self::Input { .. } => true,
         }
     }
 }
@@ -127,6 +133,9 @@ fn boot_nested(args: &BootArgs) -> Result<u8, CommandError> {
     if args.console.console_log.is_some() || args.channel.is_some() {
         return refuse("--console-log/--channel of boot");
     }
+    if args.modules.is_some() {
+        return refuse("--modules of boot");
+    }
     let (kernel, initrd, _) = resolve_kernel(args.kernel.as_ref(), args.initrd.as_ref())?;
     run::check_inputs(&RunSpec {
         kernel: Some(kernel.clone()),
@@ -162,6 +171,7 @@ fn nested_probe_spec() -> RunSpec {
         engine: lab::run::Engine::Nested,
         kernel: None,
         initrd: None,
+        modules: None,
         cmdline: None,
         extra_cmdline: Vec::new(),
         cpus: 1,
@@ -182,8 +192,26 @@ pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
     if args.engine == crate::cli::BootEngineArg::Nested {
         return boot_nested(args);
     }
-    let (kernel, initrd, _) = resolve_kernel(args.kernel.as_ref(), args.initrd.as_ref())?;
-    let config = args.to_config(kernel, initrd);
+    let (kernel, mut initrd, _) = resolve_kernel(args.kernel.as_ref(), args.initrd.as_ref())?;
+    let mut modules = Vec::new();
+    if let Some(dir) = &args.modules {
+        let files = lab::modules::ModuleTree::open(dir, &kernel)
+            .and_then(|t| t.pack())
+            .map_err(RunError::from)?;
+        // The modules need an init that loads them: the guest image's, unless --initrd.
+        if initrd.is_none() {
+            let image =
+                find_image_dir().map_err(|e| CommandError::ModulesNoInitrd(e.to_string()))?;
+            initrd = Some(image.initramfs.clone());
+        }
+        let list: Vec<(&str, &[u8], u32)> = files
+            .iter()
+            .map(|(p, d, m)| (p.as_str(), d.as_slice(), *m))
+            .collect();
+        modules = lab::guest_job::job_archive(&list).map_err(RunError::from)?;
+    }
+    let mut config = args.to_config(kernel, initrd);
+    config.initrd_append = modules;
     let vm = Vm::build(&config)?;
     warn_if_host_cannot_run(&config.kernel);
     // The terminal is raw for the run when the console uses it (run_loop).
@@ -389,6 +417,7 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
         engine: args.engine.into(),
         kernel: args.kernel.clone(),
         initrd: args.initrd.clone(),
+        modules: args.modules.clone(),
         cmdline: args.cmdline.clone(),
         extra_cmdline: args.append.clone(),
         cpus: args.machine.cpus,
@@ -553,7 +582,8 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
                 )
                 .map_err(RunError::from)?;
             }
-            needs.image = a.kernel.is_none();
+            // --modules without --initrd boots the image's initramfs (its init loads them).
+            needs.image = a.kernel.is_none() || a.modules.is_some() && a.initrd.is_none();
         }
         Command::Run(a) => {
             let spec = run_spec(a)?;

@@ -105,6 +105,10 @@ fn forwarded_args(args: &BenchArgs) -> Vec<String> {
         "--initrd",
         args.initrd.as_ref().map(|p| p.display().to_string()),
     );
+    opt(
+        "--modules",
+        args.modules.as_ref().map(|p| p.display().to_string()),
+    );
     for s in &args.sides {
         v.push("--side".to_owned());
         v.push(s.clone());

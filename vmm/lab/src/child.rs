@@ -296,6 +296,7 @@ mod tests {
             engine: run::Engine::Pmemvm,
             kernel: None,
             initrd: None,
+            modules: None,
             cmdline: None,
             extra_cmdline: vec![],
             cpus: 1,

@@ -19,7 +19,8 @@
 //! * [`bench`]: an experiment's runs, sides alternating, each boot in a
 //!   child process ([`child`]), and its report;
 //! * [`fleet`]: self-describing results, their merge, the Slurm job array;
-//! * [`preflight`], [`kconfig`]: host and kernel checks before anything slow.
+//! * [`preflight`], [`kconfig`]: host and kernel checks before anything slow;
+//! * [`modules`]: the user's own kernel modules (`--modules`), packed for the guest.
 //!
 //! The `pmemvm` binary (`vmm/cli/`) parses the command line and calls into
 //! this crate and the core.
@@ -33,6 +34,7 @@ pub mod fleet;
 pub mod guest_job;
 pub mod inference;
 pub mod kconfig;
+pub mod modules;
 pub mod nested;
 pub mod preflight;
 pub mod qemu;

@@ -56,6 +56,9 @@ pub enum RunError {
     /// `--put`, `--get` or the command.
     #[error(transparent)]
     Transfer(#[from] crate::transfer::TransferError),
+    /// `--modules`.
+    #[error(transparent)]
+    Modules(#[from] crate::modules::ModulesError),
     /// `--pin`, `--host-node` or huge pages with the QEMU engine.
     #[error("{0} applies to --engine pmemvm only (QEMU places its guest itself); drop it or use --engine pmemvm")]
     PmemvmOnly(&'static str),
@@ -80,6 +83,7 @@ impl RunError {
                 true
             }
             Self::Transfer(e) => e.is_usage(),
+            Self::Modules(e) => e.is_usage(),
             Self::PmemvmOnly(_) => true,
             Self::Job(_) | Self::Io { .. } => false,
         }
@@ -97,6 +101,9 @@ pub struct RunSpec {
     pub kernel: Option<PathBuf>,
     /// Initrd (None → guest image's).
     pub initrd: Option<PathBuf>,
+    /// The kernel's modules (`--modules DIR`), packed into the job archive.
+    #[serde(default)]
+    pub modules: Option<PathBuf>,
     /// Full command line (None → default).
     pub cmdline: Option<String>,
     /// Appended to the command line (e.g. `nd_pmem.nowait=0`).
@@ -207,6 +214,9 @@ pub struct RunResult {
     pub kernel: HashedFile,
     /// Initrd used (before the job archive was appended).
     pub initrd: Option<HashedFile>,
+    /// The `--modules` tree packed into the job archive, and the modules loaded from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modules: Option<crate::modules::PackedModules>,
     /// The guest image manifest, when the image was used.
     pub image_manifest: Option<serde_json::Value>,
     /// Kernel command line.
@@ -337,6 +347,13 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     );
     let scratch = Scratch::new()?;
     let mut job = spec.job.clone();
+    let mut packed = None;
+    if let Some(dir) = &spec.modules {
+        let tree = crate::modules::ModuleTree::open(dir, &kernel)?;
+        let files = tree.pack()?;
+        packed = Some(tree.describe(&files));
+        job.extra_files.extend(files);
+    }
     let mut nvdimms = spec.nvdimms.clone();
     let transfer = match &spec.command {
         Some(c) => {
@@ -363,6 +380,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         error: None,
         kernel: hash_file(&kernel),
         initrd: initrd.as_deref().map(hash_file),
+        modules: packed,
         image_manifest: image
             .as_ref()
             .and_then(|i| std::fs::read(&i.manifest).ok())
@@ -497,8 +515,9 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     Ok(result)
 }
 
-/// The user's kernel and initrd can be read: checked before the engine is
-/// chosen, so a mistyped path is named as such on every host.
+/// The user's kernel and initrd can be read, and `--modules` fits the kernel:
+/// checked before the engine is chosen, so a mistyped path is named as such on
+/// every host.
 pub fn check_inputs(spec: &RunSpec) -> Result<(), RunError> {
     let files = [
         ("kernel", spec.kernel.as_ref()),
@@ -521,6 +540,16 @@ pub fn check_inputs(spec: &RunSpec) -> Result<(), RunError> {
             path: path.clone(),
             source,
         })?;
+    }
+    if let Some(dir) = &spec.modules {
+        // Without --kernel, the guest image's (no image: run_job says so).
+        let kernel = spec
+            .kernel
+            .clone()
+            .or_else(|| guest_job::find_image_dir().ok().map(|i| i.vmlinux));
+        if let Some(kernel) = kernel {
+            crate::modules::ModuleTree::open(dir, &kernel)?;
+        }
     }
     Ok(())
 }

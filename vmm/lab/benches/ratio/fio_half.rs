@@ -58,6 +58,7 @@ fn guest_fio(file: &Path, rw: &str) -> Result<(f64, MachineDescription), String>
         engine: Engine::Pmemvm,
         kernel: None,
         initrd: None,
+        modules: None,
         cmdline: None,
         extra_cmdline: Vec::new(),
         cpus: 1,

@@ -115,6 +115,8 @@ pub struct BenchRequest {
     pub kernel: Option<PathBuf>,
     /// Initrd override (all sides without their own).
     pub initrd: Option<PathBuf>,
+    /// Kernel modules (`--modules DIR`) of all sides without their own.
+    pub modules: Option<PathBuf>,
     /// Run only this boot of this side (`--only SIDE:BOOT`, one Slurm array task).
     pub only: Option<Task>,
     /// Where each boot runs.
@@ -230,6 +232,9 @@ pub fn prepare(
     needs: &mut Needs,
 ) -> Result<Prepared, BenchError> {
     let (experiment, plan) = plan(req)?;
+    for side in &plan.sides {
+        side_modules(side, req)?;
+    }
     let engine = preflight::engine_on_this_host(req.engine, allow_install, needs)?;
     let memory = req.memory.max(plan.min_guest_mem_mib << 20);
     preflight::memory(
@@ -250,13 +255,36 @@ pub fn prepare(
     })
 }
 
-/// The kernel and initrd a side boots: its own, else `--kernel`/`--initrd`, else the guest
-/// image's (a side with its own kernel still needs the image's initramfs for the job).
-fn side_files(
-    side: &Side,
-    req: &BenchRequest,
-) -> Result<(Option<PathBuf>, Option<PathBuf>), BenchError> {
+/// A side's modules (its own, else `--modules`), checked against the kernel it boots (its
+/// own, `--kernel`, or the guest image's where there is one).
+fn side_modules(side: &Side, req: &BenchRequest) -> Result<Option<PathBuf>, BenchError> {
+    let modules = side.modules.clone().or_else(|| req.modules.clone());
+    if let Some(dir) = &modules {
+        let kernel = side
+            .kernel
+            .clone()
+            .or_else(|| req.kernel.clone())
+            .or_else(|| guest_job::find_image_dir().ok().map(|i| i.vmlinux));
+        if let Some(k) = kernel {
+            crate::modules::ModuleTree::open(dir, &k).map_err(RunError::from)?;
+        }
+    }
+    Ok(modules)
+}
+
+/// What a side boots: kernel, initrd and modules.
+struct SideFiles {
+    kernel: Option<PathBuf>,
+    initrd: Option<PathBuf>,
+    modules: Option<PathBuf>,
+}
+
+/// The kernel, initrd and modules a side boots: its own, else `--kernel`/`--initrd`/
+/// `--modules`, else the guest image's (a side with its own kernel still needs the image's
+/// initramfs for the job). Modules are checked against the kernel here, before any boot.
+fn side_files(side: &Side, req: &BenchRequest) -> Result<SideFiles, BenchError> {
     let kernel = side.kernel.clone().or_else(|| req.kernel.clone());
+    let modules = side_modules(side, req)?;
     let mut initrd = side.initrd.clone().or_else(|| req.initrd.clone());
     if let (Some(k), None) = (&kernel, &initrd) {
         let image = guest_job::find_image_dir().map_err(|e| BenchError::NoInitrd {
@@ -266,7 +294,11 @@ fn side_files(
         })?;
         initrd = Some(image.initramfs);
     }
-    Ok((kernel, initrd))
+    Ok(SideFiles {
+        kernel,
+        initrd,
+        modules,
+    })
 }
 
 /// Runs the experiment. The output directory is created when the first boot has finished: a
@@ -278,7 +310,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         memory,
         engine,
     } = prepare(req, false, &mut Needs::default())?;
-    let files_of: Vec<(Option<PathBuf>, Option<PathBuf>)> = plan
+    let files_of: Vec<SideFiles> = plan
         .sides
         .iter()
         .map(|s| side_files(s, req))
@@ -374,7 +406,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
     let mut interrupted_by = None;
     let mut boot = 0;
     'reps: for rep in 1..=req.runs {
-        for (side, (kernel, initrd)) in plan.sides.iter().zip(&files_of) {
+        for (side, inputs) in plan.sides.iter().zip(&files_of) {
             if !wanted(side, rep) {
                 continue;
             }
@@ -394,8 +426,9 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
             let spec = RunSpec {
                 command: None,
                 engine,
-                kernel: kernel.clone(),
-                initrd: initrd.clone(),
+                kernel: inputs.kernel.clone(),
+                initrd: inputs.initrd.clone(),
+                modules: inputs.modules.clone(),
                 cmdline: None,
                 extra_cmdline: if extra.is_empty() {
                     vec![]

@@ -56,6 +56,7 @@ pub fn provenance(result: &RunResult) -> Provenance {
         cmdline: result.cmdline.clone(),
         fio_version: info.get("fio_version").cloned().unwrap_or_default(),
         image,
+        modules: result.modules.clone(),
     }
 }
 
@@ -262,6 +263,7 @@ mod tests {
                 path: "/img/initramfs.cpio.gz".into(),
                 sha256: "cd".repeat(32),
             }),
+            modules: None,
             image_manifest: Some(serde_json::json!({
                 "input_hash": "0123",
                 "initramfs": {"files": [1, 2, 3], "cache_key": "k"}

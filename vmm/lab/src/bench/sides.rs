@@ -1,17 +1,18 @@
-//! `--side NAME:kernel=PATH[,initrd=PATH][,append=ARGS]`: the sides of an A/B comparison
+//! `--side NAME:kernel=PATH[,initrd=PATH][,modules=DIR][,append=ARGS]`: the sides of an A/B comparison
 //! between any two kernels (or command lines), instead of the experiment's own parameter.
 //!
 //! `append=` takes the rest of the value, commas included (`append=console=ttyS0,115200`), so
 //! it comes last. Without `kernel=` a side boots the guest image's kernel (or `--kernel`);
 //! without `initrd=`, the guest image's initramfs (or `--initrd`), which carries the init that
-//! runs the job.
+//! runs the job. `modules=DIR` packs that kernel's modules into the guest (see
+//! [`crate::modules`]; default: `--modules`).
 
 use std::path::PathBuf;
 
 use crate::experiments::Side;
 
 /// What `--side` accepts, for the messages.
-pub const SIDE_SYNTAX: &str = "NAME:kernel=PATH[,initrd=PATH][,append=ARGS]";
+pub const SIDE_SYNTAX: &str = "NAME:kernel=PATH[,initrd=PATH][,modules=DIR][,append=ARGS]";
 
 /// Errors in `--side` values: each names the value and what is accepted.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -28,10 +29,8 @@ pub enum SideError {
         /// The name.
         name: String,
     },
-    /// A key other than kernel, initrd, append.
-    #[error(
-        "--side {name}: unknown key {key:?}; accepted: kernel, initrd, append ({SIDE_SYNTAX})"
-    )]
+    /// A key other than kernel, initrd, modules, append.
+    #[error("--side {name}: unknown key {key:?}; accepted: kernel, initrd, modules, append ({SIDE_SYNTAX})")]
     UnknownKey {
         /// Side name.
         name: String,
@@ -53,6 +52,16 @@ pub enum SideError {
         name: String,
         /// The key.
         key: String,
+    },
+    /// A modules directory that is not one.
+    #[error("--side {name}: modules {path} is not a directory ({reason}); give what `make modules_install INSTALL_MOD_PATH=X` wrote: X or X/lib/modules/RELEASE")]
+    ModulesDir {
+        /// Side name.
+        name: String,
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
     },
     /// A kernel or initrd that cannot be read.
     #[error("--side {name}: {key} {path} cannot be read ({reason}); give an existing file")]
@@ -101,6 +110,20 @@ fn check_file(name: &str, key: &'static str, path: &str) -> Result<PathBuf, Side
     Ok(p)
 }
 
+fn check_dir(name: &str, path: &str) -> Result<PathBuf, SideError> {
+    let p = PathBuf::from(path);
+    let bad = |reason: String| SideError::ModulesDir {
+        name: name.to_owned(),
+        path: p.clone(),
+        reason,
+    };
+    match std::fs::metadata(&p) {
+        Ok(m) if m.is_dir() => Ok(p),
+        Ok(_) => Err(bad("it is a file".into())),
+        Err(e) => Err(bad(e.to_string())),
+    }
+}
+
 /// One `--side` value.
 pub fn parse_side(spec: &str) -> Result<Side, SideError> {
     let Some((name, rest)) = spec.split_once(':') else {
@@ -129,7 +152,7 @@ pub fn parse_side(spec: &str) -> Result<Side, SideError> {
         };
         rest = tail;
         let (key, value) = item.split_once('=').unwrap_or((item, ""));
-        if !["kernel", "initrd", "append"].contains(&key) {
+        if !["kernel", "initrd", "modules", "append"].contains(&key) {
             return Err(SideError::UnknownKey {
                 name: name.to_owned(),
                 key: key.to_owned(),
@@ -151,6 +174,7 @@ pub fn parse_side(spec: &str) -> Result<Side, SideError> {
         match key {
             "kernel" => side.kernel = Some(check_file(name, "kernel", value)?),
             "initrd" => side.initrd = Some(check_file(name, "initrd", value)?),
+            "modules" => side.modules = Some(check_dir(name, value)?),
             _ => side.cmdline = Some(value.trim().to_owned()),
         }
     }
@@ -259,7 +283,7 @@ mod tests {
             ),
             (
                 vec![format!("a:kernl={k}")],
-                "--side a: unknown key \"kernl\"; accepted: kernel, initrd, append",
+                "--side a: unknown key \"kernl\"; accepted: kernel, initrd, modules, append",
             ),
             (
                 vec!["a:kernel=".into()],
@@ -297,5 +321,14 @@ mod tests {
         let dir = std::env::temp_dir();
         let err = parse_side(&format!("a:initrd={}", dir.display())).unwrap_err();
         assert!(err.to_string().contains("not a regular file"), "{err}");
+        let err = parse_side(&format!("a:modules={k}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("modules") && err.contains("is not a directory"),
+            "{err}"
+        );
+        let s = parse_side(&format!("a:kernel={k},modules={}", dir.display())).unwrap();
+        assert_eq!(s.modules, Some(dir));
     }
 }

@@ -83,6 +83,9 @@ pub struct Side {
     pub kernel: Option<PathBuf>,
     /// The side's initrd; `None`: the guest image's initramfs (or `--initrd`).
     pub initrd: Option<PathBuf>,
+    /// The side's kernel modules (`modules=DIR`); `None`: `--modules`, if given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modules: Option<PathBuf>,
 }
 
 impl Side {
@@ -93,6 +96,7 @@ impl Side {
             cmdline,
             kernel: None,
             initrd: None,
+            modules: None,
         }
     }
 }

@@ -26,6 +26,9 @@ pub struct Provenance {
     pub fio_version: String,
     /// The guest image's manifest (input hash, kernel release, build keys), when the image ran.
     pub image: Option<serde_json::Value>,
+    /// The `--modules` tree packed for the kernel and the modules loaded from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modules: Option<crate::modules::PackedModules>,
 }
 
 /// An unmeasured phase of one boot (the verify job before a measurement, a fill).
@@ -229,6 +232,9 @@ impl BenchReport {
                     if p.fio_version.is_empty() { "fio not reported" } else { &p.fio_version },
                     p.cmdline
                 );
+                if let Some(m) = &p.modules {
+                    let _ = writeln!(out, "    modules: {} ({})", m.dir, m.load.join(" "));
+                }
             }
         }
         if !self.deviations.is_empty() {

@@ -1,7 +1,9 @@
-//! The tar archives of `--put` and `--get`.
+//! The tar archive of `--get` (the `--put` side is an ext4 image: [`super::image`]).
 //!
-//! * **Put.** [`write_put_archive`] writes the user's files and trees as one tar
-//!   stream (names are guest paths without the leading `/`), hashing it as it goes.
+//! * **Tar writer.** [`write_tar`] writes files and trees as one tar stream (names
+//!   are guest paths without the leading `/`), hashing it as it goes: the shape of a
+//!   get archive, for the tests and the fuzz target (the put side is an ext4 image,
+//!   see [`super::image`]).
 //! * **Get.** The guest writes one tar of the `--get` paths onto the writable
 //!   transfer DIMM. That archive is hostile input: [`plan_get_archive`] decodes it
 //!   into a list of host paths below `--out` (every entry under one of the asked
@@ -44,14 +46,9 @@ pub struct ArchiveSum {
     pub sha256: String,
 }
 
-/// Writes the `--put` archive to `out`; returns its length and SHA-256. Its
-/// first entry is the empty file `marker`, so the guest finds the DIMM by the
-/// name in the first header.
-pub fn write_put_archive(
-    puts: &[PutSpec],
-    marker: &str,
-    out: &Path,
-) -> Result<ArchiveSum, TransferError> {
+/// Writes `puts` as a tar archive to `out`; returns its length and SHA-256. Its
+/// first entry is the empty file `marker`.
+pub fn write_tar(puts: &[PutSpec], marker: &str, out: &Path) -> Result<ArchiveSum, TransferError> {
     let io = |what: String| move |source| TransferError::Io { what, source };
     let file = std::fs::File::create(out).map_err(io(format!("creating {}", out.display())))?;
     let hashing = Hashing {
@@ -68,7 +65,7 @@ pub fn write_put_archive(
     header.set_entry_type(tar::EntryType::Regular);
     builder
         .append_data(&mut header, marker, std::io::empty())
-        .map_err(io("starting the --put archive".into()))?;
+        .map_err(io("starting the archive".into()))?;
     for put in puts {
         let name = put.guest.trim_start_matches('/');
         let meta =
@@ -85,7 +82,7 @@ pub fn write_put_archive(
     }
     let mut hashing = builder
         .into_inner()
-        .map_err(io("finishing the --put archive".into()))?;
+        .map_err(io("finishing the archive".into()))?;
     hashing
         .flush()
         .map_err(io(format!("writing {}", out.display())))?;

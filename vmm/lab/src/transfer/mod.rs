@@ -3,16 +3,18 @@
 //!
 //! Bulk data never crosses the serial port or the initramfs:
 //!
-//! * the `--put` trees are one tar archive on an extra **read-only, label-less
-//!   NVDIMM** placed after the user's `--nvdimm`s, so `/dev/pmem0` stays the first
-//!   `--nvdimm` (Linux numbers regions and their `pmemN` disks in the order of the
-//!   NFIT's SPA ranges; the nested test checks it);
+//! * the `--put` trees are one read-only ext4 image ([`image`], made by `mke2fs -d`)
+//!   on an extra **read-only, label-less NVDIMM** placed after the user's
+//!   `--nvdimm`s, so `/dev/pmem0` stays the first `--nvdimm` (Linux numbers regions
+//!   and their `pmemN` disks in the order of the NFIT's SPA ranges; the nested test
+//!   checks it). The guest mounts it read-only and bind-mounts each tree onto its
+//!   guest path: the data stays on the DIMM, not in guest RAM;
 //! * the `--get` paths come back as one tar archive that the guest writes onto a
 //!   second, **writable** label-less NVDIMM of `--transfer-size` bytes (sparse on
 //!   the host), after the put DIMM.
 //!
-//! Both archives are checked with SHA-256 on both sides: the host sends the put
-//! archive's length and hash in `/job/transfer` and the guest refuses to run the
+//! Both are checked with SHA-256 on both sides: the host sends the put
+//! image's length and hash in `/job/transfer` and the guest refuses to run the
 //! command on a mismatch; the guest sends the get archive's length and hash as the
 //! `get.manifest` frame and the host refuses a mismatch. The command's stdout and
 //! stderr come back as the frames `cmd.stdout` and `cmd.stderr`; stdout is also
@@ -21,6 +23,7 @@
 //! The guest side is `run_command` in `guest-images/rootfs/init`.
 
 pub mod archive;
+pub mod image;
 mod spec;
 
 pub use spec::{GetSpec, PutSpec};
@@ -47,14 +50,12 @@ pub const GET_MANIFEST_FRAME: &str = "get.manifest";
 pub const GET_MISSING_FRAME: &str = "get.missing";
 /// Frame with `<length>` of a get archive that did not fit the transfer area.
 pub const GET_OVERFLOW_FRAME: &str = "get.overflow";
-/// Frame with why the guest refused the put archive.
+/// Frame with why the guest refused the put image.
 pub const PUT_ERROR_FRAME: &str = "put.error";
 /// Console line after which the command's stdout follows.
 pub const STDOUT_CONSOLE_MARK: &str = "pmemvm-init: command output follows";
 /// Default size of the writable transfer area for `--get`.
 pub const DEFAULT_TRANSFER_SIZE: u64 = 512 << 20;
-/// tar overhead allowed per file or directory when sizing a put tree up front.
-const TAR_ENTRY_OVERHEAD: u64 = 1536;
 
 /// Errors of `--put`, `--get` and the command.
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +107,19 @@ pub enum TransferError {
         /// Why.
         why: String,
     },
+    /// No mke2fs on the host.
+    #[error("--put needs mke2fs (Debian package e2fsprogs) on the host to make the read-only image of the files; it is not on PATH, in /usr/sbin or in /sbin")]
+    NoMke2fs,
+    /// mke2fs failed.
+    #[error("{tool} could not make the {len}-byte --put image: {why}")]
+    PutImage {
+        /// Image bytes.
+        len: u64,
+        /// The mke2fs used.
+        tool: PathBuf,
+        /// Its last line of stderr.
+        why: String,
+    },
     /// The put trees do not fit the transfer area.
     #[error("the --put files take about {need} bytes, more than the transfer area of {area} bytes; raise --transfer-size (e.g. --transfer-size {suggest}M)")]
     PutTooLarge {
@@ -127,8 +141,8 @@ pub enum TransferError {
         /// Area.
         area: u64,
     },
-    /// The guest refused the put archive.
-    #[error("the guest could not unpack the --put files: {0}")]
+    /// The guest refused the put image.
+    #[error("the guest could not use the --put files: {0}")]
     PutRefused(String),
     /// The get archive's checksum differs.
     #[error("the --get archive is damaged: the guest wrote {len} bytes with SHA-256 {guest}, the host read {host}")]
@@ -164,6 +178,8 @@ impl TransferError {
             self,
             Self::GetChecksum { .. }
                 | Self::BadGetArchive(_)
+                | Self::NoMke2fs
+                | Self::PutImage { .. }
                 | Self::Io { .. }
                 | Self::Rootfs(crate::rootfs::RootfsError::BuildFailed { .. })
         )
@@ -187,38 +203,13 @@ pub struct CommandJob {
     pub rootfs: Option<PathBuf>,
 }
 
-/// Bytes a host tree takes in a tar archive (data rounded to 512 plus headers).
-fn tree_bytes(path: &Path) -> Result<u64, std::io::Error> {
-    let meta = std::fs::symlink_metadata(path)?;
-    let mut total = TAR_ENTRY_OVERHEAD;
-    if meta.is_dir() {
-        for entry in std::fs::read_dir(path)? {
-            total = total.saturating_add(tree_bytes(&entry?.path())?);
-        }
-    } else if meta.is_file() {
-        total = total.saturating_add(meta.len().next_multiple_of(512));
-    }
-    Ok(total)
-}
-
 impl CommandJob {
     /// Checks everything that can be checked before the boot; changes nothing.
     pub fn validate(&self) -> Result<(), TransferError> {
         if self.argv.is_empty() {
             return Err(TransferError::NoCommand);
         }
-        let mut need = 1024u64; // the end-of-archive blocks
-        for put in &self.puts {
-            std::fs::symlink_metadata(&put.host).map_err(|source| TransferError::PutSource {
-                path: put.host.clone(),
-                source,
-            })?;
-            let bytes = tree_bytes(&put.host).map_err(|source| TransferError::PutSource {
-                path: put.host.clone(),
-                source,
-            })?;
-            need = need.saturating_add(bytes);
-        }
+        let need = image::footprint(&self.puts)?.image_len();
         if !self.puts.is_empty() && need > self.area {
             return Err(TransferError::PutTooLarge {
                 need,
@@ -291,11 +282,11 @@ pub struct PreparedTransfer {
     pub files: Vec<(String, Vec<u8>, u32)>,
     /// The get DIMM's backing file, if any.
     pub get_file: Option<PathBuf>,
-    /// The put archive, if any.
+    /// The put image, if any.
     pub put_sum: Option<archive::ArchiveSum>,
 }
 
-/// Writes the put archive and names the transfer DIMMs; `first_index` is the
+/// Writes the put image and names the transfer DIMMs; `first_index` is the
 /// number of user DIMMs (the guest's `pmemN` of the first transfer DIMM).
 pub fn prepare(
     job: &CommandJob,
@@ -308,9 +299,8 @@ pub fn prepare(
     let tag = nonce();
     if !job.puts.is_empty() {
         let img = scratch.join("put.img");
-        let sum = archive::write_put_archive(&job.puts, &put_marker(&tag), &img)?;
-        let size = sum.len.max(1).next_multiple_of(NVDIMM_REGION_ALIGN);
-        let mut spec = NvdimmSpec::temporary(size);
+        let sum = image::write_put_image(&job.puts, &put_marker(&tag), scratch, &img)?;
+        let mut spec = NvdimmSpec::temporary(sum.len);
         spec.file = Some(img.clone());
         spec.readonly = true;
         // The backing file holds the region and pmemvm's identity page.
@@ -329,6 +319,14 @@ pub fn prepare(
             sum.len,
             sum.sha256
         ));
+        for (i, put) in job.puts.iter().enumerate() {
+            let kind =
+                image::PutKind::of(&put.host).map_err(|source| TransferError::PutSource {
+                    path: put.host.clone(),
+                    source,
+                })?;
+            desc.push_str(&format!("putpath {i} {} {}\n", kind.word(), put.guest));
+        }
         dimms.push(spec);
         put_sum = Some(sum);
     }
@@ -415,7 +413,7 @@ fn nonce() -> String {
     format!("{:x}", sha2::Sha256::digest(seed.as_bytes()))[..24].to_string()
 }
 
-/// Name of the put archive's first entry.
+/// Marker at the start of the put image.
 fn put_marker(tag: &str) -> String {
     format!(".pmemvm-put-{tag}")
 }
@@ -436,7 +434,7 @@ pub struct CommandOutcome {
     pub stderr: String,
     /// True when stdout is what the console showed before the run ended early.
     pub partial: bool,
-    /// Bytes and SHA-256 of the put archive.
+    /// Bytes and SHA-256 of the put image.
     pub put: Option<ArchiveRecord>,
     /// Bytes and SHA-256 of the get archive (verified on the host).
     pub get: Option<ArchiveRecord>,

@@ -59,12 +59,12 @@ fn validation_names_the_bad_input_and_changes_nothing() {
     );
     let d = std::env::temp_dir().join(format!("pmemvm-transfer-test-{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("mkdir");
-    std::fs::write(d.join("big"), vec![1u8; 3 << 20]).expect("write");
+    std::fs::write(d.join("big"), vec![1u8; 20 << 20]).expect("write");
     let mut j = job(&["true"]);
-    j.area = 2 << 20;
+    j.area = 16 << 20;
     j.puts = vec![format!("{}:/x", d.display()).parse().expect("put")];
     let e = j.validate().expect_err("too large");
-    assert!(e.to_string().contains("--transfer-size 16M"), "{e}");
+    assert!(e.to_string().contains("--transfer-size 32M"), "{e}");
     let mut j = job(&["true"]);
     j.gets = vec!["/a/r".parse().expect("get"), "/b/r".parse().expect("get")];
     j.out = Some(d.clone());
@@ -94,26 +94,28 @@ fn a_put_tree_round_trips_through_the_archive() {
     let desc = String::from_utf8_lossy(&prepared.files[1].1).into_owned();
     let sum = prepared.put_sum.clone().expect("sum");
     let words: Vec<Vec<&str>> = desc.lines().map(|l| l.split(' ').collect()).collect();
-    assert_eq!(words.len(), 3, "{desc}");
+    assert_eq!(words.len(), 4, "{desc}");
     assert_eq!((words[0][0], words[0][1]), ("put", "1"));
     assert!(words[0][2].starts_with(".pmemvm-put-"), "{desc}");
     assert_eq!(
         words[0][3..],
         [sum.len.to_string().as_str(), sum.sha256.as_str()]
     );
+    assert_eq!(words[1], ["putpath", "0", "dir", "/job/t"]);
+    let put_head = std::fs::read(d.join("put.img")).expect("put.img");
+    assert!(put_head.starts_with(words[0][2].as_bytes()));
     assert_eq!(
-        (words[1][0], words[1][1], words[1][3]),
+        (words[2][0], words[2][1], words[2][3]),
         ("get", "2", "67108864")
     );
-    assert!(words[1][2].starts_with("pmemvm-get-"), "{desc}");
-    assert_eq!(words[2], ["getpath", "/job/t"]);
+    assert!(words[2][2].starts_with("pmemvm-get-"), "{desc}");
+    assert_eq!(words[3], ["getpath", "/job/t"]);
     let get_head = std::fs::read(d.join("get.img")).expect("get.img");
-    assert!(get_head.starts_with(words[1][2].as_bytes()));
+    assert!(get_head.starts_with(words[2][2].as_bytes()));
     assert_eq!(prepared.dimms.len(), 2);
     assert!(prepared.dimms[0].readonly && prepared.dimms[0].label_size == 0);
     // Pretend the guest sent the tree straight back as its get archive.
-    let sum = archive::write_put_archive(&j.puts, "job/t/marker", &d.join("get.img"))
-        .expect("get archive");
+    let sum = archive::write_tar(&j.puts, "job/t/marker", &d.join("get.img")).expect("get archive");
     let mut report = GuestReport::default();
     report.files.insert(
         GET_MANIFEST_FRAME.into(),

@@ -14,154 +14,9 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// One option a guest needs and what breaks without it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Requirement {
-    /// The option, e.g. `CONFIG_ACPI_NFIT`.
-    pub option: &'static str,
-    /// What does not work without it.
-    pub breaks: &'static str,
-}
+mod requirements;
 
-const fn req(option: &'static str, breaks: &'static str) -> Requirement {
-    Requirement { option, breaks }
-}
-
-/// Everything pmemvm's guest image, its init and its experiments use, grouped
-/// as the fragment prints it.
-pub const REQUIREMENTS: &[(&str, &[Requirement])] = &[
-    (
-        "boot under pmemvm",
-        &[
-            req("CONFIG_64BIT", "pmemvm boots 64-bit x86 kernels only"),
-            req(
-                "CONFIG_PVH",
-                "an ELF vmlinux does not boot (no PVH entry note); a bzImage still does",
-            ),
-            req(
-                "CONFIG_ACPI",
-                "no ACPI: no NVDIMMs (NFIT), no power-off, no CPUs beyond the first",
-            ),
-            req("CONFIG_SMP", "only one vCPU comes up"),
-            req(
-                "CONFIG_SERIAL_8250",
-                "no console and no result channel (COM1/COM2 are 16550 UARTs)",
-            ),
-            req(
-                "CONFIG_SERIAL_8250_CONSOLE",
-                "no kernel messages on the console (console=ttyS0)",
-            ),
-            req(
-                "CONFIG_BLK_DEV_INITRD",
-                "the initramfs (and the job appended to it) is not loaded",
-            ),
-            req(
-                "CONFIG_RD_GZIP",
-                "the guest image's gzip initramfs cannot be unpacked",
-            ),
-            req("CONFIG_DEVTMPFS", "no /dev nodes for the init"),
-            req("CONFIG_BINFMT_ELF", "no user space"),
-            req(
-                "CONFIG_BINFMT_SCRIPT",
-                "the shell-script /init does not run",
-            ),
-            req("CONFIG_PROC_FS", "the init and ndctl cannot read /proc"),
-            req(
-                "CONFIG_SYSFS",
-                "ndctl/daxctl see no devices (they work through sysfs)",
-            ),
-            req("CONFIG_TMPFS", "no /tmp for the job's results"),
-            req(
-                "CONFIG_DEVPORT",
-                "the guest-exit port 0x501 cannot be written (/dev/port): no job status",
-            ),
-        ],
-    ),
-    (
-        "NVDIMMs",
-        &[
-            req(
-                "CONFIG_ACPI_NFIT",
-                "the NFIT is ignored: no NVDIMM regions, no /dev/pmem*",
-            ),
-            req(
-                "CONFIG_LIBNVDIMM",
-                "no NVDIMM subsystem: no regions, namespaces or labels",
-            ),
-            req("CONFIG_BLK_DEV_PMEM", "no /dev/pmem* block devices"),
-            req(
-                "CONFIG_ZONE_DEVICE",
-                "no struct pages for pmem: fsdax and devdax namespaces fail",
-            ),
-            req(
-                "CONFIG_SPARSEMEM_VMEMMAP",
-                "ZONE_DEVICE is not available (it depends on it)",
-            ),
-            req(
-                "CONFIG_MEMORY_HOTPLUG",
-                "ZONE_DEVICE and system-ram (kmem) are not available",
-            ),
-            req("CONFIG_NVDIMM_PFN", "ndctl create-namespace -m fsdax fails"),
-            req(
-                "CONFIG_NVDIMM_DAX",
-                "ndctl create-namespace -m devdax fails",
-            ),
-            req("CONFIG_BTT", "ndctl create-namespace -m sector fails"),
-            req("CONFIG_DAX", "no DAX at all"),
-            req("CONFIG_DEV_DAX", "no /dev/dax* character devices"),
-            req("CONFIG_DEV_DAX_PMEM", "devdax namespaces get no /dev/dax*"),
-            req("CONFIG_FS_DAX", "mount -o dax is refused by XFS and ext4"),
-            req(
-                "CONFIG_NUMA",
-                "every NVDIMM is in node 0: no target_node, daxctl system-ram adds no node",
-            ),
-            req(
-                "CONFIG_ACPI_NUMA",
-                "the SRAT is ignored: NVDIMM proximity domains are lost",
-            ),
-            req(
-                "CONFIG_DEV_DAX_KMEM",
-                "daxctl reconfigure-device --mode=system-ram fails",
-            ),
-        ],
-    ),
-    (
-        "fio and the experiments",
-        &[
-            req(
-                "CONFIG_IO_URING",
-                "fio's io_uring engine fails (every experiment uses it)",
-            ),
-            req("CONFIG_AIO", "fio's libaio engine fails"),
-            req(
-                "CONFIG_SYSVIPC",
-                "fio cannot start jobs (it uses SysV shared memory)",
-            ),
-            req("CONFIG_FUTEX", "fio and threaded programs fail"),
-            req("CONFIG_EPOLL", "io_uring and many programs fail"),
-            req("CONFIG_EVENTFD", "io_uring completion notification fails"),
-            req("CONFIG_POSIX_TIMERS", "fio's time-based runs fail"),
-            req("CONFIG_SHMEM", "no shared memory for fio"),
-            req("CONFIG_FILE_LOCKING", "fio's file locking fails"),
-            req(
-                "CONFIG_XFS_FS",
-                "the XFS-DAX experiment cannot make or mount XFS",
-            ),
-            req(
-                "CONFIG_EXT4_FS",
-                "mkfs.ext4 /dev/pmem0 && mount -o dax fails",
-            ),
-            req(
-                "CONFIG_BLK_DEV_NULL_BLK",
-                "the bcache experiments get no null_blk devices",
-            ),
-            req(
-                "CONFIG_BCACHE",
-                "the bcache experiments get no /dev/bcache0",
-            ),
-        ],
-    ),
-];
+pub use requirements::{Requirement, MODULE_NEEDS, REQUIREMENTS};
 
 /// Errors of reading a kernel's configuration.
 #[derive(Debug, thiserror::Error)]
@@ -241,7 +96,8 @@ impl Kconfig {
 pub struct Missing {
     /// The requirement.
     pub requirement: Requirement,
-    /// `None`: not set; `Some(v)`: set to something other than `y`/`m`.
+    /// `None`: not set; `Some(v)`: set to something other than `y` (or `m`
+    /// where the requirement cannot be a module).
     pub value: Option<String>,
 }
 
@@ -250,8 +106,8 @@ pub struct Missing {
 pub struct Check {
     /// Requirements not met.
     pub missing: Vec<Missing>,
-    /// Requirements met by a module (`=m`): they work only with the modules
-    /// in the guest.
+    /// Requirements met by a module (`=m`) that `--modules` packs: they work
+    /// when the guest is booted with `--modules DIR`.
     pub modules: Vec<Requirement>,
 }
 
@@ -261,11 +117,19 @@ pub fn check(config: &Kconfig) -> Check {
     for r in REQUIREMENTS.iter().flat_map(|(_, reqs)| reqs.iter()) {
         match config.get(r.option) {
             Some("y") => {}
-            Some("m") => out.modules.push(*r),
+            Some("m") if r.module.is_some() => out.modules.push(*r),
             other => out.missing.push(Missing {
                 requirement: *r,
                 value: other.map(str::to_string),
             }),
+        }
+    }
+    for (when, r) in MODULE_NEEDS {
+        if config.get(when) == Some("m") && config.get(r.option) != Some("y") {
+            out.missing.push(Missing {
+                requirement: *r,
+                value: config.get(r.option).map(str::to_string),
+            });
         }
     }
     out
@@ -282,8 +146,21 @@ pub fn fragment() -> String {
     for (group, reqs) in REQUIREMENTS {
         s.push_str(&format!("\n# --- {group}\n"));
         for r in *reqs {
-            s.push_str(&format!("# without it: {}\n{}=y\n", r.breaks, r.option));
+            s.push_str(&format!("# without it: {}\n", r.breaks));
+            if let Some(m) = r.module {
+                s.push_str(&format!(
+                    "# may be =m ({m}.ko): then boot with --modules DIR (modules_install's output)\n"
+                ));
+            }
+            s.push_str(&format!("{}=y\n", r.option));
         }
+    }
+    s.push_str("\n# --- with NVDIMM drivers as modules (harmless when they are built in)\n");
+    for (when, r) in MODULE_NEEDS {
+        s.push_str(&format!(
+            "# without it, when {when}=m: {}\n{}=y\n",
+            r.breaks, r.option
+        ));
     }
     s
 }
@@ -451,8 +328,11 @@ pub fn render_check(path: &Path, config: &Kconfig, result: &Check) -> String {
             result.missing.len()
         ));
         for m in &result.missing {
-            let state = match &m.value {
+            let state = match m.value.as_deref() {
                 None => "not set".to_string(),
+                Some("m") => "a module, which it cannot be: the guest needs it before its init \
+                              loads modules; build it in (=y)"
+                    .to_string(),
                 Some(v) => format!("set to {v}"),
             };
             s.push_str(&format!(
@@ -463,8 +343,9 @@ pub fn render_check(path: &Path, config: &Kconfig, result: &Check) -> String {
     }
     for r in &result.modules {
         s.push_str(&format!(
-            "  {} is a module (=m): it works only with the kernel's modules in the guest\n",
-            r.option
+            "  {} is a module (=m, {}.ko): boot with --modules DIR (what `make modules_install INSTALL_MOD_PATH=DIR` wrote) so the guest loads it\n",
+            r.option,
+            r.module.unwrap_or("?")
         ));
     }
     s
@@ -503,7 +384,48 @@ mod tests {
             text.contains("CONFIG_ACPI_NFIT (not set): the NFIT is ignored"),
             "{text}"
         );
-        assert!(text.contains("CONFIG_BCACHE is a module"), "{text}");
+        assert!(
+            text.contains("CONFIG_BCACHE is a module (=m, bcache.ko): boot with --modules DIR"),
+            "{text}"
+        );
+        // An option the guest needs before its init runs cannot be a module.
+        let serial = full_config().replace("CONFIG_SERIAL_8250=y\n", "CONFIG_SERIAL_8250=m\n");
+        let result = check(&Kconfig::parse(&serial));
+        assert_eq!(result.missing.len(), 1);
+        assert_eq!(result.missing[0].value.as_deref(), Some("m"));
+        let text = render_check(Path::new(".config"), &Kconfig::parse(&serial), &result);
+        assert!(
+            text.contains("CONFIG_SERIAL_8250 (a module, which it cannot be"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_modular_nd_btt_needs_debugfs() {
+        let modular = format!("{}CONFIG_ND_BTT=m\n", full_config());
+        let result = check(&Kconfig::parse(&modular));
+        let names: Vec<&str> = result
+            .missing
+            .iter()
+            .map(|m| m.requirement.option)
+            .collect();
+        assert_eq!(names, ["CONFIG_DEBUG_FS"]);
+        assert!(
+            check(&Kconfig::parse(&format!("{modular}CONFIG_DEBUG_FS=y\n")))
+                .missing
+                .is_empty()
+        );
+        // Built in, the failing init goes unnoticed: not required.
+        assert!(check(&Kconfig::parse(&full_config())).missing.is_empty());
+    }
+
+    #[test]
+    fn every_module_a_requirement_names_is_one_modules_packs() {
+        for r in REQUIREMENTS.iter().flat_map(|(_, r)| r.iter()) {
+            if let Some(m) = r.module {
+                assert!(crate::modules::WANTED.contains(&m), "{}: {m}", r.option);
+            }
+        }
     }
 
     #[test]
@@ -523,7 +445,8 @@ mod tests {
     fn the_fragment_lists_every_requirement_once_and_parses_back() {
         let f = fragment();
         let parsed = Kconfig::parse(&f);
-        let total: usize = REQUIREMENTS.iter().map(|(_, r)| r.len()).sum();
+        let total: usize =
+            REQUIREMENTS.iter().map(|(_, r)| r.len()).sum::<usize>() + MODULE_NEEDS.len();
         assert_eq!(
             parsed.len(),
             total,
