@@ -13,6 +13,7 @@ pub mod process;
 pub mod slurm_cluster;
 pub mod stock_kernel;
 pub mod tcg;
+pub mod terminal;
 
 /// The one skip path of the suite (see the `pmemvm-skip` crate).
 pub use pmemvm_skip as skip;

@@ -136,3 +136,41 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A directory `DIR/bin` of links to every program on `PATH` except
+/// `hidden` (e.g. qemu-system-x86_64), for a `PATH` without them.
+pub fn path_without(dir: &std::path::Path, hidden: &[&str]) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin dir");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for d in std::env::split_paths(&path) {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if hidden.iter().any(|h| name == *h) {
+                continue;
+            }
+            let link = bin.join(&name);
+            if !link.exists() {
+                let _ = std::os::unix::fs::symlink(e.path(), &link);
+            }
+        }
+    }
+    bin
+}
+
+/// An 8 MiB io_uring random write with crc32c verify on /dev/pmem0: the
+/// small fio job of the engine tests.
+pub const VERIFY_JOB: &str = "[global]
+filename=/dev/pmem0
+ioengine=io_uring
+direct=1
+bs=4k
+size=8m
+[write-verify]
+rw=randwrite
+verify=crc32c
+do_verify=1
+";

@@ -4,50 +4,16 @@
 //! --console` puts the terminal in raw mode and restores it (see
 //! tests/src/durable.rs for the harness).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pmemvm_tests::durable::*;
 use pmemvm_tests::pmemvm::TempDir;
 use pmemvm_tests::require;
-use pmemvm_tests::skip::Skip;
+use pmemvm_tests::terminal::{openpty, term_settings};
 
 // ---- The terminal --------------------------------------------------------
-
-/// A pseudo-terminal pair: (master, slave).
-fn openpty() -> Result<(OwnedFd, OwnedFd), Skip> {
-    let (mut master, mut slave) = (-1, -1);
-    // SAFETY: openpty writes two fds into the out-parameters; name, termios
-    // and winsize may be null.
-    let rc = unsafe {
-        libc::openpty(
-            &mut master,
-            &mut slave,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        return Err(Skip::new(format!(
-            "no pseudo-terminal: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    // SAFETY: both fds were just opened by openpty and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) })
-}
-
-/// The settings `stty -g` shows, as a comparable tuple.
-fn term_settings(fd: &OwnedFd) -> (u32, u32, u32, u32, Vec<u8>) {
-    // SAFETY: a zeroed termios is a valid out-parameter.
-    let mut t: libc::termios = unsafe { std::mem::zeroed() };
-    // SAFETY: fd is an open terminal; t is a valid termios.
-    let rc = unsafe { libc::tcgetattr(fd.as_raw_fd(), &mut t) };
-    assert_eq!(rc, 0, "tcgetattr: {}", std::io::Error::last_os_error());
-    (t.c_iflag, t.c_oflag, t.c_cflag, t.c_lflag, t.c_cc.to_vec())
-}
 
 /// `stty -g` of the terminal, the way a user would compare it.
 fn stty_g(slave: &OwnedFd) -> String {

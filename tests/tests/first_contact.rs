@@ -60,24 +60,7 @@ fn fresh_clone(dir: &Path) -> Result<PathBuf, Skip> {
 /// with an `apt-get` that logs to `apt.log` and "installs" QEMU by linking
 /// the real binary in.
 fn path_without_qemu(dir: &Path, real_qemu: Option<&Path>) -> PathBuf {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).expect("bin dir");
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for d in std::env::split_paths(&path) {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            if name == "qemu-system-x86_64" || name == "apt-get" {
-                continue;
-            }
-            let link = bin.join(&name);
-            if !link.exists() {
-                let _ = std::os::unix::fs::symlink(e.path(), &link);
-            }
-        }
-    }
+    let bin = pmemvm_tests::pmemvm::path_without(dir, &["qemu-system-x86_64", "apt-get"]);
     let install = match real_qemu {
         Some(q) => format!(
             "ln -sf '{}' '{}/qemu-system-x86_64'",

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use lab::guest_job;
-use pmemvm_tests::pmemvm::{run, TempDir};
+use pmemvm_tests::pmemvm::{run, TempDir, VERIFY_JOB};
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
 use pmemvm_tests::tcg::TcgGuard;
@@ -21,18 +21,6 @@ fn ready() -> Result<TcgGuard, Skip> {
     guest_job::find_image_dir().map_err(|e| Skip::new(e.to_string()))?;
     Ok(pmemvm_tests::tcg::lock().expect("take the TCG lock"))
 }
-
-const VERIFY_JOB: &str = "[global]
-filename=/dev/pmem0
-ioengine=io_uring
-direct=1
-bs=4k
-size=8m
-[write-verify]
-rw=randwrite
-verify=crc32c
-do_verify=1
-";
 
 #[test]
 fn run_verify_job_on_qemu_returns_json_and_status_zero() {

@@ -22,7 +22,7 @@ pub enum NestedError {
         #[source]
         source: io::Error,
     },
-    /// `tests/l1/prepare.sh` failed for a reason other than a missing tool.
+    /// `guest-images/l1/prepare.sh` failed for a reason other than a missing tool.
     #[error("preparing the L1 VM failed ({status}); prepare.sh said:\n{stderr}")]
     Prepare {
         /// Exit status of prepare.sh.
@@ -30,14 +30,9 @@ pub enum NestedError {
         /// Its standard error.
         stderr: String,
     },
-    /// `ldd` could not resolve a host binary's libraries.
-    #[error("cannot collect the shared libraries of {}: {detail}", binary.display())]
-    Libraries {
-        /// The binary.
-        binary: PathBuf,
-        /// What ldd reported.
-        detail: String,
-    },
+    /// The product's L1 code failed (copying a binary's libraries, writing the command).
+    #[error(transparent)]
+    Product(#[from] lab::nested::NestedError),
     /// The deadline passed; QEMU (or the direct command) was killed.
     #[error(
         "the command did not finish within {deadline:?} and was killed \

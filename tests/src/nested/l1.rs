@@ -1,32 +1,18 @@
-//! The L1 machine of nested mode: its kernel and initramfs (prepared and
-//! cached by `tests/l1/prepare.sh`), its QEMU command line, and the host
+//! The L1 machine of nested mode — prepared, started and read by the
+//! product's `lab::nested` (the same code as `--engine nested`) — and the host
 //! lookups every harness shares (QEMU, the pmemvm binary, the guest image).
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-use lab::qemu::{QemuAccel, QemuCommand};
+pub use lab::nested::L1Image;
 
-use super::{io_err, unavailable, workspace_root, NestedError};
+use super::{unavailable, workspace_root, NestedError};
 use crate::skip::Skip;
 
-/// The prepared L1 kernel and initramfs.
-#[derive(Debug, Clone)]
-pub struct L1Image {
-    /// Debian's stock kernel.
-    pub vmlinuz: PathBuf,
-    /// busybox + modules + tests/l1/init.
-    pub initramfs: PathBuf,
-    /// Initramfs of the "stock" L2 guest: busybox, the NVDIMM modules of the
-    /// same kernel and tests/l1/l2-init, for booting `vmlinuz` under pmemvm.
-    pub l2_initramfs: PathBuf,
-    /// `package=... version=... kernel=...` as recorded by prepare.sh.
-    pub kernel_package: String,
-}
-
-/// Cache directory of the harness: `$PMEMVM_TEST_CACHE` or `tests/.cache/`.
+/// Cache directory of the harness: `$PMEMVM_TEST_CACHE` or `tests/.cache/`
+/// (tests that run `--engine nested` point `PMEMVM_L1_CACHE` at it too).
 pub fn cache_dir() -> PathBuf {
     match std::env::var_os("PMEMVM_TEST_CACHE") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
@@ -54,13 +40,6 @@ pub(super) fn kvm_opens() -> bool {
         .write(true)
         .open("/dev/kvm")
         .is_ok()
-}
-
-pub(crate) fn find_in_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
 }
 
 /// A binary named by an environment variable: nothing at that path means
@@ -145,73 +124,20 @@ pub fn guest_image(name: &str) -> Result<PathBuf, Skip> {
     }
 }
 
-/// Prepares (or finds cached) the L1 kernel and initramfs with
-/// `tests/l1/prepare.sh`. Missing tools or an unreachable Debian archive are
-/// reported as [`NestedError::Unavailable`].
+/// Prepares (or finds cached) the L1 kernel and initramfs with the
+/// product's `lab::nested::prepare_l1` in [`cache_dir`]. A missing tool is
+/// [`NestedError::Unavailable`] (a skip); an unreachable Debian archive or a
+/// missing package fails the test.
 pub fn prepare_l1() -> Result<L1Image, NestedError> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("l1")
-        .join("prepare.sh");
-    let bash = find_in_path("bash").ok_or_else(|| unavailable("bash not found"))?;
-    let cache = cache_dir();
-    let out = Command::new(bash)
-        .arg(&script)
-        .arg(&cache)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(io_err(format!("run {}", script.display())))?;
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    if !out.status.success() {
-        if out.status.code() == Some(3) {
-            let reason = stderr.lines().last().unwrap_or("prepare.sh failed").trim();
-            return Err(unavailable(format!("cannot prepare the L1 VM: {reason}")));
+    match lab::nested::prepare_l1(&cache_dir()) {
+        Ok(l1) => Ok(l1),
+        Err(e @ lab::nested::NestedError::MissingTool { .. }) => {
+            Err(unavailable(format!("cannot prepare the L1 VM: {e}")))
         }
-        return Err(NestedError::Prepare {
-            status: out.status.to_string(),
+        Err(lab::nested::NestedError::Prepare { message, stderr }) => Err(NestedError::Prepare {
+            status: message,
             stderr,
-        });
+        }),
+        Err(e) => Err(NestedError::Product(e)),
     }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let dir = stdout
-        .lines()
-        .last()
-        .map(|l| PathBuf::from(l.trim()))
-        .ok_or_else(|| NestedError::Prepare {
-            status: "no output directory printed".to_string(),
-            stderr: stderr.clone(),
-        })?;
-    let kernel_package = fs::read_to_string(dir.join("kernel-package.txt"))
-        .map_err(io_err(format!("read {}/kernel-package.txt", dir.display())))?
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    Ok(L1Image {
-        vmlinuz: dir.join("vmlinuz"),
-        initramfs: dir.join("initramfs.cpio.gz"),
-        l2_initramfs: dir.join("l2-initramfs.cpio.gz"),
-        kernel_package,
-    })
-}
-
-/// The L1's QEMU command: TCG with emulated AMD SVM (`-cpu max,vendor=AuthenticAMD`),
-/// the prepared kernel and initramfs, COM1 to `console`, `share` as the 9p tag `share`.
-pub(super) fn l1_command(
-    qemu: &Path,
-    l1: &L1Image,
-    memory_mib: u32,
-    cpus: u32,
-    console: &Path,
-    share: &Path,
-) -> Command {
-    let mut q = QemuCommand::new(qemu, QemuAccel::Tcg, "max,vendor=AuthenticAMD");
-    q.memory(&format!("{memory_mib}M"))
-        .smp(cpus)
-        .serial_file(console)
-        .kernel(
-            &l1.vmlinuz,
-            Some(&l1.initramfs),
-            "console=ttyS0 panic=-1 rdinit=/init",
-        )
-        .virtfs(share, "share");
-    q.into_command()
 }

@@ -10,8 +10,10 @@
 //!   loaded — has a working `/dev/kvm`. A host directory (the *share*) is
 //!   mounted at `/share` in L1 over virtio-9p; the command runs there, so
 //!   files it writes (NVDIMM backing files, JSON results) are on the host
-//!   afterwards. The L1 kernel and initramfs are built by `tests/l1/prepare.sh`
-//!   and cached (see [`cache_dir`]). Timing under TCG is functional only.
+//!   afterwards. The L1 — its kernel and initramfs (`guest-images/l1/`,
+//!   cached in [`cache_dir`]), its QEMU command line, the share's layout, the
+//!   run with its heartbeat watch — is the product's `lab::nested`, the same
+//!   code as `--engine nested`. Timing under TCG is functional only.
 //! * **Direct** (hosts whose `/proc/cpuinfo` has `vmx` or `svm` and whose
 //!   `/dev/kvm` opens): the same command runs on the host in a temporary
 //!   share directory, at full speed. This path is deliberately simple: no
@@ -46,40 +48,25 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::process::{wait_watched, Waited};
+use lab::nested::l1::{l1_command, run_l1, L1Failure, L1Options};
+use lab::nested::share::{install_binary, write_command};
 
 mod error;
-mod heartbeat;
 mod l1;
 mod output;
-mod share;
+mod run_dir;
 
 pub use error::NestedError;
 pub(crate) use error::{io_err, unavailable};
 pub use output::RunOutput;
 
-use heartbeat::Heartbeat;
+use l1::kvm_opens;
 pub use l1::{
     cache_dir, find_pmemvm, find_qemu, guest_image, host_has_hw_virt, prepare_l1, L1Image,
 };
-use l1::{kvm_opens, l1_command};
-pub use share::tail;
-use share::{
-    command_script, libraries_of, parse_console_error, parse_console_status, parse_marker_uptime,
-    parse_status_file, FileSource, RunDir,
-};
-
-/// Console line printed by the L1 init with the command's exit status.
-pub const STATUS_MARKER: &str = "PMEMVM-L1-STATUS";
-/// Console line printed by the L1 init when its own setup fails.
-pub const ERROR_MARKER: &str = "PMEMVM-L1-ERROR";
-/// Console line printed by the L1 init just before it runs the command.
-pub const RUN_MARKER: &str = "PMEMVM-L1-RUN";
-/// Console line printed by the L1 init when it starts.
-pub const INIT_MARKER: &str = "PMEMVM-L1-INIT";
-/// Console line the L1 init prints every few seconds while it lives (left
-/// out of the console text the harness returns).
-pub const ALIVE_MARKER: &str = "PMEMVM-L1-ALIVE";
+pub use lab::nested::share::tail;
+pub use lab::nested::{ALIVE_MARKER, ERROR_MARKER, INIT_MARKER, RUN_MARKER, STATUS_MARKER};
+use run_dir::{FileSource, RunDir};
 
 /// Default time a command may take, L1 boot included.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
@@ -90,10 +77,7 @@ pub const DEFAULT_L1_MEMORY_MIB: u32 = 3072;
 /// (soft lockup in `smp_call_function_many_cond`, seen in a CI dry run); with
 /// one L1 CPU there is no such call, and L2 guests can still have several vCPUs.
 pub const DEFAULT_L1_CPUS: u32 = 1;
-/// Lines of the L1 console shown in errors and dumps.
-pub(crate) const CONSOLE_TAIL_LINES: usize = 60;
-/// Harness-owned directory inside the share (`/share/.l1` in L1).
-pub(crate) const L1_DIR: &str = ".l1";
+pub(crate) use lab::nested::{CONSOLE_TAIL_LINES, L1_DIR};
 
 /// Where the command runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,27 +267,11 @@ impl NestedVm {
             };
             written?;
         }
-        let l1 = run_dir.l1();
-        if !self.binaries.is_empty() {
-            fs::create_dir_all(l1.join("bin")).map_err(io_err("create the bin dir"))?;
-        }
         for (name, src) in &self.binaries {
-            fs::copy(src, l1.join("bin").join(name))
-                .map_err(io_err(format!("copy {} into the share", src.display())))?;
-            if self.mode == Mode::Nested {
-                let lib_dir = l1.join("lib");
-                fs::create_dir_all(&lib_dir).map_err(io_err("create the lib dir"))?;
-                for lib in libraries_of(src)? {
-                    let dst = lib_dir.join(&lib.name);
-                    if !dst.exists() {
-                        fs::copy(&lib.path, &dst)
-                            .map_err(io_err(format!("copy {}", lib.path.display())))?;
-                    }
-                }
-            }
+            install_binary(&share, name, src, self.mode == Mode::Nested)?;
         }
-        let script = command_script(&self.env, argv);
-        fs::write(l1.join("cmd.sh"), script).map_err(io_err("write cmd.sh"))
+        write_command(&share, &self.env, argv, &[], None)?;
+        Ok(())
     }
 
     fn run_direct(&self, run_dir: RunDir) -> Result<RunOutput, NestedError> {
@@ -368,26 +336,25 @@ impl NestedVm {
         let share = run_dir.share();
         let console_path = run_dir.path.join("l1-console.log");
         let qemu_log_path = run_dir.path.join("qemu.log");
-        let qemu_log = fs::File::create(&qemu_log_path).map_err(io_err("create qemu.log"))?;
-        let qemu_log_err = qemu_log.try_clone().map_err(io_err("open qemu.log"))?;
-        let mut cmd = l1_command(qemu, l1, self.memory_mib, self.cpus, &console_path, &share);
-        cmd.stdin(Stdio::null())
-            .stdout(qemu_log)
-            .stderr(qemu_log_err)
-            .process_group(0);
-
+        let opts = L1Options {
+            memory_mib: self.memory_mib,
+            cpus: self.cpus,
+            mounts: Vec::new(),
+            interactive: false,
+        };
+        let cmd = l1_command(qemu, l1, &opts, &console_path, &share);
         let mut guard = crate::tcg::lock().map_err(io_err("take the TCG lock"))?;
         guard.note_console(&console_path);
-        let start = Instant::now();
-        let mut child = cmd.spawn().map_err(io_err("start QEMU"))?;
-        let mut heartbeat = Heartbeat::new(&console_path);
-        let waited = wait_watched(&mut child, self.deadline, || heartbeat.check())
-            .map_err(io_err("wait for QEMU"))?;
-        let elapsed = start.elapsed();
+        let run = run_l1(
+            cmd,
+            false,
+            &console_path,
+            &qemu_log_path,
+            &share,
+            Some(self.deadline),
+            None,
+        );
         drop(guard);
-
-        let console =
-            heartbeat::without_heartbeats(&fs::read_to_string(&console_path).unwrap_or_default());
         let l1dir = run_dir.l1();
         let stderr_tail = || {
             tail(
@@ -395,55 +362,60 @@ impl NestedVm {
                 CONSOLE_TAIL_LINES,
             )
         };
-        let qemu_status = match waited {
-            Waited::Exited(status) => status,
-            Waited::Deadline => {
+        let run = match run {
+            Ok(run) => run,
+            Err(L1Failure::Deadline {
+                deadline,
+                elapsed,
+                console,
+            }) => {
                 return Err(NestedError::Deadline {
-                    deadline: self.deadline,
+                    deadline,
                     killed_after: elapsed,
                     mode: Mode::Nested,
-                    console: tail(&console, CONSOLE_TAIL_LINES),
+                    console,
                     stderr: stderr_tail(),
                     run_dir: run_dir.keep(),
                 })
             }
-            Waited::Stopped(reason) => {
+            Err(L1Failure::Stalled { reason, console }) => {
                 return Err(NestedError::L1Stalled {
                     reason,
-                    console: tail(&console, CONSOLE_TAIL_LINES),
+                    console,
                     stderr: stderr_tail(),
                     run_dir: run_dir.keep(),
                 })
             }
-        };
-        let status = fs::read_to_string(l1dir.join("status"))
-            .ok()
-            .and_then(|s| parse_status_file(&s))
-            .or_else(|| parse_console_status(&console));
-        if let Some(message) = parse_console_error(&console) {
-            return Err(NestedError::L1Setup {
-                message,
-                console: tail(&console, CONSOLE_TAIL_LINES),
-                run_dir: run_dir.keep(),
-            });
-        }
-        let Some(status) = status else {
-            return Err(NestedError::NoStatus {
-                qemu_status: qemu_status.to_string(),
-                qemu_log: fs::read_to_string(&qemu_log_path).unwrap_or_default(),
-                console: tail(&console, CONSOLE_TAIL_LINES),
-                run_dir: run_dir.keep(),
-            });
+            Err(L1Failure::Setup { message, console }) => {
+                return Err(NestedError::L1Setup {
+                    message,
+                    console,
+                    run_dir: run_dir.keep(),
+                })
+            }
+            Err(L1Failure::NoStatus {
+                qemu_status,
+                qemu_log,
+                console,
+            }) => {
+                return Err(NestedError::NoStatus {
+                    qemu_status,
+                    qemu_log,
+                    console,
+                    run_dir: run_dir.keep(),
+                })
+            }
+            Err(L1Failure::Io { what, source }) => return Err(NestedError::Io { what, source }),
         };
         Ok(RunOutput {
             mode: Mode::Nested,
-            status,
+            status: run.status,
             stdout: fs::read_to_string(l1dir.join("stdout")).unwrap_or_default(),
             stderr: fs::read_to_string(l1dir.join("stderr")).unwrap_or_default(),
-            l1_uptime_at_run: parse_marker_uptime(&console, RUN_MARKER),
-            l1_console: console,
+            l1_uptime_at_run: run.uptime_at_run,
+            l1_console: run.console,
             share_dir: share,
-            elapsed,
+            elapsed: run.elapsed,
             l1_kernel: Some(l1.kernel_package.clone()),
             _run_dir: run_dir,
         })
@@ -453,64 +425,6 @@ impl NestedVm {
 #[cfg(test)]
 mod tests {
     use super::l1::cpuinfo_has_hw_virt;
-    use super::share::*;
-    use super::*;
-
-    #[test]
-    fn quotes_shell_words() {
-        assert_eq!(shell_quote("pmemvm"), "pmemvm");
-        assert_eq!(
-            shell_quote("--nvdimm=16G,file=a.img"),
-            "--nvdimm=16G,file=a.img"
-        );
-        assert_eq!(shell_quote(""), "''");
-        assert_eq!(shell_quote("exit 7"), "'exit 7'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        assert_eq!(shell_quote("$HOME"), "'$HOME'");
-    }
-
-    #[test]
-    fn builds_command_script() {
-        let env = vec![("RUST_LOG".to_string(), "debug".to_string())];
-        let s = command_script(&env, &["sh", "-c", "exit 7"]);
-        assert!(s.contains("export RUST_LOG=debug\n"));
-        assert!(s.ends_with("exec sh -c 'exit 7'\n"));
-    }
-
-    #[test]
-    fn parses_status_file_and_console() {
-        assert_eq!(parse_status_file("exit=7\n"), Some(7));
-        assert_eq!(parse_status_file("exit=x\n"), None);
-        assert_eq!(parse_status_file(""), None);
-        let console = "[ 1.0] boot\nPMEMVM-L1-RUN uptime=2.61\nPMEMVM-L1-STATUS 3 uptime=2.65\n";
-        assert_eq!(parse_console_status(console), Some(3));
-        assert_eq!(parse_console_status("PMEMVM-L1-RUN uptime=1\n"), None);
-        assert_eq!(parse_marker_uptime(console, RUN_MARKER), Some(2.61));
-        assert_eq!(parse_console_error(console), None);
-        assert_eq!(
-            parse_console_error("PMEMVM-L1-ERROR insmod kvm-amd.ko failed\n").as_deref(),
-            Some("insmod kvm-amd.ko failed")
-        );
-    }
-
-    #[test]
-    fn parses_ldd_output() {
-        let out = "\tlinux-vdso.so.1 (0x00007ffd)\n\
-                   \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f)\n\
-                   \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n\
-                   \t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n";
-        let libs = parse_ldd(out).expect("valid ldd output");
-        let names: Vec<&str> = libs.iter().map(|l| l.name.as_str()).collect();
-        assert_eq!(
-            names,
-            ["libgcc_s.so.1", "libc.so.6", "ld-linux-x86-64.so.2"]
-        );
-        assert_eq!(libs[1].path, Path::new("/lib/x86_64-linux-gnu/libc.so.6"));
-        assert!(parse_ldd("\tnot a dynamic executable\n")
-            .expect("static")
-            .is_empty());
-        assert!(parse_ldd("\tlibfoo.so.1 => not found\n").is_err());
-    }
 
     #[test]
     fn detects_hw_virt_flags() {
@@ -518,11 +432,5 @@ mod tests {
         assert!(cpuinfo_has_hw_virt("flags\t\t: fpu vmx\n"));
         assert!(!cpuinfo_has_hw_virt("flags\t\t: fpu vme lm\n"));
         assert!(!cpuinfo_has_hw_virt("model name : svm-like cpu\n"));
-    }
-
-    #[test]
-    fn tail_keeps_last_lines() {
-        assert_eq!(tail("a\nb\nc\n", 2), "b\nc");
-        assert_eq!(tail("a", 5), "a");
     }
 }

@@ -4,7 +4,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::share::{tail, RunDir};
+use super::run_dir::RunDir;
+use super::tail;
 use super::{Mode, CONSOLE_TAIL_LINES};
 
 /// What a command left behind.

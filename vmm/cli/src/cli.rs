@@ -222,6 +222,11 @@ pub struct BootArgs {
     /// Write the guest's data channel (COM2) to this file.
     #[arg(long, value_name = "PATH")]
     pub channel: Option<PathBuf>,
+    /// Where the guest runs: pmemvm on this host's KVM, or nested (pmemvm
+    /// inside a QEMU TCG L1 with emulated SVM, for hosts without hardware
+    /// virtualization).
+    #[arg(long, value_enum, default_value = "pmemvm")]
+    pub engine: BootEngineArg,
 }
 
 /// `pmemvm acpi`.
@@ -279,6 +284,9 @@ pub enum EngineArg {
     Qemu,
     /// pmemvm where this host's KVM can run Linux, QEMU otherwise.
     Auto,
+    /// pmemvm itself inside a QEMU TCG L1 with emulated SVM (hosts without
+    /// hardware virtualization; slow, functional only).
+    Nested,
 }
 
 impl From<EngineArg> for Engine {
@@ -287,8 +295,19 @@ impl From<EngineArg> for Engine {
             EngineArg::Pmemvm => Engine::Pmemvm,
             EngineArg::Qemu => Engine::Qemu,
             EngineArg::Auto => Engine::Auto,
+            EngineArg::Nested => Engine::Nested,
         }
     }
+}
+
+/// `boot --engine`: where `pmemvm boot` runs the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BootEngineArg {
+    /// pmemvm on this host's KVM.
+    Pmemvm,
+    /// pmemvm inside a QEMU TCG L1 with emulated SVM, the guest's console on
+    /// this terminal through both levels (slow, functional only).
+    Nested,
 }
 
 /// `pmemvm run`.
@@ -335,7 +354,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
     /// Which VMM runs the guest (auto: pmemvm where this host's KVM can run
-    /// Linux, QEMU otherwise).
+    /// Linux, QEMU otherwise; nested: pmemvm inside a QEMU TCG L1, slow).
     #[arg(long, value_enum, default_value = "auto")]
     pub engine: EngineArg,
     /// The console (hidden by default; its last lines are shown on failure).
@@ -442,7 +461,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Which VMM runs the guest (auto: pmemvm where this host's KVM can run
-    /// Linux, QEMU otherwise).
+    /// Linux, QEMU otherwise; nested: pmemvm inside a QEMU TCG L1, slow).
     #[arg(long, value_enum, default_value = "auto")]
     pub engine: EngineArg,
     /// Per-boot timeout in seconds.

@@ -108,8 +108,90 @@ pub fn warn_if_host_cannot_run(kernel: &std::path::Path) {
     }
 }
 
+/// `pmemvm boot --engine nested`: the guest under pmemvm inside the L1, its
+/// console on this terminal.
+fn boot_nested(args: &BootArgs) -> Result<u8, CommandError> {
+    use lab::nested::NestedError;
+    let refuse = |what| {
+        Err(
+            RunError::from(lab::engine::EngineError::from(NestedError::Unsupported(
+                what,
+            )))
+            .into(),
+        )
+    };
+    let m = &args.machine;
+    if m.pin.is_some() {
+        return refuse("--pin");
+    }
+    if m.host_node.is_some() {
+        return refuse("--host-node");
+    }
+    if m.memory.pages != vmm::hugepages::RamPages::Default {
+        return refuse("--memory SIZE,hugepages/thp");
+    }
+    if args.console.console_log.is_some() || args.channel.is_some() {
+        return refuse("--console-log/--channel of boot");
+    }
+    if args.modules.is_some() {
+        return refuse("--modules of boot");
+    }
+    let (kernel, initrd, _) = resolve_kernel(args.kernel.as_ref(), args.initrd.as_ref())?;
+    run::check_inputs(&RunSpec {
+        kernel: Some(kernel.clone()),
+        initrd: initrd.clone(),
+        ..nested_probe_spec()
+    })?;
+    preflight::memory(
+        preflight::guest_memory_on_host(lab::run::Engine::Nested, m.memory.size),
+        preflight::mem_available(),
+    )
+    .map_err(RunError::from)?;
+    let qemu = lab::qemu::find_qemu().ok_or(RunError::from(preflight::PreflightError::NoQemu {
+        engine: "nested",
+    }))?;
+    let config = args.to_config(kernel, initrd);
+    let boot = lab::nested::InteractiveBoot {
+        kernel: &config.kernel,
+        initrd: config.initrd.as_deref(),
+        cmdline: &config.cmdline,
+        cpus: config.cpus,
+        memory: config.memory,
+        nvdimms: &config.nvdimms,
+    };
+    lab::nested::boot_interactive(&boot, &qemu)
+        .map_err(lab::engine::EngineError::from)
+        .map_err(RunError::from)
+        .map_err(CommandError::from)
+}
+
+/// A run spec that only carries the files [`run::check_inputs`] looks at.
+fn nested_probe_spec() -> RunSpec {
+    RunSpec {
+        engine: lab::run::Engine::Nested,
+        kernel: None,
+        initrd: None,
+        modules: None,
+        cmdline: None,
+        extra_cmdline: Vec::new(),
+        cpus: 1,
+        memory: 0,
+        ram_pages: vmm::hugepages::RamPages::Default,
+        placement: vmm::placement::Placement::default(),
+        nvdimms: Vec::new(),
+        job: lab::guest_job::GuestJob::default(),
+        command: None,
+        stream_console: false,
+        console_log: None,
+        timeout: std::time::Duration::from_secs(1),
+    }
+}
+
 /// `pmemvm boot`: returns the exit status.
 pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
+    if args.engine == crate::cli::BootEngineArg::Nested {
+        return boot_nested(args);
+    }
     let (kernel, mut initrd, _) = resolve_kernel(args.kernel.as_ref(), args.initrd.as_ref())?;
     let mut modules = Vec::new();
     if let Some(dir) = &args.modules {
@@ -325,8 +407,11 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
     check_host(&args.machine)?;
     if args.machine.memory.pages != vmm::hugepages::RamPages::Hugetlb {
         // hugetlb RAM is not in MemAvailable; Vm::build counts free huge pages.
-        preflight::memory(args.machine.memory.size, preflight::mem_available())
-            .map_err(RunError::from)?;
+        preflight::memory(
+            preflight::guest_memory_on_host(args.engine.into(), args.machine.memory.size),
+            preflight::mem_available(),
+        )
+        .map_err(RunError::from)?;
     }
     let spec = RunSpec {
         engine: args.engine.into(),
@@ -485,6 +570,18 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
     match command {
         Command::Boot(a) => {
             check_host(&a.machine)?;
+            if a.engine == crate::cli::BootEngineArg::Nested {
+                preflight::engine_on_this_host(lab::run::Engine::Nested, true, &mut needs)
+                    .map_err(RunError::from)?;
+                preflight::memory(
+                    preflight::guest_memory_on_host(
+                        lab::run::Engine::Nested,
+                        a.machine.memory.size,
+                    ),
+                    preflight::mem_available(),
+                )
+                .map_err(RunError::from)?;
+            }
             // --modules without --initrd boots the image's initramfs (its init loads them).
             needs.image = a.kernel.is_none() || a.modules.is_some() && a.initrd.is_none();
         }

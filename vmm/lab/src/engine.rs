@@ -1,5 +1,6 @@
 //! The engines a guest job runs on, behind one interface: pmemvm's own VMM
-//! core and QEMU with its own NVDIMM (the peer engine). [`crate::run`]
+//! core, QEMU with its own NVDIMM (the peer engine), and pmemvm inside a QEMU
+//! TCG L1 with emulated SVM ([`crate::nested`]). [`crate::run`]
 //! prepares the machine (kernel, initrd with the job, command line, DIMMs,
 //! console and channel files) once; an engine boots it and says how it ended.
 
@@ -40,6 +41,9 @@ pub enum EngineError {
         #[source]
         source: std::io::Error,
     },
+    /// `--engine nested` could not set up its L1.
+    #[error(transparent)]
+    Nested(#[from] crate::nested::NestedError),
     /// Host I/O.
     #[error("{what}: {source}")]
     Io {
@@ -57,6 +61,7 @@ impl EngineError {
         match self {
             Self::Vm(e) => e.is_usage(),
             Self::Preflight(_) | Self::Input { .. } => true,
+            Self::Nested(e) => e.is_usage(),
             Self::Io { .. } => false,
         }
     }
@@ -135,6 +140,12 @@ pub fn for_engine(engine: Engine, kvm: &HostKvm) -> Result<Box<dyn GuestEngine>,
                 qemu,
                 accel: QemuAccel::choose(kvm),
             })
+        }
+        Engine::Nested => {
+            let qemu = qemu::find_qemu().ok_or(PreflightError::NoQemu {
+                engine: Engine::Nested.name(),
+            })?;
+            Box::new(crate::nested::NestedEngine::new(qemu)?)
         }
     })
 }

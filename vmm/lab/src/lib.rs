@@ -13,8 +13,8 @@
 //!   (no VMM, no reports);
 //! * [`inference`]: statistics (no I/O);
 //! * [`threads`], [`experiments`]: the upstream threads and their plans;
-//! * [`engine`] (pmemvm, QEMU behind one trait), [`qemu`] (its command
-//!   line), [`run`]: one guest run;
+//! * [`engine`] (pmemvm, QEMU, and pmemvm nested in a QEMU L1 — [`nested`] —
+//!   behind one trait), [`qemu`] (its command line), [`run`]: one guest run;
 //! * [`report`]: text/JSON/CSV/SVG of a set of runs;
 //! * [`bench`]: an experiment's runs, sides alternating, each boot in a
 //!   child process ([`child`]), and its report;
@@ -35,6 +35,7 @@ pub mod guest_job;
 pub mod inference;
 pub mod kconfig;
 pub mod modules;
+pub mod nested;
 pub mod preflight;
 pub mod qemu;
 pub mod report;

@@ -26,7 +26,7 @@ pub enum PreflightError {
         why: String,
     },
     /// The host's KVM cannot run Linux (PVM, no vmx/svm).
-    #[error("--engine pmemvm cannot run the guest image here: {0}; use --engine qemu (or auto)")]
+    #[error("--engine pmemvm cannot run the guest image here: {0}; use --engine qemu (or auto), or --engine nested for pmemvm itself inside a QEMU L1 (slow, functional only)")]
     HostCannotRunLinux(String),
     /// QEMU is needed and not installed.
     #[error("--engine {engine} needs qemu-system-x86_64, which is not on PATH; run through ./pmemvm (it installs it) or apt-get install qemu-system-x86")]
@@ -123,14 +123,33 @@ pub fn engine_on_this_host(
     allow_install: bool,
     needs: &mut Needs,
 ) -> Result<Engine, PreflightError> {
-    engine(
+    let engine = engine(
         requested,
         &HostKvm::probe(),
         kvm_opens(),
         crate::qemu::find_qemu().is_some(),
         allow_install,
         needs,
-    )
+    )?;
+    // The L1 preparation's tools (prepare.sh reports them itself when run
+    // without the wrapper).
+    if engine == Engine::Nested && allow_install {
+        for p in crate::nested::missing_tool_packages() {
+            if !needs.packages.contains(&p) {
+                needs.packages.push(p);
+            }
+        }
+    }
+    Ok(engine)
+}
+
+/// Host memory a guest of `guest_bytes` takes on `engine`: with `nested`,
+/// the L1 around it too ([`crate::nested::engine::L1_OVERHEAD_MIB`]).
+pub fn guest_memory_on_host(engine: Engine, guest_bytes: u64) -> u64 {
+    match engine {
+        Engine::Nested => guest_bytes.saturating_add(crate::nested::engine::L1_OVERHEAD_MIB << 20),
+        _ => guest_bytes,
+    }
 }
 
 /// Whether /dev/kvm opens read-write.
@@ -251,6 +270,9 @@ pub enum Engine {
     Qemu,
     /// pmemvm where this host's KVM can run Linux, QEMU otherwise.
     Auto,
+    /// pmemvm inside a QEMU TCG L1 with emulated SVM (hosts without hardware
+    /// virtualization; functional only).
+    Nested,
 }
 
 impl Engine {
@@ -273,6 +295,7 @@ impl Engine {
             Engine::Pmemvm => "pmemvm",
             Engine::Qemu => "qemu",
             Engine::Auto => "auto",
+            Engine::Nested => "nested",
         }
     }
 }

@@ -108,6 +108,11 @@ impl QemuCommand {
         self.arg2("-serial", backend)
     }
 
+    /// `-chardev SPEC` (e.g. `stdio,id=user,signal=off`, used by `-serial chardev:user`).
+    pub fn chardev(&mut self, spec: &str) -> &mut Self {
+        self.arg2("-chardev", spec)
+    }
+
     /// A host directory as a virtio-9p share with mount tag `tag`.
     pub fn virtfs(&mut self, dir: &Path, tag: &str) -> &mut Self {
         let dir = opt_escape(&dir.to_string_lossy());

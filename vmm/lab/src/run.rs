@@ -298,6 +298,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         Err(PreflightError::HostCannotRunLinux(_)) if !linux => Engine::Pmemvm,
         other => other?,
     };
+    // (The nested engine names what it cannot honour itself.)
     if engine == Engine::Qemu {
         let option = if !spec.placement.pin.is_empty() {
             Some("--pin")

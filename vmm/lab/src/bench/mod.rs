@@ -237,7 +237,10 @@ pub fn prepare(
     }
     let engine = preflight::engine_on_this_host(req.engine, allow_install, needs)?;
     let memory = req.memory.max(plan.min_guest_mem_mib << 20);
-    preflight::memory(memory, preflight::mem_available())?;
+    preflight::memory(
+        preflight::guest_memory_on_host(engine, memory),
+        preflight::mem_available(),
+    )?;
     if let Some(bytes) = plan.nvdimm_bytes {
         let tmp = std::env::temp_dir();
         preflight::dimm_disk(bytes, &tmp, preflight::free_bytes(&tmp))?;
@@ -385,6 +388,8 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 == crate::qemu::QemuAccel::Tcg
         {
             " (TCG: figures are functional only)"
+        } else if engine == Engine::Nested {
+            " (pmemvm in a TCG L1: figures are functional only)"
         } else {
             ""
         },

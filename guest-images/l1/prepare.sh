@@ -1,9 +1,11 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 #
-# Prepare the L1 VM of the nested test harness: Debian's stock 6.1 kernel
-# (downloaded with `apt-get download`, unpacked, never installed) and an
-# initramfs with busybox-static, the KVM + virtio-9p modules and tests/l1/init.
+# Prepare the L1 VM of `--engine nested` and the nested test harness: Debian's
+# stock 6.1 kernel (downloaded with `apt-get download`, unpacked, never
+# installed) and an initramfs with busybox-static, the KVM + virtio-9p modules
+# and init (this directory). pmemvm embeds this directory's three files and
+# runs them from its cache (vmm/lab/src/nested/prepare.rs).
 # Also a small "stock" L2 initramfs (busybox, the NVDIMM modules, l2-init) for
 # booting the same kernel under pmemvm inside L1.
 #
@@ -14,7 +16,7 @@
 # a second run only hashes and exits.
 # Needs: apt-get, apt-cache, dpkg-deb, cpio, gzip, xz-utils,
 # zstd, busybox-static. Exit status 3: one of them is missing (the tests
-# skip); any other failure exits 1 (the tests fail).
+# skip; pmemvm names the package to install); any other failure exits 1.
 set -eu -o pipefail
 
 if [ $# -ne 1 ]; then
@@ -42,11 +44,16 @@ if [ -f "$out/ready" ]; then
     exit 0
 fi
 
-for tool in apt-get apt-cache dpkg-deb cpio gzip xz zstd busybox; do
-    command -v "$tool" >/dev/null || { echo "prepare.sh: '$tool' not found" >&2; exit 3; }
+for pair in apt-get:apt apt-cache:apt dpkg-deb:dpkg cpio:cpio gzip:gzip xz:xz-utils zstd:zstd \
+    busybox:busybox-static; do
+    tool=${pair%%:*}
+    command -v "$tool" >/dev/null || {
+        echo "prepare.sh: '$tool' not found (Debian package ${pair#*:})" >&2
+        exit 3
+    }
 done
 if ldd "$(command -v busybox)" >/dev/null 2>&1; then
-    echo "prepare.sh: busybox is dynamically linked; install busybox-static" >&2
+    echo "prepare.sh: busybox is dynamically linked (Debian package busybox-static)" >&2
     exit 3
 fi
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::ALIVE_MARKER;
 
-/// How often the L1 init prints its heartbeat (tests/l1/init).
+/// How often the L1 init prints its heartbeat (guest-images/l1/init).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 /// No heartbeat for this long: the L1 has stopped.
 pub const STALL_AFTER: Duration = Duration::from_secs(150);

@@ -1,0 +1,321 @@
+//! Tier 5 through the product: `--engine nested` (pmemvm itself inside a QEMU
+//! TCG L1 with emulated SVM, `lab::nested`) for `run -- CMD`, `run --fio`,
+//! `bench` and `boot`, each `pmemvm` invocation booting its own L1 here. The
+//! user's backing file stays on the host and holds the guest's bytes
+//! afterwards; results say engine `nested` and functional only; `boot` puts
+//! the guest's shell on a terminal (a pty) through both levels and gives the
+//! terminal back as it was. And the bad input: `--engine nested` without
+//! QEMU on `PATH` is one sentence and status 2, before anything boots.
+//!
+//! Skips when QEMU, the guest image or a tool of the L1 preparation is
+//! missing. Each test holds the machine's TCG lock while its L1 runs.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lab::guest_job;
+use pmemvm_tests::pmemvm::{path_without, pmemvm_bin, run_cmd, Output, TempDir, VERIFY_JOB};
+use pmemvm_tests::require;
+use pmemvm_tests::skip::Skip;
+use pmemvm_tests::tcg::TcgGuard;
+use pmemvm_tests::terminal::{openpty, term_settings};
+
+/// One L1 boot (about 5 s under TCG), the guest and its job, with room for a loaded host.
+const DEADLINE: Duration = Duration::from_secs(600);
+/// Quiet: every console byte is an expensive exit when nested.
+const CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 quiet";
+
+/// QEMU, the guest image and the L1 are there (the L1 prepared in the
+/// harness's cache, shared with the other nested tests); the guard holds the
+/// TCG lock for the test.
+fn ready() -> Result<TcgGuard, Skip> {
+    pmemvm_tests::nested::find_qemu()?;
+    guest_job::find_image_dir().map_err(|e| Skip::new(e.to_string()))?;
+    match pmemvm_tests::nested::prepare_l1() {
+        Ok(_) => {}
+        Err(pmemvm_tests::nested::NestedError::Unavailable(s)) => return Err(s),
+        Err(e) => panic!("preparing the L1 failed: {e}"),
+    }
+    Ok(pmemvm_tests::tcg::lock().expect("take the TCG lock"))
+}
+
+/// `pmemvm ARGS` with the L1 cache of the harness.
+fn pmemvm(args: &[&str]) -> Command {
+    let mut cmd = Command::new(pmemvm_bin());
+    cmd.args(args)
+        .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir());
+    cmd
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+fn assert_nested_record(v: &serde_json::Value, out: &Output) {
+    assert_eq!(v["engine"], "nested", "{}", out.dump());
+    assert_eq!(v["accelerator"], "kvm-on-tcg", "{}", out.dump());
+    assert_eq!(v["functional_only"], true, "{}", out.dump());
+    assert!(
+        out.stderr
+            .contains("engine nested (kvm-on-tcg) — functional only")
+            || out
+                .stdout
+                .contains("engine nested (kvm-on-tcg) — functional only"),
+        "{}",
+        out.dump()
+    );
+}
+
+#[test]
+fn run_command_writes_the_users_backing_file_on_the_host() {
+    let _tcg = require!(ready());
+    let dir = TempDir::new("nested-run-cmd");
+    let img = dir.join("user.img");
+    let spec = format!("64M,label-size=0,file={}", img.display());
+    let record = dir.join("run.json");
+    let mark = format!("NESTED-ENGINE-{}", std::process::id());
+    let script = format!(
+        "printf {mark} | dd of=/dev/pmem0 bs=4096 seek=3 conv=fsync 2>/dev/null; \
+         echo guest-saw $(head -c {} /dev/pmem0 | tail -c +12289); echo to-stderr >&2; exit 7",
+        12288 + mark.len()
+    );
+    let started = Instant::now();
+    let out = run_cmd(
+        &mut pmemvm(&[
+            "run",
+            "--engine",
+            "nested",
+            "--cmdline",
+            CMDLINE,
+            "--nvdimm",
+            &spec,
+            "--json",
+            record.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]),
+        DEADLINE,
+    );
+    eprintln!(
+        "run --engine nested -- CMD: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(out.status, Some(7), "{}", out.dump());
+    assert!(
+        out.stdout.contains(&format!("guest-saw {mark}")),
+        "{}",
+        out.dump()
+    );
+    assert!(out.stderr.contains("to-stderr"), "{}", out.dump());
+    // The user's file, on the host, holds the guest's bytes at 12 KiB.
+    let bytes = std::fs::read(&img).expect("the backing file is on the host");
+    assert_eq!(bytes.len(), (64 << 20) + 4096, "region + identity page");
+    assert_eq!(&bytes[12288..12288 + mark.len()], mark.as_bytes());
+    let v = json(&record);
+    assert_nested_record(&v, &out);
+    assert_eq!(v["status"], 7);
+    assert_eq!(v["nvdimms"][0]["file"], img.to_str().unwrap());
+}
+
+#[test]
+fn run_fio_on_nested_returns_fio_json_labelled_nested() {
+    let _tcg = require!(ready());
+    let dir = TempDir::new("nested-run-fio");
+    let job = dir.join("verify.fio");
+    std::fs::write(&job, VERIFY_JOB).unwrap();
+    let record = dir.join("fio.json");
+    let started = Instant::now();
+    let out = run_cmd(
+        &mut pmemvm(&[
+            "run",
+            "--engine",
+            "nested",
+            "--cmdline",
+            CMDLINE,
+            "--nvdimm",
+            "64M,label-size=0",
+            "--fio",
+            job.to_str().unwrap(),
+            "--json",
+            record.to_str().unwrap(),
+        ]),
+        DEADLINE,
+    );
+    eprintln!(
+        "run --engine nested --fio: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    let v = json(&record);
+    assert_nested_record(&v, &out);
+    let jobs = v["fio"]["jobs"].as_array().expect("fio's JSON came back");
+    assert_eq!(jobs[0]["jobname"], "write-verify");
+    assert_eq!(jobs[0]["error"], 0);
+    assert!(jobs[0]["write"]["io_bytes"].as_u64().unwrap_or(0) >= 8 << 20);
+}
+
+#[test]
+fn bench_on_nested_reports_functional_only() {
+    let _tcg = require!(ready());
+    let dir = TempDir::new("nested-bench");
+    let out_dir = dir.join("report");
+    let started = Instant::now();
+    // One boot of one side (--only): one L1 boot; the report is the same kind.
+    let out = run_cmd(
+        &mut pmemvm(&[
+            "bench",
+            "pmem-nowait",
+            "--engine",
+            "nested",
+            "--runs",
+            "1",
+            "--runtime",
+            "1",
+            "--size",
+            "16M",
+            "--nvdimm",
+            "64M",
+            "--cpus",
+            "1",
+            "--timeout",
+            "400",
+            "--only",
+            "on:1",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ]),
+        DEADLINE,
+    );
+    eprintln!(
+        "bench pmem-nowait --engine nested --only on:1: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    let text = std::fs::read_to_string(out_dir.join("report.txt")).unwrap_or_else(|e| {
+        panic!("report.txt: {e}\n{}", out.dump());
+    });
+    assert!(text.contains("engine nested, accelerator nested"), "{text}");
+    assert!(
+        text.contains("*** NESTED: functional only, not performance ***"),
+        "{text}"
+    );
+    let report = json(&out_dir.join("report.json"));
+    assert_eq!(report["engine"], "nested");
+    assert_eq!(report["performance"], false);
+}
+
+#[test]
+fn boot_on_nested_puts_the_guest_shell_on_the_terminal() {
+    let _tcg = require!(ready());
+    let (master, slave) = require!(openpty());
+    let before = term_settings(&slave);
+    let stdin = std::fs::File::from(slave.try_clone().expect("dup"));
+    let stdout = std::fs::File::from(slave.try_clone().expect("dup"));
+    let started = Instant::now();
+    let mut child = pmemvm(&[
+        "boot",
+        "--engine",
+        "nested",
+        "--cmdline",
+        CMDLINE,
+        "--nvdimm",
+        "64M,label-size=0",
+    ])
+    .stdin(Stdio::from(stdin))
+    .stdout(Stdio::from(stdout))
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("start pmemvm boot");
+    let seen = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let mut reader = std::fs::File::from(master.try_clone().expect("dup"));
+    let sink = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    let text = || String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+    let prompt = "interactive shell on the console";
+    while !text().contains(prompt) {
+        if started.elapsed() > DEADLINE || child.try_wait().ok().flatten().is_some() {
+            let _ = child.kill();
+            panic!(
+                "no {prompt:?} on the terminal within {DEADLINE:?}:\n{}",
+                text()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let mut writer = std::fs::File::from(master);
+    writer
+        .write_all(b"echo hi-$((6*7)) from-$(uname -r | cut -c1-3); poweroff -f\r")
+        .expect("type into the terminal");
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            panic!("pmemvm boot did not end within {DEADLINE:?}:\n{}", text());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut stderr = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .map(|mut e| e.read_to_string(&mut stderr));
+    eprintln!(
+        "boot --engine nested: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let shown = text();
+    assert_eq!(status.code(), Some(0), "{shown}\n--- stderr ---\n{stderr}");
+    assert!(shown.contains("hi-42 from-6.1"), "{shown}");
+    assert!(
+        !shown.contains("PMEMVM-L1-"),
+        "the L1 console is not muted:\n{shown}"
+    );
+    assert_eq!(
+        term_settings(&slave),
+        before,
+        "the terminal was not restored"
+    );
+}
+
+#[test]
+fn nested_without_qemu_is_one_sentence_and_status_2() {
+    let dir = TempDir::new("nested-no-qemu");
+    let bin = path_without(&dir.0, &["qemu-system-x86_64"]);
+    let img = dir.join("untouched.img");
+    let spec = format!("64M,file={}", img.display());
+    for args in [
+        &["run", "--engine", "nested", "--nvdimm", &spec, "--", "true"][..],
+        &["boot", "--engine", "nested", "--nvdimm", &spec][..],
+        &["bench", "pmem-verify", "--engine", "nested"][..],
+    ] {
+        let out = run_cmd(pmemvm(args).env("PATH", &bin), Duration::from_secs(60));
+        assert_eq!(out.status, Some(2), "{args:?}: {}", out.dump());
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: one sentence: {}", out.dump());
+        assert!(
+            lines[0].contains("--engine nested needs qemu-system-x86_64"),
+            "{args:?}: {}",
+            out.dump()
+        );
+        assert!(!img.exists(), "{args:?} created the backing file");
+    }
+}

@@ -1,0 +1,501 @@
+//! The nested engine: this same `pmemvm` binary, inside the L1 (see the
+//! module docs of [`crate::nested`]), runs `pmemvm boot` of the machine the
+//! caller prepared. The run's scratch directory is the share: the kernel, the
+//! initrd with the job appended, the console and the result channel are
+//! files there; each of the user's backing files is reached through a 9p
+//! mount of its own directory, so pmemvm in L1 maps the user's file itself.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use vmm::config::NvdimmSpec;
+
+use super::l1::{l1_command, run_l1, L1Options, Mount, INTERACTIVE_TTY};
+use super::share::{install_binary, l1_dir, tail, write_command};
+use super::{cache_dir, io_err, prepare_l1, L1Image, NestedError};
+use crate::engine::{Ended, EngineError, GuestEngine, Machine};
+use crate::preflight::Engine;
+
+/// What the L1 needs beside the guest's RAM: its kernel and initramfs, pmemvm
+/// and the page cache of the kernel, initrd and the mapped DIMM pages.
+pub const L1_OVERHEAD_MIB: u64 = 1024;
+/// Time the L1 takes to boot and to set up under TCG, on top of a run's
+/// `--timeout`.
+pub const L1_BOOT_ALLOWANCE: Duration = Duration::from_secs(240);
+/// The accelerator the results name: the guest runs on the L1's KVM, which
+/// runs under QEMU's TCG (functional only).
+pub const ACCELERATOR: &str = "kvm-on-tcg";
+
+/// L1 RAM for a guest of `guest_bytes`.
+pub fn l1_memory_mib(guest_bytes: u64) -> u32 {
+    u32::try_from((guest_bytes >> 20) + L1_OVERHEAD_MIB).unwrap_or(u32::MAX)
+}
+
+/// The `--nvdimm` option of `spec` with its backing file at `path` (as the
+/// L1 sees it).
+fn nvdimm_arg(spec: &NvdimmSpec, path: &str) -> String {
+    let mut s = format!("{},file={path}", spec.size);
+    if spec.readonly {
+        s.push_str(",readonly");
+    }
+    s.push_str(&format!(",label-size={}", spec.label_size));
+    if spec.prealloc {
+        s.push_str(",prealloc");
+    }
+    if let Some(n) = spec.node {
+        s.push_str(&format!(",node={n}"));
+    }
+    if !spec.badblocks.is_empty() {
+        let ranges: Vec<String> = spec
+            .badblocks
+            .iter()
+            .map(|(off, len)| format!("{off}+{len}"))
+            .collect();
+        s.push_str(&format!(",badblocks={}", ranges.join(":")));
+    }
+    s
+}
+
+/// The host-side locks of the user's backing files, held while the L1 runs.
+#[derive(Debug)]
+struct HostLocks(#[allow(dead_code)] Vec<fs::File>);
+
+/// Takes pmemvm's lock (`flock`, exclusive; shared for `readonly`) on an
+/// existing backing file on the host: pmemvm's own lock is taken in the L1,
+/// where QEMU's 9p server does not pass it on, so this one keeps a pmemvm on
+/// the host (or another nested one) off the file for the run. A file that
+/// does not exist yet is created by pmemvm in the L1 and not locked here.
+fn lock_on_host(file: &Path, readonly: bool) -> Result<Option<fs::File>, NestedError> {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = fs::File::open(file) else {
+        return Ok(None);
+    };
+    let op = if readonly {
+        libc::LOCK_SH
+    } else {
+        libc::LOCK_EX
+    };
+    // SAFETY: flock only reads the descriptor, which `f` keeps open.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(NestedError::BackingFile {
+            file: file.to_path_buf(),
+            why: "it is in use by another pmemvm (it holds the file's lock)".into(),
+        });
+    }
+    Ok(Some(f))
+}
+
+/// Where each DIMM's backing file is in L1, and the mounts that make the
+/// user's files reachable: a file in the share by its relative path, another
+/// file through a 9p mount of its directory at `/host/dimmN` (locked on the
+/// host, see [`lock_on_host`]), a temporary DIMM as `pmemN.img` in the share
+/// (removed with it).
+fn place_dimms(
+    share: &Path,
+    nvdimms: &[NvdimmSpec],
+) -> Result<(Vec<String>, Vec<Mount>, HostLocks), NestedError> {
+    let mut args = Vec::new();
+    let mut mounts: Vec<Mount> = Vec::new();
+    let mut locks = Vec::new();
+    for (i, spec) in nvdimms.iter().enumerate() {
+        if spec.hugepages {
+            return Err(NestedError::Unsupported("--nvdimm SIZE,hugepages"));
+        }
+        let path = match &spec.file {
+            None => format!("pmem{i}.img"),
+            Some(file) if file.starts_with(share) => file
+                .strip_prefix(share)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            Some(file) => {
+                let bad = |why: &str| NestedError::BackingFile {
+                    file: file.clone(),
+                    why: why.to_string(),
+                };
+                let name = file
+                    .file_name()
+                    .ok_or_else(|| bad("it names no file"))?
+                    .to_string_lossy()
+                    .into_owned();
+                let parent = match file.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                    _ => PathBuf::from("."),
+                };
+                locks.extend(lock_on_host(file, spec.readonly)?);
+                let dir = parent.canonicalize().map_err(|e| {
+                    bad(&format!(
+                        "its directory cannot be shared into the L1 VM ({e})"
+                    ))
+                })?;
+                let mount = match mounts.iter().find(|m| m.host_dir == dir) {
+                    Some(m) => m.clone(),
+                    None => {
+                        let n = mounts.len();
+                        let m = Mount {
+                            tag: format!("dimm{n}"),
+                            host_dir: dir,
+                            l1_dir: format!("/host/dimm{n}"),
+                        };
+                        mounts.push(m.clone());
+                        m
+                    }
+                };
+                format!("{}/{name}", mount.l1_dir)
+            }
+        };
+        args.push("--nvdimm".to_string());
+        args.push(nvdimm_arg(spec, &path));
+    }
+    Ok((args, mounts, HostLocks(locks)))
+}
+
+/// A file of the share by its path relative to the share.
+fn in_share(share: &Path, path: &Path) -> Result<String, NestedError> {
+    path.strip_prefix(share)
+        .map(|p| p.display().to_string())
+        .map_err(|_| NestedError::BackingFile {
+            file: path.to_path_buf(),
+            why: "it is not in the run's scratch directory (pmemvm bug)".into(),
+        })
+}
+
+/// pmemvm's own lines on the stderr of pmemvm in L1 (errors and their
+/// causes, abnormal ends), without log lines.
+fn pmemvm_messages(stderr: &str) -> Option<String> {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| {
+            (l.starts_with("pmemvm: ") && !l.starts_with("pmemvm: warning"))
+                || l.trim_start()
+                    .split_once(": ")
+                    .is_some_and(|(n, _)| l.starts_with("  ") && n.trim().parse::<u32>().is_ok())
+        })
+        .map(str::trim)
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("; "))
+}
+
+/// Common argv of `pmemvm boot` in L1: the machine and its DIMMs.
+fn boot_argv(
+    kernel: &str,
+    initrd: Option<&str>,
+    cmdline: &str,
+    cpus: u8,
+    memory: u64,
+    dimm_args: Vec<String>,
+) -> Vec<String> {
+    let mut argv: Vec<String> = ["pmemvm", "boot", "--kernel", kernel]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    if let Some(i) = initrd {
+        argv.extend(["--initrd".to_string(), i.to_string()]);
+    }
+    argv.extend([
+        "--cmdline".to_string(),
+        cmdline.to_string(),
+        "--cpus".to_string(),
+        cpus.to_string(),
+        "--memory".to_string(),
+        memory.to_string(),
+    ]);
+    argv.extend(dimm_args);
+    argv
+}
+
+/// `--engine nested`: pmemvm in a QEMU TCG L1 with emulated SVM.
+#[derive(Debug)]
+pub struct NestedEngine {
+    qemu: PathBuf,
+    l1: L1Image,
+    pmemvm: PathBuf,
+}
+
+impl NestedEngine {
+    /// Prepares (or finds cached) the L1 and finds this pmemvm binary.
+    pub fn new(qemu: PathBuf) -> Result<Self, NestedError> {
+        let l1 = prepare_l1(&cache_dir())?;
+        let pmemvm = std::env::current_exe().map_err(io_err("find the pmemvm binary"))?;
+        Ok(Self { qemu, l1, pmemvm })
+    }
+
+    fn boot_nested(&self, m: &Machine<'_>) -> Result<Ended, NestedError> {
+        if !m.placement.pin.is_empty() {
+            return Err(NestedError::Unsupported("--pin"));
+        }
+        if m.placement.host_node.is_some() {
+            return Err(NestedError::Unsupported("--host-node"));
+        }
+        if m.ram_pages != vmm::hugepages::RamPages::Default {
+            return Err(NestedError::Unsupported("--memory SIZE,hugepages/thp"));
+        }
+        let share = m.scratch;
+        let (dimm_args, mounts, _locks) = place_dimms(share, m.nvdimms)?;
+        fs::copy(m.kernel, share.join("kernel")).map_err(io_err(format!(
+            "copy {} into the share",
+            m.kernel.display()
+        )))?;
+        let initrd = match m.initrd {
+            Some(p) => fs::read(p).map_err(io_err(format!("read {}", p.display())))?,
+            None => Vec::new(),
+        };
+        let initrd = crate::guest_job::append_to_initrd(&initrd, m.job_archive);
+        fs::write(share.join("initrd"), initrd).map_err(io_err("write the job initrd"))?;
+        let mut argv = boot_argv(
+            "kernel",
+            Some("initrd"),
+            m.cmdline,
+            m.cpus,
+            m.memory,
+            dimm_args,
+        );
+        argv.extend([
+            "--console-log".to_string(),
+            in_share(share, m.console)?,
+            "--channel".to_string(),
+            in_share(share, m.channel)?,
+        ]);
+        install_binary(share, "pmemvm", &self.pmemvm, true)?;
+        let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+        write_command(share, &[], &words, &mounts, None)?;
+        let opts = L1Options {
+            memory_mib: l1_memory_mib(m.memory),
+            cpus: 1,
+            mounts,
+            interactive: false,
+        };
+        let l1 = l1_dir(share);
+        let console = l1.join("l1-console.log");
+        let cmd = l1_command(&self.qemu, &self.l1, &opts, &console, share);
+        log::info!("running the L1: {cmd:?}");
+        let run = run_l1(
+            cmd,
+            false,
+            &console,
+            &l1.join("qemu.log"),
+            share,
+            Some(m.timeout + L1_BOOT_ALLOWANCE),
+            m.stream_console.then_some(m.console),
+        );
+        let mut ended = Ended {
+            accelerator: ACCELERATOR.into(),
+            functional_only: true,
+            ..Ended::default()
+        };
+        match run {
+            Ok(run) => {
+                let stderr = fs::read_to_string(l1.join("stderr")).unwrap_or_default();
+                ended.status = u8::try_from(run.status).ok();
+                ended.error = pmemvm_messages(&stderr).map(|m| format!("pmemvm in the L1 VM: {m}"));
+                log::info!(
+                    "L1 ran pmemvm for {:.1} s (command started at L1 uptime {:?} s); its stderr, last lines:\n{}",
+                    run.elapsed.as_secs_f64(),
+                    run.uptime_at_run,
+                    tail(&stderr, 20)
+                );
+            }
+            Err(e @ super::L1Failure::Deadline { .. }) => {
+                ended.status = Some(vmm::exit_status::TIMED_OUT);
+                ended.error = Some(format!(
+                    "the guest did not finish within {} s (use --timeout to allow more; the L1 VM gets {} s more to boot): {e}",
+                    m.timeout.as_secs(),
+                    L1_BOOT_ALLOWANCE.as_secs()
+                ));
+            }
+            Err(e) => ended.error = Some(format!("--engine nested: {e}")),
+        }
+        Ok(ended)
+    }
+}
+
+impl GuestEngine for NestedEngine {
+    fn engine(&self) -> Engine {
+        Engine::Nested
+    }
+
+    fn boot(&self, m: &Machine<'_>) -> Result<Ended, EngineError> {
+        Ok(self.boot_nested(m)?)
+    }
+}
+
+/// `pmemvm boot --engine nested`: the machine to boot in the L1.
+#[derive(Debug)]
+pub struct InteractiveBoot<'a> {
+    /// Kernel.
+    pub kernel: &'a Path,
+    /// Initrd.
+    pub initrd: Option<&'a Path>,
+    /// Kernel command line.
+    pub cmdline: &'a str,
+    /// vCPUs.
+    pub cpus: u8,
+    /// RAM bytes.
+    pub memory: u64,
+    /// The user's DIMMs.
+    pub nvdimms: &'a [NvdimmSpec],
+}
+
+/// A temporary share, removed on drop.
+struct TempShare(PathBuf);
+
+impl Drop for TempShare {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The terminal settings of stdin, put back on drop (QEMU restores them
+/// itself when it exits in order; this covers a killed QEMU).
+struct SavedTerminal(Option<libc::termios>);
+
+impl SavedTerminal {
+    fn save() -> Self {
+        let mut t = std::mem::MaybeUninit::<libc::termios>::uninit();
+        // SAFETY: isatty and tcgetattr only read fd 0 and write the termios
+        // struct `t` points to; `t` is read only after tcgetattr succeeded.
+        let saved = unsafe {
+            (libc::isatty(0) == 1 && libc::tcgetattr(0, t.as_mut_ptr()) == 0)
+                .then(|| t.assume_init())
+        };
+        Self(saved)
+    }
+}
+
+impl Drop for SavedTerminal {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            // SAFETY: tcsetattr reads the termios struct saved from this same fd.
+            unsafe {
+                libc::tcsetattr(0, libc::TCSANOW, t);
+            }
+        }
+    }
+}
+
+/// Boots `b` under pmemvm inside the L1 with the guest's console on this
+/// terminal (L1's second serial port, relayed by QEMU; the L1's own console
+/// goes to a file). Returns pmemvm's exit status in L1; the guest powering
+/// off (or `Ctrl-A x`) ends both levels.
+pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, NestedError> {
+    let l1_image = prepare_l1(&cache_dir())?;
+    let pmemvm = std::env::current_exe().map_err(io_err("find the pmemvm binary"))?;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let share = TempShare(std::env::temp_dir().join(format!(
+        "pmemvm-nested-boot-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )));
+    fs::create_dir_all(&share.0).map_err(io_err(format!("create {}", share.0.display())))?;
+    let (dimm_args, mounts, _locks) = place_dimms(&share.0, b.nvdimms)?;
+    fs::copy(b.kernel, share.0.join("kernel")).map_err(io_err(format!(
+        "copy {} into the share",
+        b.kernel.display()
+    )))?;
+    if let Some(i) = b.initrd {
+        fs::copy(i, share.0.join("initrd"))
+            .map_err(io_err(format!("copy {} into the share", i.display())))?;
+    }
+    let argv = boot_argv(
+        "kernel",
+        b.initrd.map(|_| "initrd"),
+        b.cmdline,
+        b.cpus,
+        b.memory,
+        dimm_args,
+    );
+    install_binary(&share.0, "pmemvm", &pmemvm, true)?;
+    let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+    write_command(&share.0, &[], &words, &mounts, Some(INTERACTIVE_TTY))?;
+    let opts = L1Options {
+        memory_mib: l1_memory_mib(b.memory),
+        cpus: 1,
+        mounts,
+        interactive: true,
+    };
+    let l1 = l1_dir(&share.0);
+    let console = l1.join("l1-console.log");
+    let cmd = l1_command(qemu, &l1_image, &opts, &console, &share.0);
+    log::info!("running the L1: {cmd:?}");
+    eprintln!("pmemvm: --engine nested: booting the L1 VM (QEMU TCG with emulated SVM; the guest's console follows here, functional only)");
+    let saved = SavedTerminal::save();
+    let run = run_l1(
+        cmd,
+        true,
+        &console,
+        &l1.join("qemu.log"),
+        &share.0,
+        None,
+        None,
+    );
+    drop(saved);
+    let run = run?;
+    Ok(u8::try_from(run.status).unwrap_or(vmm::exit_status::RUNTIME_ERROR))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dimms_are_placed_in_the_share_or_through_their_directory() {
+        let share = std::env::temp_dir().join(format!("pmemvm-place-{}", std::process::id()));
+        fs::create_dir_all(&share).expect("share");
+        let user: NvdimmSpec = format!(
+            "64M,label-size=0,file={}/sub-user.img",
+            std::env::temp_dir().display()
+        )
+        .parse()
+        .expect("spec");
+        let in_share: NvdimmSpec = format!("16M,readonly,file={}/t.img", share.display())
+            .parse()
+            .expect("spec");
+        let temp: NvdimmSpec = "32M,node=1".parse().expect("spec");
+        let (args, mounts, _) = place_dimms(&share, &[user, in_share, temp]).expect("placed");
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts[0].tag, "dimm0");
+        assert_eq!(
+            args[1],
+            format!("{},file=/host/dimm0/sub-user.img,label-size=0", 64u64 << 20)
+        );
+        assert_eq!(
+            args[3],
+            format!("{},file=t.img,readonly,label-size=131072", 16u64 << 20)
+        );
+        assert_eq!(
+            args[5],
+            format!("{},file=pmem2.img,label-size=131072,node=1", 32u64 << 20)
+        );
+        // An existing file another pmemvm holds is refused before the L1 boots.
+        let held = share.join("held.img");
+        fs::write(&held, b"x").expect("file");
+        let holder = lock_on_host(&held, false).expect("lock").expect("exists");
+        let spec: NvdimmSpec = format!("16M,file={}", held.display())
+            .parse()
+            .expect("spec");
+        let err = place_dimms(Path::new("/no-share"), &[spec]).expect_err("locked");
+        assert!(
+            err.to_string().contains("in use by another pmemvm"),
+            "{err}"
+        );
+        drop(holder);
+        let missing: NvdimmSpec = "16M,file=/no/such/dir/x.img".parse().expect("spec");
+        let err = place_dimms(&share, &[missing]).expect_err("no directory");
+        assert!(err.is_usage());
+        assert!(err.to_string().contains("/no/such/dir/x.img"), "{err}");
+        fs::remove_dir_all(&share).expect("cleanup");
+    }
+
+    #[test]
+    fn only_pmemvm_lines_are_messages() {
+        let stderr = "[2026 WARN vmm] x\npmemvm: error: --nvdimm 16M: wrong size\n  1: cause\npmemvm: warning: y\n";
+        assert_eq!(
+            pmemvm_messages(stderr).as_deref(),
+            Some("pmemvm: error: --nvdimm 16M: wrong size; 1: cause")
+        );
+        assert_eq!(pmemvm_messages("[log] ok\n"), None);
+        assert_eq!(l1_memory_mib(512 << 20), 1536);
+    }
+}

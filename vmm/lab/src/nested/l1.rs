@@ -1,0 +1,280 @@
+//! The L1 machine: its QEMU command line (TCG with emulated AMD SVM, the
+//! prepared kernel and initramfs, the share and the backing files'
+//! directories over 9p) and one run of it to its end, with the deadline and
+//! the heartbeat watch.
+
+use std::fs;
+use std::io::Write as _;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::heartbeat::{self, Heartbeat};
+use super::share::{
+    l1_dir, parse_console_error, parse_console_status, parse_marker_uptime, parse_status_file, tail,
+};
+use super::wait::{wait_watched, Waited};
+use super::{L1Image, CONSOLE_TAIL_LINES, RUN_MARKER};
+use crate::qemu::{QemuAccel, QemuCommand};
+
+/// One more host directory mounted in L1 over 9p.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// The 9p mount tag.
+    pub tag: String,
+    /// The host directory.
+    pub host_dir: PathBuf,
+    /// Where the L1 init mounts it.
+    pub l1_dir: String,
+}
+
+/// The L1's size and wiring.
+#[derive(Debug, Clone)]
+pub struct L1Options {
+    /// L1 RAM in MiB.
+    pub memory_mib: u32,
+    /// L1 vCPUs.
+    pub cpus: u32,
+    /// Directories mounted beside the share.
+    pub mounts: Vec<Mount>,
+    /// The command runs on L1's second serial port, relayed to this
+    /// process's stdin and stdout (`pmemvm boot --engine nested`).
+    pub interactive: bool,
+}
+
+/// The second serial port of an interactive L1, as the L1 init sees it.
+pub const INTERACTIVE_TTY: &str = "/dev/ttyS1";
+
+/// The L1's QEMU command: TCG with emulated AMD SVM
+/// (`-cpu max,vendor=AuthenticAMD`), the prepared kernel and initramfs, COM1
+/// to `console`, `share` as the 9p tag `share` and every [`Mount`]; an
+/// interactive L1 has COM2 on this process's stdio (`signal=off`: Ctrl-C
+/// reaches the guest).
+pub fn l1_command(
+    qemu: &Path,
+    l1: &L1Image,
+    opts: &L1Options,
+    console: &Path,
+    share: &Path,
+) -> Command {
+    let mut q = QemuCommand::new(qemu, QemuAccel::Tcg, "max,vendor=AuthenticAMD");
+    q.memory(&format!("{}M", opts.memory_mib))
+        .smp(opts.cpus)
+        .serial_file(console);
+    if opts.interactive {
+        q.chardev("stdio,id=user,signal=off").serial("chardev:user");
+    }
+    q.kernel(
+        &l1.vmlinuz,
+        Some(&l1.initramfs),
+        "console=ttyS0 panic=-1 rdinit=/init",
+    )
+    .virtfs(share, "share");
+    for m in &opts.mounts {
+        q.virtfs(&m.host_dir, &m.tag);
+    }
+    q.into_command()
+}
+
+/// What a finished L1 run brought back.
+#[derive(Debug)]
+pub struct L1Run {
+    /// The command's exit status.
+    pub status: i32,
+    /// The L1 console without heartbeats.
+    pub console: String,
+    /// Host wall time from starting QEMU to its end.
+    pub elapsed: Duration,
+    /// L1 uptime when its init started the command.
+    pub uptime_at_run: Option<f64>,
+}
+
+/// Why an L1 run did not bring back a status.
+#[derive(Debug, thiserror::Error)]
+pub enum L1Failure {
+    /// The deadline passed; QEMU was killed.
+    #[error("the L1 VM did not finish within {} s and was killed; L1 console, last lines:\n{console}", deadline.as_secs())]
+    Deadline {
+        /// The deadline.
+        deadline: Duration,
+        /// When it was killed.
+        elapsed: Duration,
+        /// Tail of the L1 console.
+        console: String,
+    },
+    /// The L1 kernel stopped running (no heartbeat from its init).
+    #[error(
+        "the L1 VM stopped running ({reason}) and was killed; L1 console, last lines:\n{console}"
+    )]
+    Stalled {
+        /// What the heartbeat watch saw.
+        reason: String,
+        /// Tail of the L1 console.
+        console: String,
+    },
+    /// The L1 init could not set up (module load, 9p mount).
+    #[error("the L1 VM failed to set up: {message}; L1 console, last lines:\n{console}")]
+    Setup {
+        /// The init's error line.
+        message: String,
+        /// Tail of the L1 console.
+        console: String,
+    },
+    /// L1 stopped (panic, crash, QEMU error) without reporting a status.
+    #[error("the L1 VM stopped without reporting the command's exit status (QEMU {qemu_status}); QEMU said: {qemu_log}\nL1 console, last lines:\n{console}")]
+    NoStatus {
+        /// QEMU's exit status.
+        qemu_status: String,
+        /// QEMU's own output.
+        qemu_log: String,
+        /// Tail of the L1 console.
+        console: String,
+    },
+    /// QEMU could not be started or waited for.
+    #[error("cannot {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(what: &str) -> impl FnOnce(std::io::Error) -> L1Failure + '_ {
+    move |source| L1Failure::Io {
+        what: what.to_string(),
+        source,
+    }
+}
+
+/// Runs the L1 `cmd` (from [`l1_command`]) to its end: its console goes to
+/// `console`, QEMU's own output to `qemu_log`; the command's status comes
+/// from the share's status file (the console line is the fallback).
+/// `stream`: copy this file's new bytes to stdout about once a second (the
+/// guest console of `run --console`). Without a deadline it waits as long as
+/// the L1 lives.
+pub fn run_l1(
+    mut cmd: Command,
+    interactive: bool,
+    console: &Path,
+    qemu_log: &Path,
+    share: &Path,
+    deadline: Option<Duration>,
+    stream: Option<&Path>,
+) -> Result<L1Run, L1Failure> {
+    let log = fs::File::create(qemu_log).map_err(io("create QEMU's log"))?;
+    if interactive {
+        // QEMU reads the terminal: it stays in the foreground process group.
+        cmd.stdin(Stdio::inherit()).stdout(Stdio::inherit());
+    } else {
+        let log2 = log.try_clone().map_err(io("open QEMU's log"))?;
+        cmd.stdin(Stdio::null()).stdout(log2).process_group(0);
+    }
+    cmd.stderr(log);
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(io("start qemu-system-x86_64"))?;
+    let mut beat = Heartbeat::new(console);
+    let mut shown = 0usize;
+    let waited = wait_watched(&mut child, deadline, || {
+        if let Some(path) = stream {
+            if let Ok(b) = fs::read(path) {
+                if b.len() > shown {
+                    let _ = std::io::stdout().write_all(&b[shown..]);
+                    let _ = std::io::stdout().flush();
+                    shown = b.len();
+                }
+            }
+        }
+        beat.check()
+    })
+    .map_err(io("wait for qemu-system-x86_64"))?;
+    let elapsed = start.elapsed();
+    let console_text =
+        heartbeat::without_heartbeats(&fs::read_to_string(console).unwrap_or_default());
+    let console_tail = || tail(&console_text, CONSOLE_TAIL_LINES);
+    let qemu_status = match waited {
+        Waited::Exited(status) => status,
+        Waited::Deadline => {
+            return Err(L1Failure::Deadline {
+                deadline: deadline.unwrap_or(elapsed),
+                elapsed,
+                console: console_tail(),
+            })
+        }
+        Waited::Stopped(reason) => {
+            return Err(L1Failure::Stalled {
+                reason,
+                console: console_tail(),
+            })
+        }
+    };
+    if let Some(message) = parse_console_error(&console_text) {
+        return Err(L1Failure::Setup {
+            message,
+            console: console_tail(),
+        });
+    }
+    let status = fs::read_to_string(l1_dir(share).join("status"))
+        .ok()
+        .and_then(|s| parse_status_file(&s))
+        .or_else(|| parse_console_status(&console_text));
+    let Some(status) = status else {
+        return Err(L1Failure::NoStatus {
+            qemu_status: qemu_status.to_string(),
+            qemu_log: fs::read_to_string(qemu_log).unwrap_or_default(),
+            console: console_tail(),
+        });
+    };
+    Ok(L1Run {
+        status,
+        uptime_at_run: parse_marker_uptime(&console_text, RUN_MARKER),
+        console: console_text,
+        elapsed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_line_has_svm_the_share_and_the_mounts() {
+        let l1 = L1Image {
+            vmlinuz: "/c/vmlinuz".into(),
+            initramfs: "/c/initramfs.cpio.gz".into(),
+            l2_initramfs: "/c/l2.cpio.gz".into(),
+            kernel_package: String::new(),
+        };
+        let opts = L1Options {
+            memory_mib: 1536,
+            cpus: 1,
+            mounts: vec![Mount {
+                tag: "dimm0".into(),
+                host_dir: "/var/tmp".into(),
+                l1_dir: "/host/dimm0".into(),
+            }],
+            interactive: true,
+        };
+        let cmd = l1_command(
+            Path::new("qemu"),
+            &l1,
+            &opts,
+            Path::new("/s/console"),
+            Path::new("/s/share"),
+        );
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let joined = args.join(" ");
+        assert!(joined.contains("-accel tcg -cpu max,vendor=AuthenticAMD"));
+        assert!(joined.contains("-m 1536M"));
+        assert!(joined.contains(
+            "-serial file:/s/console -chardev stdio,id=user,signal=off -serial chardev:user"
+        ));
+        assert!(joined.contains("local,path=/s/share,mount_tag=share,security_model=none"));
+        assert!(joined.contains("local,path=/var/tmp,mount_tag=dimm0,security_model=none"));
+    }
+}
