@@ -319,3 +319,82 @@ fn nested_without_qemu_is_one_sentence_and_status_2() {
         assert!(!img.exists(), "{args:?} created the backing file");
     }
 }
+
+/// PIDs of the QEMU processes whose command line mentions `dir`.
+fn qemus_under(dir: &Path) -> Vec<libc::pid_t> {
+    let needle = dir.to_string_lossy().into_owned();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd);
+            cmd.contains("qemu-system") && cmd.contains(&needle)
+        })
+        .collect()
+}
+
+/// `kill -TERM` of a `pmemvm run --engine nested` while its L1 runs: status
+/// 143, and no QEMU of that run outlives it (the L1 is in a process group of
+/// its own, so the signal would not reach it by itself).
+#[test]
+fn a_stop_signal_ends_the_l1_with_pmemvm() {
+    let _tcg = require!(ready());
+    let dir = TempDir::new("nested-sigterm");
+    let mut cmd = pmemvm(&[
+        "run",
+        "--engine",
+        "nested",
+        "--cmdline",
+        CMDLINE,
+        "--nvdimm",
+        "64M,label-size=0",
+        "--",
+        "sh",
+        "-c",
+        "sleep 600",
+    ]);
+    // The run's scratch directory (the L1's share) under the test's directory.
+    cmd.env("TMPDIR", &dir.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("start pmemvm");
+    let start = Instant::now();
+    let mut qemu = Vec::new();
+    while qemu.is_empty() && start.elapsed() < Duration::from_secs(120) {
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        qemu = qemus_under(&dir.0);
+    }
+    assert!(
+        !qemu.is_empty(),
+        "no L1 QEMU appeared under {}",
+        dir.0.display()
+    );
+    // Let the L1 boot into its command.
+    std::thread::sleep(Duration::from_secs(10));
+    let pid = libc::pid_t::try_from(child.id()).expect("pid");
+    // SAFETY: kill(2) sends SIGTERM to the pmemvm this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let waited = pmemvm_tests::process::wait_with_deadline(&mut child, Duration::from_secs(60))
+        .expect("wait for pmemvm");
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut stderr);
+    }
+    let left = qemus_under(&dir.0);
+    for p in &left {
+        // SAFETY: kill(2) of a QEMU this test's pmemvm started (cleanup).
+        unsafe { libc::kill(*p, libc::SIGKILL) };
+    }
+    let status = waited.and_then(|s| s.code());
+    assert_eq!(status, Some(143), "pmemvm did not end with 143:\n{stderr}");
+    assert!(left.is_empty(), "QEMU {left:?} outlived pmemvm:\n{stderr}");
+    assert!(stderr.contains("stopped by signal 15"), "{stderr}");
+}

@@ -406,6 +406,12 @@ impl NestedVm {
                 })
             }
             Err(L1Failure::Io { what, source }) => return Err(NestedError::Io { what, source }),
+            Err(e @ L1Failure::Signal { .. }) => {
+                return Err(NestedError::Io {
+                    what: "run the L1 VM".into(),
+                    source: std::io::Error::new(std::io::ErrorKind::Interrupted, e.to_string()),
+                })
+            }
         };
         Ok(RunOutput {
             mode: Mode::Nested,

@@ -304,6 +304,10 @@ impl NestedEngine {
                     L1_BOOT_ALLOWANCE.as_secs()
                 ));
             }
+            Err(super::L1Failure::Signal { signal }) => {
+                ended.status = u8::try_from(128 + signal).ok();
+                ended.error = Some(format!("stopped by signal {signal}; the L1 VM was killed"));
+            }
             Err(e) => ended.error = Some(format!("--engine nested: {e}")),
         }
         Ok(ended)

@@ -113,6 +113,12 @@ pub enum L1Failure {
         /// Tail of the L1 console.
         console: String,
     },
+    /// SIGINT, SIGTERM or SIGHUP reached this process; QEMU was killed.
+    #[error("stopped by signal {signal}; the L1 VM was killed")]
+    Signal {
+        /// The signal.
+        signal: i32,
+    },
     /// The L1 init could not set up (module load, 9p mount).
     #[error("the L1 VM failed to set up: {message}; L1 console, last lines:\n{console}")]
     Setup {
@@ -175,9 +181,18 @@ pub fn run_l1(
     cmd.stderr(log);
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(io("start qemu-system-x86_64"))?;
+    // A stop signal ends the L1 with this process (QEMU, in a process group
+    // of its own, would not see it and would outlive us). Blocked after the
+    // spawn, so QEMU keeps the default mask.
+    let signals = vmm::signals::StopSignals::block();
+    let mut stopped_by = None;
     let mut beat = Heartbeat::new(console);
     let mut shown = 0usize;
     let waited = wait_watched(&mut child, deadline, || {
+        if let Some(sig) = signals.as_ref().ok().and_then(|s| s.read()) {
+            stopped_by = Some(sig);
+            return Some(format!("signal {sig}"));
+        }
         if let Some(path) = stream {
             if let Ok(b) = fs::read(path) {
                 if b.len() > shown {
@@ -201,6 +216,11 @@ pub fn run_l1(
                 deadline: deadline.unwrap_or(elapsed),
                 elapsed,
                 console: console_tail(),
+            })
+        }
+        Waited::Stopped(_) if stopped_by.is_some() => {
+            return Err(L1Failure::Signal {
+                signal: stopped_by.unwrap_or_default(),
             })
         }
         Waited::Stopped(reason) => {
