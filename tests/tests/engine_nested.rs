@@ -337,13 +337,11 @@ fn qemus_under(dir: &Path) -> Vec<libc::pid_t> {
         .collect()
 }
 
-/// `kill -TERM` of a `pmemvm run --engine nested` while its L1 runs: status
-/// 143, and no QEMU of that run outlives it (the L1 is in a process group of
-/// its own, so the signal would not reach it by itself).
-#[test]
-fn a_stop_signal_ends_the_l1_with_pmemvm() {
-    let _tcg = require!(ready());
-    let dir = TempDir::new("nested-sigterm");
+/// Starts `pmemvm run --engine nested -- sleep 600`, sends `sig` once its L1
+/// runs, and returns pmemvm's status, the QEMUs of the run still alive
+/// (killed afterwards) and pmemvm's stderr.
+fn stop_nested_run_with(sig: libc::c_int, name: &str) -> (Option<i32>, Vec<libc::pid_t>, String) {
+    let dir = TempDir::new(name);
     let mut cmd = pmemvm(&[
         "run",
         "--engine",
@@ -380,21 +378,43 @@ fn a_stop_signal_ends_the_l1_with_pmemvm() {
     // Let the L1 boot into its command.
     std::thread::sleep(Duration::from_secs(10));
     let pid = libc::pid_t::try_from(child.id()).expect("pid");
-    // SAFETY: kill(2) sends SIGTERM to the pmemvm this test started.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    // SAFETY: kill(2) sends `sig` to the pmemvm this test started.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
     let waited = pmemvm_tests::process::wait_with_deadline(&mut child, Duration::from_secs(60))
         .expect("wait for pmemvm");
     let mut stderr = String::new();
     if let Some(mut e) = child.stderr.take() {
         let _ = e.read_to_string(&mut stderr);
     }
-    let left = qemus_under(&dir.0);
+    // QEMU may take a moment to die after its parent.
+    let gone_by = Instant::now() + Duration::from_secs(10);
+    let mut left = qemus_under(&dir.0);
+    while !left.is_empty() && Instant::now() < gone_by {
+        std::thread::sleep(Duration::from_millis(200));
+        left = qemus_under(&dir.0);
+    }
     for p in &left {
         // SAFETY: kill(2) of a QEMU this test's pmemvm started (cleanup).
         unsafe { libc::kill(*p, libc::SIGKILL) };
     }
-    let status = waited.and_then(|s| s.code());
+    (waited.and_then(|s| s.code()), left, stderr)
+}
+
+/// `kill -TERM` of a `pmemvm run --engine nested` while its L1 runs: status
+/// 143, and no QEMU of that run outlives it (the L1 is in a process group of
+/// its own, so the signal would not reach it by itself).
+#[test]
+fn a_stop_signal_ends_the_l1_with_pmemvm() {
+    let _tcg = require!(ready());
+    let (status, left, stderr) = stop_nested_run_with(libc::SIGTERM, "nested-sigterm");
     assert_eq!(status, Some(143), "pmemvm did not end with 143:\n{stderr}");
     assert!(left.is_empty(), "QEMU {left:?} outlived pmemvm:\n{stderr}");
     assert!(stderr.contains("stopped by signal 15"), "{stderr}");
+    // SIGKILL leaves pmemvm no say: the L1 dies with it all the same.
+    let (status, left, stderr) = stop_nested_run_with(libc::SIGKILL, "nested-sigkill");
+    assert_eq!(status, None, "{stderr}");
+    assert!(
+        left.is_empty(),
+        "QEMU {left:?} outlived a killed pmemvm:\n{stderr}"
+    );
 }

@@ -109,10 +109,12 @@ fn read_block(file: &File, offset: u64, path: &str) -> Result<MediaState, MediaS
 /// started: a file-backed writable DIMM with an identity counts an unsafe
 /// previous shutdown, records `badblocks=`, sets its dirty flag and syncs
 /// all that before the guest runs.
+/// `guard` keeps what the file held, for a setup that fails later.
 pub fn start(
     backing: &NvdimmBacking,
     handle: u32,
     base: u64,
+    guard: &mut SetupGuard,
 ) -> Result<Arc<DimmMedia>, MediaSetupError> {
     let spec = &backing.spec;
     let path = backing.display.clone();
@@ -126,6 +128,7 @@ pub fn start(
     } else {
         MediaState::default()
     };
+    let found = state.clone();
     for (o, l) in &spec.badblocks {
         state
             .add_bad(*o, *l, spec.size)
@@ -161,13 +164,12 @@ pub fn start(
     } else {
         None
     };
-    Ok(Arc::new(DimmMedia::new(
-        handle,
-        base,
-        spec.spa_size(),
-        state,
-        store,
-    )))
+    let saved = store.is_some();
+    let media = Arc::new(DimmMedia::new(handle, base, spec.spa_size(), state, store));
+    if saved {
+        guard.0.push((media.clone(), found));
+    }
+    Ok(media)
 }
 
 /// After the final fdatasync of an orderly end: clears the dirty flag (and
@@ -181,18 +183,15 @@ pub fn mark_clean(media: &DimmMedia) -> std::io::Result<()> {
         .map(|_| ())
 }
 
-/// The media started by a VM's setup, cleared again if the setup fails after
-/// them: no guest ran, so the next start must not count an unsafe shutdown.
+/// The media a VM's setup started, with the state their files held before:
+/// if the setup fails after them, no guest ran, so each file gets back what
+/// it held (dirty flag, unsafe shutdown count, last-shutdown flag, ranges)
+/// and the next start counts exactly what this one would have.
 /// [`SetupGuard::disarm`] once the VM is built.
 #[derive(Debug, Default)]
-pub struct SetupGuard(Vec<Arc<DimmMedia>>);
+pub struct SetupGuard(Vec<(Arc<DimmMedia>, MediaState)>);
 
 impl SetupGuard {
-    /// Guards `media` (just started) until [`SetupGuard::disarm`].
-    pub fn push(&mut self, media: &Arc<DimmMedia>) {
-        self.0.push(media.clone());
-    }
-
     /// The setup succeeded: the dirty flags stay set while the guest runs.
     pub fn disarm(mut self) {
         self.0.clear();
@@ -201,10 +200,14 @@ impl SetupGuard {
 
 impl Drop for SetupGuard {
     fn drop(&mut self) {
-        for m in &self.0 {
-            if let Err(e) = mark_clean(m) {
+        for (m, found) in &self.0 {
+            let restored = m.update(|s| {
+                *s = found.clone();
+                Ok(())
+            });
+            if let Err(e) = restored {
                 log::warn!(
-                    "clearing an NVDIMM's dirty flag after the failed setup failed ({e}); its next start counts an unsafe shutdown"
+                    "restoring an NVDIMM's media state after the failed setup failed ({e}); its next start may count an unsafe shutdown"
                 );
             }
         }
@@ -318,7 +321,9 @@ mod tests {
     fn open(spec: &NvdimmSpec) -> (NvdimmBacking, Arc<DimmMedia>) {
         let mut b = NvdimmBacking::open(spec).unwrap();
         b.keep();
-        let m = start(&b, 1, 1 << 32).unwrap();
+        let mut guard = SetupGuard::default();
+        let m = start(&b, 1, 1 << 32, &mut guard).unwrap();
+        guard.disarm();
         (b, m)
     }
 
@@ -361,24 +366,38 @@ mod tests {
     }
 
     #[test]
-    fn a_setup_that_fails_after_the_media_started_is_no_unsafe_shutdown() {
+    fn a_setup_that_fails_after_the_media_started_leaves_the_file_as_it_was() {
         let d = tmpdir("setup-guard");
         let p = d.join("pm.img");
         let spec: NvdimmSpec = format!("16M,file={}", p.display()).parse().unwrap();
-        // Setup fails: the guard drops armed and clears the flag.
+        let failed_start = |spec: &NvdimmSpec| {
+            let b = NvdimmBacking::open(spec).unwrap();
+            let mut guard = SetupGuard::default();
+            let m = start(&b, 1, 1 << 32, &mut guard).unwrap();
+            assert!(m.state().has(FLAG_DIRTY));
+            drop((guard, m, b)); // armed: the setup failed after the media started
+        };
+        // A run that was killed: the flag stays set.
+        drop(open(&spec));
+        let (_, killed) = read_file(&p).unwrap();
+        assert!(killed.has(FLAG_DIRTY));
+        // A setup that fails then gives the file back as it was...
+        failed_start(&spec);
+        assert_eq!(read_file(&p).unwrap().1, killed);
+        // ... so the next start counts the killed run once and says so.
         let (b, m) = open(&spec);
-        let mut guard = SetupGuard::default();
-        guard.push(&m);
-        drop((guard, b, m));
-        assert!(!read_file(&p).unwrap().1.has(FLAG_DIRTY));
-        let (b, m) = open(&spec);
-        assert_eq!(m.state().shutdown_count, 0);
-        // Setup succeeds: disarmed, the flag stays set while the guest runs.
-        let mut guard = SetupGuard::default();
-        guard.push(&m);
-        guard.disarm();
+        let s = m.state();
+        assert_eq!(s.shutdown_count, 1);
+        assert!(s.has(FLAG_LAST_SHUTDOWN_DIRTY));
+        // After an orderly end, a failed setup counts nothing either.
+        mark_clean(&m).unwrap();
         drop((b, m));
-        assert!(read_file(&p).unwrap().1.has(FLAG_DIRTY));
+        let (_, clean) = read_file(&p).unwrap();
+        failed_start(&spec);
+        assert_eq!(read_file(&p).unwrap().1, clean);
+        let (_b, m) = open(&spec);
+        assert_eq!(m.state().shutdown_count, 1);
+        assert!(!m.state().has(FLAG_LAST_SHUTDOWN_DIRTY));
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -408,7 +427,7 @@ mod tests {
         f.write_all_at(&[0x77], at).unwrap();
         let damaged = std::fs::read(&p).unwrap();
         let b = NvdimmBacking::open(&spec).unwrap();
-        let e = start(&b, 1, 1 << 32).unwrap_err();
+        let e = start(&b, 1, 1 << 32, &mut SetupGuard::default()).unwrap_err();
         assert!(
             e.is_usage() && e.to_string().contains("damaged media-state block"),
             "{e}"

@@ -428,8 +428,7 @@ impl Vm {
             )?;
             slot += 1;
             let handle = acpi::nfit_handle(u32::try_from(i).unwrap_or(u32::MAX));
-            let media = crate::media::start(&b, handle, base)?;
-            media_started.push(&media);
+            let media = crate::media::start(&b, handle, base, &mut media_started)?;
             nvdimms.push(Nvdimm {
                 backing: b,
                 mapping,

@@ -68,10 +68,12 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
         eprintln!("pmemvm: failed: {f}");
     }
     let r = &outcome.report;
+    // Failed phases before the measurement (run 0) are not runs.
+    let failed_runs = failed.iter().filter(|f| f.run != 0).count();
     eprintln!(
         "[bench] {}: {} of {} runs produced figures; engine {} ({}){}; report in {}",
         r.experiment,
-        r.runs.len() - failed.len(),
+        r.runs.len().saturating_sub(failed_runs),
         r.runs.len(),
         r.engine,
         r.accelerator.name(),
@@ -88,11 +90,16 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
     {
         eprintln!("pmemvm: note: {}", lab::report::VERIFY_RACE_NOTE);
     }
-    if !failed.is_empty() {
+    if failed_runs > 0 {
         eprintln!(
-            "pmemvm: {} of {} runs failed; the report lists them (partial results)",
-            failed.len(),
+            "pmemvm: {failed_runs} of {} runs failed; the report lists them (partial results)",
             outcome.report.runs.len()
+        );
+    }
+    if failed.len() > failed_runs {
+        eprintln!(
+            "pmemvm: {} phase(s) before the measurement failed; the report lists them",
+            failed.len() - failed_runs
         );
     }
     if let Some(sig) = outcome.interrupted_by {

@@ -89,6 +89,16 @@ pub enum ModulesError {
         /// Why.
         reason: String,
     },
+    /// modules.dep names a file outside the release directory.
+    #[error("--modules: {} names {path}, which is not a path inside {}; give a tree that `depmod` wrote (relative paths such as kernel/drivers/nvdimm/nd_pmem.ko)", file.display(), dir.display())]
+    OutsideTree {
+        /// modules.dep.
+        file: PathBuf,
+        /// The release directory.
+        dir: PathBuf,
+        /// The path as written.
+        path: String,
+    },
     /// Scratch files or depmod on the host.
     #[error("--modules: {what}: {reason}")]
     Host {

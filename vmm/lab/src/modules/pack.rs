@@ -38,6 +38,15 @@ fn plain_path(path: &str) -> String {
     }
 }
 
+/// True when `path` (from modules.dep) stays inside the release directory:
+/// relative, with no `..` or root component.
+fn inside_tree(path: &str) -> bool {
+    !path.is_empty()
+        && Path::new(path)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+}
+
 /// Parses modules.dep (`path: dep dep ...` lines; blank and malformed lines skipped).
 pub fn parse_modules_dep(text: &str) -> Vec<ModuleDep> {
     text.lines()
@@ -248,6 +257,14 @@ pub(super) fn pack(tree: &ModuleTree) -> Result<Vec<(String, Vec<u8>, u32)>, Mod
     let packed: BTreeSet<&str> = order.iter().map(|&i| deps[i].path.as_str()).collect();
     let mut dep_text = String::new();
     let mut load = String::new();
+    // Every path read, written or put in the initrd comes from modules.dep.
+    if let Some(&i) = order.iter().find(|&&i| !inside_tree(&deps[i].path)) {
+        return Err(ModulesError::OutsideTree {
+            file: dep_file,
+            dir: tree.dir.clone(),
+            path: deps[i].path.clone(),
+        });
+    }
     for &i in &order {
         let m = &deps[i];
         let plain = plain_path(&m.path);

@@ -119,3 +119,35 @@ fn dependencies_load_first_and_unwanted_modules_stay_out() {
     let cyc = parse_modules_dep("a.ko: b.ko\nb.ko: a.ko\n");
     assert_eq!(load_order(&cyc, &["a"]).len(), 2);
 }
+
+#[test]
+fn a_modules_dep_naming_files_outside_the_tree_is_refused_before_anything_is_read() {
+    let d = Dir::new();
+    // A host file where an absolute or `..` entry of modules.dep points.
+    let victim = d.0.join("nd_pmem.ko");
+    std::fs::write(&victim, b"host file").unwrap();
+    for (i, path) in [
+        victim.display().to_string(),
+        "../../../nd_pmem.ko".to_owned(),
+        "kernel/../../nd_pmem.ko".to_owned(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let r = d.0.join(format!("t{i}/lib/modules/6.1.1-a"));
+        std::fs::create_dir_all(&r).unwrap();
+        std::fs::write(r.join("modules.dep"), format!("{path}:\n")).unwrap();
+        let t = ModuleTree {
+            dir: r,
+            release: "6.1.1-a".into(),
+        };
+        let e = super::pack::pack(&t).unwrap_err();
+        assert!(e.is_usage(), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains(&format!("names {path}, which is not a path inside")),
+            "{e}"
+        );
+    }
+    assert_eq!(std::fs::read(&victim).unwrap(), b"host file");
+}

@@ -435,8 +435,15 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
         None,
     );
     drop(saved);
-    let run = run?;
-    Ok(u8::try_from(run.status).unwrap_or(vmm::exit_status::RUNTIME_ERROR))
+    match run {
+        Ok(run) => Ok(u8::try_from(run.status).unwrap_or(vmm::exit_status::RUNTIME_ERROR)),
+        // As `boot` on the other engines: 128 + N, the terminal given back.
+        Err(super::L1Failure::Signal { signal }) => {
+            eprintln!("pmemvm: stopped by signal {signal}; the L1 VM was killed");
+            Ok(u8::try_from(128 + signal).unwrap_or(vmm::exit_status::RUNTIME_ERROR))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[cfg(test)]

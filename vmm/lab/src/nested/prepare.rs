@@ -93,7 +93,10 @@ fn write_scripts(cache: &Path) -> Result<PathBuf, NestedError> {
         if fs::read_to_string(&path).is_ok_and(|t| t == text) {
             continue;
         }
-        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+        // Unique per call: threads of one process may write at once.
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.{}.{n}", std::process::id()));
         fs::write(&tmp, text).map_err(io_err(format!("write {}", tmp.display())))?;
         fs::rename(&tmp, &path).map_err(io_err(format!("write {}", path.display())))?;
     }

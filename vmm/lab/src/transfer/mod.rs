@@ -86,6 +86,14 @@ pub enum TransferError {
         /// What was given.
         text: String,
     },
+    /// A `--put` onto a guest path that the guest itself needs.
+    #[error("--put {text:?}: its guest path {guest} would cover what the guest needs there (its programs, /job and its command, the put image at /put, or a kernel file system); put it elsewhere, e.g. /data/NAME or NAME (under /job)")]
+    ReservedGuestPath {
+        /// What was given.
+        text: String,
+        /// The guest path it named.
+        guest: String,
+    },
     /// Two `--get`s come back under one name.
     #[error("--get {a} and --get {b} would both be written to {name} in --out; get their common parent instead")]
     GetNameClash {

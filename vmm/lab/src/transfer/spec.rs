@@ -31,6 +31,30 @@ fn guest_path(option: &'static str, text: &str) -> Result<String, TransferError>
     })
 }
 
+/// Guest paths a `--put` bind mount would cover with the user's tree: the
+/// guest's programs and configuration, `/job` itself (its command), and
+/// whatever lies under the put image's mount point or a kernel file system.
+const RESERVED: &[&str] = &[
+    "/job",
+    "/bin",
+    "/sbin",
+    "/usr",
+    "/usr/bin",
+    "/usr/sbin",
+    "/lib",
+    "/lib64",
+    "/etc",
+    "/init",
+];
+const RESERVED_TREES: &[&str] = &["/put", "/proc", "/sys", "/dev"];
+
+fn reserved(guest: &str) -> bool {
+    RESERVED.contains(&guest)
+        || RESERVED_TREES
+            .iter()
+            .any(|t| guest == *t || guest.starts_with(&format!("{t}/")))
+}
+
 /// `--put HOST[:GUEST]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PutSpec {
@@ -66,6 +90,12 @@ impl std::str::FromStr for PutSpec {
                 guest_path("--put", name)?
             }
         };
+        if reserved(&guest) {
+            return Err(TransferError::ReservedGuestPath {
+                text: s.to_string(),
+                guest,
+            });
+        }
         Ok(PutSpec { host, guest })
     }
 }

@@ -32,6 +32,43 @@ fn put_and_get_paths_default_to_the_job_directory() {
 }
 
 #[test]
+fn a_put_cannot_cover_what_the_guest_needs() {
+    for bad in [
+        "d:/job",
+        "d:/bin",
+        "d:/usr",
+        "d:/etc",
+        "d:/put",
+        "d:/put/0",
+        "d:/proc/x",
+        "d:/dev",
+        "d:/sys",
+    ] {
+        let e = bad.parse::<PutSpec>().expect_err(bad);
+        assert!(e.is_usage(), "{e}");
+        let e = e.to_string();
+        let guest = bad.trim_start_matches("d:");
+        assert!(
+            e.starts_with(&format!(
+                "--put {bad:?}: its guest path {guest} would cover"
+            )),
+            "{e}"
+        );
+    }
+    // Beside or below them is fine: a file onto /etc/x, a tree into /job or /usr/local.
+    for good in [
+        "d:/etc/fio.conf",
+        "d:/job/t",
+        "d:/usr/local/t",
+        "d:/data",
+        "d:/devices",
+        "job",
+    ] {
+        good.parse::<PutSpec>().expect(good);
+    }
+}
+
+#[test]
 fn the_command_script_quotes_every_word() {
     let j = job(&["sh", "-c", "echo 'it''s' $HOME; exit 3"]);
     assert_eq!(
