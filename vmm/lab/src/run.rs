@@ -9,6 +9,7 @@ use sha2::Digest;
 
 use crate::engine::{self, Machine};
 use crate::guest_job::{self, GuestJob, GuestReport, FIO_JSON_FRAME};
+use crate::nested::share::tail;
 use crate::preflight::PreflightError;
 use vmm::config::NvdimmSpec;
 use vmm::exit_status;
@@ -248,11 +249,6 @@ pub struct RunResult {
     /// The last lines of the console.
     #[serde(default)]
     pub console_tail: String,
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let v: Vec<&str> = text.lines().collect();
-    v[v.len().saturating_sub(lines)..].join("\n")
 }
 
 /// A per-run scratch directory, removed on drop.
