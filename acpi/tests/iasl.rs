@@ -320,8 +320,7 @@ fn four_cpus_three_dimms() {
 #[test]
 fn srat_with_numa_dimms() {
     if !iasl_available() {
-        eprintln!("SKIP: iasl not found (install acpica-tools)");
-        return;
+        pmemvm_skip::skip!("iasl not found (install acpica-tools)");
     }
     let mut dimms = vec![dimm(0, false, 128 << 10), dimm(1, false, 0)];
     dimms[0].proximity_domain = Some(1);

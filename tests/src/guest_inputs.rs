@@ -7,27 +7,42 @@ use std::process::Command;
 use crate::pmemvm::workspace_root;
 use crate::skip::Skip;
 
-/// The Debian root file system (cached build of `guest-images/rootfs-debian.sh`).
-pub fn debian_rootfs() -> Result<PathBuf, Skip> {
+/// The Debian root file system (cached build of `guest-images/rootfs-debian.sh`,
+/// which tests/run.sh runs first). A build that fails fails the test, in every mode.
+pub fn debian_rootfs() -> PathBuf {
+    rootfs_or_fail(&[])
+}
+
+/// `guest-images/rootfs-debian.sh ARGS`'s image; a failed build fails the test.
+pub fn rootfs_or_fail(args: &[&str]) -> PathBuf {
+    rootfs_build(args).unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// Runs `guest-images/rootfs-debian.sh ARGS` and returns the image it printed,
+/// or why it did not make one.
+pub fn rootfs_build(args: &[&str]) -> Result<PathBuf, String> {
     let script = workspace_root().join("guest-images/rootfs-debian.sh");
     let out = Command::new("bash")
         .arg(&script)
+        .args(args)
         .output()
-        .map_err(|e| Skip::new(format!("cannot run {}: {e}", script.display())))?;
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
     let path = String::from_utf8_lossy(&out.stdout)
         .lines()
         .last()
         .map(PathBuf::from)
         .filter(|p| out.status.success() && p.is_file());
     path.ok_or_else(|| {
-        Skip::new(format!(
-            "the Debian root file system could not be built ({}): {}",
+        format!(
+            "the Debian root file system could not be built ({} {}, {}): {}",
             script.display(),
+            args.join(" "),
+            out.status,
             String::from_utf8_lossy(&out.stderr)
                 .lines()
                 .last()
                 .unwrap_or("")
-        ))
+        )
     })
 }
 

@@ -5,11 +5,14 @@
 
 pub mod durable;
 pub mod guest_inputs;
+pub mod image;
 pub mod label_trace;
+pub mod mounts;
 pub mod nested;
 pub mod own_kernel;
 pub mod pmemvm;
 pub mod process;
+pub mod skip_lint;
 pub mod slurm_cluster;
 pub mod stock_kernel;
 pub mod tcg;

@@ -5,49 +5,31 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use pmemvm_tests::durable::*;
+use pmemvm_tests::mounts::{Mounted, SetupError};
 use pmemvm_tests::pmemvm::TempDir;
 use pmemvm_tests::require;
-use pmemvm_tests::skip::Skip;
 
 // ---- A full host file system -----------------------------------------------
 
-/// A size-limited tmpfs mounted for one test, unmounted on drop.
+/// A size-limited tmpfs mounted for one test, unmounted on drop (before its
+/// directory is removed: fields drop in order).
 struct SmallTmpfs {
+    _mount: Mounted,
     dir: TempDir,
 }
 
 impl SmallTmpfs {
-    fn mount(name: &str, size: &str) -> Result<Self, Skip> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err(Skip::new("mounting a small tmpfs needs root"));
-        }
+    fn mount(name: &str, size: &str) -> Result<Self, SetupError> {
         let dir = TempDir::new(name);
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir.0)
-            .output()
-            .map_err(|e| Skip::new(format!("cannot run mount: {e}")))?;
-        if !out.status.success() {
-            return Err(Skip::new(format!(
-                "mounting a {size} tmpfs failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(Self { dir })
+        let mount = Mounted::new(&dir.0, "tmpfs", &format!("size={size}"))?;
+        Ok(Self { _mount: mount, dir })
     }
 
     fn join(&self, name: &str) -> PathBuf {
         self.dir.join(name)
-    }
-}
-
-impl Drop for SmallTmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir.0).status();
     }
 }
 

@@ -16,7 +16,6 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lab::guest_job;
 use pmemvm_tests::pmemvm::{path_without, pmemvm_bin, run_cmd, Output, TempDir, VERIFY_JOB};
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
@@ -33,7 +32,7 @@ const CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 quiet";
 /// TCG lock for the test.
 fn ready() -> Result<TcgGuard, Skip> {
     pmemvm_tests::nested::find_qemu()?;
-    guest_job::find_image_dir().map_err(|e| Skip::new(e.to_string()))?;
+    pmemvm_tests::image::image_dir()?;
     match pmemvm_tests::nested::prepare_l1() {
         Ok(_) => {}
         Err(pmemvm_tests::nested::NestedError::Unavailable(s)) => return Err(s),

@@ -69,7 +69,7 @@ impl Boot {
 /// QEMU and the built image, or why the test is skipped.
 fn requirements() -> Result<(PathBuf, ImageDir), Skip> {
     let qemu = pmemvm_tests::nested::find_qemu()?;
-    let image = guest_job::find_image_dir().map_err(|e| Skip::new(e.to_string()))?;
+    let image = pmemvm_tests::image::image_dir()?;
     Ok((qemu, image))
 }
 

@@ -6,70 +6,19 @@
 #![allow(clippy::unwrap_used)] // a failed step fails the test with its message
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use pmemvm_tests::mounts::{HugePages, Mounted};
 use pmemvm_tests::pmemvm::{pmemvm_bin, run, TempDir};
 use pmemvm_tests::require;
-use pmemvm_tests::skip::Skip;
 use pmemvm_tests::tiny::{guest, kvm_available};
 
 const DEADLINE: Duration = Duration::from_secs(60);
-const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
 
 /// The tests here change machine-wide hugetlb reservations: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// A file system mounted for one test, unmounted on drop.
-struct Mount(PathBuf);
-
-impl Mount {
-    fn new(dir: &Path, fstype: &str, opts: &str) -> Result<Self, Skip> {
-        std::fs::create_dir_all(dir).map_err(|e| Skip::new(format!("mkdir: {e}")))?;
-        let out = Command::new("mount")
-            .args(["-t", fstype, "-o", opts, "none"])
-            .arg(dir)
-            .output()
-            .map_err(|e| Skip::new(format!("mount is not installed: {e}")))?;
-        if !out.status.success() {
-            return Err(Skip::new(format!(
-                "mounting {fstype} needs root here: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(Self(dir.to_path_buf()))
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
-/// `n` more hugetlb pages reserved than before; the old count back on drop.
-struct HugePages(u64);
-
-impl HugePages {
-    fn reserve(n: u64) -> Result<Self, Skip> {
-        let old: u64 = std::fs::read_to_string(NR_HUGEPAGES)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .ok_or_else(|| {
-                Skip::new("this kernel has no hugetlb pages (no /proc/sys/vm/nr_hugepages)")
-            })?;
-        std::fs::write(NR_HUGEPAGES, (old + n).to_string())
-            .map_err(|e| Skip::new(format!("reserving hugetlb pages needs root: {e}")))?;
-        Ok(Self(old))
-    }
-}
-
-impl Drop for HugePages {
-    fn drop(&mut self) {
-        let _ = std::fs::write(NR_HUGEPAGES, self.0.to_string());
-    }
-}
 
 /// The last online host CPU (vCPU 0 is pinned there, the VMM's threads elsewhere).
 fn last_online_cpu() -> u32 {
@@ -107,12 +56,12 @@ fn huge_pages_pinning_and_node_binding_are_what_proc_shows() {
     let hold = require!(kvm_available().and_then(|()| guest("nvdimmhold")));
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new("placement");
-    let huge = require!(Mount::new(
+    let huge = require!(Mounted::new(
         &dir.join("huge"),
         "tmpfs",
         "huge=always,size=64M"
     ));
-    let hugetlbfs = require!(Mount::new(
+    let hugetlbfs = require!(Mounted::new(
         &dir.join("hugetlbfs"),
         "hugetlbfs",
         "pagesize=2M"
@@ -261,7 +210,7 @@ fn run_record_states_the_machine_and_measured_page_sizes() {
     let hold = require!(kvm_available().and_then(|()| guest("nvdimmhold")));
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new("placement-record");
-    let huge = require!(Mount::new(
+    let huge = require!(Mounted::new(
         &dir.join("huge"),
         "tmpfs",
         "huge=always,size=64M"
@@ -369,7 +318,7 @@ fn bad_placement_and_huge_page_input_is_one_sentence_and_status_2() {
     let halt = require!(kvm_available().and_then(|()| guest("halt")));
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new("placement-bad");
-    let hugetlbfs = require!(Mount::new(
+    let hugetlbfs = require!(Mounted::new(
         &dir.join("hugetlbfs"),
         "hugetlbfs",
         "pagesize=2M"

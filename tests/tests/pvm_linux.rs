@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use pmemvm_tests::pmemvm::run;
-use pmemvm_tests::skip::Skip;
 use pmemvm_tests::{require, skip};
 
 #[test]
@@ -15,7 +14,7 @@ fn linux_on_pvm_ends_with_a_clear_message() {
     if host.hw_virt || !host.pvm {
         skip!("this host's KVM is not PVM; Linux is expected to boot here");
     }
-    let image = require!(lab::guest_job::find_image_dir().map_err(|e| Skip::new(e.to_string())));
+    let image = require!(pmemvm_tests::image::image_dir());
     let kernel = image.vmlinux.to_string_lossy().into_owned();
     let out = run(
         &[

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use lab::guest_job;
 use pmemvm_tests::pmemvm::{run, TempDir, VERIFY_JOB};
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
@@ -18,7 +17,7 @@ const DEADLINE: Duration = Duration::from_secs(420);
 /// machine's TCG lock for the test (pmemvm starts QEMU under TCG here).
 fn ready() -> Result<TcgGuard, Skip> {
     pmemvm_tests::nested::find_qemu()?;
-    guest_job::find_image_dir().map_err(|e| Skip::new(e.to_string()))?;
+    pmemvm_tests::image::image_dir()?;
     Ok(pmemvm_tests::tcg::lock().expect("take the TCG lock"))
 }
 
@@ -233,7 +232,7 @@ fn bench_pmem_nowait_on_qemu_runs_the_thread_script_per_side() {
 #[test]
 fn bench_side_ab_between_two_kernels_on_qemu() {
     let _tcg = require!(ready());
-    let image = guest_job::find_image_dir().expect("image");
+    let image = pmemvm_tests::image::image_dir().expect("image");
     let dir = TempDir::new("bench-qemu-sides");
     let out_dir = dir.join("report");
     let bz = format!("bz:kernel={}", image.bz_image.display());

@@ -7,7 +7,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use lab::guest_job;
 use pmemvm_tests::pmemvm::{run, run_cmd, TempDir};
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
@@ -20,7 +19,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// array's guests run.
 fn ready() -> Result<TcgGuard, Skip> {
     pmemvm_tests::nested::find_qemu()?;
-    guest_job::find_image_dir().map_err(|e| Skip::new(e.to_string()))?;
+    pmemvm_tests::image::image_dir()?;
     Ok(pmemvm_tests::tcg::lock().expect("take the TCG lock"))
 }
 

@@ -106,23 +106,7 @@ pub fn find_pmemvm() -> Result<PathBuf, Skip> {
         })
 }
 
-/// A file of the project's guest image: `$PMEMVM_IMAGE_DIR/NAME` or
-/// `guest-images/out/NAME` (e.g. `bzImage`, `vmlinux`, `initramfs.cpio.gz`).
-pub fn guest_image(name: &str) -> Result<PathBuf, Skip> {
-    let dir = match std::env::var_os("PMEMVM_IMAGE_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => workspace_root().join("guest-images").join("out"),
-    };
-    let path = dir.join(name);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(Skip::new(format!(
-            "guest image {} not built (run guest-images/build.sh)",
-            path.display()
-        )))
-    }
-}
+pub use crate::image::guest_image;
 
 /// Prepares (or finds cached) the L1 kernel and initramfs with the
 /// product's `lab::nested::prepare_l1` in [`cache_dir`]. A missing tool is
