@@ -40,9 +40,12 @@ fio_build() {
         || die "fio build failed (see $fdir/make.log)"
     file "$fdir/src/fio" | grep -q 'statically linked' || die "fio is not statically linked"
     local engines
-    engines=$("$fdir/src/fio" --enghelp)
+    engines=$("$fdir/src/fio" --enghelp) || die "the static fio does not run: fio --enghelp failed"
     for e in io_uring libaio psync mmap; do
-        echo "$engines" | grep -qw "$e" || die "static fio lacks the $e engine"
+        # A here-string, not a pipe: under pipefail, a reader that stops early
+        # could fail the check by a SIGPIPE of the writer.
+        grep -qw -e "$e" <<<"$engines" \
+            || die "static fio lacks the $e engine (fio --enghelp: $(tr '\n' ' ' <<<"$engines"))"
     done
     strip -o "$fdir/fio" "$fdir/src/fio"
 }

@@ -5,6 +5,7 @@
 
 pub mod durable;
 pub mod guest_inputs;
+pub mod host_kind;
 pub mod image;
 pub mod label_trace;
 pub mod mounts;

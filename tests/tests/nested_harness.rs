@@ -275,10 +275,7 @@ fn guest_exit_status_reaches_the_host() {
 #[test]
 fn stock_kernel_boots_under_pmemvm_and_writes_pmem() {
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
-    let Some(l1) = vm.l1_image().cloned() else {
-        // Direct mode has no prepared L1 image (and so no stock L2 initramfs).
-        pmemvm_tests::skip!("the stock-kernel guest is prepared in nested mode only");
-    };
+    let l1 = require!(vm.stock_kernel());
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())

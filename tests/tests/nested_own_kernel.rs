@@ -121,9 +121,7 @@ fn a_modular_kernel_boots_with_its_modules_and_their_parameters() {
 #[test]
 fn debians_stock_kernel_boots_with_its_packages_modules() {
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
-    let Some(l1) = vm.l1_image().cloned() else {
-        pmemvm_tests::skip!("the stock kernel is the nested L1's: nested mode only");
-    };
+    let l1 = require!(vm.stock_kernel());
     let initrd = require!(guest_image("initramfs.cpio.gz"));
     let dir = TempDir::new("own-debian");
     let (tree, release) = debian_module_tree(&pmemvm_tests::stock_kernel::deb(), &dir.0)

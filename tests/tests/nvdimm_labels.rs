@@ -174,9 +174,7 @@ fn attr<'a>(console: &'a str, name: &str) -> &'a str {
 #[test]
 fn ndctl_labels_persist_across_boots() {
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
-    let Some(l1) = vm.l1_image().cloned() else {
-        pmemvm_tests::skip!("the stock-kernel guest runs in nested mode only");
-    };
+    let l1 = require!(vm.stock_kernel());
     let deb = pmemvm_tests::stock_kernel::deb();
     let initrd = require!(initramfs(&deb));
     let nanos = std::time::SystemTime::now()

@@ -113,6 +113,7 @@ pub struct NestedVm {
     files: Vec<(String, FileSource)>,
     binaries: Vec<(String, PathBuf)>,
     env: Vec<(String, String)>,
+    mounts: Vec<lab::nested::l1::Mount>,
 }
 
 impl NestedVm {
@@ -156,6 +157,7 @@ impl NestedVm {
             files: Vec::new(),
             binaries: Vec::new(),
             env: Vec::new(),
+            mounts: Vec::new(),
         })
     }
 
@@ -174,6 +176,17 @@ impl NestedVm {
     /// The L1 image (nested mode only).
     pub fn l1_image(&self) -> Option<&L1Image> {
         self.l1.as_ref()
+    }
+
+    /// Debian's stock kernel and its small L2 initramfs, for tests that boot
+    /// it under pmemvm: the L1's own files (prepared by [`prepare_l1`]) in
+    /// nested mode, prepared the same way in direct mode, so those tests run
+    /// on either kind of host.
+    pub fn stock_kernel(&self) -> Result<L1Image, NestedError> {
+        match &self.l1 {
+            Some(l1) => Ok(l1.clone()),
+            None => prepare_l1(),
+        }
     }
 
     /// Time limit for the whole run, L1 boot included.
@@ -215,6 +228,23 @@ impl NestedVm {
     pub fn binary(mut self, name: &str, src: impl AsRef<Path>) -> Self {
         self.binaries
             .push((name.to_string(), src.as_ref().to_path_buf()));
+        self
+    }
+
+    /// Makes the host directory `dir` (absolute) visible at the same path to
+    /// the command: in nested mode a 9p mount in L1, in direct mode it is
+    /// there already. Test binaries that find their inputs by the paths they
+    /// were built with (the source tree, `target/`) run unchanged in L1.
+    pub fn mount_same_path(mut self, dir: &Path) -> Self {
+        assert!(dir.is_absolute(), "{} is not absolute", dir.display());
+        if self.mode == Mode::Nested {
+            let tag = format!("host{}", self.mounts.len());
+            self.mounts.push(lab::nested::l1::Mount {
+                tag,
+                host_dir: dir.to_path_buf(),
+                l1_dir: dir.display().to_string(),
+            });
+        }
         self
     }
 
@@ -270,7 +300,7 @@ impl NestedVm {
         for (name, src) in &self.binaries {
             install_binary(&share, name, src, self.mode == Mode::Nested)?;
         }
-        write_command(&share, &self.env, argv, &[], None)?;
+        write_command(&share, &self.env, argv, &self.mounts, None)?;
         Ok(())
     }
 
@@ -339,7 +369,7 @@ impl NestedVm {
         let opts = L1Options {
             memory_mib: self.memory_mib,
             cpus: self.cpus,
-            mounts: Vec::new(),
+            mounts: self.mounts.clone(),
             interactive: false,
         };
         let cmd = l1_command(qemu, l1, &opts, &console_path, &share);

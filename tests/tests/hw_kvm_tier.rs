@@ -1,0 +1,208 @@
+//! The host-KVM tier on a hardware KVM, wherever the suite runs.
+//!
+//! The test binaries that check pmemvm on "this host's KVM" — tiny guests,
+//! Linux booting, huge pages and placement, durability on every exit path —
+//! expect per host kind (tests/src/host_kind.rs). On a host with VT-x/AMD-V
+//! `cargo test` runs them as the hardware kind already; on a host without it
+//! (PVM here) this test runs the same, already built, binaries inside the
+//! nested L1, whose KVM is real SVM (QEMU TCG's emulated AMD-V with
+//! Debian's kvm-amd), in strict mode: every test of each must pass there as
+//! the hardware kind, none may skip. On a hardware host the harness's direct
+//! mode runs them on the host once more, which is quick there.
+//!
+//! The source tree is mounted in L1 at its own path, so the binaries find
+//! the tiny guests, the guest image and the scripts where they were built.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pmemvm_tests::nested::{Mode, NestedVm};
+use pmemvm_tests::pmemvm::workspace_root;
+use pmemvm_tests::require;
+
+/// One test binary of the tier: its name, the tests it must run (a libtest
+/// filter, empty for all) and the fewest tests that must pass.
+struct TierBinary {
+    name: &'static str,
+    filter: &'static [&'static str],
+    at_least: usize,
+    asserts: &'static str,
+}
+
+const TIER: [TierBinary; 8] = [
+    TierBinary {
+        name: "kvm_tiny",
+        filter: &[],
+        at_least: 15,
+        asserts: "serial, exit port, power-off/reset/triple fault, NVDIMM bytes both ways, \
+                  flush hints, emulation failure (fldt from MMIO on hardware KVM), GDT, \
+                  string I/O, console input, label counters, address width, several VMs",
+    },
+    TierBinary {
+        name: "pvm_linux",
+        filter: &[],
+        at_least: 1,
+        asserts: "the guest image boots to user space with 2 vCPUs and /dev/pmem0, status 7",
+    },
+    TierBinary {
+        name: "kvm_host_placement",
+        filter: &[],
+        at_least: 4,
+        asserts: "huge=always tmpfs, hugetlb DIMM and RAM, --host-node bind, --pin, \
+                  run --json machine fields, bad placement input",
+    },
+    TierBinary {
+        name: "durability",
+        filter: &[],
+        at_least: 13,
+        asserts: "every byte kept on every exit path, fdatasync under strace, panics and \
+                  stuck vCPUs",
+    },
+    TierBinary {
+        name: "durability_host_files",
+        filter: &[],
+        at_least: 3,
+        asserts: "full host file system, prealloc refusal, backing-file locks",
+    },
+    TierBinary {
+        name: "durability_terminal",
+        filter: &[],
+        at_least: 1,
+        asserts: "the terminal restored on every exit path",
+    },
+    TierBinary {
+        name: "nested_harness",
+        filter: &["--exact", "stock_kernel_boots_under_pmemvm_and_writes_pmem"],
+        at_least: 1,
+        asserts: "the harness's direct mode: Debian's stock kernel boots under pmemvm and \
+                  its pmem write is in the backing file",
+    },
+    TierBinary {
+        name: "first_contact",
+        filter: &["--exact", "bench_engine_auto_matches_the_host_kind"],
+        at_least: 1,
+        asserts: "the README's bench with --engine auto runs on pmemvm (engine pmemvm, figures)",
+    },
+];
+
+/// The newest built test binary `name-<hash>` beside this one (cargo builds
+/// every test target before it runs any).
+fn test_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("this test binary");
+    let deps = exe.parent().expect("target/debug/deps");
+    let prefix = format!("{name}-");
+    std::fs::read_dir(deps)
+        .expect("read target/debug/deps")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            let file = p.file_name().unwrap_or_default().to_string_lossy();
+            file.strip_prefix(&prefix)
+                .is_some_and(|hash| hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()))
+                && is_executable(p)
+        })
+        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "test binary {name} is not built in {} (cargo test builds it)",
+                deps.display()
+            )
+        })
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `passed` of libtest's `test result:` line.
+fn passed_count(log: &str) -> Option<usize> {
+    let line = log.lines().rev().find(|l| l.starts_with("test result: "))?;
+    let (_, rest) = line.split_once(". ")?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn host_kvm_test_binaries_pass_on_a_hardware_kvm() {
+    let root = workspace_root();
+    let image = require!(pmemvm_tests::image::image_dir());
+    let mut vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm))
+        .deadline(Duration::from_secs(2400))
+        .mount_same_path(&root)
+        .binary("strace", "/usr/bin/strace")
+        .env("PMEMVM_TEST_STRICT", "1")
+        .env("PMEMVM_IMAGE_DIR", &image.dir.display().to_string())
+        .env("RUST_BACKTRACE", "0");
+    if image.dir.strip_prefix(&root).is_err() {
+        vm = vm.mount_same_path(&image.dir);
+    }
+    let mut script = String::from(
+        "set -u\nmkdir -p results\n: > results/skips.log\n\
+         PMEMVM_BIN=$(command -v pmemvm)\nexport PMEMVM_BIN\n\
+         PMEMVM_SKIP_LOG=$PWD/results/skips.log\nexport PMEMVM_SKIP_LOG\n\
+         echo \"kvm: $(grep -o -m1 -w -e svm -e vmx /proc/cpuinfo) pvm: $(test -d /sys/module/kvm_pvm && echo yes || echo no)\"\n",
+    );
+    for b in &TIER {
+        vm = vm.binary(b.name, test_binary(b.name));
+        script.push_str(&format!(
+            "start=$(cut -d' ' -f1 /proc/uptime)\n\
+             {name} --test-threads 2 {filter} > results/{name}.log 2>&1\n\
+             echo $? > results/{name}.status\n\
+             echo \"{name}: status $(cat results/{name}.status) in $(awk -v s=$start '{{print $1 - s}}' /proc/uptime) s\"\n",
+            name = b.name,
+            filter = b.filter.join(" ")
+        ));
+    }
+    let vm = vm.bytes("tier.sh", script);
+    let out = vm.run(&["sh", "tier.sh"]).expect("run the tier");
+    eprintln!(
+        "hw_kvm_tier ({}): {:.1?}\n{}",
+        out.mode, out.elapsed, out.stdout
+    );
+    assert_eq!(out.status, 0, "{}", out.dump());
+    if out.mode == Mode::Nested {
+        assert!(
+            out.stdout.contains("kvm: svm pvm: no"),
+            "the L1's KVM is not SVM:\n{}",
+            out.dump()
+        );
+    }
+    let results = out.path("results");
+    let mut failures = Vec::new();
+    for b in &TIER {
+        let log =
+            std::fs::read_to_string(results.join(format!("{}.log", b.name))).unwrap_or_default();
+        let status =
+            std::fs::read_to_string(results.join(format!("{}.status", b.name))).unwrap_or_default();
+        let passed = passed_count(&log);
+        if status.trim() != "0" || passed.is_none_or(|n| n < b.at_least) {
+            failures.push(format!(
+                "{} (asserts: {}): status {:?}, {:?} passed (want at least {}):\n{}",
+                b.name,
+                b.asserts,
+                status.trim(),
+                passed,
+                b.at_least,
+                pmemvm_tests::nested::tail(&log, 60)
+            ));
+        }
+    }
+    let skips = std::fs::read_to_string(results.join("skips.log")).unwrap_or_default();
+    assert!(
+        failures.is_empty(),
+        "on a hardware KVM:\n{}\n{}",
+        failures.join("\n"),
+        out.dump()
+    );
+    assert!(
+        skips.trim().is_empty(),
+        "skipped on a hardware KVM:\n{skips}"
+    );
+}
+
+#[test]
+fn passed_count_reads_libtest_summary() {
+    let log = "running 2 tests\n...\ntest result: ok. 14 passed; 0 failed; 1 ignored; 0 measured\n";
+    assert_eq!(passed_count(log), Some(14));
+    assert_eq!(passed_count("no summary"), None);
+}
