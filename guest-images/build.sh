@@ -21,6 +21,9 @@ set -eu -o pipefail
 GI_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 OUT="$GI_DIR/out"
 WORK="${PMEMVM_IMAGE_WORK:-$GI_DIR/build}"
+# Finished stages, keyed by input hash, shared by every checkout on this machine
+# (a fresh clone finds the kernels an earlier one built).
+CACHE="${PMEMVM_IMAGE_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache}/pmemvm/image}"
 JOBS=$(nproc)
 FORCE=0
 MODULAR=0
@@ -40,9 +43,10 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ "$MODULAR" -eq 0 ] || [ "$OUT" != "$GI_DIR/out" ] || OUT="$GI_DIR/out/modular"
-mkdir -p "$OUT" "$WORK"
+mkdir -p "$OUT" "$WORK" "$CACHE"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(cd "$WORK" && pwd)
+CACHE=$(cd "$CACHE" && pwd)
 # Input paths below (and their globs) are relative to guest-images/.
 cd "$GI_DIR"
 [ -f rootfs/init ] || die "missing $GI_DIR/rootfs/init"
@@ -148,17 +152,28 @@ modular_inputs() {
     pkg_versions $KERNEL_KEY_PACKAGES xz-utils
 }
 
+# publish TMP DIR: moves a finished stage into the cache in one rename (TMP is
+# in the cache's file system). Another build that published the same key
+# first wins; its result is the same by construction of the key.
+publish() {
+    if ! mv -T "$1" "$2" 2>/dev/null; then
+        [ -d "$2" ] || die "cannot move $1 to $2"
+        rm -rf "$1"
+    fi
+}
+
 # --modular: the modular kernel only, cached by its own key.
 if [ "$MODULAR" -eq 1 ]; then
     MODULAR_KEY=$(modular_inputs | sha256sum | cut -c1-16)
-    MDIR="$WORK/cache/kernel-modular-$MODULAR_KEY"
+    MDIR="$CACHE/kernel-modular-$MODULAR_KEY"
     if [ "$FORCE" -eq 0 ] && [ -f "$MDIR/build-seconds" ]; then
         log "modular kernel: cached ($MDIR)"
     else
         check_space
-        rm -rf "$MDIR" "$MDIR.tmp"
-        kernel_build_modular "$MDIR.tmp"
-        mv "$MDIR.tmp" "$MDIR"
+        rm -rf "$MDIR"
+        tmp=$(mktemp -d "$CACHE/.kernel-modular-$MODULAR_KEY.XXXXXX")
+        kernel_build_modular "$tmp"
+        publish "$tmp" "$MDIR"
     fi
     if [ "$(cat "$OUT/key" 2>/dev/null)" != "$MODULAR_KEY" ]; then
         log "writing $OUT"
@@ -182,8 +197,8 @@ if [ "$FORCE" -eq 0 ] && [ -f "$OUT/manifest.json" ] \
 fi
 
 T_START=$(date +%s)
-KDIR="$WORK/cache/kernel-$KERNEL_KEY"
-IDIR="$WORK/cache/initramfs-$INITRAMFS_KEY"
+KDIR="$CACHE/kernel-$KERNEL_KEY"
+IDIR="$CACHE/initramfs-$INITRAMFS_KEY"
 
 KERNEL_CACHED=false
 INITRAMFS_CACHED=false
@@ -193,8 +208,9 @@ if [ "$FORCE" -eq 0 ] && [ -f "$KDIR/build-seconds" ]; then
 else
     check_space
     rm -rf "$KDIR"
-    kernel_build "$KDIR.tmp"
-    mv "$KDIR.tmp" "$KDIR"
+    tmp=$(mktemp -d "$CACHE/.kernel-$KERNEL_KEY.XXXXXX")
+    kernel_build "$tmp"
+    publish "$tmp" "$KDIR"
 fi
 kernel_check_pvh "$KDIR/vmlinux"
 
@@ -204,8 +220,9 @@ if [ "$FORCE" -eq 0 ] && [ -f "$IDIR/build-seconds" ]; then
 else
     check_space
     rm -rf "$IDIR"
-    initramfs_build "$IDIR.tmp"
-    mv "$IDIR.tmp" "$IDIR"
+    tmp=$(mktemp -d "$CACHE/.initramfs-$INITRAMFS_KEY.XXXXXX")
+    initramfs_build "$tmp"
+    publish "$tmp" "$IDIR"
 fi
 
 log "writing $OUT"

@@ -18,8 +18,55 @@ pub struct ModularKernel {
     pub modules: PathBuf,
 }
 
-/// The built modular kernel, or a skip saying how to build it (tests/run.sh does).
+/// Names the background build of tests/run.sh: `$BASE.lock` (held while it
+/// runs), `$BASE.status` (its exit status), `$BASE.log`.
+pub const BACKGROUND_BUILD_ENV: &str = "PMEMVM_MODULAR_BUILD";
+
+/// Waits for tests/run.sh's background `build.sh --modular`, when there is one;
+/// a build that failed fails the test.
+fn wait_for_background_build() {
+    let Some(base) = std::env::var_os(BACKGROUND_BUILD_ENV).filter(|b| !b.is_empty()) else {
+        return;
+    };
+    let base = PathBuf::from(base);
+    let with = |ext: &str| PathBuf::from(format!("{}.{ext}", base.display()));
+    let lock = std::fs::File::open(with("lock")).unwrap_or_else(|e| {
+        panic!(
+            "{BACKGROUND_BUILD_ENV}={}: no {} ({e})",
+            base.display(),
+            with("lock").display()
+        )
+    });
+    let started = std::time::Instant::now();
+    // SAFETY: flock on a file descriptor this function owns; blocks until the
+    // build's exclusive lock is released, and the lock goes with `lock`.
+    let rc = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_SH) };
+    assert_eq!(
+        rc,
+        0,
+        "flock {}: {}",
+        with("lock").display(),
+        std::io::Error::last_os_error()
+    );
+    let status = std::fs::read_to_string(with("status")).unwrap_or_default();
+    if status.trim() != "0" {
+        let log = std::fs::read_to_string(with("log")).unwrap_or_default();
+        panic!(
+            "the background modular kernel build (tests/run.sh) ended with status {:?}:\n{}",
+            status.trim(),
+            crate::nested::tail(&log, 30)
+        );
+    }
+    let waited = started.elapsed();
+    if waited.as_secs() >= 1 {
+        eprintln!("own kernel: waited {waited:.1?} for the background modular kernel build");
+    }
+}
+
+/// The built modular kernel, or a skip saying how to build it (tests/run.sh
+/// does, in the background: this waits for it).
 pub fn modular_kernel() -> Result<ModularKernel, Skip> {
+    wait_for_background_build();
     let dir = crate::pmemvm::workspace_root().join("guest-images/out/modular");
     let release = std::fs::read_to_string(dir.join("kernelrelease"))
         .map(|s| s.trim().to_owned())
