@@ -117,8 +117,26 @@ export PMEMVM_BIN="$PWD/target/debug/pmemvm"
 
 log "cargo test (deadline: $(remaining) s left of $DEADLINE s; strict=${PMEMVM_TEST_STRICT:-0})"
 rc=0
+TIMES_LOG="$PWD/target/pmemvm-test-times.log"
+# Seconds since the start of the run at each test binary's start, for the
+# per-binary times printed at the end (docs/testing.md quotes them).
+stamp_binaries() {
+    local line
+    while IFS= read -r line; do
+        case "$line" in
+            *"Running "*) printf '%s %s\n' "$(( SECONDS - T0 ))" "$line" ;;
+        esac
+    done
+}
+T_TESTS=$(( SECONDS - T0 ))
 bounded cargo test --workspace --no-fail-fast -- --test-threads="${PMEMVM_TEST_THREADS:-2}" 2>&1 \
-    | tee "$TEST_LOG" || rc=$?
+    | tee "$TEST_LOG" | stamp_binaries > "$TIMES_LOG" || rc=$?
+# Each binary's time is the time to the next one's start (the last one: to now).
+log "time per test binary (s), longest first:"
+awk -v end=$(( SECONDS - T0 )) -v t0="$T_TESTS" '
+    { t[NR] = $1; sub(/^[0-9]+ +Running +/, ""); n[NR] = $0 }
+    END { for (i = 1; i <= NR; i++) { d = (i < NR ? t[i+1] : end) - t[i]; print d, n[i] } }
+' "$TIMES_LOG" | sort -rn | head -n 40 >&2
 wait "$MODULAR_PID" || true
 if [ "$(cat "$PMEMVM_MODULAR_BUILD.status" 2>/dev/null)" != 0 ]; then
     log "the background modular kernel build failed (status $(cat "$PMEMVM_MODULAR_BUILD.status" 2>/dev/null || echo none)); its log ends:"
