@@ -39,7 +39,7 @@ const TIER: [TierBinary; 8] = [
                   string I/O, console input, label counters, address width, several VMs",
     },
     TierBinary {
-        name: "pvm_linux",
+        name: "host_linux",
         filter: &[],
         at_least: 1,
         asserts: "the guest image boots to user space with 2 vCPUs and /dev/pmem0, status 7",
