@@ -13,7 +13,9 @@
 #      debian` (rootfs-debian.sh);
 #   3. checks formatting and clippy;
 #   4. runs every test (unit, golden, iasl, tiny guests on this host's KVM,
-#      QEMU TCG, nested KVM end to end).
+#      QEMU TCG, nested KVM end to end, the host-KVM tests again in the nested
+#      L1), as two queues at once: the binaries that boot TCG guests, and the
+#      rest; then prints each test binary's time.
 # A test whose tier cannot run here (a missing tool or missing hardware only)
 # prints "SKIP: [binary::test] <reason>"; the summary at the end lists every
 # skip and their count. With PMEMVM_TEST_STRICT=1 (CI) every skip fails.
@@ -33,7 +35,6 @@ mkdir -p target
 export PMEMVM_SKIP_LOG="$PWD/target/pmemvm-test-skips.log"
 : > "$PMEMVM_SKIP_LOG"
 export PMEMVM_TCG_LOCK=${PMEMVM_TCG_LOCK:-/tmp/pmemvm-tcg.lock}
-TEST_LOG="$PWD/target/pmemvm-test.log"
 
 summary() {
     local n
@@ -63,7 +64,9 @@ bounded() {
             console=$(sed -n 's/^console=//p' "$PMEMVM_TCG_LOCK")
             [ -z "$console" ] || [ ! -f "$console" ] || { log "its console, last lines:"; tail -n 40 "$console" >&2; }
         fi
-        [ ! -f "$TEST_LOG" ] || { log "test log, last lines:"; tail -n 30 "$TEST_LOG" >&2; }
+        for f in "${TEST_LOG:-}" "${REST_LOG:-}"; do
+            [ -z "$f" ] || [ ! -f "$f" ] || { log "test log $f, last lines:"; tail -n 30 "$f" >&2; }
+        done
         # QEMUs of killed tests are orphans now (they run in their own process groups).
         pkill -KILL -P 1 -x qemu-system-x86 2>/dev/null || true
         return 124
@@ -115,9 +118,28 @@ log "cargo build"
 bounded cargo build --workspace --all-targets -q
 export PMEMVM_BIN="$PWD/target/debug/pmemvm"
 
-log "cargo test (deadline: $(remaining) s left of $DEADLINE s; strict=${PMEMVM_TEST_STRICT:-0})"
-rc=0
+# Two queues at once. The test binaries that boot QEMU under TCG (the nested L1s,
+# --engine qemu, the table and image checks) hold the machine-wide TCG lock one
+# guest at a time, which keeps one core busy and leaves the other mostly idle;
+# every other test binary (unit tests, tiny guests on this host's KVM,
+# durability, CLI checks) runs beside them in a second queue. A test file not
+# named in TCG_TESTS is in the second queue: no binary is left out.
+TCG_TESTS="engine_nested first_contact hw_kvm_tier image_qemu nested_fio_suite nested_harness
+    nested_media_errors nested_nvdimm nested_nvdimm_defaults nested_own_kernel nested_pmemvm
+    nested_run_command nested_startup nvdimm_labels qemu_tables run_qemu slurm"
+REST_TESTS=""
+for f in tests/tests/*.rs; do
+    t=$(basename "$f" .rs)
+    case " $(echo $TCG_TESTS) " in *" $t "*) ;; *) REST_TESTS="$REST_TESTS $t" ;; esac
+done
+for t in $TCG_TESTS; do
+    [ -f "tests/tests/$t.rs" ] || { log "TCG_TESTS names $t, which is not a test of tests/tests/"; exit 1; }
+done
+TEST_LOG="$PWD/target/pmemvm-test.log"      # the TCG queue (printed as it runs)
+REST_LOG="$PWD/target/pmemvm-test-rest.log" # the other queue (printed at its end)
 TIMES_LOG="$PWD/target/pmemvm-test-times.log"
+: > "$TEST_LOG"; : > "$REST_LOG"; : > "$TIMES_LOG"
+
 # Seconds since the start of the run at each test binary's start, for the
 # per-binary times printed at the end (docs/testing.md quotes them).
 stamp_binaries() {
@@ -128,15 +150,49 @@ stamp_binaries() {
         esac
     done
 }
-T_TESTS=$(( SECONDS - T0 ))
-bounded cargo test --workspace --no-fail-fast -- --test-threads="${PMEMVM_TEST_THREADS:-2}" 2>&1 \
-    | tee "$TEST_LOG" | stamp_binaries > "$TIMES_LOG" || rc=$?
-# Each binary's time is the time to the next one's start (the last one: to now).
-log "time per test binary (s), longest first:"
-awk -v end=$(( SECONDS - T0 )) -v t0="$T_TESTS" '
-    { t[NR] = $1; sub(/^[0-9]+ +Running +/, ""); n[NR] = $0 }
-    END { for (i = 1; i <= NR; i++) { d = (i < NR ? t[i+1] : end) - t[i]; print d, n[i] } }
-' "$TIMES_LOG" | sort -rn | head -n 40 >&2
+# cargo_test QUEUE LOG ARGS...: one `cargo test ARGS`, its output appended to
+# LOG, its binaries' start times to the times log of QUEUE.
+cargo_test() {
+    local queue=$1 out=$2 crc=0
+    shift 2
+    bounded cargo test --no-fail-fast "$@" -- --test-threads="${PMEMVM_TEST_THREADS:-2}" 2>&1 \
+        | tee -a "$out" | stamp_binaries >> "$TIMES_LOG.$queue" || crc=$?
+    printf '%s Running (end of cargo test)\n' "$(( SECONDS - T0 ))" >> "$TIMES_LOG.$queue"
+    return "$crc"
+}
+: > "$TIMES_LOG.tcg"; : > "$TIMES_LOG.rest"
+
+log "cargo test (deadline: $(remaining) s left of $DEADLINE s; strict=${PMEMVM_TEST_STRICT:-0}): the TCG queue here, the other queue in $REST_LOG"
+rc=0
+(
+    qrc=0
+    cargo_test rest "$REST_LOG" --workspace --exclude pmemvm-tests || qrc=1
+    cargo_test rest "$REST_LOG" -p pmemvm-tests --doc || qrc=1
+    # shellcheck disable=SC2046 # one --test per name
+    cargo_test rest "$REST_LOG" -p pmemvm-tests --lib $(printf -- '--test %s ' $REST_TESTS) || qrc=1
+    exit "$qrc"
+) &
+REST_PID=$!
+(
+    # shellcheck disable=SC2046 # one --test per name
+    cargo_test tcg "$TEST_LOG" -p pmemvm-tests $(printf -- '--test %s ' $TCG_TESTS) >/dev/null &
+    tail -n +1 --pid=$! -f "$TEST_LOG"
+    wait $!
+) || rc=$?
+wait "$REST_PID" || rc=1
+log "the other queue's output ($REST_LOG):"
+cat "$REST_LOG"
+failed=$(grep -h -E '^test .* \.\.\. FAILED$|^error: test failed' "$TEST_LOG" "$REST_LOG" || true)
+[ -z "$failed" ] || { log "failed:"; printf '%s\n' "$failed" >&2; }
+
+# Each binary's time is the time to the next one's start in its queue.
+log "time per test binary (s), longest first (two queues run at once):"
+for q in tcg rest; do
+    awk -v q="$q" '
+        { t[NR] = $1; sub(/^[0-9]+ +Running +/, ""); n[NR] = $0 }
+        END { for (i = 1; i < NR; i++) if (n[i] !~ /^\(end/) print t[i+1] - t[i], q, n[i] }
+    ' "$TIMES_LOG.$q"
+done | sort -rn | tee "$TIMES_LOG" | head -n 45 >&2
 wait "$MODULAR_PID" || true
 if [ "$(cat "$PMEMVM_MODULAR_BUILD.status" 2>/dev/null)" != 0 ]; then
     log "the background modular kernel build failed (status $(cat "$PMEMVM_MODULAR_BUILD.status" 2>/dev/null || echo none)); its log ends:"

@@ -188,6 +188,19 @@ fn run_wrapper(clone: &Path, bin: &Path, args: &[&str], report: &Path) -> Wrappe
     }
 }
 
+/// True when the bench's failed runs (its `pmemvm: failed:` lines on
+/// stderr) are all the off side's verify losing fio's overlap race: a finding
+/// the report explains, for which status 1 is right.
+fn only_the_verify_race<'a>(stderr: impl Iterator<Item = &'a str>) -> bool {
+    let failed: Vec<&str> = stderr
+        .filter(|l| l.starts_with("pmemvm: failed: "))
+        .collect();
+    !failed.is_empty()
+        && failed
+            .iter()
+            .all(|l| l.contains("side off") && lab::report::is_verify_race(l))
+}
+
 #[test]
 fn readme_first_command_on_a_host_without_qemu() {
     let host = vmm::host::HostKvm::probe();
@@ -266,17 +279,7 @@ fn readme_first_command_on_a_host_without_qemu() {
     // overlapping in-flight writes that io-wq completes out of order (2 of 20 boots here).
     // That is a finding the report explains, not a broken first run: status 1 is right
     // then, and only for that.
-    let failed: Vec<&String> = run
-        .seen
-        .lines
-        .iter()
-        .filter(|l| l.starts_with("pmemvm: failed: "))
-        .collect();
-    let verify_race_only = !failed.is_empty()
-        && failed
-            .iter()
-            .all(|l| l.contains("side off") && lab::report::is_verify_race(l));
-    if verify_race_only {
+    if only_the_verify_race(run.seen.lines.iter().map(String::as_str)) {
         assert_eq!(run.status, Some(1), "{}", run.dump());
         assert!(
             run.line_index("pmemvm: note: a \"verify: bad header numberio A, wanted B\"")
@@ -400,16 +403,7 @@ fn bench_engine_auto_matches_the_host_kind() {
                 ],
                 DEADLINE,
             );
-            let failed: Vec<&str> = out
-                .stderr
-                .lines()
-                .filter(|l| l.starts_with("pmemvm: failed: "))
-                .collect();
-            let verify_race_only = !failed.is_empty()
-                && failed
-                    .iter()
-                    .all(|l| l.contains("side off") && lab::report::is_verify_race(l));
-            let want = if verify_race_only { 1 } else { 0 };
+            let want = i32::from(only_the_verify_race(out.stderr.lines()));
             assert_eq!(out.status, Some(want), "{}", out.dump());
             assert!(out.stdout.contains("engine pmemvm"), "{}", out.dump());
             let text = std::fs::read_to_string(report.join("report.txt")).expect("report.txt");

@@ -13,7 +13,8 @@
 //! The source tree is mounted in L1 at its own path, so the binaries find
 //! the tiny guests, the guest image and the scripts where they were built.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use pmemvm_tests::nested::{Mode, NestedVm};
@@ -85,34 +86,35 @@ const TIER: [TierBinary; 8] = [
     },
 ];
 
-/// The newest built test binary `name-<hash>` beside this one (cargo builds
-/// every test target before it runs any).
-fn test_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("this test binary");
-    let deps = exe.parent().expect("target/debug/deps");
-    let prefix = format!("{name}-");
-    std::fs::read_dir(deps)
-        .expect("read target/debug/deps")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            let file = p.file_name().unwrap_or_default().to_string_lossy();
-            file.strip_prefix(&prefix)
-                .is_some_and(|hash| hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()))
-                && is_executable(p)
+/// The test executables of this crate as cargo built them for this run
+/// (`cargo test --no-run --message-format=json`: up to date, and the exact
+/// files, never an older build's), by target name.
+fn test_binaries() -> std::collections::HashMap<String, PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "test",
+            "-q",
+            "-p",
+            "pmemvm-tests",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .current_dir(workspace_root())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run cargo test --no-run");
+    assert!(out.status.success(), "cargo test --no-run failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["profile"]["test"] == true)
+        .filter_map(|m| {
+            let name = m["target"]["name"].as_str()?.to_string();
+            let exe = m["executable"].as_str()?;
+            Some((name, PathBuf::from(exe)))
         })
-        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "test binary {name} is not built in {} (cargo test builds it)",
-                deps.display()
-            )
-        })
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .collect()
 }
 
 /// `passed` of libtest's `test result:` line.
@@ -155,8 +157,12 @@ fn host_kvm_test_binaries_pass_on_a_hardware_kvm() {
         !tier.is_empty(),
         "PMEMVM_TIER_ONLY={only} names no binary of the tier"
     );
+    let built = test_binaries();
     for b in &tier {
-        vm = vm.binary(b.name, test_binary(b.name));
+        let exe = built
+            .get(b.name)
+            .unwrap_or_else(|| panic!("cargo built no test binary {}", b.name));
+        vm = vm.binary(b.name, exe);
         script.push_str(&format!(
             "start=$(cut -d' ' -f1 /proc/uptime)\n\
              {name} --test-threads 2 {filter} > results/{name}.log 2>&1\n\
