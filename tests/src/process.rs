@@ -31,6 +31,24 @@ pub fn wait_with_deadline(
     })
 }
 
+/// PIDs of the QEMU processes whose command line mentions `dir` (a run's
+/// scratch directory: its DIMM files, its console).
+pub fn qemus_under(dir: &std::path::Path) -> Vec<libc::pid_t> {
+    let needle = dir.to_string_lossy().into_owned();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd);
+            cmd.contains("qemu-system") && cmd.contains(&needle)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

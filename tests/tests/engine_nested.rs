@@ -319,23 +319,6 @@ fn nested_without_qemu_is_one_sentence_and_status_2() {
     }
 }
 
-/// PIDs of the QEMU processes whose command line mentions `dir`.
-fn qemus_under(dir: &Path) -> Vec<libc::pid_t> {
-    let needle = dir.to_string_lossy().into_owned();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
-        .filter(|pid| {
-            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let cmd = String::from_utf8_lossy(&cmd);
-            cmd.contains("qemu-system") && cmd.contains(&needle)
-        })
-        .collect()
-}
-
 /// Starts `pmemvm run --engine nested -- sleep 600`, sends `sig` once its L1
 /// runs, and returns pmemvm's status, the QEMUs of the run still alive
 /// (killed afterwards) and pmemvm's stderr.
@@ -367,7 +350,7 @@ fn stop_nested_run_with(sig: libc::c_int, name: &str) -> (Option<i32>, Vec<libc:
             break;
         }
         std::thread::sleep(Duration::from_millis(200));
-        qemu = qemus_under(&dir.0);
+        qemu = pmemvm_tests::process::qemus_under(&dir.0);
     }
     assert!(
         !qemu.is_empty(),
@@ -387,10 +370,10 @@ fn stop_nested_run_with(sig: libc::c_int, name: &str) -> (Option<i32>, Vec<libc:
     }
     // QEMU may take a moment to die after its parent.
     let gone_by = Instant::now() + Duration::from_secs(10);
-    let mut left = qemus_under(&dir.0);
+    let mut left = pmemvm_tests::process::qemus_under(&dir.0);
     while !left.is_empty() && Instant::now() < gone_by {
         std::thread::sleep(Duration::from_millis(200));
-        left = qemus_under(&dir.0);
+        left = pmemvm_tests::process::qemus_under(&dir.0);
     }
     for p in &left {
         // SAFETY: kill(2) of a QEMU this test's pmemvm started (cleanup).

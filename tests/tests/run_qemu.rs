@@ -409,3 +409,129 @@ fn bench_bcache_verify_on_qemu_says_whether_the_thread_failure_reproduced() {
     );
     eprintln!("bcache-verify on QEMU: {verdict}");
 }
+
+/// Starts `bench pmem-verify --engine qemu --runs 2` (four boots), sends `sig`
+/// to the bench while its second boot runs, and returns the bench's status,
+/// the seconds from the signal to its exit, the QEMUs of the run still alive
+/// afterwards (killed then), the report directory and the bench's stderr.
+fn stop_qemu_bench_with(
+    sig: libc::c_int,
+    name: &str,
+) -> (Option<i32>, f64, Vec<libc::pid_t>, TempDir, String) {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    use std::time::Instant;
+    let dir = TempDir::new(name);
+    let out = dir.join("report");
+    let mut child = Command::new(pmemvm_tests::pmemvm::pmemvm_bin())
+        .args([
+            "bench",
+            "pmem-verify",
+            "--engine",
+            "qemu",
+            "--runs",
+            "2",
+            // Boots long enough (about 20-30 s under TCG) that one left to run
+            // to its end, or an orphaned QEMU, is seen.
+            "--nvdimm",
+            "256M",
+            "--size",
+            "64M",
+            "--out",
+        ])
+        .arg(&out)
+        // Each boot's scratch directory (its DIMM files, on QEMU's command line) below dir.
+        .env("TMPDIR", &dir.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start pmemvm bench");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let err = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut stderr = Vec::new();
+    let start = Instant::now();
+    // Wait for the second boot to start, then for its QEMU.
+    let mut second = false;
+    while !second && start.elapsed() < Duration::from_secs(300) {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(line) => {
+                second = line.contains("[bench] boot 2/");
+                stderr.push(line);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    assert!(
+        second,
+        "the second boot never started:\n{}",
+        stderr.join("\n")
+    );
+    while pmemvm_tests::process::qemus_under(&dir.0).is_empty()
+        && start.elapsed() < Duration::from_secs(300)
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Let the guest get going (its kernel runs under TCG).
+    std::thread::sleep(Duration::from_secs(3));
+    let pid = libc::pid_t::try_from(child.id()).expect("pid");
+    let signalled = Instant::now();
+    // SAFETY: kill(2) sends `sig` to the bench this test started.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+    let waited = pmemvm_tests::process::wait_with_deadline(&mut child, Duration::from_secs(120))
+        .expect("wait for the bench");
+    let took = signalled.elapsed().as_secs_f64();
+    let _ = reader.join();
+    stderr.extend(rx.try_iter());
+    let left = pmemvm_tests::process::qemus_under(&dir.0);
+    for p in &left {
+        // SAFETY: kill(2) of a QEMU this test's bench started (cleanup).
+        unsafe { libc::kill(*p, libc::SIGKILL) };
+    }
+    (
+        waited.and_then(|s| s.code()),
+        took,
+        left,
+        dir,
+        stderr.join("\n"),
+    )
+}
+
+/// SIGINT and SIGTERM to a bench on the QEMU engine end the running boot in
+/// order (QEMU gets SIGTERM), stop the bench with 128 + N within seconds and
+/// keep the finished run; no QEMU of the run is left.
+#[test]
+fn a_stop_signal_ends_the_running_qemu_boot_and_the_bench() {
+    let _tcg = require!(ready());
+    for (sig, want) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
+        let (status, took, left, dir, stderr) =
+            stop_qemu_bench_with(sig, &format!("qemu-stop-{sig}"));
+        eprintln!("qemu engine: signal {sig}: bench ended with {status:?} {took:.1} s after it");
+        assert_eq!(status, Some(want), "signal {sig}:\n{stderr}");
+        assert!(
+            took < 15.0,
+            "signal {sig}: the bench took {took:.1} s to end:\n{stderr}"
+        );
+        assert!(
+            left.is_empty(),
+            "signal {sig}: QEMU {left:?} outlived the bench:\n{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("stopped by signal {sig}; QEMU was ended")),
+            "signal {sig}: the running boot was not ended by pmemvm:\n{stderr}"
+        );
+        let report = std::fs::read_to_string(dir.join("report/report.txt")).unwrap_or_else(|e| {
+            panic!("signal {sig}: no report of the finished run ({e}):\n{stderr}")
+        });
+        assert!(
+            report.contains("off   1"),
+            "signal {sig}: the finished run is not kept:\n{report}"
+        );
+    }
+}

@@ -4,10 +4,10 @@
 //! prepares the machine (kernel, initrd with the job, command line, DIMMs,
 //! console and channel files) once; an engine boots it and says how it ended.
 
-use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use devices::exit::ExitRequest;
 use vmm::config::{ConsoleMode, NvdimmSpec, VmConfig};
@@ -17,6 +17,7 @@ use vmm::run_loop::RunOptions;
 use vmm::stats::{ExitCounts, NvdimmCounts};
 use vmm::vm::{Vm, VmError};
 
+use crate::nested::wait::Waited;
 use crate::preflight::Engine;
 use crate::preflight::PreflightError;
 use crate::qemu::{self, QemuAccel, QemuMachine};
@@ -273,21 +274,34 @@ impl GuestEngine for Qemu {
         };
         let mut cmd = machine.command();
         log::info!("running {cmd:?}");
-        let status = run_with_deadline(&mut cmd, m.timeout, m.stream_console.then_some(m.console))?;
-        ended.status = match status {
+        let end = run_with_deadline(
+            &mut cmd,
+            m.timeout,
+            m.stream_console.then_some(m.console),
+            &m.scratch.join("qemu.log"),
+        )?;
+        ended.status = match end {
             // isa-debug-exit: QEMU exits with (byte << 1) | 1.
-            Some(s) if s & 1 == 1 => u8::try_from(s >> 1).ok(),
-            Some(0) => Some(0),
-            Some(s) => {
+            QemuEnd::Exited(Some(s)) if s & 1 == 1 => u8::try_from(s >> 1).ok(),
+            QemuEnd::Exited(Some(0)) => Some(0),
+            QemuEnd::Exited(Some(s)) => {
                 ended.error = Some(format!("qemu-system-x86_64 failed with status {s}"));
                 None
             }
-            None => {
+            QemuEnd::Exited(None) => {
+                ended.error = Some("qemu-system-x86_64 was killed by a signal".into());
+                None
+            }
+            QemuEnd::Deadline => {
                 ended.error = Some(format!(
                     "the guest did not finish within {} s (use --timeout to allow more); QEMU was killed",
                     m.timeout.as_secs()
                 ));
                 Some(exit_status::TIMED_OUT)
+            }
+            QemuEnd::Signal(signal) => {
+                ended.error = Some(format!("stopped by signal {signal}; QEMU was ended"));
+                u8::try_from(128 + signal).ok()
             }
         };
         Ok(ended)
@@ -304,57 +318,82 @@ pub fn in_nested_l1() -> bool {
             .unwrap_or(false)
 }
 
-/// Runs a command until it exits or the deadline passes (then kills it, None).
+/// How QEMU's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QemuEnd {
+    /// QEMU exited with this status (None: killed by a signal).
+    Exited(Option<i32>),
+    /// The deadline passed; QEMU was killed.
+    Deadline,
+    /// A stop signal reached pmemvm; QEMU was ended (SIGTERM, then SIGKILL).
+    Signal(i32),
+}
+
+/// Time QEMU gets to end in order after SIGTERM before SIGKILL.
+const QEMU_STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs QEMU until it exits, the deadline passes (it is killed) or a stop
+/// signal (SIGINT, SIGTERM, SIGHUP) reaches pmemvm (QEMU gets SIGTERM, then
+/// SIGKILL after [`QEMU_STOP_GRACE`]). QEMU runs in a process group of its own
+/// and dies with this thread (`PR_SET_PDEATHSIG`), so it never outlives pmemvm;
+/// its stderr goes to `log` (warnings are logged at the end).
 fn run_with_deadline(
     cmd: &mut std::process::Command,
     deadline: Duration,
     stream: Option<&Path>,
-) -> Result<Option<i32>, EngineError> {
-    let mut child = cmd
-        .stdin(Stdio::null())
+    log: &Path,
+) -> Result<QemuEnd, EngineError> {
+    let log_file = std::fs::File::create(log).map_err(|source| EngineError::Io {
+        what: format!("creating {}", log.display()),
+        source,
+    })?;
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| EngineError::Io {
-            what: "starting qemu-system-x86_64".into(),
-            source,
-        })?;
-    let start = Instant::now();
+        .stderr(log_file)
+        .process_group(0);
+    crate::nested::wait::dies_with_this_process(cmd);
+    // Blocked before the spawn, so none is missed; QEMU starts with an empty
+    // mask (dies_with_this_process), so it ends on the SIGTERM below.
+    let signals = vmm::signals::StopSignals::block();
+    let mut child = cmd.spawn().map_err(|source| EngineError::Io {
+        what: "starting qemu-system-x86_64".into(),
+        source,
+    })?;
     let mut shown = 0usize;
-    loop {
-        if let Some(path) = stream {
-            if let Ok(b) = std::fs::read(path) {
-                if b.len() > shown {
-                    use std::io::Write;
-                    let _ = std::io::stdout().write_all(&b[shown..]);
-                    let _ = std::io::stdout().flush();
-                    shown = b.len();
+    let mut stopped_by = None;
+    let waited = crate::nested::wait::wait_watched_with_grace(
+        &mut child,
+        Some(deadline),
+        QEMU_STOP_GRACE,
+        || {
+            if let Some(sig) = signals.as_ref().ok().and_then(|s| s.read()) {
+                stopped_by = Some(sig);
+                return Some(format!("signal {sig}"));
+            }
+            if let Some(path) = stream {
+                if let Ok(b) = std::fs::read(path) {
+                    if b.len() > shown {
+                        use std::io::Write;
+                        let _ = std::io::stdout().write_all(&b[shown..]);
+                        let _ = std::io::stdout().flush();
+                        shown = b.len();
+                    }
                 }
             }
-        }
-        match child.try_wait() {
-            Ok(Some(s)) => {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
-                if !err.trim().is_empty() {
-                    log::warn!("qemu: {}", err.trim());
-                }
-                return Ok(s.code());
-            }
-            Ok(None) if start.elapsed() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Ok(None);
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-            Err(source) => {
-                return Err(EngineError::Io {
-                    what: "waiting for qemu-system-x86_64".into(),
-                    source,
-                })
-            }
-        }
+            None
+        },
+    )
+    .map_err(|source| EngineError::Io {
+        what: "waiting for qemu-system-x86_64".into(),
+        source,
+    })?;
+    let err = std::fs::read_to_string(log).unwrap_or_default();
+    if !err.trim().is_empty() {
+        log::warn!("qemu: {}", err.trim());
     }
+    Ok(match waited {
+        Waited::Exited(s) => QemuEnd::Exited(s.code()),
+        Waited::Deadline => QemuEnd::Deadline,
+        Waited::Stopped(_) => QemuEnd::Signal(stopped_by.unwrap_or(libc::SIGTERM)),
+    })
 }

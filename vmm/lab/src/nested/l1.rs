@@ -181,24 +181,10 @@ pub fn run_l1(
     cmd.stderr(log);
     // The L1 dies with the thread that waits for it, however that ends
     // (SIGKILL included): QEMU never outlives pmemvm.
-    let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
-    // SAFETY: the closure runs in the forked child before exec and makes only
-    // the async-signal-safe calls prctl(2) and getppid(2).
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent may have died before prctl: then nobody would kill us.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::other("pmemvm exited while QEMU started"));
-            }
-            Ok(())
-        });
-    }
+    super::wait::dies_with_this_process(&mut cmd);
     // A stop signal ends the L1 with this process (QEMU, in a process group
     // of its own, would not see it). Blocked before the spawn, so none is
-    // missed; std gives the child an empty signal mask.
+    // missed; QEMU starts with an empty mask (dies_with_this_process).
     let signals = vmm::signals::StopSignals::block();
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(io("start qemu-system-x86_64"))?;

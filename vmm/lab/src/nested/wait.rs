@@ -1,5 +1,5 @@
 //! Child processes with a time limit: one deadline loop for the L1 of
-//! `--engine nested` and every test harness (the nested L1, direct runs, QEMU
+//! `--engine nested`, the QEMU of `--engine qemu` and every test harness (the nested L1, direct runs, QEMU
 //! guests of the peer-engine and table tiers), killing the whole process group
 //! at the deadline.
 
@@ -24,6 +24,18 @@ pub enum Waited {
 pub fn wait_watched(
     child: &mut Child,
     deadline: Option<Duration>,
+    watch: impl FnMut() -> Option<String>,
+) -> std::io::Result<Waited> {
+    wait_watched_with_grace(child, deadline, Duration::ZERO, watch)
+}
+
+/// As [`wait_watched`], but a stop asked for by `watch` first sends SIGTERM
+/// to the process group and waits up to `grace` for the child to exit (QEMU
+/// ends in order on SIGTERM) before SIGKILL. The deadline still kills at once.
+pub fn wait_watched_with_grace(
+    child: &mut Child,
+    deadline: Option<Duration>,
+    grace: Duration,
     mut watch: impl FnMut() -> Option<String>,
 ) -> std::io::Result<Waited> {
     let start = Instant::now();
@@ -40,8 +52,7 @@ pub fn wait_watched(
         if last_watch.elapsed() >= Duration::from_secs(1) {
             last_watch = Instant::now();
             if let Some(reason) = watch() {
-                kill_group(child);
-                let _ = child.wait();
+                end_group(child, grace);
                 return Ok(Waited::Stopped(reason));
             }
         }
@@ -49,18 +60,72 @@ pub fn wait_watched(
     }
 }
 
+/// Ends the process group led by `child`: SIGTERM, up to `grace` for the
+/// child to exit, then SIGKILL (at once for a zero grace); reaps the child.
+pub fn end_group(child: &mut Child, grace: Duration) {
+    if !grace.is_zero() {
+        signal_group(child, libc::SIGTERM);
+        let until = Instant::now() + grace;
+        while Instant::now() < until {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                // The leader is gone; anything it left in its group goes too.
+                signal_group(child, libc::SIGKILL);
+                return;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+    kill_group(child);
+    let _ = child.wait();
+}
+
+fn signal_group(child: &Child, signal: libc::c_int) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(child.id()) else {
+        return false;
+    };
+    // SAFETY: kill(2) only sends a signal; -pid names the process group
+    // created for the child, so no unrelated process is hit.
+    unsafe { libc::kill(-pid, signal) == 0 }
+}
+
 /// Kills the process group led by `child` (it was spawned with
 /// `process_group(0)`), falling back to the child alone.
 pub fn kill_group(child: &mut Child) {
-    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-        // SAFETY: kill(2) only sends a signal; -pid names the process group
-        // created for the child, so no unrelated process is hit.
-        let rc = unsafe { libc::kill(-pid, libc::SIGKILL) };
-        if rc == 0 {
-            return;
-        }
+    if !signal_group(child, libc::SIGKILL) {
+        let _ = child.kill();
     }
-    let _ = child.kill();
+}
+
+/// Makes `cmd` a child that dies with this process however it ends, SIGKILL
+/// included (`PR_SET_PDEATHSIG`): a QEMU it starts never outlives pmemvm.
+/// The child also starts with an empty signal mask: the stop signals pmemvm
+/// blocks to read them from a signalfd would otherwise stay blocked in QEMU
+/// (std's fork path keeps the mask), and QEMU would ignore the SIGTERM that
+/// asks it to end in order.
+pub fn dies_with_this_process(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    // SAFETY: the closure runs in the forked child before exec and makes only
+    // the async-signal-safe calls sigemptyset(3), pthread_sigmask(3),
+    // prctl(2) and getppid(2), on a sigset of its own stack.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            if rc != 0 {
+                return Err(std::io::Error::from_raw_os_error(rc));
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before prctl: then nobody would kill us.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("pmemvm exited while QEMU started"));
+            }
+            Ok(())
+        });
+    }
 }
 
 #[cfg(test)]
