@@ -82,7 +82,8 @@ const TIER: [TierBinary; 8] = [
         name: "first_contact",
         filter: &["--exact", "bench_engine_auto_matches_the_host_kind"],
         at_least: 1,
-        asserts: "the README's bench with --engine auto runs on pmemvm (engine pmemvm, figures)",
+        asserts: "the README's bench with --engine auto runs on pmemvm (engine pmemvm, figures; \
+                  one vCPU in the L1, see the test)",
     },
 ];
 
