@@ -389,7 +389,11 @@ fn bench_engine_auto_matches_the_host_kind() {
             // runs of this test (no L1 heartbeat for 150 s, twice in one CI
             // run, both while the host was loaded); 1-vCPU guests never have.
             // Until that nested hang is understood, the L1 runs it with one.
-            let cpus = if lab::engine::in_nested_l1() { "1" } else { "2" };
+            let cpus = if lab::engine::in_nested_l1() {
+                "1"
+            } else {
+                "2"
+            };
             let out = pmemvm_tests::pmemvm::run(
                 &[
                     "bench",
