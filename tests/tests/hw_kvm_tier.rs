@@ -13,6 +13,7 @@
 //! The source tree is mounted in L1 at its own path, so the binaries find
 //! the tiny guests, the guest image and the scripts where they were built.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -28,6 +29,8 @@ struct TierBinary {
     filter: &'static [&'static str],
     at_least: usize,
     asserts: &'static str,
+    /// Runs in an L1 of its own (see `first_contact`).
+    own_l1: bool,
 }
 
 const TIER: [TierBinary; 8] = [
@@ -38,12 +41,14 @@ const TIER: [TierBinary; 8] = [
         asserts: "serial, exit port, power-off/reset/triple fault, NVDIMM bytes both ways, \
                   flush hints, emulation failure (fldt from MMIO on hardware KVM), GDT, \
                   string I/O, console input, label counters, address width, several VMs",
+        own_l1: false,
     },
     TierBinary {
         name: "host_linux",
         filter: &[],
         at_least: 1,
         asserts: "the guest image boots to user space with 2 vCPUs and /dev/pmem0, status 7",
+        own_l1: false,
     },
     TierBinary {
         name: "kvm_host_placement",
@@ -51,6 +56,7 @@ const TIER: [TierBinary; 8] = [
         at_least: 4,
         asserts: "huge=always tmpfs, hugetlb DIMM and RAM, --host-node bind, --pin, \
                   run --json machine fields, bad placement input",
+        own_l1: false,
     },
     TierBinary {
         name: "durability",
@@ -58,18 +64,21 @@ const TIER: [TierBinary; 8] = [
         at_least: 13,
         asserts: "every byte kept on every exit path, fdatasync under strace, panics and \
                   stuck vCPUs",
+        own_l1: false,
     },
     TierBinary {
         name: "durability_host_files",
         filter: &[],
         at_least: 3,
         asserts: "full host file system, prealloc refusal, backing-file locks",
+        own_l1: false,
     },
     TierBinary {
         name: "durability_terminal",
         filter: &[],
         at_least: 1,
         asserts: "the terminal restored on every exit path",
+        own_l1: false,
     },
     TierBinary {
         name: "nested_harness",
@@ -77,6 +86,7 @@ const TIER: [TierBinary; 8] = [
         at_least: 1,
         asserts: "the harness's direct mode: Debian's stock kernel boots under pmemvm and \
                   its pmem write is in the backing file",
+        own_l1: false,
     },
     TierBinary {
         name: "first_contact",
@@ -84,13 +94,17 @@ const TIER: [TierBinary; 8] = [
         at_least: 1,
         asserts: "the README's bench with --engine auto runs on pmemvm (engine pmemvm, figures; \
                   one vCPU in the L1, see the test)",
+        // In the same L1 after the others, this bench stalled the L1 (no
+        // heartbeat for 150 s) in 3 of 3 CI runs, and passed in 2 of 2 runs in
+        // a fresh L1: it gets one until that is understood.
+        own_l1: true,
     },
 ];
 
 /// The test executables of this crate as cargo built them for this run
 /// (`cargo test --no-run --message-format=json`: up to date, and the exact
 /// files, never an older build's), by target name.
-fn test_binaries() -> std::collections::HashMap<String, PathBuf> {
+fn test_binaries() -> HashMap<String, PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(cargo)
         .args([
@@ -125,11 +139,15 @@ fn passed_count(log: &str) -> Option<usize> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
-#[test]
-fn host_kvm_test_binaries_pass_on_a_hardware_kvm() {
+/// Runs `tier` in one L1 (or, on a hardware host, directly) and returns what
+/// failed: a binary that did not exit 0 with at least its tests passing, or
+/// any skip.
+fn run_in_one_l1(tier: &[&TierBinary], built: &HashMap<String, PathBuf>) -> Vec<String> {
     let root = workspace_root();
-    let image = require!(pmemvm_tests::image::image_dir());
-    let mut vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm))
+    let image = require_image();
+    let mut vm = NestedVm::new()
+        .and_then(NestedVm::with_pmemvm)
+        .unwrap_or_else(|e| panic!("{e}"))
         .deadline(Duration::from_secs(2400))
         .mount_same_path(&root)
         .binary("strace", "/usr/bin/strace")
@@ -148,18 +166,7 @@ fn host_kvm_test_binaries_pass_on_a_hardware_kvm() {
          PMEMVM_SKIP_LOG=$PWD/results/skips.log\nexport PMEMVM_SKIP_LOG\n\
          echo \"kvm: $(grep -o -m1 -w -e svm -e vmx /proc/cpuinfo) pvm: $(test -d /sys/module/kvm_pvm && echo yes || echo no)\"\n",
     );
-    // PMEMVM_TIER_ONLY=a,b runs only those binaries (while working on one).
-    let only = std::env::var("PMEMVM_TIER_ONLY").unwrap_or_default();
-    let tier: Vec<&TierBinary> = TIER
-        .iter()
-        .filter(|b| only.is_empty() || only.split(',').any(|o| o == b.name))
-        .collect();
-    assert!(
-        !tier.is_empty(),
-        "PMEMVM_TIER_ONLY={only} names no binary of the tier"
-    );
-    let built = test_binaries();
-    for b in &tier {
+    for b in tier {
         let exe = built
             .get(b.name)
             .unwrap_or_else(|| panic!("cargo built no test binary {}", b.name));
@@ -189,7 +196,7 @@ fn host_kvm_test_binaries_pass_on_a_hardware_kvm() {
     }
     let results = out.path("results");
     let mut failures = Vec::new();
-    for b in &tier {
+    for b in tier {
         let log =
             std::fs::read_to_string(results.join(format!("{}.log", b.name))).unwrap_or_default();
         let status =
@@ -208,15 +215,44 @@ fn host_kvm_test_binaries_pass_on_a_hardware_kvm() {
         }
     }
     let skips = std::fs::read_to_string(results.join("skips.log")).unwrap_or_default();
+    if !skips.trim().is_empty() {
+        failures.push(format!("skipped on a hardware KVM:\n{skips}"));
+    }
+    failures
+}
+
+fn require_image() -> lab::guest_job::ImageDir {
+    pmemvm_tests::image::image_dir().unwrap_or_else(|s| panic!("checked before: {s}"))
+}
+
+#[test]
+fn host_kvm_test_binaries_pass_on_a_hardware_kvm() {
+    // The requirements, as skips (missing tools), before anything runs.
+    let _ = require!(pmemvm_tests::image::image_dir());
+    let _ = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
+    // PMEMVM_TIER_ONLY=a,b runs only those binaries (while working on one).
+    let only = std::env::var("PMEMVM_TIER_ONLY").unwrap_or_default();
+    let tier: Vec<&TierBinary> = TIER
+        .iter()
+        .filter(|b| only.is_empty() || only.split(',').any(|o| o == b.name))
+        .collect();
+    assert!(
+        !tier.is_empty(),
+        "PMEMVM_TIER_ONLY={only} names no binary of the tier"
+    );
+    let built = test_binaries();
+    let shared: Vec<&TierBinary> = tier.iter().copied().filter(|b| !b.own_l1).collect();
+    let mut failures = Vec::new();
+    if !shared.is_empty() {
+        failures.extend(run_in_one_l1(&shared, &built));
+    }
+    for b in tier.iter().copied().filter(|b| b.own_l1) {
+        failures.extend(run_in_one_l1(&[b], &built));
+    }
     assert!(
         failures.is_empty(),
-        "on a hardware KVM:\n{}\n{}",
-        failures.join("\n"),
-        out.dump()
-    );
-    assert!(
-        skips.trim().is_empty(),
-        "skipped on a hardware KVM:\n{skips}"
+        "on a hardware KVM:\n{}",
+        failures.join("\n")
     );
 }
 
