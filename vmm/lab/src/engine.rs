@@ -352,8 +352,9 @@ fn run_with_deadline(
         .stderr(log_file)
         .process_group(0);
     crate::nested::wait::dies_with_this_process(cmd);
+    crate::nested::wait::with_empty_signal_mask(cmd);
     // Blocked before the spawn, so none is missed; QEMU starts with an empty
-    // mask (dies_with_this_process), so it ends on the SIGTERM below.
+    // mask (with_empty_signal_mask), so it ends on the SIGTERM below.
     let signals = vmm::signals::StopSignals::block();
     let mut child = cmd.spawn().map_err(|source| EngineError::Io {
         what: "starting qemu-system-x86_64".into(),

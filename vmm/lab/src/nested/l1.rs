@@ -184,7 +184,7 @@ pub fn run_l1(
     super::wait::dies_with_this_process(&mut cmd);
     // A stop signal ends the L1 with this process (QEMU, in a process group
     // of its own, would not see it). Blocked before the spawn, so none is
-    // missed; QEMU starts with an empty mask (dies_with_this_process).
+    // missed (QEMU inherits the blocked mask; it is killed, not asked, on a stop).
     let signals = vmm::signals::StopSignals::block();
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(io("start qemu-system-x86_64"))?;

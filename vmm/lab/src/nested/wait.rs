@@ -98,24 +98,13 @@ pub fn kill_group(child: &mut Child) {
 
 /// Makes `cmd` a child that dies with this process however it ends, SIGKILL
 /// included (`PR_SET_PDEATHSIG`): a QEMU it starts never outlives pmemvm.
-/// The child also starts with an empty signal mask: the stop signals pmemvm
-/// blocks to read them from a signalfd would otherwise stay blocked in QEMU
-/// (std's fork path keeps the mask), and QEMU would ignore the SIGTERM that
-/// asks it to end in order.
 pub fn dies_with_this_process(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
     // SAFETY: the closure runs in the forked child before exec and makes only
-    // the async-signal-safe calls sigemptyset(3), pthread_sigmask(3),
-    // prctl(2) and getppid(2), on a sigset of its own stack.
+    // the async-signal-safe calls prctl(2) and getppid(2).
     unsafe {
         cmd.pre_exec(move || {
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            if rc != 0 {
-                return Err(std::io::Error::from_raw_os_error(rc));
-            }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -124,6 +113,27 @@ pub fn dies_with_this_process(cmd: &mut std::process::Command) {
                 return Err(std::io::Error::other("pmemvm exited while QEMU started"));
             }
             Ok(())
+        });
+    }
+}
+
+/// Starts `cmd` with an empty signal mask. std's fork path (taken with a
+/// `pre_exec`) keeps the parent thread's mask, so a QEMU started while pmemvm
+/// blocks its stop signals (to read them from a signalfd) would keep SIGTERM
+/// blocked and ignore the SIGTERM that asks it to end in order.
+pub fn with_empty_signal_mask(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and makes only
+    // the async-signal-safe calls sigemptyset(3) and pthread_sigmask(3), on a
+    // sigset of its own stack.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            match libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) {
+                0 => Ok(()),
+                rc => Err(std::io::Error::from_raw_os_error(rc)),
+            }
         });
     }
 }
