@@ -142,9 +142,12 @@ fn passed_count(log: &str) -> Option<usize> {
 /// Runs `tier` in one L1 (or, on a hardware host, directly) and returns what
 /// failed: a binary that did not exit 0 with at least its tests passing, or
 /// any skip.
-fn run_in_one_l1(tier: &[&TierBinary], built: &HashMap<String, PathBuf>) -> Vec<String> {
+fn run_in_one_l1(
+    tier: &[&TierBinary],
+    built: &HashMap<String, PathBuf>,
+    image: &lab::guest_job::ImageDir,
+) -> Vec<String> {
     let root = workspace_root();
-    let image = require_image();
     let mut vm = NestedVm::new()
         .and_then(NestedVm::with_pmemvm)
         .unwrap_or_else(|e| panic!("{e}"))
@@ -221,14 +224,10 @@ fn run_in_one_l1(tier: &[&TierBinary], built: &HashMap<String, PathBuf>) -> Vec<
     failures
 }
 
-fn require_image() -> lab::guest_job::ImageDir {
-    pmemvm_tests::image::image_dir().unwrap_or_else(|s| panic!("checked before: {s}"))
-}
-
 #[test]
 fn host_kvm_test_binaries_pass_on_a_hardware_kvm() {
     // The requirements, as skips (missing tools), before anything runs.
-    let _ = require!(pmemvm_tests::image::image_dir());
+    let image = require!(pmemvm_tests::image::image_dir());
     let _ = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
     // PMEMVM_TIER_ONLY=a,b runs only those binaries (while working on one).
     let only = std::env::var("PMEMVM_TIER_ONLY").unwrap_or_default();
@@ -244,10 +243,10 @@ fn host_kvm_test_binaries_pass_on_a_hardware_kvm() {
     let shared: Vec<&TierBinary> = tier.iter().copied().filter(|b| !b.own_l1).collect();
     let mut failures = Vec::new();
     if !shared.is_empty() {
-        failures.extend(run_in_one_l1(&shared, &built));
+        failures.extend(run_in_one_l1(&shared, &built, &image));
     }
     for b in tier.iter().copied().filter(|b| b.own_l1) {
-        failures.extend(run_in_one_l1(&[b], &built));
+        failures.extend(run_in_one_l1(&[b], &built, &image));
     }
     assert!(
         failures.is_empty(),
