@@ -58,13 +58,14 @@ bounded() {
     timeout --kill-after=30 "$left" "$@" || rc=$?
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         log "DEADLINE: $DEADLINE s passed while running: $*"
-        if [ -s "$PMEMVM_TCG_LOCK" ]; then
-            log "the guest that was running: $(tr '\n' ' ' < "$PMEMVM_TCG_LOCK")"
-            local console
-            console=$(sed -n 's/^console=//p' "$PMEMVM_TCG_LOCK")
+        local slot console
+        for slot in "$PMEMVM_TCG_LOCK" "$PMEMVM_TCG_LOCK".*; do
+            [ -s "$slot" ] || continue
+            log "a guest that was running: $(tr '\n' ' ' < "$slot")"
+            console=$(sed -n 's/^console=//p' "$slot")
             [ -z "$console" ] || [ ! -f "$console" ] || { log "its console, last lines:"; tail -n 40 "$console" >&2; }
-        fi
-        for f in "${TEST_LOG:-}" "${REST_LOG:-}"; do
+        done
+        for f in "${TEST_LOG:-}" "${TEST_B_LOG:-}" "${REST_LOG:-}"; do
             [ -z "$f" ] || [ ! -f "$f" ] || { log "test log $f, last lines:"; tail -n 30 "$f" >&2; }
         done
         # QEMUs of killed tests are orphans now (they run in their own process groups).
@@ -88,8 +89,9 @@ log "guest image"
 bounded guest-images/build.sh
 
 # The modular kernel (the user's own kernel of the --modules tests) is needed by
-# two test binaries late in the run: it builds in the background at nice 19, on
-# the core the TCG tests leave idle, while it holds an flock on
+# two test binaries late in the run: it builds in the background at normal
+# priority beside the tests (at nice 19 two TCG queues would starve it), while
+# it holds an flock on
 # $PMEMVM_MODULAR_BUILD.lock; tests/src/own_kernel.rs waits for that lock and
 # fails if $PMEMVM_MODULAR_BUILD.status is not 0.
 export PMEMVM_MODULAR_BUILD="$PWD/target/modular-build"
@@ -99,7 +101,7 @@ flock 9
 log "modular kernel: building in the background (log: $PMEMVM_MODULAR_BUILD.log)"
 (
     mrc=0
-    bounded nice -n 19 guest-images/build.sh --modular >"$PMEMVM_MODULAR_BUILD.log" 2>&1 || mrc=$?
+    bounded guest-images/build.sh --modular >"$PMEMVM_MODULAR_BUILD.log" 2>&1 || mrc=$?
     echo "$mrc" >"$PMEMVM_MODULAR_BUILD.status"
     log "modular kernel: finished with status $mrc"
 ) &
@@ -118,27 +120,34 @@ log "cargo build"
 bounded cargo build --workspace --all-targets -q
 export PMEMVM_BIN="$PWD/target/debug/pmemvm"
 
-# Two queues at once. The test binaries that boot QEMU under TCG (the nested L1s,
-# --engine qemu, the table and image checks) hold the machine-wide TCG lock one
-# guest at a time, which keeps one core busy and leaves the other mostly idle;
+# Three queues at once. The test binaries that boot QEMU under TCG (the nested L1s,
+# --engine qemu, the table and image checks) hold one of the machine-wide TCG
+# slots per guest (tests/src/tcg.rs: $PMEMVM_TCG_SLOTS, one per core by
+# default; an L1 has one vCPU): two queues of them, TCG_A and TCG_B, about
+# equally long, each with its longest binaries first, keep the cores busy;
 # every other test binary (unit tests, tiny guests on this host's KVM,
-# durability, CLI checks) runs beside them in a second queue. A test file not
-# named in TCG_TESTS is in the second queue: no binary is left out.
-TCG_TESTS="engine_nested first_contact hw_kvm_tier image_qemu nested_fio_suite nested_harness
-    nested_media_errors nested_nvdimm nested_nvdimm_defaults nested_own_kernel nested_pmemvm
-    nested_run_command nested_startup nvdimm_labels qemu_tables run_qemu slurm"
+# durability, CLI checks) runs beside them in a third queue. A test file not
+# named in TCG_A or TCG_B is in the third queue: no binary is left out.
+TCG_A="hw_kvm_tier nested_fio_suite nested_media_errors nested_run_command nested_nvdimm
+    image_qemu qemu_tables nested_startup l1_stall nested_own_kernel"
+TCG_B="nested_pmemvm nested_harness engine_nested first_contact nested_nvdimm_defaults
+    nvdimm_labels run_qemu slurm"
+TCG_TESTS="$TCG_A $TCG_B"
 REST_TESTS=""
 for f in tests/tests/*.rs; do
     t=$(basename "$f" .rs)
     case " $(echo $TCG_TESTS) " in *" $t "*) ;; *) REST_TESTS="$REST_TESTS $t" ;; esac
 done
 for t in $TCG_TESTS; do
-    [ -f "tests/tests/$t.rs" ] || { log "TCG_TESTS names $t, which is not a test of tests/tests/"; exit 1; }
+    [ -f "tests/tests/$t.rs" ] || { log "TCG_A/TCG_B name $t, which is not a test of tests/tests/"; exit 1; }
 done
-TEST_LOG="$PWD/target/pmemvm-test.log"      # the TCG queue (printed as it runs)
-REST_LOG="$PWD/target/pmemvm-test-rest.log" # the other queue (printed at its end)
+dups=$(printf '%s\n' $TCG_TESTS | sort | uniq -d)
+[ -z "$dups" ] || { log "TCG_A and TCG_B both name: $dups"; exit 1; }
+TEST_LOG="$PWD/target/pmemvm-test.log"       # TCG queue A (printed as it runs)
+TEST_B_LOG="$PWD/target/pmemvm-test-b.log"   # TCG queue B (printed at its end)
+REST_LOG="$PWD/target/pmemvm-test-rest.log"  # the other queue (printed at its end)
 TIMES_LOG="$PWD/target/pmemvm-test-times.log"
-: > "$TEST_LOG"; : > "$REST_LOG"; : > "$TIMES_LOG"
+: > "$TEST_LOG"; : > "$TEST_B_LOG"; : > "$REST_LOG"; : > "$TIMES_LOG"
 
 # Seconds since the start of the run at each test binary's start, for the
 # per-binary times printed at the end (docs/testing.md quotes them).
@@ -160,9 +169,9 @@ cargo_test() {
     printf '%s Running (end of cargo test)\n' "$(( SECONDS - T0 ))" >> "$TIMES_LOG.$queue"
     return "$crc"
 }
-: > "$TIMES_LOG.tcg"; : > "$TIMES_LOG.rest"
+: > "$TIMES_LOG.tcg"; : > "$TIMES_LOG.tcg-b"; : > "$TIMES_LOG.rest"
 
-log "cargo test (deadline: $(remaining) s left of $DEADLINE s; strict=${PMEMVM_TEST_STRICT:-0}): the TCG queue here, the other queue in $REST_LOG"
+log "cargo test (deadline: $(remaining) s left of $DEADLINE s; strict=${PMEMVM_TEST_STRICT:-0}): TCG queue A here, queue B in $TEST_B_LOG, the other queue in $REST_LOG"
 rc=0
 (
     qrc=0
@@ -173,21 +182,27 @@ rc=0
     exit "$qrc"
 ) &
 REST_PID=$!
+# shellcheck disable=SC2046 # one --test per name
+cargo_test tcg-b "$TEST_B_LOG" -p pmemvm-tests $(printf -- '--test %s ' $TCG_B) >/dev/null &
+TCG_B_PID=$!
 (
     # shellcheck disable=SC2046 # one --test per name
-    cargo_test tcg "$TEST_LOG" -p pmemvm-tests $(printf -- '--test %s ' $TCG_TESTS) >/dev/null &
+    cargo_test tcg "$TEST_LOG" -p pmemvm-tests $(printf -- '--test %s ' $TCG_A) >/dev/null &
     tail -n +1 --pid=$! -f "$TEST_LOG"
     wait $!
 ) || rc=$?
+wait "$TCG_B_PID" || rc=1
 wait "$REST_PID" || rc=1
+log "TCG queue B's output ($TEST_B_LOG):"
+cat "$TEST_B_LOG"
 log "the other queue's output ($REST_LOG):"
 cat "$REST_LOG"
-failed=$(grep -h -E '^test .* \.\.\. FAILED$|^error: test failed' "$TEST_LOG" "$REST_LOG" || true)
+failed=$(grep -h -E '^test .* \.\.\. FAILED$|^error: test failed' "$TEST_LOG" "$TEST_B_LOG" "$REST_LOG" || true)
 [ -z "$failed" ] || { log "failed:"; printf '%s\n' "$failed" >&2; }
 
 # Each binary's time is the time to the next one's start in its queue.
-log "time per test binary (s), longest first (two queues run at once):"
-for q in tcg rest; do
+log "time per test binary (s), longest first (three queues run at once):"
+for q in tcg tcg-b rest; do
     awk -v q="$q" '
         { t[NR] = $1; sub(/^[0-9]+ +Running +/, ""); n[NR] = $0 }
         END { for (i = 1; i < NR; i++) if (n[i] !~ /^\(end/) print t[i+1] - t[i], q, n[i] }

@@ -1,28 +1,27 @@
-//! One QEMU-TCG guest at a time on this machine.
+//! A bounded number of QEMU-TCG guests at once on this machine.
 //!
-//! TCG is CPU-bound and the machines this suite runs on have two cores: two
-//! emulated guests at once only make every deadline tighter (and an L1 under
-//! a loaded host has hung in emulation before). Every test that boots QEMU
-//! under TCG — the nested L1s, the image and table checks, `--engine qemu`
-//! runs — holds [`lock`] while the guest runs. The lock is a `flock` on
-//! `$PMEMVM_TCG_LOCK` (default `/tmp/pmemvm-tcg.lock`), so it also serialises
-//! test processes of different binaries and of other checkouts on the same
-//! machine, plus a mutex for threads of one process (flock is per open file,
-//! not per thread).
+//! TCG is CPU-bound: more emulated guests than cores only make every
+//! deadline tighter. Every test that boots QEMU under TCG — the nested L1s,
+//! the image and table checks, `--engine qemu` runs — holds [`lock`] while
+//! the guest runs. The lock is one of [`slots`] `flock`s: slot 0 is
+//! `$PMEMVM_TCG_LOCK` (default `/tmp/pmemvm-tcg.lock`), slot N that path with
+//! `.N` appended, so it also bounds test processes of different binaries and
+//! of other checkouts on the same machine, and threads of one process (each
+//! call opens the file itself, and flocks of different open files conflict).
+//! `$PMEMVM_TCG_SLOTS` sets the number (default: the machine's cores; an L1
+//! has one vCPU, one core of work).
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
-
-static IN_PROCESS: Mutex<()> = Mutex::new(());
+use std::time::Duration;
 
 /// Held while one TCG guest runs; released on drop.
 #[derive(Debug)]
 pub struct TcgGuard {
     file: File,
-    _thread: MutexGuard<'static, ()>,
+    path: PathBuf,
 }
 
 /// The lock file: `$PMEMVM_TCG_LOCK` or `/tmp/pmemvm-tcg.lock`.
@@ -33,13 +32,54 @@ pub fn lock_path() -> PathBuf {
     }
 }
 
-/// Waits until no other TCG guest of this suite runs on the machine.
-pub fn lock() -> io::Result<TcgGuard> {
-    lock_at(&lock_path())
+/// How many TCG guests of this suite may run at once: `$PMEMVM_TCG_SLOTS`,
+/// else the number of cores.
+///
+/// # Panics
+/// On a `PMEMVM_TCG_SLOTS` that is not a whole number from 1 to 64: a
+/// misconfigured run fails, it does not guess.
+pub fn slots() -> usize {
+    match std::env::var("PMEMVM_TCG_SLOTS") {
+        Ok(v) if !v.is_empty() => parse_slots(&v).unwrap_or_else(|| {
+            panic!("PMEMVM_TCG_SLOTS={v:?} is not a number of guests from 1 to 64")
+        }),
+        _ => std::thread::available_parallelism().map_or(1, |n| n.get().min(64)),
+    }
 }
 
-fn lock_at(path: &Path) -> io::Result<TcgGuard> {
-    let thread = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+fn parse_slots(v: &str) -> Option<usize> {
+    v.trim().parse().ok().filter(|n| (1..=64).contains(n))
+}
+
+/// The lock file of slot `n` (slot 0 is `path` itself).
+pub fn slot_path(path: &Path, n: usize) -> PathBuf {
+    if n == 0 {
+        return path.to_path_buf();
+    }
+    let mut p = path.as_os_str().to_os_string();
+    p.push(format!(".{n}"));
+    PathBuf::from(p)
+}
+
+/// Waits until fewer than [`slots`] TCG guests of this suite run on the
+/// machine.
+pub fn lock() -> io::Result<TcgGuard> {
+    lock_at(&lock_path(), slots())
+}
+
+fn lock_at(path: &Path, slots: usize) -> io::Result<TcgGuard> {
+    loop {
+        for n in 0..slots.max(1) {
+            if let Some(guard) = try_slot(&slot_path(path, n))? {
+                return Ok(guard);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The slot at `path` if it is free now.
+fn try_slot(path: &Path) -> io::Result<Option<TcgGuard>> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -49,27 +89,36 @@ fn lock_at(path: &Path) -> io::Result<TcgGuard> {
     loop {
         // SAFETY: flock only reads the descriptor, which `file` keeps open for
         // the call; it touches no memory of ours.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc == 0 {
             break;
         }
         let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(io::Error::new(
-                err.kind(),
-                format!("flock {}: {err}", path.display()),
-            ));
+        match err.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => return Ok(None),
+            kind => {
+                return Err(io::Error::new(
+                    kind,
+                    format!("flock {}: {err}", path.display()),
+                ))
+            }
         }
     }
     let mut guard = TcgGuard {
         file,
-        _thread: thread,
+        path: path.to_path_buf(),
     };
     guard.describe(None);
-    Ok(guard)
+    Ok(Some(guard))
 }
 
 impl TcgGuard {
+    /// The slot's lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Names the guest's console log in the lock file, beside the test that
     /// holds the lock: `tests/run.sh` prints its tail when the suite's
     /// deadline passes while this guest runs.
@@ -106,7 +155,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("pmemvm-tcg-lock-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join("lock");
-        let guard = lock_at(&path).expect("lock");
+        let guard = lock_at(&path, 1).expect("lock");
         // flock(1) -n from another process must fail while we hold it.
         let held = std::process::Command::new("flock")
             .args(["-n", path.to_str().expect("utf-8 path"), "true"])
@@ -128,5 +177,46 @@ mod tests {
             "note left after drop"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn two_slots_admit_two_holders_and_the_third_waits() {
+        let dir = std::env::temp_dir().join(format!("pmemvm-tcg-slots-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("lock");
+        let a = lock_at(&path, 2).expect("first");
+        let b = lock_at(&path, 2).expect("second, in the same process");
+        assert_ne!(a.path(), b.path());
+        assert_eq!(b.path(), dir.join("lock.1"));
+        // A third holder (another thread) waits until one is dropped.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        let t = std::thread::spawn(move || {
+            let g = lock_at(&p, 2).expect("third");
+            tx.send(g.path().to_path_buf()).expect("send");
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(800)).is_err(),
+            "a third guest ran beside two"
+        );
+        drop(a);
+        let got = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("third got a slot");
+        assert_eq!(got, path);
+        t.join().expect("join");
+        drop(b);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn slot_counts_outside_one_to_64_are_refused() {
+        assert_eq!(parse_slots("2"), Some(2));
+        assert_eq!(parse_slots(" 1 "), Some(1));
+        for bad in ["0", "65", "-1", "two", ""] {
+            assert_eq!(parse_slots(bad), None, "{bad}");
+        }
+        assert_eq!(slot_path(Path::new("/tmp/l"), 0), Path::new("/tmp/l"));
+        assert_eq!(slot_path(Path::new("/tmp/l"), 3), Path::new("/tmp/l.3"));
     }
 }

@@ -57,12 +57,14 @@ pub enum NestedError {
     /// emulation failure of the L1, not of the command. Retried once.
     #[error(
         "the L1 VM stopped running ({reason}) and was killed (files kept in {}); \
-         the command's stderr, last lines:\n{stderr}\nL1 console, last lines:\n{console}",
+         what it was doing:\n{state}\nthe command's stderr, last lines:\n{stderr}\nL1 console, last lines:\n{console}",
         run_dir.display()
     )]
     L1Stalled {
         /// What the heartbeat watch saw.
         reason: String,
+        /// Its vCPUs and QEMU's threads when it was found stopped.
+        state: String,
         /// Kept run directory.
         run_dir: PathBuf,
         /// Tail of the L1 console.

@@ -355,6 +355,7 @@ impl NestedVm {
             elapsed,
             l1_uptime_at_run: None,
             l1_kernel: None,
+            l1_wakeups: Vec::new(),
             _run_dir: run_dir,
         })
     }
@@ -408,9 +409,14 @@ impl NestedVm {
                     run_dir: run_dir.keep(),
                 })
             }
-            Err(L1Failure::Stalled { reason, console }) => {
+            Err(L1Failure::Stalled {
+                reason,
+                state,
+                console,
+            }) => {
                 return Err(NestedError::L1Stalled {
                     reason,
+                    state,
                     console,
                     stderr: stderr_tail(),
                     run_dir: run_dir.keep(),
@@ -443,6 +449,9 @@ impl NestedVm {
                 })
             }
         };
+        for w in &run.wakeups {
+            eprintln!("nested harness: the L1 VM fell silent ({w})");
+        }
         Ok(RunOutput {
             mode: Mode::Nested,
             status: run.status,
@@ -453,6 +462,7 @@ impl NestedVm {
             share_dir: share,
             elapsed: run.elapsed,
             l1_kernel: Some(l1.kernel_package.clone()),
+            l1_wakeups: run.wakeups,
             _run_dir: run_dir,
         })
     }

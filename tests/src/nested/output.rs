@@ -31,6 +31,9 @@ pub struct RunOutput {
     pub l1_uptime_at_run: Option<f64>,
     /// The L1 kernel package (nested mode).
     pub l1_kernel: Option<String>,
+    /// Each time the L1 fell silent and was sent a key event to wake it
+    /// (`lab::nested::stall::kick`; nested mode).
+    pub l1_wakeups: Vec<String>,
     pub(super) _run_dir: RunDir,
 }
 

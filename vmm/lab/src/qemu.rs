@@ -133,6 +133,17 @@ impl QemuCommand {
         self.arg2("-object", spec)
     }
 
+    /// `-name NAME,debug-threads=on`: QEMU's threads are named for what they
+    /// run (`CPU 0/TCG`, `worker`), as `/proc` shows them.
+    pub fn name_with_threads(&mut self, name: &str) -> &mut Self {
+        self.arg2("-name", &format!("{name},debug-threads=on"))
+    }
+
+    /// `-monitor SPEC` (e.g. `unix:PATH,server=on,wait=off`).
+    pub fn monitor(&mut self, spec: &str) -> &mut Self {
+        self.arg2("-monitor", spec)
+    }
+
     /// `-device SPEC`.
     pub fn device(&mut self, spec: &str) -> &mut Self {
         self.arg2("-device", spec)

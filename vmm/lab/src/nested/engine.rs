@@ -286,6 +286,9 @@ impl NestedEngine {
         };
         match run {
             Ok(run) => {
+                for w in &run.wakeups {
+                    eprintln!("pmemvm: --engine nested: the L1 VM fell silent ({w})");
+                }
                 let stderr = fs::read_to_string(l1.join("stderr")).unwrap_or_default();
                 ended.status = u8::try_from(run.status).ok();
                 ended.error = pmemvm_messages(&stderr).map(|m| format!("pmemvm in the L1 VM: {m}"));
@@ -436,7 +439,12 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
     );
     drop(saved);
     match run {
-        Ok(run) => Ok(u8::try_from(run.status).unwrap_or(vmm::exit_status::RUNTIME_ERROR)),
+        Ok(run) => {
+            for w in &run.wakeups {
+                eprintln!("pmemvm: --engine nested: the L1 VM fell silent ({w})");
+            }
+            Ok(u8::try_from(run.status).unwrap_or(vmm::exit_status::RUNTIME_ERROR))
+        }
         // As `boot` on the other engines: 128 + N, the terminal given back.
         Err(super::L1Failure::Signal { signal }) => {
             eprintln!("pmemvm: stopped by signal {signal}; the L1 VM was killed");

@@ -16,6 +16,9 @@ use super::ALIVE_MARKER;
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 /// No heartbeat for this long: the L1 has stopped.
 pub const STALL_AFTER: Duration = Duration::from_secs(150);
+/// No heartbeat for this long: the L1 gets a key event (see
+/// [`super::stall::kick`]), again after each further such stretch.
+pub const KICK_AFTER: Duration = Duration::from_secs(20);
 /// Time allowed from QEMU's start to the first heartbeat (firmware, kernel
 /// boot and the init's first mounts under TCG).
 pub const FIRST_HEARTBEAT_WITHIN: Duration = Duration::from_secs(240);
@@ -54,6 +57,17 @@ impl Heartbeat {
             self.last_beat = Some(Instant::now());
         }
         self.verdict(Instant::now())
+    }
+
+    /// How long the L1 has been silent since its last heartbeat (`None`
+    /// before the first one: it is still booting).
+    pub fn silence(&self) -> Option<Duration> {
+        self.last_beat.map(|t| t.elapsed())
+    }
+
+    /// Heartbeats seen so far.
+    pub fn beats(&self) -> u64 {
+        self.beats
     }
 
     fn verdict(&self, now: Instant) -> Option<String> {
@@ -131,6 +145,9 @@ mod tests {
         std::fs::write(&console, "x\nPMEMVM-L1-ALIVE uptime=1\n").expect("write");
         let mut hb = Heartbeat::new(&console);
         assert_eq!(hb.check(), None);
+        assert_eq!(hb.beats(), 1);
+        assert!(hb.silence().is_some_and(|d| d < KICK_AFTER));
+        assert!(Heartbeat::new(&console).silence().is_none());
         let now = Instant::now();
         assert_eq!(hb.verdict(now + STALL_AFTER / 2), None);
         let stalled = hb

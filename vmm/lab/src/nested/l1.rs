@@ -14,6 +14,7 @@ use super::heartbeat::{self, Heartbeat};
 use super::share::{
     l1_dir, parse_console_error, parse_console_status, parse_marker_uptime, parse_status_file, tail,
 };
+use super::stall;
 use super::wait::{wait_watched, Waited};
 use super::{L1Image, CONSOLE_TAIL_LINES, RUN_MARKER};
 use crate::qemu::{QemuAccel, QemuCommand};
@@ -74,6 +75,11 @@ pub fn l1_command(
     for m in &opts.mounts {
         q.virtfs(&m.host_dir, &m.tag);
     }
+    // The monitor a stall is diagnosed through, and thread names it reads (see `stall`).
+    q.name_with_threads("pmemvm-l1");
+    if let Some(socket) = stall::monitor_socket(console) {
+        q.monitor(&stall::monitor_arg(&socket));
+    }
     q.into_command()
 }
 
@@ -88,6 +94,10 @@ pub struct L1Run {
     pub elapsed: Duration,
     /// L1 uptime when its init started the command.
     pub uptime_at_run: Option<f64>,
+    /// Each time the L1 fell silent and a key event was sent to wake it
+    /// ([`stall::kick`]): how long it had been silent, its vCPUs then, and
+    /// whether its heartbeat came back.
+    pub wakeups: Vec<String>,
 }
 
 /// Why an L1 run did not bring back a status.
@@ -105,11 +115,13 @@ pub enum L1Failure {
     },
     /// The L1 kernel stopped running (no heartbeat from its init).
     #[error(
-        "the L1 VM stopped running ({reason}) and was killed; L1 console, last lines:\n{console}"
+        "the L1 VM stopped running ({reason}) and was killed; what it was doing:\n{state}\nL1 console, last lines:\n{console}"
     )]
     Stalled {
         /// What the heartbeat watch saw.
         reason: String,
+        /// Its vCPUs and QEMU's threads when it was found stopped.
+        state: String,
         /// Tail of the L1 console.
         console: String,
     },
@@ -188,6 +200,11 @@ pub fn run_l1(
     let signals = vmm::signals::StopSignals::block();
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(io("start qemu-system-x86_64"))?;
+    let pid = child.id();
+    let mut stalled_state = String::new();
+    let mut wakeups: Vec<String> = Vec::new();
+    // Beats seen at the last kick and the silence it was sent after.
+    let mut kicked: Option<(u64, Duration)> = None;
     let mut stopped_by = None;
     let mut beat = Heartbeat::new(console);
     let mut shown = 0usize;
@@ -205,7 +222,40 @@ pub fn run_l1(
                 }
             }
         }
-        beat.check()
+        let verdict = beat.check();
+        if verdict.is_some() {
+            stalled_state = stall::diagnose(pid, console);
+            return verdict;
+        }
+        if let Some((beats, silent)) = kicked {
+            if beat.beats() > beats {
+                if let Some(w) = wakeups.last_mut() {
+                    w.push_str("; its heartbeat came back");
+                }
+                kicked = None;
+            } else if beat.silence().is_some_and(|s| s < silent) {
+                kicked = None;
+            }
+        }
+        let due = match kicked {
+            None => heartbeat::KICK_AFTER,
+            Some((_, silent)) => silent + heartbeat::KICK_AFTER,
+        };
+        if let Some(silent) = beat.silence().filter(|s| *s >= due) {
+            let state = stall::glance(console);
+            let sent = stall::kick(console);
+            wakeups.push(format!(
+                "no heartbeat for {} s; {}; {}",
+                silent.as_secs(),
+                state.trim_end().replace('\n', ", "),
+                match sent {
+                    Ok(()) => "a key event was sent to wake it".to_string(),
+                    Err(e) => format!("no key event could be sent: {e}"),
+                }
+            ));
+            kicked = Some((beat.beats(), silent));
+        }
+        None
     })
     .map_err(io("wait for qemu-system-x86_64"))?;
     let elapsed = start.elapsed();
@@ -227,10 +277,16 @@ pub fn run_l1(
             })
         }
         Waited::Stopped(reason) => {
+            let mut state = stalled_state;
+            for w in &wakeups {
+                state.push_str("\nbefore that: ");
+                state.push_str(w);
+            }
             return Err(L1Failure::Stalled {
                 reason,
+                state,
                 console: console_tail(),
-            })
+            });
         }
     };
     if let Some(message) = parse_console_error(&console_text) {
@@ -255,6 +311,7 @@ pub fn run_l1(
         uptime_at_run: parse_marker_uptime(&console_text, RUN_MARKER),
         console: console_text,
         elapsed,
+        wakeups,
     })
 }
 

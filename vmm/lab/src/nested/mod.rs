@@ -18,6 +18,7 @@
 //! * [`l1`]: the L1's QEMU command line and one L1 run to its end;
 //! * [`share`]: what goes into the share (binaries, the command, mounts);
 //! * [`heartbeat`], [`wait`]: is the L1 still running, and the deadline loop;
+//! * [`stall`]: what a stopped L1 was doing (its vCPUs over QEMU's monitor);
 //! * [`engine`]: the [`crate::engine::GuestEngine`] of `run` and `bench`, and
 //!   the interactive `boot`.
 //!
@@ -30,6 +31,7 @@ pub mod heartbeat;
 pub mod l1;
 pub mod prepare;
 pub mod share;
+pub mod stall;
 pub mod wait;
 
 pub use engine::{boot_interactive, InteractiveBoot, NestedEngine};
