@@ -21,6 +21,7 @@ fn plan_prints_the_thread_script_per_side_without_booting() {
             "bench",
             "pmem-nowait",
             "--plan",
+            "--fail-on-check",
             "--cpus",
             "2",
             "--out",

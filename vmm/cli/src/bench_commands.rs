@@ -90,16 +90,40 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
     {
         eprintln!("pmemvm: note: {}", lab::report::VERIFY_RACE_NOTE);
     }
+    let verify_results = r.verify_failures().len();
+    if let Some(v) = r.verify_verdict() {
+        eprintln!(
+            "[bench] verify ({}): {}{}",
+            r.verify_expectation.as_ref().map_or("", |x| x.job.as_str()),
+            v.summary,
+            match (verify_results, args.fail_on_check) {
+                (0, _) => String::new(),
+                (_, false) =>
+                    " — a result of the experiment, not a failure of pmemvm (exit status 0 \
+                     unless something else failed; --fail-on-check makes it 1)"
+                        .to_owned(),
+                (_, true) => " — exit status 1 (--fail-on-check)".to_owned(),
+            }
+        );
+    }
+    let failed_runs = failed_runs
+        - failed
+            .iter()
+            .filter(|f| f.run != 0 && r.is_verify_failure_of(f))
+            .count();
     if failed_runs > 0 {
         eprintln!(
             "pmemvm: {failed_runs} of {} runs failed; the report lists them (partial results)",
             outcome.report.runs.len()
         );
     }
-    if failed.len() > failed_runs {
+    let failed_phases = failed
+        .iter()
+        .filter(|f| f.run == 0 && !r.is_verify_failure_of(f))
+        .count();
+    if failed_phases > 0 {
         eprintln!(
-            "pmemvm: {} phase(s) before the measurement failed; the report lists them",
-            failed.len() - failed_runs
+            "pmemvm: {failed_phases} phase(s) before the measurement failed; the report lists them"
         );
     }
     if let Some(sig) = outcome.interrupted_by {
@@ -109,5 +133,7 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
         );
         return Ok(u8::try_from(128 + sig).unwrap_or(exit_status::RUNTIME_ERROR));
     }
-    Ok(lab::report::bench_exit_status(&failed))
+    Ok(lab::report::bench_exit_status(
+        &r.exit_failures(args.fail_on_check),
+    ))
 }

@@ -486,4 +486,9 @@ pub struct BenchArgs {
     /// report.sbatch (the merge) and submit.sh instead of running anything; needs --out.
     #[arg(long, requires = "out", conflicts_with = "plan")]
     pub slurm: bool,
+    /// Exit 1 when the experiment's verify job fails (fio found other data than it wrote).
+    /// Without it that outcome is a result of the experiment, reported per side and boot,
+    /// and the exit status stays 0.
+    #[arg(long)]
+    pub fail_on_check: bool,
 }

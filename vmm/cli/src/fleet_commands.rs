@@ -113,5 +113,8 @@ fn forwarded_args(args: &BenchArgs) -> Vec<String> {
         v.push("--side".to_owned());
         v.push(s.clone());
     }
+    if args.fail_on_check {
+        v.push("--fail-on-check".to_owned());
+    }
     v
 }

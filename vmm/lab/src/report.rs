@@ -30,7 +30,9 @@ mod text;
 mod upstream;
 
 pub use analysis::{Analysis, MetricAnalysis, SideStats};
-pub use failures::{bench_exit_status, is_verify_race, FailedRun, VERIFY_RACE_NOTE};
+pub use failures::{
+    bench_exit_status, is_verify_failure, is_verify_race, FailedRun, VERIFY_RACE_NOTE,
+};
 pub use metric::{Metric, MetricGroup};
 pub use provenance::{CheckRecord, Deviation, Provenance, VerifyExpectation, VerifyVerdict};
 pub use upstream::{Upstream, UpstreamAnalysis, UpstreamFigure, UpstreamSource};
@@ -260,6 +262,8 @@ struct JsonDocument<'a> {
     #[serde(flatten)]
     report: &'a BenchReport,
     analysis: Analysis,
+    /// The verify job's outcome per side (pass/fail per boot), a result of the experiment.
+    verify: Option<VerifyVerdict>,
 }
 
 impl BenchReport {
@@ -270,6 +274,7 @@ impl BenchReport {
             note: (!self.accelerator.is_performance()).then_some(FUNCTIONAL_ONLY),
             report: self,
             analysis: self.analyse(),
+            verify: self.verify_verdict(),
         };
         serde_json::to_string_pretty(&doc).map_err(ReportError::Json)
     }

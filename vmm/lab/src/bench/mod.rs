@@ -474,8 +474,13 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
             for c in &records.checks {
                 if let Some(e) = &c.error {
                     any_failed = true;
+                    let what = if crate::report::is_verify_failure(e) {
+                        "verify failed (a result of the experiment)"
+                    } else {
+                        "FAILED"
+                    };
                     progress(&format!(
-                        "side {} boot {rep} {}: FAILED: {e}",
+                        "side {} boot {rep} {}: {what}: {e}",
                         side.label, c.phase
                     ));
                 }

@@ -232,7 +232,11 @@ impl ExperimentPlan {
         for p in &self.phases {
             let role = match p.role {
                 PhaseRole::Measured { repetition } => format!("measured, repetition {repetition}"),
-                PhaseRole::Check => "check: a fio error fails the run".to_owned(),
+                PhaseRole::Check => {
+                    "check: fio's verify error is a result, reported per boot (--fail-on-check \
+                     makes it exit 1); any other fio error fails the run"
+                        .to_owned()
+                }
                 PhaseRole::Prepare => "prepare: a fio error fails the run".to_owned(),
             };
             let _ = writeln!(

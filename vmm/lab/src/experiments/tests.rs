@@ -456,7 +456,8 @@ fn plan_text_shows_phases_job_texts_and_deviations() {
     for want in [
         "pmem-nowait: \"[PATCH] pmem: allow user to set QUEUE_FLAG_NOWAIT\"",
         "off: kernel of the guest image, initrd of the guest image, command line + nd_pmem.nowait=0",
-        "1. write-and-verify (check: a fio error fails the run; job write-and-verify",
+        "1. write-and-verify (check: fio's verify error is a result, reported per boot \
+         (--fail-on-check makes it exit 1); any other fio error fails the run; job write-and-verify",
         "fio --output-format=json --output=/tmp/randread-3.json /job/randread-3.fio",
         "   | [RANDWRITE]",
         "   | numjobs=2",

@@ -380,7 +380,8 @@ pub fn merge_dirs(dirs: &[PathBuf], pool_hosts: bool) -> Result<Merged, MergeErr
 impl Merged {
     /// Whether every planned boot is in and every run produced figures.
     pub fn all_good(&self) -> bool {
-        self.report.failed_runs().is_empty()
+        // A failed verify is a result of the experiment (see `BenchReport::verify_failures`).
+        self.report.exit_failures(false).is_empty()
             && self
                 .report
                 .result

@@ -2,9 +2,13 @@
 //!
 //! A run failed when it produced no usable fio report (boot or guest failure, setup script
 //! failure, time-out, unreadable JSON) or when fio reported a job error (e.g. `err=84`, a verify
-//! failure). Either way it is left out of the statistics, listed in the report, named on stderr,
-//! and makes `pmemvm bench` exit with [`exit_status::RUNTIME_ERROR`] — after the report has been
-//! written.
+//! failure). Either way it is left out of the statistics, listed in the report and named on
+//! stderr. Every failure makes `pmemvm bench` exit with [`exit_status::RUNTIME_ERROR`] — after
+//! the report has been written — except one: the experiment's verify job finding other data
+//! than it wrote ([`BenchReport::verify_failures`]). The threads ran that job as a check and
+//! reported its outcome per side; here too it is a result of the experiment (the report's
+//! verify section and JSON `verify`, one line on stderr), and `--fail-on-check` makes it a
+//! non-zero exit for pipelines that want one.
 
 use std::fmt;
 
@@ -77,6 +81,50 @@ impl BenchReport {
     }
 }
 
+impl BenchReport {
+    /// The failed runs and phases that are the experiment's verify job (the report's
+    /// `verify_expectation`) ending with fio's verify error: the data read back is not what
+    /// was written. A result of the experiment, not a failure of the tool.
+    pub fn verify_failures(&self) -> Vec<FailedRun> {
+        self.failed_runs()
+            .into_iter()
+            .filter(|f| self.is_verify_result(f))
+            .collect()
+    }
+
+    /// What makes `pmemvm bench` fail: every failed run and phase, less the verify results
+    /// unless `fail_on_check`.
+    pub fn exit_failures(&self, fail_on_check: bool) -> Vec<FailedRun> {
+        self.failed_runs()
+            .into_iter()
+            .filter(|f| fail_on_check || !self.is_verify_result(f))
+            .collect()
+    }
+
+    /// True when `f` (from [`Self::failed_runs`]) is one of [`Self::verify_failures`].
+    pub fn is_verify_failure_of(&self, f: &FailedRun) -> bool {
+        self.is_verify_result(f)
+    }
+
+    pub(super) fn is_verify_result(&self, f: &FailedRun) -> bool {
+        let Some(x) = &self.verify_expectation else {
+            return false;
+        };
+        // Checks are named "<phase> of boot N" by `failed_runs`.
+        let phase = f.phase.split(" of boot ").next().unwrap_or_default();
+        phase == x.job && is_verify_failure(&f.reason)
+    }
+}
+
+/// fio's words for a job that ended with EILSEQ (84), its verify error: a block read back
+/// with other contents than the job wrote.
+const VERIFY_ERROR: &str = "fio error 84 in job ";
+
+/// True when `reason` is fio's verify error (err=84), not a boot, setup or fio failure.
+pub fn is_verify_failure(reason: &str) -> bool {
+    reason.contains(VERIFY_ERROR)
+}
+
 /// The verify job's queue depth (guest-images/jobs/write-and-verify.fio).
 const VERIFY_IODEPTH: u64 = 16;
 
@@ -119,7 +167,8 @@ pub fn is_verify_race(reason: &str) -> bool {
     wanted > found && wanted - found < VERIFY_IODEPTH
 }
 
-/// `pmemvm bench`'s exit status: 0 when no run failed, [`exit_status::RUNTIME_ERROR`] otherwise.
+/// `pmemvm bench`'s exit status from [`BenchReport::exit_failures`]: 0 when none,
+/// [`exit_status::RUNTIME_ERROR`] otherwise.
 pub fn bench_exit_status(failed: &[FailedRun]) -> u8 {
     if failed.is_empty() {
         exit_status::POWER_OFF
@@ -251,6 +300,54 @@ mod tests {
         assert_eq!(bench_exit_status(&with_race.failed_runs()), 1);
         let with_crc = report(vec![failed(crc), run("on", 1, good())]);
         assert!(!with_crc.provenance_sections().contains("Note:"));
+    }
+
+    #[test]
+    fn a_failed_verify_is_a_result_unless_fail_on_check_and_other_failures_still_fail() {
+        use crate::report::{CheckRecord, VerifyExpectation};
+        let race = "fio error 84 in job write-and-verify (verify: bad header numberio 7156, \
+                    wanted 7159 at file /dev/pmem0 offset 19742720, length 4096)";
+        let check = |side: &str, error: Option<&str>| CheckRecord {
+            side: side.into(),
+            boot: 1,
+            phase: "write-and-verify".into(),
+            role: "check".into(),
+            error: error.map(str::to_owned),
+            command: String::new(),
+        };
+        let mut r = report(vec![run("off", 1, good()), run("on", 1, good())]);
+        r.experiment = "pmem-nowait".into();
+        r.verify_expectation = Some(VerifyExpectation {
+            job: "write-and-verify".into(),
+            fails_off: true,
+            fails_on: false,
+            thread: String::new(),
+        });
+        r.checks = vec![check("off", Some(race)), check("on", None)];
+        assert_eq!(r.failed_runs().len(), 1);
+        assert_eq!(r.verify_failures().len(), 1);
+        assert!(r.exit_failures(false).is_empty());
+        assert_eq!(bench_exit_status(&r.exit_failures(false)), 0);
+        assert_eq!(bench_exit_status(&r.exit_failures(true)), 1);
+        // The same verify job failing for another reason is a failure of the run.
+        r.checks[0].error = Some("phase write-and-verify did not run: time-out".into());
+        assert!(r.verify_failures().is_empty());
+        assert_eq!(bench_exit_status(&r.exit_failures(false)), 1);
+        // fio's verify error in another job than the experiment's verify is a failure too.
+        r.checks[0].error = Some(race.into());
+        r.checks[0].phase = "randwrite".into();
+        assert_eq!(bench_exit_status(&r.exit_failures(false)), 1);
+        // A measured verify (pmem-verify) that fails is a result as well.
+        let mut v = report(vec![
+            run("off", 1, RunOutcome::Failed { error: race.into() }),
+            run("on", 1, good()),
+        ]);
+        for r in &mut v.runs {
+            r.phase = "write-and-verify".into();
+        }
+        v.verify_expectation = r.verify_expectation.clone();
+        assert_eq!(bench_exit_status(&v.exit_failures(false)), 0);
+        assert_eq!(bench_exit_status(&v.exit_failures(true)), 1);
     }
 
     #[test]

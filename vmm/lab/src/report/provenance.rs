@@ -111,16 +111,23 @@ impl BenchReport {
         let x = self.verify_expectation.as_ref()?;
         let mut sides = Vec::new();
         for side in &self.sides {
+            // Passed, or failed with fio's verify error; a verify that did not run (or
+            // failed otherwise) has no outcome to count.
+            let outcome = |failure: Option<&str>| match failure {
+                None => Some(false),
+                Some(f) if super::failures::is_verify_failure(f) => Some(true),
+                Some(_) => None,
+            };
             let from_runs = self
                 .runs
                 .iter()
                 .filter(|r| &r.side == side && r.phase == x.job)
-                .map(|r| r.outcome.failure().is_some());
+                .filter_map(|r| outcome(r.outcome.failure().as_deref()));
             let from_checks = self
                 .checks
                 .iter()
                 .filter(|c| &c.side == side && c.phase == x.job)
-                .map(|c| c.error.is_some());
+                .filter_map(|c| outcome(c.error.as_deref()));
             let results: Vec<bool> = from_runs.chain(from_checks).collect();
             sides.push((
                 side.clone(),
