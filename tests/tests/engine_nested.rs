@@ -160,6 +160,63 @@ fn run_fio_on_nested_returns_fio_json_labelled_nested() {
     assert!(jobs[0]["write"]["io_bytes"].as_u64().unwrap_or(0) >= 8 << 20);
 }
 
+/// A new DIMM with the default label area has no namespace, so a fio job on /dev/pmem0
+/// is stopped in the guest before fio runs, with one sentence naming the device and the two
+/// ways on, status 1, and nothing written to the DIMM; the first way, `--setup 'ndctl
+/// create-namespace'`, then runs the same job.
+#[test]
+fn a_job_on_pmem0_of_a_new_labelled_dimm_is_stopped_with_the_reason() {
+    let _tcg = require!(ready());
+    let dir = TempDir::new("nested-no-namespace");
+    let job = dir.join("verify.fio");
+    std::fs::write(&job, VERIFY_JOB).unwrap();
+    let img = dir.join("new.img");
+    let spec = format!("64M,file={}", img.display());
+    let run = |setup: Option<&str>| {
+        let mut args = vec![
+            "run",
+            "--engine",
+            "nested",
+            "--cmdline",
+            CMDLINE,
+            "--nvdimm",
+            &spec,
+            "--fio",
+            job.to_str().unwrap(),
+        ];
+        if let Some(s) = setup {
+            args.extend(["--setup", s]);
+        }
+        run_cmd(&mut pmemvm(&args), DEADLINE)
+    };
+    let out = run(None);
+    assert_eq!(out.status, Some(1), "{}", out.dump());
+    assert!(
+        out.stderr.contains(
+            "the fio job names /dev/pmem0, which the guest does not have; fio was not run"
+        ),
+        "{}",
+        out.dump()
+    );
+    assert!(
+        out.stderr.contains("--setup 'ndctl create-namespace'"),
+        "{}",
+        out.dump()
+    );
+    assert!(out.stderr.contains("label-size=0"), "{}", out.dump());
+    assert!(!out.stderr.contains("O_DIRECT"), "{}", out.dump());
+    let mut region = vec![0u8; 64 << 20];
+    std::fs::File::open(&img)
+        .and_then(|mut f| f.read_exact(&mut region))
+        .expect("read the DIMM's region");
+    assert!(
+        region.iter().all(|&b| b == 0),
+        "the DIMM's region was written"
+    );
+    let out = run(Some("ndctl create-namespace"));
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+}
+
 #[test]
 fn bench_on_nested_reports_functional_only() {
     let _tcg = require!(ready());

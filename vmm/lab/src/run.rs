@@ -495,6 +495,9 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     if let Some(s) = transfer_status {
         result.status = s;
     }
+    if let Some(missing) = result.guest_files.get(guest_job::MISSING_DEVICES_FRAME) {
+        result.error = Some(guest_job::missing_devices_message(missing));
+    }
     // A command's own non-zero status is its result, passed through, not a failure of pmemvm.
     if result.status != 0 && result.error.is_none() && transfer.is_none() {
         let detail = result

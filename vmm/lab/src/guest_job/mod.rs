@@ -43,6 +43,9 @@ pub const GUEST_INFO_FRAME: &str = "guest-info";
 pub const FIO_JSON_FRAME: &str = "fio.json";
 /// Name of the frame that carries fio's stderr.
 pub const FIO_STDERR_FRAME: &str = "fio.stderr";
+/// Frame of the `/dev` paths a `run --fio` job names that the guest does not have (the
+/// guest's /init then does not run fio).
+pub const MISSING_DEVICES_FRAME: &str = "missing-devices";
 /// Name of the frame that carries the output (stdout + stderr) of `setup.sh`.
 pub const SETUP_LOG_FRAME: &str = "setup.log";
 /// Environment variable that points at a directory holding a built image.
@@ -524,3 +527,22 @@ pub fn find_image_above(start: &Path) -> Result<ImageDir, GuestJobError> {
 
 #[cfg(test)]
 mod tests;
+
+/// What the user is told when the fio job names `/dev` paths the guest does not have
+/// (`missing`: the guest's space-separated list).
+pub fn missing_devices_message(missing: &str) -> String {
+    let list: Vec<&str> = missing.split_whitespace().collect();
+    let names = list.join(", ");
+    let pmem = list
+        .iter()
+        .any(|d| d.starts_with("/dev/pmem") || d.starts_with("/dev/dax"));
+    let why = if pmem {
+        "an NVDIMM with a label area (the default, label-size=128K) starts with no namespace, \
+         as on real hardware, so there is no /dev/pmem* or /dev/dax* until one is created: \
+         add --setup 'ndctl create-namespace' (fsdax, /dev/pmem0; -m devdax for /dev/dax0.0), \
+         or give the DIMM label-size=0 for a raw /dev/pmem0 of the whole DIMM"
+    } else {
+        "check the job's filename= lines against the devices the guest has"
+    };
+    format!("the fio job names {names}, which the guest does not have; fio was not run: {why}")
+}

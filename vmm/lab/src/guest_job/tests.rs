@@ -347,3 +347,16 @@ fn image_not_found_message_names_the_build_command() {
     };
     assert!(err.to_string().contains("guest-images/build.sh"));
 }
+
+#[test]
+fn a_missing_pmem_device_is_named_with_the_two_ways_on() {
+    let m = missing_devices_message("/dev/pmem0 /dev/pmem1 ");
+    assert!(
+        m.starts_with("the fio job names /dev/pmem0, /dev/pmem1, which the guest does not have"),
+        "{m}"
+    );
+    assert!(m.contains("--setup 'ndctl create-namespace'"), "{m}");
+    assert!(m.contains("label-size=0"), "{m}");
+    let other = missing_devices_message("/dev/nvme0n1");
+    assert!(!other.contains("ndctl"), "{other}");
+}
