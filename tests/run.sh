@@ -27,6 +27,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { printf '[tests %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# Rust at Cargo.toml's rust-version, as ./pmemvm checks it.
+min=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+have=$(rustc --version 2>/dev/null | awk '{print $2}' || true)
+if ! command -v cargo >/dev/null || [ "$(printf '%s\n%s\n' "$min" "${have:-0}" | sort -V | head -n1)" != "$min" ]; then
+    echo "tests/run.sh: the tests need Rust $min or newer (cargo and rustc; this PATH has ${have:-none}); install or update it with rustup (https://rustup.rs)" >&2
+    exit 2
+fi
+
 DEADLINE=${PMEMVM_TEST_DEADLINE:-4800}
 T0=$SECONDS
 remaining() { echo $(( DEADLINE - (SECONDS - T0) )); }
@@ -124,7 +132,7 @@ export PMEMVM_BIN="$PWD/target/debug/pmemvm"
 # --engine qemu, the table and image checks) hold one of the machine-wide TCG
 # slots per guest (tests/src/tcg.rs: $PMEMVM_TCG_SLOTS, one per core by
 # default; an L1 has one vCPU): two queues of them, TCG_A and TCG_B, about
-# equally long, each with its longest binaries first, keep the cores busy;
+# equally long (cargo runs each queue's binaries in name order), keep the cores busy;
 # every other test binary (unit tests, tiny guests on this host's KVM,
 # durability, CLI checks) runs beside them in a third queue. A test file not
 # named in TCG_A or TCG_B is in the third queue: no binary is left out.

@@ -342,3 +342,59 @@ fn run_with_a_linux_kernel_and_no_initrd_needs_the_image() {
     );
     assert_eq!(snapshot(&dir.0), before, "files changed:\n{}", out.dump());
 }
+
+/// The `./pmemvm` wrapper checks the Rust toolchain before it builds anything: no cargo or
+/// rustc on PATH, or a rustc older than Cargo.toml's `rust-version` (Debian 12's is 1.63), is
+/// one sentence saying how to get one, and status 2.
+#[test]
+fn the_wrapper_wants_rust_at_the_manifests_rust_version() {
+    let root = pmemvm_tests::pmemvm::workspace_root();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let min = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("rust-version in Cargo.toml");
+    let wrapper = |path: &Path| {
+        let mut cmd = Command::new(root.join("pmemvm"));
+        cmd.args(["bench", "pmem-nowait"])
+            .current_dir(&root)
+            .env("PATH", path);
+        run_cmd(&mut cmd, Duration::from_secs(30))
+    };
+    let dir = TempDir::new("wrapper-rust");
+    let no_rust = pmemvm_tests::pmemvm::path_without(&dir.0, &["cargo", "rustc"]);
+    let out = wrapper(&no_rust);
+    assert_eq!(out.status, Some(2), "{}", out.dump());
+    assert!(
+        out.stderr
+            .contains(&format!("building pmemvm needs Rust {min} or newer")),
+        "{}",
+        out.dump()
+    );
+    assert!(out.stderr.contains("rustup"), "{}", out.dump());
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.dump());
+    // A rustc that says it is Debian 12's.
+    for (name, text) in [
+        (
+            "rustc",
+            "#!/bin/sh\necho 'rustc 1.63.0 (4b91a6ea7 2022-08-08)'\n",
+        ),
+        ("cargo", "#!/bin/sh\necho cargo must not run >&2\nexit 1\n"),
+    ] {
+        let p = no_rust.join(name);
+        let _ = std::fs::remove_file(&p);
+        std::fs::write(&p, text).expect("fake tool");
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    let out = wrapper(&no_rust);
+    assert_eq!(out.status, Some(2), "{}", out.dump());
+    assert!(
+        out.stderr
+            .contains(&format!("rustc 1.63.0 is older than {min}")),
+        "{}",
+        out.dump()
+    );
+    assert!(!out.stderr.contains("cargo must not run"), "{}", out.dump());
+}
