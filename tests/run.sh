@@ -42,6 +42,8 @@ remaining() { echo $(( DEADLINE - (SECONDS - T0) )); }
 mkdir -p target
 export PMEMVM_SKIP_LOG="$PWD/target/pmemvm-test-skips.log"
 : > "$PMEMVM_SKIP_LOG"
+export PMEMVM_L1_WAKEUP_LOG="$PWD/target/pmemvm-l1-wakeups.log"
+: > "$PMEMVM_L1_WAKEUP_LOG"
 export PMEMVM_TCG_LOCK=${PMEMVM_TCG_LOCK:-/tmp/pmemvm-tcg.lock}
 
 summary() {
@@ -51,6 +53,9 @@ summary() {
     if [ -n "${MODULAR_PID:-}" ] && kill -0 "$MODULAR_PID" 2>/dev/null; then
         pkill -TERM -P "$MODULAR_PID" 2>/dev/null || true
     fi
+    n=$(grep -c . "$PMEMVM_L1_WAKEUP_LOG" 2>/dev/null || true)
+    echo "L1 wake-ups (a silent nested L1 sent a key event): ${n:-0}"
+    [ "${n:-0}" -eq 0 ] || sed 's/^/  wake-up: /; s/\t/: /' "$PMEMVM_L1_WAKEUP_LOG"
     n=$(grep -c . "$PMEMVM_SKIP_LOG" 2>/dev/null || true)
     echo "skips: ${n:-0}$([ "${PMEMVM_TEST_STRICT:-}" = 1 ] && echo ' (strict mode: each one failed its test)')"
     [ "${n:-0}" -eq 0 ] || sed 's/^/  skip: /; s/\t/: /' "$PMEMVM_SKIP_LOG"

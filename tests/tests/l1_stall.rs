@@ -162,4 +162,13 @@ fn a_silent_l1_is_sent_a_key_event_and_goes_on() {
     let w = &out.l1_wakeups[0];
     assert!(w.contains("a key event was sent to wake it"), "{w}");
     assert!(w.contains("CPU#0 RIP="), "{w}");
+    // tests/run.sh collects every wake-up of the run in this log and prints it.
+    if let Some(log) = std::env::var_os("PMEMVM_L1_WAKEUP_LOG").filter(|p| !p.is_empty()) {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(
+            text.lines()
+                .any(|l| l.contains("a_silent_l1_is_sent_a_key_event_and_goes_on\t")),
+            "{text}"
+        );
+    }
 }
