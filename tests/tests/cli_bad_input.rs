@@ -398,3 +398,52 @@ fn the_wrapper_wants_rust_at_the_manifests_rust_version() {
     );
     assert!(!out.stderr.contains("cargo must not run"), "{}", out.dump());
 }
+
+/// `pmemvm preflight run` (what `./pmemvm` asks before it installs QEMU or builds the image)
+/// refuses an option the engine the run resolves to cannot honour, as `run` would after the
+/// install and build: one sentence, status 2, no needs printed. `--engine qemu` resolves to
+/// QEMU on every host kind; on a host whose KVM cannot run Linux (PVM here, or none),
+/// `--engine auto` does too.
+#[test]
+fn preflight_run_refuses_what_the_resolved_engine_cannot_honour() {
+    let dir = TempDir::new("preflight-run-qemu");
+    let job = dir.join("job.fio");
+    std::fs::write(&job, "[x]\nioengine=null\nsize=1M\n").unwrap();
+    let job = job.to_str().unwrap();
+    let auto_is_qemu = !matches!(
+        pmemvm_tests::host_kind::HostKind::detect(),
+        Ok(pmemvm_tests::host_kind::HostKind::Hardware)
+    );
+    let cases: [(&[&str], &str); 3] = [
+        (&["--pin", "0"], "--pin"),
+        (&["--host-node", "0"], "--host-node"),
+        (&["--memory", "64M,thp"], "--memory SIZE,hugepages/thp"),
+    ];
+    for (extra, option) in cases {
+        let mut engines = vec!["qemu"];
+        if auto_is_qemu {
+            engines.push("auto");
+        }
+        for engine in engines {
+            let mut args = vec!["preflight", "run", "--engine", engine, "--fio", job];
+            args.extend_from_slice(extra);
+            let mut cmd = Command::new(pmemvm_bin());
+            cmd.args(&args);
+            let out = run_cmd(&mut cmd, Duration::from_secs(30));
+            assert_eq!(out.status, Some(2), "{args:?}\n{}", out.dump());
+            assert!(
+                out.stderr.contains(&format!(
+                    "{option} applies to --engine pmemvm only (QEMU places its guest itself)"
+                )),
+                "{args:?}\n{}",
+                out.dump()
+            );
+            assert_eq!(out.stderr.lines().count(), 1, "{}", out.dump());
+            assert!(
+                out.stdout.trim().is_empty(),
+                "needs printed: {}",
+                out.dump()
+            );
+        }
+    }
+}

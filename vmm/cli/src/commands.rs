@@ -595,6 +595,8 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
                 preflight::engine_on_this_host(a.engine.into(), true, &mut needs)
                     .map_err(RunError::from)?;
             }
+            // The options the resolved engine cannot honour, before any install or build.
+            lab::run::engine_for(&spec)?;
             needs.image = a.kernel.is_none();
         }
         Command::Bench(a) if a.plan => {

@@ -280,10 +280,10 @@ impl Drop for Scratch {
 /// Default kernel command line for jobs in the guest image.
 pub const JOB_CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 loglevel=4";
 
-/// Runs the job; returns the result (check `error`/`status`) or an error
-/// when nothing could be started.
-pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
-    check_inputs(spec)?;
+/// The engine `spec` runs on here, and the refusal of an option that engine cannot
+/// honour (`--pin`, `--host-node`, huge pages on QEMU): what `run` does first and what
+/// `pmemvm preflight run` checks, so the refusal comes before any install or build.
+pub fn engine_for(spec: &RunSpec) -> Result<Engine, RunError> {
     let kvm = HostKvm::probe();
     // A guest that is not Linux (e.g. a test payload) may still run on a PVM KVM.
     let linux = spec
@@ -311,6 +311,19 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
             return Err(RunError::PmemvmOnly(option));
         }
     }
+    Ok(engine)
+}
+
+/// Runs the job; returns the result (check `error`/`status`) or an error
+/// when nothing could be started.
+pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
+    check_inputs(spec)?;
+    let engine = engine_for(spec)?;
+    let kvm = HostKvm::probe();
+    let linux = spec
+        .kernel
+        .as_deref()
+        .is_none_or(vmm::boot::looks_like_linux);
     let (kernel, initrd, image) = match &spec.kernel {
         // A Linux kernel without --initrd runs the job from the guest image's
         // initramfs (its /init runs jobs); without the image the job could not
