@@ -7,6 +7,7 @@
 #
 #   guest-images/build.sh [--out DIR] [--jobs N] [--force]
 #   guest-images/build.sh --modular [--out DIR] [--jobs N] [--force]
+#   guest-images/build.sh --check-space   # only the free-space check of a cold build
 #
 # Outputs (default DIR: guest-images/out/): vmlinux, bzImage,
 # initramfs.cpio.gz, manifest.json.  With --modular, only a modular variant
@@ -27,6 +28,7 @@ CACHE="${PMEMVM_IMAGE_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)
 JOBS=$(nproc)
 FORCE=0
 MODULAR=0
+CHECK_SPACE=0
 
 log() { printf '[guest-image %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[guest-image] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -38,11 +40,36 @@ while [ $# -gt 0 ]; do
         --jobs) JOBS="${2:?--jobs needs a number}"; shift 2 ;;
         --force) FORCE=1; shift ;;
         --modular) MODULAR=1; shift ;;
-        -h|--help) sed -n '3,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --check-space) CHECK_SPACE=1; shift ;;
+        -h|--help) sed -n '3,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
 done
 [ "$MODULAR" -eq 0 ] || [ "$OUT" != "$GI_DIR/out" ] || OUT="$GI_DIR/out/modular"
+
+# A cold build peaks at about 2 GiB in $WORK (kernel tree and objects 1.6 GiB,
+# fio); refuse before the long step rather than fail in the middle of it.
+BUILD_SPACE_MIB=3072
+# free_mib DIR: MiB free on the file system of DIR or of its nearest existing parent.
+free_mib() {
+    local d=$1
+    while [ ! -d "$d" ]; do d=$(dirname "$d"); done
+    df -Pk "$d" | awk 'NR==2 {print int($4 / 1024)}'
+}
+space_sentence() {
+    echo "building the guest image needs about $BUILD_SPACE_MIB MiB free in $WORK, which has ${1:-0} MiB; free space there or set PMEMVM_IMAGE_WORK to a larger file system"
+}
+# --check-space: only the free-space check of a cold build (./pmemvm runs it before it
+# installs anything): status 2 with one sentence when no image is in OUT, no stage is
+# cached and WORK's file system is too small; creates nothing.
+if [ "$CHECK_SPACE" -eq 1 ]; then
+    if [ -f "$OUT/manifest.json" ] || compgen -G "$CACHE/kernel-*" >/dev/null; then
+        exit 0
+    fi
+    avail=$(free_mib "$WORK")
+    [ "${avail:-0}" -ge "$BUILD_SPACE_MIB" ] || { echo "pmemvm: $(space_sentence "$avail")" >&2; exit 2; }
+    exit 0
+fi
 mkdir -p "$OUT" "$WORK" "$CACHE"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(cd "$WORK" && pwd)
@@ -113,14 +140,10 @@ fio_src_version() {
 
 sha() { sha256sum "$1" | cut -d' ' -f1 || die "cannot hash $1"; }
 
-# A cold build peaks at about 2 GiB in $WORK (kernel tree and objects 1.6 GiB,
-# fio); refuse before the long step rather than fail in the middle of it.
-BUILD_SPACE_MIB=3072
 check_space() {
     local avail
-    avail=$(df -Pk "$WORK" | awk 'NR==2 {print int($4 / 1024)}')
-    [ "${avail:-0}" -ge "$BUILD_SPACE_MIB" ] \
-        || die "building the guest image needs about $BUILD_SPACE_MIB MiB free in $WORK, which has ${avail:-0} MiB; free space there or set PMEMVM_IMAGE_WORK to a larger file system"
+    avail=$(free_mib "$WORK")
+    [ "${avail:-0}" -ge "$BUILD_SPACE_MIB" ] || die "$(space_sentence "$avail")"
 }
 
 # ---- cache keys -------------------------------------------------------------

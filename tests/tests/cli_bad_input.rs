@@ -18,6 +18,7 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use pmemvm_tests::pmemvm::{pmemvm_bin, run_cmd, TempDir};
+use pmemvm_tests::require;
 use pmemvm_tests::tiny::{guest, kvm_available};
 
 #[path = "support/cli_cases.rs"]
@@ -446,4 +447,45 @@ fn preflight_run_refuses_what_the_resolved_engine_cannot_honour() {
             );
         }
     }
+}
+
+/// `guest-images/build.sh --check-space` (what `./pmemvm` runs before it installs anything
+/// when the command needs the image): on a cold machine (no image in `--out`, no stage in
+/// the cache) whose build directory's file system is too small, one sentence and status 2,
+/// nothing created; with a stage cached it passes.
+#[test]
+fn a_cold_image_build_without_space_is_refused_before_any_install() {
+    let dir = TempDir::new("image-space");
+    let small = require!(pmemvm_tests::mounts::Mounted::new(
+        &dir.join("small"),
+        "tmpfs",
+        "size=16M"
+    ));
+    let cache = dir.join("cache");
+    let out = dir.join("out");
+    let work = small.0.join("work");
+    let check = || {
+        let mut cmd =
+            Command::new(pmemvm_tests::pmemvm::workspace_root().join("guest-images/build.sh"));
+        cmd.args(["--check-space", "--out", out.to_str().unwrap()])
+            .env("PMEMVM_IMAGE_WORK", &work)
+            .env("PMEMVM_IMAGE_CACHE", &cache);
+        run_cmd(&mut cmd, Duration::from_secs(30))
+    };
+    let r = check();
+    assert_eq!(r.status, Some(2), "{}", r.dump());
+    assert!(
+        r.stderr
+            .contains("building the guest image needs about 3072 MiB free in")
+            && r.stderr.contains("which has 16 MiB"),
+        "{}",
+        r.dump()
+    );
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.dump());
+    for p in [&cache, &out, &work] {
+        assert!(!p.exists(), "--check-space created {}", p.display());
+    }
+    std::fs::create_dir_all(cache.join("kernel-0123456789abcdef")).unwrap();
+    let r = check();
+    assert_eq!(r.status, Some(0), "{}", r.dump());
 }
