@@ -3,6 +3,7 @@
  * host can end the VM (a signal, the watchdog). */
 .include "common.S"
 .globl _start
+.type _start, @function
 _start:
     mov $0x90000, %esp
     mov $msg, %esi

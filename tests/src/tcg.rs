@@ -22,6 +22,8 @@ use std::time::Duration;
 pub struct TcgGuard {
     file: File,
     path: PathBuf,
+    /// Further slots held with this one (a guest with more than one vCPU).
+    more: Vec<TcgGuard>,
 }
 
 /// The lock file: `$PMEMVM_TCG_LOCK` or `/tmp/pmemvm-tcg.lock`.
@@ -67,6 +69,35 @@ pub fn lock() -> io::Result<TcgGuard> {
     lock_at(&lock_path(), slots())
 }
 
+/// Waits until `n` slots are free at once and holds them all (an L1 with `n` vCPUs is `n`
+/// cores of work); never more than there are.
+pub fn lock_n(n: usize) -> io::Result<TcgGuard> {
+    lock_n_at(&lock_path(), slots(), n)
+}
+
+fn lock_n_at(path: &Path, slots: usize, n: usize) -> io::Result<TcgGuard> {
+    let want = n.clamp(1, slots.max(1));
+    loop {
+        let mut held = Vec::new();
+        for s in 0..slots.max(1) {
+            if held.len() == want {
+                break;
+            }
+            if let Some(g) = try_slot(&slot_path(path, s))? {
+                held.push(g);
+            }
+        }
+        if held.len() == want {
+            let mut first = held.remove(0);
+            first.more = held;
+            return Ok(first);
+        }
+        // Not all at once: give back what was taken, so two waiters never deadlock.
+        drop(held);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn lock_at(path: &Path, slots: usize) -> io::Result<TcgGuard> {
     loop {
         for n in 0..slots.max(1) {
@@ -108,6 +139,7 @@ fn try_slot(path: &Path) -> io::Result<Option<TcgGuard>> {
     let mut guard = TcgGuard {
         file,
         path: path.to_path_buf(),
+        more: Vec::new(),
     };
     guard.describe(None);
     Ok(Some(guard))
@@ -124,6 +156,14 @@ impl TcgGuard {
     /// deadline passes while this guest runs.
     pub fn note_console(&mut self, console: &Path) {
         self.describe(Some(console));
+        for g in &mut self.more {
+            g.describe(Some(console));
+        }
+    }
+
+    /// How many slots this guard holds.
+    pub fn slots_held(&self) -> usize {
+        1 + self.more.len()
     }
 
     fn describe(&mut self, console: Option<&Path>) {
@@ -206,6 +246,36 @@ mod tests {
         assert_eq!(got, path);
         t.join().expect("join");
         drop(b);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_two_slot_holder_waits_for_both_and_holds_them_together() {
+        let dir = std::env::temp_dir().join(format!("pmemvm-tcg-two-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("lock");
+        let one = lock_at(&path, 2).expect("one");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        let t = std::thread::spawn(move || {
+            let g = lock_n_at(&p, 2, 2).expect("two");
+            tx.send(g.slots_held()).expect("send");
+            // Both are held: a single-slot taker finds none free now.
+            assert!(try_slot(&p).expect("try").is_none());
+            assert!(try_slot(&slot_path(&p, 1)).expect("try").is_none());
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(800)).is_err(),
+            "two slots taken while one was held"
+        );
+        drop(one);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)).expect("got both"),
+            2
+        );
+        t.join().expect("join");
+        // More than there are is clamped to all of them.
+        assert_eq!(lock_n_at(&path, 2, 5).expect("all").slots_held(), 2);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -217,6 +217,54 @@ fn a_job_on_pmem0_of_a_new_labelled_dimm_is_stopped_with_the_reason() {
     assert_eq!(out.status, Some(0), "{}", out.dump());
 }
 
+/// A Linux guest that stops making progress on purpose (its setup waits forever on a pipe)
+/// under pmemvm: at `--timeout` the run says for each vCPU where it was — in the guest,
+/// halted with interrupts on, at a RIP the image's vmlinux names (the idle loop) — on stderr
+/// and in the run's JSON. One vCPU: the nested engine's L1 has one, and a 2-vCPU guest on it
+/// under TCG met soft lockups in L1 (`kvm_tiny` reports two vCPUs on a host KVM).
+#[test]
+fn a_guest_waiting_forever_is_described_per_vcpu_at_the_time_out() {
+    let _tcg = require!(ready());
+    let dir = TempDir::new("nested-hang");
+    let job = dir.join("verify.fio");
+    std::fs::write(&job, VERIFY_JOB).unwrap();
+    let record = dir.join("run.json");
+    let out = run_cmd(
+        &mut pmemvm(&[
+            "run",
+            "--engine",
+            "nested",
+            "--cmdline",
+            CMDLINE,
+            "--nvdimm",
+            "64M,label-size=0",
+            "--setup",
+            "mkfifo /tmp/never; cat /tmp/never",
+            "--fio",
+            job.to_str().unwrap(),
+            "--timeout",
+            "40",
+            "--json",
+            record.to_str().unwrap(),
+        ]),
+        DEADLINE,
+    );
+    assert_eq!(out.status, Some(124), "{}", out.dump());
+    let v = json(&record);
+    let error = v["error"].as_str().unwrap_or_default().to_owned();
+    let vcpu = "vCPU 0: in the guest, halted";
+    assert!(error.contains(vcpu), "{error}\n{}", out.dump());
+    assert!(out.stderr.contains(vcpu), "{}", out.dump());
+    let named = error
+        .split("; ")
+        .filter(|p| p.starts_with("vCPU "))
+        .all(|p| p.contains("at RIP 0xffffffff") && p.contains("interrupts on") && p.contains('+'));
+    assert!(
+        named,
+        "each vCPU with a kernel RIP, its symbol and IF: {error}"
+    );
+}
+
 #[test]
 fn bench_on_nested_reports_functional_only() {
     let _tcg = require!(ready());

@@ -376,6 +376,15 @@ fn run_timeout_ends_a_guest_that_never_finishes() {
         "{}",
         out.dump()
     );
+    // Where the vCPU was: the guest's `cli; hlt`, named from the ELF's symbols.
+    assert!(
+        out.stderr
+            .contains("vCPU 0: in the guest, halted, waiting for an interrupt, at RIP 0x1000")
+            && out.stderr.contains("(_start+0x")
+            && out.stderr.contains("interrupts off"),
+        "{}",
+        out.dump()
+    );
     let bound = quick.elapsed + Duration::from_secs(12);
     assert!(
         out.elapsed < bound,

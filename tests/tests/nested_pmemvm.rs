@@ -64,7 +64,9 @@ fn boot_platform(
     cpus: &str,
     extra: &str,
 ) -> Result<(RunOutput, GuestReport), NestedError> {
-    let vm = vm_with_image(kernel, PLATFORM_SETUP)?;
+    // As many L1 vCPUs as guest vCPUs: a 2-vCPU guest on a 1-vCPU L1 under TCG spins on
+    // IPIs to a vCPU that cannot run (one CI run passed its 400 s deadline that way).
+    let vm = vm_with_image(kernel, PLATFORM_SETUP)?.l1_cpus(cpus.parse().unwrap_or(1));
     let cmdline = format!("{CMDLINE} {extra}");
     let out = vm
         .run(&[

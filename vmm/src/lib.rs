@@ -37,7 +37,9 @@ pub mod placement;
 pub mod run_loop;
 pub mod signals;
 pub mod stats;
+pub mod symbols;
 pub mod vcpu;
+pub mod vcpu_status;
 pub mod vm;
 
 /// Unit tests that map and touch megabytes, or measure this process's RSS,

@@ -255,7 +255,10 @@ impl Vm {
         let mut vcpus = VcpuSet::new().map_err(io_err("installing the vCPU kick signal"))?;
         // The VMM's own threads (this one, and what it starts) off the vCPUs' CPUs.
         let _others = crate::placement::OtherThreads::enter(&self.placement)?;
-        let started = self.start_vcpus(&mut vcpus, opts.faults);
+        let statuses: Vec<Arc<crate::vcpu_status::VcpuStatus>> = (0..self.vcpus.len())
+            .map(|_| Arc::new(crate::vcpu_status::VcpuStatus::new()))
+            .collect();
+        let started = self.start_vcpus(&mut vcpus, opts.faults, &statuses);
         if started.is_ok() {
             while exit.get().is_none() {
                 if let Err(e) = events.run() {
@@ -268,7 +271,7 @@ impl Vm {
         let stopped = vcpus.stop_and_join(STOP_DEADLINE);
         unwind_sync.0 = None;
         drop(terminal);
-        let outcome = self.finish(exit.get(), stopped);
+        let outcome = self.finish(exit.get(), stopped, &statuses);
         drop(events);
         if let (Err(_), ExitRequest::StorageFailure(e)) = (&started, &outcome.reason) {
             // The start failure is the error returned; this one is logged.
@@ -279,7 +282,12 @@ impl Vm {
 
     /// Starts one thread per vCPU; on an error the threads already started
     /// stay in `vcpus` for the caller to stop.
-    fn start_vcpus(&mut self, vcpus: &mut VcpuSet, faults: Faults) -> Result<(), VmError> {
+    fn start_vcpus(
+        &mut self,
+        vcpus: &mut VcpuSet,
+        faults: Faults,
+        statuses: &[Arc<crate::vcpu_status::VcpuStatus>],
+    ) -> Result<(), VmError> {
         let dimms: Arc<Vec<DimmRange>> = Arc::new(
             self.nvdimms
                 .iter()
@@ -304,6 +312,7 @@ impl Vm {
                 dimms: dimms.clone(),
                 mem: self.mem.clone(),
                 faults,
+                status: statuses[index].clone(),
             };
             let pin: Vec<u32> = self.placement.pin.get(index).copied().into_iter().collect();
             let exit = self.exit.clone();
@@ -331,6 +340,7 @@ impl Vm {
         mut self,
         reason: Option<ExitRequest>,
         stopped: Result<(), Vec<usize>>,
+        statuses: &[Arc<crate::vcpu_status::VcpuStatus>],
     ) -> RunOutcome {
         let sync_error = sync_all(self.writable_files(), SYNC_DEADLINE);
         if sync_error.is_none() && stopped.is_ok() {
@@ -349,6 +359,7 @@ impl Vm {
         let machine = self.describe_machine();
         // No request: a vCPU thread could not start (the caller reports it).
         let reason = reason.unwrap_or(ExitRequest::Fatal("the VM did not start".into()));
+        let timed_out = matches!(reason, ExitRequest::Timeout(_));
         let reason = match (&stopped, reason, sync_error) {
             (Err(stuck), r, _) => ExitRequest::Fatal(format!(
                 "vCPU {} did not leave KVM_RUN within {} s of the stop request (the VM was \
@@ -394,12 +405,24 @@ impl Vm {
                 std::mem::forget(n.mapping);
             }
         }
+        // A time-out: where each vCPU was (guest RIP named from the kernel's symbols).
+        let vcpus = if timed_out {
+            let symbols = crate::symbols::Symbols::load(&self.kernel);
+            statuses
+                .iter()
+                .enumerate()
+                .map(|(i, s)| s.describe(i, &|rip| symbols.name(rip)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         RunOutcome {
             reason,
             exits: self.stats.snapshot(),
             nvdimms,
             host_hint,
             machine,
+            vcpus,
         }
     }
 

@@ -281,6 +281,8 @@ pub struct VcpuContext {
     pub mem: GuestMemoryMmap,
     /// Injected faults (tests).
     pub faults: Faults,
+    /// What this thread is doing, for a report when the VM is stopped.
+    pub status: Arc<crate::vcpu_status::VcpuStatus>,
 }
 
 /// A panic payload as text.
@@ -307,6 +309,14 @@ impl VcpuContext {
     }
 
     fn run_loop(mut self) {
+        struct Done<'a>(&'a crate::vcpu_status::VcpuStatus);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.done();
+            }
+        }
+        let status = self.status.clone();
+        let _done = Done(&status);
         let _registered = KvmRunRegistration::new(&mut self.vcpu);
         if self.index == 0 {
             if let Some(us) = crate::stats::micros_since_start() {
@@ -353,9 +363,13 @@ impl VcpuContext {
 
     /// One KVM_RUN; returns a request when the VM must end.
     fn run_once(&mut self) -> Option<ExitRequest> {
+        use crate::vcpu_status::Exit;
         let stats = self.stats.clone();
+        let status = self.status.clone();
+        status.in_guest();
         match self.vcpu.run() {
             Ok(VcpuExit::IoIn(port, data)) => {
+                status.in_exit(Exit::PortIn, port.into());
                 ExitStats::bump(&stats.io_in);
                 let (ptr, len) = (data.as_mut_ptr(), data.len());
                 // A string IN (`rep insb`) carries `count` elements of `size` bytes.
@@ -375,6 +389,7 @@ impl VcpuContext {
                 None
             }
             Ok(VcpuExit::IoOut(port, data)) => {
+                status.in_exit(Exit::PortOut, port.into());
                 ExitStats::bump(&stats.io_out);
                 let (ptr, len) = (data.as_ptr(), data.len());
                 let Some(width) = self.io_width() else {
@@ -393,6 +408,7 @@ impl VcpuContext {
                 None
             }
             Ok(VcpuExit::MmioRead(addr, data)) => {
+                status.in_exit(Exit::MmioRead, addr);
                 ExitStats::bump(&stats.mmio_read);
                 // A DIMM page KVM could not read (e.g. a hole the full host
                 // file system cannot back) comes here instead of the guest.
@@ -405,6 +421,7 @@ impl VcpuContext {
                 None
             }
             Ok(VcpuExit::MmioWrite(addr, data)) => {
+                status.in_exit(Exit::MmioWrite, addr);
                 ExitStats::bump(&stats.mmio_write);
                 match self.dimms.iter().find(|d| d.contains(addr)) {
                     Some(d) if d.readonly => ExitStats::bump(&stats.readonly_writes),
@@ -451,6 +468,17 @@ impl VcpuContext {
                 // A kick: clear what its handler set; the loop checks `stop`.
                 self.vcpu.set_kvm_immediate_exit(0);
                 ExitStats::bump(&stats.interrupted);
+                if self.stop.load(Ordering::SeqCst) {
+                    // The stop's kick: where the guest was, for the report of a time-out.
+                    if let Ok(regs) = self.vcpu.get_regs() {
+                        let mp_state = self.vcpu.get_mp_state().ok().map(|m| m.mp_state);
+                        status.record(crate::vcpu_status::Snapshot {
+                            rip: regs.rip,
+                            rflags: regs.rflags,
+                            mp_state,
+                        });
+                    }
+                }
                 None
             }
             Err(e) if e.errno() == libc::EFAULT => Some(ExitRequest::StorageFailure(format!(

@@ -189,6 +189,9 @@ pub struct RunOutcome {
     pub host_hint: Option<String>,
     /// The host, the placement and the page sizes that backed guest memory.
     pub machine: crate::host::machine::MachineDescription,
+    /// When the watchdog ended the run: one sentence per vCPU saying where it was
+    /// (`crate::vcpu_status`).
+    pub vcpus: Vec<String>,
 }
 
 /// A VM ready to run.
@@ -205,6 +208,8 @@ pub struct Vm {
     pub(crate) host: HostKvm,
     pub(crate) dsm: Option<Arc<devices::nvdimm_dsm::DsmHandler>>,
     pub(crate) placement: Placement,
+    /// The kernel file (its symbols name a stuck vCPU's RIP).
+    pub(crate) kernel: std::path::PathBuf,
 }
 
 impl std::fmt::Debug for Vm {
@@ -536,6 +541,7 @@ impl Vm {
             host,
             dsm,
             placement: config.placement.clone(),
+            kernel: config.kernel.clone(),
         })
     }
 

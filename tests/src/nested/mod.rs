@@ -374,7 +374,9 @@ impl NestedVm {
             interactive: false,
         };
         let cmd = l1_command(qemu, l1, &opts, &console_path, &share);
-        let mut guard = crate::tcg::lock().map_err(io_err("take the TCG lock"))?;
+        // An L1 with N vCPUs is N cores of TCG work: it holds N slots.
+        let mut guard = crate::tcg::lock_n(usize::try_from(self.cpus).unwrap_or(1))
+            .map_err(io_err("take the TCG lock"))?;
         guard.note_console(&console_path);
         let run = run_l1(
             cmd,

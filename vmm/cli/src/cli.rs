@@ -222,6 +222,10 @@ pub struct BootArgs {
     /// Write the guest's data channel (COM2) to this file.
     #[arg(long, value_name = "PATH")]
     pub channel: Option<PathBuf>,
+    /// End the guest after this many seconds (exit status 124, with where each vCPU was).
+    /// Default: no limit.
+    #[arg(long, value_parser = parse_seconds, value_name = "SECS")]
+    pub timeout: Option<u64>,
     /// Where the guest runs: pmemvm on this host's KVM, or nested (pmemvm
     /// inside a QEMU TCG L1 with emulated SVM, for hosts without hardware
     /// virtualization).

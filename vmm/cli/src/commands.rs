@@ -215,7 +215,10 @@ pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
     let vm = Vm::build(&config)?;
     warn_if_host_cannot_run(&config.kernel);
     // The terminal is raw for the run when the console uses it (run_loop).
-    let outcome = vm.run()?;
+    let outcome = vm.run_with(vmm::run_loop::RunOptions {
+        timeout: args.timeout.map(std::time::Duration::from_secs),
+        ..vmm::run_loop::RunOptions::default()
+    })?;
     let status = exit_status::for_request(&outcome.reason);
     log::info!("VM exits: {:?}", outcome.exits);
     for n in &outcome.nvdimms {
@@ -237,6 +240,9 @@ pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
             );
             if let Some(hint) = &outcome.host_hint {
                 eprintln!("pmemvm: {hint}");
+            }
+            for v in &outcome.vcpus {
+                eprintln!("pmemvm: {v}");
             }
         }
     }

@@ -190,6 +190,10 @@ impl GuestEngine for Pmemvm {
                     msg.push_str("; ");
                     msg.push_str(h);
                 }
+                for v in &outcome.vcpus {
+                    msg.push_str("; ");
+                    msg.push_str(v);
+                }
                 Some(msg)
             }
         };

@@ -256,6 +256,10 @@ impl NestedEngine {
             in_share(share, m.console)?,
             "--channel".to_string(),
             in_share(share, m.channel)?,
+            // The guest's own time limit, kept by pmemvm in L1: at it, pmemvm says where
+            // each vCPU was (the L1's deadline adds the boot allowance on top).
+            "--timeout".to_string(),
+            m.timeout.as_secs().max(1).to_string(),
         ]);
         install_binary(share, "pmemvm", &self.pmemvm, true)?;
         let words: Vec<&str> = argv.iter().map(String::as_str).collect();

@@ -1,0 +1,129 @@
+//! Function symbols of an ELF64 kernel (`vmlinux` keeps its `.symtab`), for
+//! naming a guest RIP in a report: `default_idle+0x14`. A bzImage, a stripped
+//! file or anything malformed gives no symbols, never an error: this is a
+//! report's garnish. Every offset and size read from the file is checked
+//! against the file before use.
+
+use std::path::Path;
+
+/// ELF section type of a symbol table.
+const SHT_SYMTAB: u32 = 2;
+/// Symbol type of a function.
+const STT_FUNC: u8 = 2;
+/// Largest file read (a debug vmlinux is a few hundred MiB).
+const MAX_FILE: u64 = 1 << 30;
+
+/// Functions sorted by address.
+#[derive(Debug, Default)]
+pub struct Symbols {
+    funcs: Vec<(u64, u64, String)>,
+}
+
+fn u16_at(b: &[u8], off: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(off..off + 2)?.try_into().ok()?))
+}
+fn u32_at(b: &[u8], off: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(off..off + 4)?.try_into().ok()?))
+}
+fn u64_at(b: &[u8], off: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(off..off + 8)?.try_into().ok()?))
+}
+
+impl Symbols {
+    /// The function symbols of `path` (none when it is not an ELF64 file with a symbol table).
+    pub fn load(path: &Path) -> Self {
+        let small = std::fs::metadata(path).is_ok_and(|m| m.len() <= MAX_FILE);
+        match small.then(|| std::fs::read(path).ok()).flatten() {
+            Some(bytes) => Self::parse(&bytes).unwrap_or_default(),
+            None => Self::default(),
+        }
+    }
+
+    fn parse(b: &[u8]) -> Option<Self> {
+        // ELF64, little endian.
+        if b.get(0..4)? != b"\x7fELF" || *b.get(4)? != 2 || *b.get(5)? != 1 {
+            return None;
+        }
+        let shoff = usize::try_from(u64_at(b, 0x28)?).ok()?;
+        let shentsize = usize::from(u16_at(b, 0x3a)?);
+        let shnum = usize::from(u16_at(b, 0x3c)?);
+        if shentsize < 0x40 {
+            return None;
+        }
+        let section = |i: usize| -> Option<(u32, usize, usize, u32, usize)> {
+            let h = shoff.checked_add(i.checked_mul(shentsize)?)?;
+            Some((
+                u32_at(b, h + 4)?,
+                usize::try_from(u64_at(b, h + 0x18)?).ok()?,
+                usize::try_from(u64_at(b, h + 0x20)?).ok()?,
+                u32_at(b, h + 0x28)?,
+                usize::try_from(u64_at(b, h + 0x38)?).ok()?,
+            ))
+        };
+        let (_, off, size, link, entsize) =
+            (0..shnum).filter_map(section).find(|s| s.0 == SHT_SYMTAB)?;
+        let (_, str_off, str_size, _, _) = section(usize::try_from(link).ok()?)?;
+        let strtab = b.get(str_off..str_off.checked_add(str_size)?)?;
+        let symtab = b.get(off..off.checked_add(size)?)?;
+        if entsize < 24 {
+            return None;
+        }
+        let mut funcs = Vec::new();
+        for sym in symtab.chunks_exact(entsize) {
+            let info = *sym.get(4)?;
+            let value = u64_at(sym, 8)?;
+            if info & 0xf != STT_FUNC || value == 0 {
+                continue;
+            }
+            let name_off = usize::try_from(u32_at(sym, 0)?).ok()?;
+            let Some(rest) = strtab.get(name_off..) else {
+                continue;
+            };
+            let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+            let name = String::from_utf8_lossy(&rest[..end]).into_owned();
+            funcs.push((value, u64_at(sym, 16)?, name));
+        }
+        funcs.sort_by_key(|f| f.0);
+        Some(Self { funcs })
+    }
+
+    /// `name+0xOFF` for an address inside a function (or past one of size 0).
+    pub fn name(&self, addr: u64) -> Option<String> {
+        let i = self.funcs.partition_point(|f| f.0 <= addr).checked_sub(1)?;
+        let (start, size, name) = &self.funcs[i];
+        let off = addr - start;
+        (size == &0 || off < *size).then(|| format!("{name}+{off:#x}"))
+    }
+
+    /// Number of function symbols.
+    pub fn len(&self) -> usize {
+        self.funcs.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.funcs.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_test_binary_names_its_own_functions_and_garbage_has_none() {
+        let exe = std::env::current_exe().unwrap();
+        let syms = Symbols::load(&exe);
+        assert!(syms.len() > 100, "{}", syms.len());
+        let (start, _, name) = syms.funcs.iter().find(|f| f.1 > 4).unwrap().clone();
+        assert_eq!(syms.name(start + 1), Some(format!("{name}+0x1")));
+        assert!(Symbols::parse(b"\x7fELF\x02\x01garbage").is_none());
+        assert!(Symbols::parse(&[]).is_none());
+        // Truncated copies of a real file never panic.
+        let bytes = std::fs::read(&exe).unwrap();
+        for cut in [0x40, 0x1000, bytes.len() / 2] {
+            let _ = Symbols::parse(&bytes[..cut]);
+        }
+        assert!(Symbols::load(Path::new("/nonexistent")).is_empty());
+    }
+}

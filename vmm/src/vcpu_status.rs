@@ -1,0 +1,228 @@
+//! What each vCPU thread was doing when the VM was stopped: in the guest
+//! (`KVM_RUN`; then halted or running, and where: RIP, interrupts on or off,
+//! the kernel symbol when the kernel file has a symbol table) or in pmemvm,
+//! handling which exit for how long (a device's host call: a flush hint's
+//! `fdatasync`, a label write). The thread publishes its phase around every
+//! `KVM_RUN` (two relaxed atomic stores) and, when the stop's kick brings it
+//! out of the guest, its registers; [`VcpuStatus::describe`] turns that into
+//! the sentence a timed-out run prints for each vCPU.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+/// The thread has not entered the guest yet.
+const STARTING: u8 = 0;
+/// In `KVM_RUN`.
+const IN_GUEST: u8 = 1;
+/// Handling an exit in pmemvm (see [`Exit`]).
+const IN_EXIT: u8 = 2;
+/// Left its loop.
+const DONE: u8 = 3;
+
+/// An exit being handled in pmemvm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Exit {
+    /// A port read.
+    PortIn = 1,
+    /// A port write.
+    PortOut = 2,
+    /// An MMIO read.
+    MmioRead = 3,
+    /// An MMIO write (the flush hints, the `_DSM` doorbell).
+    MmioWrite = 4,
+    /// Anything else.
+    Other = 5,
+}
+
+impl Exit {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::PortIn,
+            2 => Self::PortOut,
+            3 => Self::MmioRead,
+            4 => Self::MmioWrite,
+            _ => Self::Other,
+        }
+    }
+
+    fn words(self) -> &'static str {
+        match self {
+            Self::PortIn => "a port read at",
+            Self::PortOut => "a port write at",
+            Self::MmioRead => "an MMIO read at",
+            Self::MmioWrite => "an MMIO write at",
+            Self::Other => "an exit at",
+        }
+    }
+}
+
+/// The registers a kicked vCPU saw on its way out of the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Guest RIP.
+    pub rip: u64,
+    /// Guest RFLAGS (IF is bit 9).
+    pub rflags: u64,
+    /// KVM's MP state (`KVM_MP_STATE_*`), when it could be read.
+    pub mp_state: Option<u32>,
+}
+
+/// One vCPU's published state.
+#[derive(Debug)]
+pub struct VcpuStatus {
+    phase: AtomicU8,
+    exit: AtomicU8,
+    addr: AtomicU64,
+    /// Microseconds since [`epoch`] when the phase began.
+    since_us: AtomicU64,
+    snapshot: Mutex<Option<Snapshot>>,
+}
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_us() -> u64 {
+    u64::try_from(epoch().elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+impl Default for VcpuStatus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl VcpuStatus {
+    /// A vCPU that has not started.
+    pub fn new() -> Self {
+        epoch();
+        Self {
+            phase: AtomicU8::new(STARTING),
+            exit: AtomicU8::new(0),
+            addr: AtomicU64::new(0),
+            since_us: AtomicU64::new(now_us()),
+            snapshot: Mutex::new(None),
+        }
+    }
+
+    /// Entering `KVM_RUN`.
+    pub fn in_guest(&self) {
+        self.phase.store(IN_GUEST, Ordering::Relaxed);
+    }
+
+    /// `KVM_RUN` returned with `exit` at `addr`; pmemvm handles it now.
+    pub fn in_exit(&self, exit: Exit, addr: u64) {
+        self.exit.store(exit as u8, Ordering::Relaxed);
+        self.addr.store(addr, Ordering::Relaxed);
+        self.since_us.store(now_us(), Ordering::Relaxed);
+        self.phase.store(IN_EXIT, Ordering::Release);
+    }
+
+    /// The loop ended.
+    pub fn done(&self) {
+        self.phase.store(DONE, Ordering::Release);
+    }
+
+    /// The registers seen when the stop's kick brought the vCPU out of the guest.
+    pub fn record(&self, snapshot: Snapshot) {
+        if let Ok(mut s) = self.snapshot.lock() {
+            *s = Some(snapshot);
+        }
+    }
+
+    /// One sentence: where vCPU `index` was. `symbol` names a guest address.
+    pub fn describe(&self, index: usize, symbol: &dyn Fn(u64) -> Option<String>) -> String {
+        let snapshot = self.snapshot.lock().ok().and_then(|s| *s);
+        match (self.phase.load(Ordering::Acquire), snapshot) {
+            (IN_EXIT, _) => {
+                let secs =
+                    now_us().saturating_sub(self.since_us.load(Ordering::Relaxed)) as f64 / 1e6;
+                let exit = Exit::from_u8(self.exit.load(Ordering::Relaxed));
+                format!(
+                    "vCPU {index}: in pmemvm for {secs:.1} s, handling {} {:#x} (a device's \
+                     host call: a flush hint's fdatasync, a label write)",
+                    exit.words(),
+                    self.addr.load(Ordering::Relaxed)
+                )
+            }
+            (STARTING, _) => format!("vCPU {index}: never entered the guest"),
+            (_, Some(s)) => {
+                let at = match symbol(s.rip) {
+                    Some(name) => format!("RIP {:#x} ({name})", s.rip),
+                    None => format!("RIP {:#x}", s.rip),
+                };
+                let intr = if s.rflags & (1 << 9) != 0 {
+                    "on"
+                } else {
+                    "off"
+                };
+                let state = match s.mp_state {
+                    Some(0) | None => "running".to_owned(),
+                    Some(1 | 2) => {
+                        "not started by the guest (waiting for its INIT and start-up IPI)"
+                            .to_owned()
+                    }
+                    Some(3) => "halted, waiting for an interrupt".to_owned(),
+                    Some(4) => "starting (start-up IPI received)".to_owned(),
+                    Some(n) => format!("in KVM MP state {n}"),
+                };
+                format!("vCPU {index}: in the guest, {state}, at {at}, interrupts {intr}")
+            }
+            (_, None) => format!("vCPU {index}: in the guest (its registers could not be read)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_phase_reads_as_one_sentence() {
+        let s = VcpuStatus::new();
+        let none = |_| None;
+        assert_eq!(s.describe(0, &none), "vCPU 0: never entered the guest");
+        s.in_guest();
+        s.record(Snapshot {
+            rip: 0xffff_ffff_8100_1234,
+            rflags: 0x246,
+            mp_state: Some(3),
+        });
+        s.done();
+        let named = |rip: u64| (rip == 0xffff_ffff_8100_1234).then(|| "default_idle+0x4".into());
+        assert_eq!(
+            s.describe(1, &named),
+            "vCPU 1: in the guest, halted, waiting for an interrupt, at RIP 0xffffffff81001234 \
+             (default_idle+0x4), interrupts on"
+        );
+        let spin = VcpuStatus::new();
+        spin.in_guest();
+        spin.record(Snapshot {
+            rip: 0x1000,
+            rflags: 0x2,
+            mp_state: Some(0),
+        });
+        assert_eq!(
+            spin.describe(2, &none),
+            "vCPU 2: in the guest, running, at RIP 0x1000, interrupts off"
+        );
+        spin.record(Snapshot {
+            rip: 0xfff0,
+            rflags: 0x2,
+            mp_state: Some(1),
+        });
+        assert!(spin
+            .describe(2, &none)
+            .contains("not started by the guest (waiting for its INIT and start-up IPI)"));
+        let busy = VcpuStatus::new();
+        busy.in_exit(Exit::MmioWrite, 0xfed0_0000);
+        let d = busy.describe(3, &none);
+        assert!(
+            d.starts_with("vCPU 3: in pmemvm for 0.") && d.contains("an MMIO write at 0xfed00000"),
+            "{d}"
+        );
+    }
+}
