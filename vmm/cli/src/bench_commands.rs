@@ -65,7 +65,11 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
     }
     let failed = outcome.report.failed_runs();
     for f in &failed {
-        eprintln!("pmemvm: failed: {f}");
+        if outcome.report.is_verify_failure_of(f) {
+            eprintln!("pmemvm: verify failed (a result of the experiment): {f}");
+        } else {
+            eprintln!("pmemvm: failed: {f}");
+        }
     }
     let r = &outcome.report;
     // Failed phases before the measurement (run 0) are not runs.

@@ -20,7 +20,11 @@ pub fn report(args: &ReportArgs) -> Result<u8, CommandError> {
     }
     let failed = merged.report.failed_runs();
     for f in &failed {
-        eprintln!("pmemvm: failed: {f}");
+        if merged.report.is_verify_failure_of(f) {
+            eprintln!("pmemvm: verify failed (a result of the experiment): {f}");
+        } else {
+            eprintln!("pmemvm: failed: {f}");
+        }
     }
     let missing = merged
         .info

@@ -73,11 +73,7 @@ pub fn glance(console: &Path) -> String {
 /// any new interrupt makes it look again. An L1 that was only busy sees one
 /// key event more.
 pub fn kick(console: &Path) -> Result<(), String> {
-    let socket = monitor_socket(console)
-        .ok_or_else(|| "no monitor: the console path is too long for a socket".to_string())?;
-    let mut stream = UnixStream::connect(&socket)
-        .map_err(|e| format!("cannot connect to QEMU's monitor {}: {e}", socket.display()))?;
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut stream = connect(console)?;
     let answer = exchange(&mut stream, "sendkey shift\n");
     // HMP answers an error with a sentence; success is the bare prompt.
     match answer
@@ -89,10 +85,14 @@ pub fn kick(console: &Path) -> Result<(), String> {
     }
 }
 
-fn ask(console: &Path) -> Result<String, String> {
-    monitor_socket(console)
-        .ok_or_else(|| "no monitor: the console path is too long for a socket".to_string())
-        .and_then(|s| ask_monitor(&s))
+/// The monitor of the L1 whose console is `console`, ready to read with a short timeout.
+fn connect(console: &Path) -> Result<UnixStream, String> {
+    let socket = monitor_socket(console)
+        .ok_or_else(|| "no monitor: the console path is too long for a socket".to_string())?;
+    let stream = UnixStream::connect(&socket)
+        .map_err(|e| format!("cannot connect to QEMU's monitor {}: {e}", socket.display()))?;
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    Ok(stream)
 }
 
 fn summary_of(monitor: &Result<String, String>) -> String {
@@ -150,10 +150,9 @@ fn thread_summary(threads: &str) -> String {
         .join(", ")
 }
 
-fn ask_monitor(socket: &Path) -> Result<String, String> {
-    let mut stream = UnixStream::connect(socket)
-        .map_err(|e| format!("cannot connect to QEMU's monitor {}: {e}", socket.display()))?;
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+/// Each vCPU's registers and local APIC.
+fn ask(console: &Path) -> Result<String, String> {
+    let mut stream = connect(console)?;
     let mut answer = exchange(&mut stream, "info cpus\ninfo registers -a\n");
     // `info cpus` lists `* CPU #0: thread_id=...`, one line per vCPU.
     let cpus = answer.lines().filter(|l| l.contains("CPU #")).count();

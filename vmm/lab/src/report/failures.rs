@@ -107,14 +107,22 @@ impl BenchReport {
     }
 
     pub(super) fn is_verify_result(&self, f: &FailedRun) -> bool {
-        let Some(x) = &self.verify_expectation else {
-            return false;
-        };
         // Checks are named "<phase> of boot N" by `failed_runs`.
         let phase = f.phase.split(" of boot ").next().unwrap_or_default();
-        phase == x.job && is_verify_failure(&f.reason)
+        phase == self.verify_job() && is_verify_failure(&f.reason)
+    }
+
+    /// The experiment's verify job: the thread's when it reported one, else the job every
+    /// experiment's script names so ([`VERIFY_JOB`]).
+    pub fn verify_job(&self) -> &str {
+        self.verify_expectation
+            .as_ref()
+            .map_or(VERIFY_JOB, |x| x.job.as_str())
     }
 }
+
+/// The verify job of the threads' scripts (`experiments`: the `write-and-verify` phase).
+pub const VERIFY_JOB: &str = "write-and-verify";
 
 /// fio's words for a job that ended with EILSEQ (84), its verify error: a block read back
 /// with other contents than the job wrote.
@@ -337,6 +345,26 @@ mod tests {
         r.checks[0].error = Some(race.into());
         r.checks[0].phase = "randwrite".into();
         assert_eq!(bench_exit_status(&r.exit_failures(false)), 1);
+        // pmem-nowait's thread reported no verify outcome: its verify job is still the one.
+        r.checks[0].phase = "write-and-verify".into();
+        r.verify_expectation = None;
+        assert_eq!(r.verify_failures().len(), 1);
+        assert_eq!(bench_exit_status(&r.exit_failures(false)), 0);
+        assert_eq!(bench_exit_status(&r.exit_failures(true)), 1);
+        let v = r.verify_verdict().expect("a verdict without the thread's");
+        assert_eq!(v.reproduced, None);
+        assert!(
+            v.summary
+                .contains("off: failed in 1 of 1 boot(s), on: failed in 0 of 1 boot(s)"),
+            "{}",
+            v.summary
+        );
+        r.verify_expectation = Some(VerifyExpectation {
+            job: "write-and-verify".into(),
+            fails_off: true,
+            fails_on: false,
+            thread: String::new(),
+        });
         // A measured verify (pmem-verify) that fails is a result as well.
         let mut v = report(vec![
             run("off", 1, RunOutcome::Failed { error: race.into() }),

@@ -108,7 +108,12 @@ pub struct VerifyVerdict {
 impl BenchReport {
     /// Verify outcomes of this report against the thread's.
     pub fn verify_verdict(&self) -> Option<VerifyVerdict> {
-        let x = self.verify_expectation.as_ref()?;
+        let x = self.verify_expectation.as_ref();
+        let job = self.verify_job();
+        if !self.runs.iter().any(|r| r.phase == job) && !self.checks.iter().any(|c| c.phase == job)
+        {
+            return None;
+        }
         let mut sides = Vec::new();
         for side in &self.sides {
             // Passed, or failed with fio's verify error; a verify that did not run (or
@@ -121,12 +126,12 @@ impl BenchReport {
             let from_runs = self
                 .runs
                 .iter()
-                .filter(|r| &r.side == side && r.phase == x.job)
+                .filter(|r| &r.side == side && r.phase == job)
                 .filter_map(|r| outcome(r.outcome.failure().as_deref()));
             let from_checks = self
                 .checks
                 .iter()
-                .filter(|c| &c.side == side && c.phase == x.job)
+                .filter(|c| &c.side == side && c.phase == job)
                 .filter_map(|c| outcome(c.error.as_deref()));
             let results: Vec<bool> = from_runs.chain(from_checks).collect();
             sides.push((
@@ -135,9 +140,9 @@ impl BenchReport {
                 results.len(),
             ));
         }
-        let expected = |side: &str| match side {
-            "off" => Some(x.fails_off),
-            "on" => Some(x.fails_on),
+        let expected = |side: &str| match (side, x) {
+            ("off", Some(x)) => Some(x.fails_off),
+            ("on", Some(x)) => Some(x.fails_on),
             _ => None,
         };
         let comparable = sides
@@ -160,6 +165,9 @@ impl BenchReport {
         let summary = match reproduced {
             Some(true) => format!("the thread's verify outcome reproduced ({here})"),
             Some(false) => format!("the thread's verify outcome did not reproduce ({here})"),
+            None if x.is_none() => {
+                format!("the thread reported no verify outcome to compare with ({here})")
+            }
             None => format!("not compared with the thread: the sides are not its off/on ({here})"),
         };
         Some(VerifyVerdict {
@@ -177,15 +185,11 @@ impl BenchReport {
             let _ = writeln!(
                 out,
                 "\nVerify ({}): thread: {}\nhere: {}",
-                x.map_or("", |x| x.job.as_str()),
-                x.map_or("", |x| x.thread.as_str()),
+                self.verify_job(),
+                x.map_or("no verify outcome reported", |x| x.thread.as_str()),
                 v.summary
             );
-            for r in self
-                .runs
-                .iter()
-                .filter(|r| r.phase == x.map_or("", |x| &x.job))
-            {
+            for r in self.runs.iter().filter(|r| r.phase == self.verify_job()) {
                 let status = r.outcome.failure().unwrap_or_else(|| "passed".to_owned());
                 let _ = writeln!(out, "  {} boot {}: {status}", r.side, r.boot);
             }
