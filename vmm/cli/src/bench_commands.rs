@@ -98,7 +98,7 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
     if let Some(v) = r.verify_verdict() {
         eprintln!(
             "[bench] verify ({}): {}{}",
-            r.verify_expectation.as_ref().map_or("", |x| x.job.as_str()),
+            r.verify_job(),
             v.summary,
             match (verify_results, args.fail_on_check) {
                 (0, _) => String::new(),
