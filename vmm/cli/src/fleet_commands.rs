@@ -32,8 +32,9 @@ pub fn report(args: &ReportArgs) -> Result<u8, CommandError> {
         .iter()
         .filter(|l| l.dir.is_empty())
         .count();
+    let verify_results = merged.report.verify_failures().len();
     eprintln!(
-        "[report] {}: {} run(s) from {} result director{}, {} failed, {} planned boot(s) missing",
+        "[report] {}: {} run(s) from {} result director{}, {} failed, {} failed verify (a result), {} planned boot(s) missing",
         merged.report.experiment,
         merged.report.runs.len(),
         merged.info.inputs.len(),
@@ -42,7 +43,8 @@ pub fn report(args: &ReportArgs) -> Result<u8, CommandError> {
         } else {
             "ies"
         },
-        failed.len(),
+        failed.len() - verify_results,
+        verify_results,
         missing
     );
     Ok(if merged.all_good() { 0 } else { 1 })
