@@ -99,14 +99,7 @@ fn lock_n_at(path: &Path, slots: usize, n: usize) -> io::Result<TcgGuard> {
 }
 
 fn lock_at(path: &Path, slots: usize) -> io::Result<TcgGuard> {
-    loop {
-        for n in 0..slots.max(1) {
-            if let Some(guard) = try_slot(&slot_path(path, n))? {
-                return Ok(guard);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    lock_n_at(path, slots, 1)
 }
 
 /// The slot at `path` if it is free now.

@@ -227,15 +227,11 @@ pub fn run_l1(
             stalled_state = stall::diagnose(pid, console);
             return verdict;
         }
-        if let Some((beats, silent)) = kicked {
-            if beat.beats() > beats {
-                if let Some(w) = wakeups.last_mut() {
-                    w.push_str("; its heartbeat came back");
-                }
-                kicked = None;
-            } else if beat.silence().is_some_and(|s| s < silent) {
-                kicked = None;
+        if kicked.is_some_and(|(beats, _)| beat.beats() > beats) {
+            if let Some(w) = wakeups.last_mut() {
+                w.push_str("; its heartbeat came back");
             }
+            kicked = None;
         }
         let due = match kicked {
             None => heartbeat::KICK_AFTER,

@@ -88,7 +88,7 @@ impl BenchReport {
     pub fn verify_failures(&self) -> Vec<FailedRun> {
         self.failed_runs()
             .into_iter()
-            .filter(|f| self.is_verify_result(f))
+            .filter(|f| self.is_verify_failure_of(f))
             .collect()
     }
 
@@ -97,16 +97,12 @@ impl BenchReport {
     pub fn exit_failures(&self, fail_on_check: bool) -> Vec<FailedRun> {
         self.failed_runs()
             .into_iter()
-            .filter(|f| fail_on_check || !self.is_verify_result(f))
+            .filter(|f| fail_on_check || !self.is_verify_failure_of(f))
             .collect()
     }
 
     /// True when `f` (from [`Self::failed_runs`]) is one of [`Self::verify_failures`].
     pub fn is_verify_failure_of(&self, f: &FailedRun) -> bool {
-        self.is_verify_result(f)
-    }
-
-    pub(super) fn is_verify_result(&self, f: &FailedRun) -> bool {
         // Checks are named "<phase> of boot N" by `failed_runs`.
         let phase = f.phase.split(" of boot ").next().unwrap_or_default();
         phase == self.verify_job() && is_verify_failure(&f.reason)
