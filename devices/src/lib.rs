@@ -3,7 +3,8 @@
 //! [`exit`] notifier, the NVDIMM flush-hint device ([`nvdimm`]), the `_DSM`
 //! transport ([`nvdimm_dsm`]), label storage ([`nvdimm_labels`]), the root
 //! device's scrub and error injection ([`nvdimm_ars`]), DIMM health
-//! ([`nvdimm_health`]) and the media state both keep ([`nvdimm_media`]).
+//! ([`nvdimm_health`]), the media state both keep ([`nvdimm_media`]), and
+//! the [`virtio`] block disks that carry root file systems and transfers.
 //!
 //! Every guest-supplied value reaching these devices is treated as hostile:
 //! offsets and lengths are bound-checked and nothing here panics on them.
@@ -18,3 +19,4 @@ pub mod nvdimm_labels;
 pub mod nvdimm_media;
 pub mod power;
 pub mod serial;
+pub mod virtio;
