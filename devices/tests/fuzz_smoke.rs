@@ -13,6 +13,8 @@ mod flush_hint;
 mod media_dsm;
 #[path = "../fuzz/src/pio_bus.rs"]
 mod pio_bus;
+#[path = "../fuzz/src/virtio_blk.rs"]
+mod virtio_blk;
 
 /// Inputs per target.
 const INPUTS: usize = 10_000;
@@ -125,4 +127,9 @@ fn media_dsm_survives_hostile_calls_and_reaches_injection_and_clear() {
         injected > 0 && cleared > 0 && scrubs > 0 && most > 1,
         "{injected} {cleared} {scrubs} {most}"
     );
+}
+
+#[test]
+fn virtio_blk_survives_a_hostile_driver() {
+    smoke("virtio_blk", 0xb1c5, 0x3000 + 7 * 64, virtio_blk::run);
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Fuzz target bodies for pmemvm's guest-facing devices and command-line
 //! parsers. Each module is self-contained (it names only `devices`, `vmm`,
-//! `vmm_sys_util` and `libc`) so the smoke tests in
+//! `vmm_sys_util`, `vm_memory` and `libc`) so the smoke tests in
 //! `devices/tests/fuzz_smoke.rs` and `tests/tests/fuzz_smoke_config.rs` can
 //! include the same file with `#[path]` and run it under plain `cargo test`.
 //!
@@ -14,3 +14,4 @@ pub mod flush_hint;
 pub mod get_archive;
 pub mod media_dsm;
 pub mod pio_bus;
+pub mod virtio_blk;

@@ -70,8 +70,10 @@ pub struct BlockStats {
     pub bytes_written: AtomicU64,
     /// Flush requests (each an fdatasync of a writable disk).
     pub flushes: AtomicU64,
-    /// Requests that ended with an error status or were malformed.
+    /// Well-formed requests that ended with an error status.
     pub errors: AtomicU64,
+    /// Chains returned unused (no header, no status byte, outside guest memory).
+    pub malformed: AtomicU64,
 }
 
 /// A virtio block device backed by an open host file.
@@ -255,7 +257,7 @@ impl Block {
 
     fn malformed(&self, why: &str) -> u32 {
         log::debug!("{}: a request was returned unused: {why}", self.path);
-        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
         0
     }
 }
@@ -342,8 +344,14 @@ impl VirtioDevice for Block {
     }
 
     fn process_queue(&mut self, _index: usize, queue: &mut Queue, mem: &GuestMemoryMmap) -> usize {
+        // At most one queue's worth per notification: a guest whose data
+        // buffers overwrite its own available ring cannot keep the vCPU here;
+        // a well-behaved driver notifies again for chains it adds meanwhile.
         let mut used = 0;
-        while let Some(chain) = queue.pop_descriptor_chain(mem) {
+        while used < usize::from(queue.size()) {
+            let Some(chain) = queue.pop_descriptor_chain(mem) else {
+                break;
+            };
             let head = chain.head_index();
             let len = self.execute(chain, mem);
             if let Err(e) = queue.add_used(mem, head, len) {
