@@ -118,6 +118,7 @@ fn boot_with_nvdimm(
         initrd: Some(&initrd),
         cmdline: &append,
         nvdimms: vec![(&spec, nvdimm.clone())],
+        disks: &[],
         console: &console,
         channel: &com2,
     };

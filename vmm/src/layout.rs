@@ -121,6 +121,13 @@ const _: () = assert!(
 pub const MMIO_HOLE_START: GuestAddress = GuestAddress(0xc000_0000);
 /// Size of the 32-bit MMIO hole.
 pub const MMIO_HOLE_SIZE: u64 = 1 << 30;
+/// virtio-mmio devices (the `--disk` files, the root file system and the
+/// transfer disks), one 4 KiB page of registers each.
+pub const VIRTIO_MMIO_START: GuestAddress = GuestAddress(0xd000_0000);
+/// ISA interrupt lines of the virtio disks, in disk order: the legacy lines
+/// nothing else here uses (0 timer, 1 keyboard, 2 cascade, 3 and 4 COM2 and
+/// COM1, 8 RTC, 9 ACPI SCI, 12 mouse, 14 and 15 IDE are left alone).
+pub const VIRTIO_IRQS: [u32; 5] = [5, 6, 7, 10, 11];
 /// NVDIMM flush-hint pages, one unmapped 4 KiB page per DIMM: a guest write
 /// there exits to pmemvm, which fdatasyncs that DIMM's backing file.
 pub const NVDIMM_FLUSH_HINT_START: GuestAddress = GuestAddress(0xfe00_0000);

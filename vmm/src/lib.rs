@@ -23,6 +23,7 @@ pub mod config;
 pub mod console;
 pub mod cpu;
 pub mod dimm;
+pub mod disk;
 pub mod exit_status;
 pub mod fault;
 pub mod host;

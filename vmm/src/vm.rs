@@ -74,6 +74,9 @@ pub enum VmError {
     /// Backing files.
     #[error(transparent)]
     Backing(#[from] BackingError),
+    /// A `--disk` file.
+    #[error(transparent)]
+    Disk(#[from] crate::disk::DiskError),
     /// A DIMM's media state (bad ranges, health, unsafe shutdown count).
     #[error(transparent)]
     Media(#[from] crate::media::MediaSetupError),
@@ -133,6 +136,7 @@ impl VmError {
             Self::Boot(e) => e.is_usage(),
             Self::Backing(e) => e.is_usage(),
             Self::Media(e) => e.is_usage(),
+            Self::Disk(e) => e.is_usage(),
             Self::Huge(e) => e.is_usage(),
             Self::Placement(e) => !matches!(
                 e,
@@ -210,6 +214,8 @@ pub struct Vm {
     pub(crate) placement: Placement,
     /// The kernel file (its symbols name a stuck vCPU's RIP).
     pub(crate) kernel: std::path::PathBuf,
+    /// The virtio disks, for their counters.
+    pub(crate) disks: Vec<crate::disk::AttachedDisk>,
 }
 
 impl std::fmt::Debug for Vm {
@@ -398,13 +404,19 @@ impl Vm {
 
         let e820 = memory::e820_map(&ram);
         let low_ram_end = ram.first().map_or(0, |&(a, l)| a + l);
+        // The disks are declared on the command line (virtio-mmio has no
+        // enumeration of its own).
+        let cmdline = crate::config::join_cmdline(
+            &config.cmdline,
+            &crate::disk::cmdline_words(config.disks.len()),
+        );
         let entry = boot::load(
             &mem,
             &BootInputs {
                 kernel: &config.kernel,
                 initrd: config.initrd.as_deref(),
                 initrd_append: &config.initrd_append,
-                cmdline: &config.cmdline,
+                cmdline: &cmdline,
                 e820: &e820,
                 low_ram_end,
             },
@@ -416,6 +428,8 @@ impl Vm {
         if let Some(p) = &config.channel {
             check_output("channel file", p)?;
         }
+        // Disks are only opened (never created): before any DIMM file is.
+        let open_disks = crate::disk::open_all(&config.disks)?;
         // From here on the user's files may be created.
         let backings = backing::open_all(&config.nvdimms)?;
         let mut nvdimms = Vec::with_capacity(backings.len());
@@ -513,6 +527,9 @@ impl Vm {
                 len,
             )?;
         }
+        let disks = crate::disk::attach_all(open_disks, &mem, &mut mmio, |gsi| {
+            irq(gsi).map_err(|e| e.to_string())
+        })?;
         let dsm = crate::acpi_setup::install(config.cpus, &ram, &mem, &nvdimms, &mut pio)?;
 
         let mut vcpus = Vec::with_capacity(config.cpus.into());
@@ -542,6 +559,7 @@ impl Vm {
             dsm,
             placement: config.placement.clone(),
             kernel: config.kernel.clone(),
+            disks,
         })
     }
 
@@ -554,6 +572,11 @@ impl Vm {
     /// The NVDIMMs.
     pub fn nvdimms(&self) -> &[Nvdimm] {
         &self.nvdimms
+    }
+
+    /// The virtio disks, in `--disk` order.
+    pub fn disks(&self) -> &[crate::disk::AttachedDisk] {
+        &self.disks
     }
 
     /// Guest RAM.

@@ -165,6 +165,10 @@ fn parse_nvdimm(s: &str) -> Result<NvdimmSpec, String> {
     s.parse::<NvdimmSpec>().map_err(|e| e.to_string())
 }
 
+fn parse_disk(s: &str) -> Result<config::DiskSpec, String> {
+    s.parse::<config::DiskSpec>().map_err(|e| e.to_string())
+}
+
 /// Options shared by every command that describes a machine.
 #[derive(Debug, Args, Clone)]
 pub struct MachineArgs {
@@ -191,6 +195,12 @@ pub struct MachineArgs {
     /// (default: DIMM i in node i+1; the vCPUs and RAM are node 0).
     #[arg(long, value_parser = parse_nvdimm, value_name = "SPEC")]
     pub nvdimm: Vec<NvdimmSpec>,
+    /// A disk image the guest sees as a virtio block device (/dev/vda, /dev/vdb, ... in
+    /// order), off the NVDIMM bus: PATH[,readonly]. The file is used as it is (never
+    /// created or resized). Repeat for more (at most 5, fewer with --rootfs/--put/--get,
+    /// which take disks of their own).
+    #[arg(long, value_parser = parse_disk, value_name = "PATH[,readonly]")]
+    pub disk: Vec<config::DiskSpec>,
 }
 
 /// `pmemvm boot`.
@@ -260,6 +270,7 @@ impl BootArgs {
             ram_pages: self.machine.memory.pages,
             placement: self.machine.placement(),
             nvdimms: self.machine.nvdimm.clone(),
+            disks: self.machine.disk.clone(),
             console: ConsoleMode::from_choice(
                 self.console.console || self.console.console_log.is_none(),
                 self.console.console_log.clone(),
@@ -322,7 +333,7 @@ pub struct RunArgs {
     pub fio: Option<PathBuf>,
     /// A host file or directory tree to put into the guest before the
     /// command, at GUEST (default: /job/NAME; the command runs in /job);
-    /// served from a read-only NVDIMM after the --nvdimm ones. Repeatable.
+    /// served from a read-only virtio disk, off the NVDIMM bus. Repeatable.
     #[arg(long, value_name = "HOST[:GUEST]", value_parser = parse_put)]
     pub put: Vec<lab::transfer::PutSpec>,
     /// A guest file or directory (relative to /job, or absolute) to copy

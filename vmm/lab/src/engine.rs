@@ -89,6 +89,9 @@ pub struct Machine<'a> {
     pub placement: &'a vmm::placement::Placement,
     /// The user's DIMMs, in order.
     pub nvdimms: &'a [NvdimmSpec],
+    /// virtio disks: the user's `--disk`s, then the root file system and the
+    /// transfer disks of a command run.
+    pub disks: &'a [vmm::config::DiskSpec],
     /// COM1 goes here (and to stdout when `stream_console`).
     pub console: &'a Path,
     /// COM2 (the job's result channel) goes here.
@@ -173,6 +176,7 @@ impl GuestEngine for Pmemvm {
             ram_pages: m.ram_pages,
             placement: m.placement.clone(),
             nvdimms: m.nvdimms.to_vec(),
+            disks: m.disks.to_vec(),
             // The scratch copy is kept either way: its tail explains failures.
             console: ConsoleMode::from_choice(m.stream_console, Some(m.console.to_path_buf())),
             channel: Some(m.channel.to_path_buf()),
@@ -273,6 +277,7 @@ impl GuestEngine for Qemu {
             initrd: Some(&initrd_file),
             cmdline: m.cmdline,
             nvdimms: dimms,
+            disks: m.disks,
             console: m.console,
             channel: m.channel,
         };

@@ -144,6 +144,11 @@ impl QemuCommand {
         self.arg2("-monitor", spec)
     }
 
+    /// `-drive SPEC`.
+    pub fn drive(&mut self, spec: &str) -> &mut Self {
+        self.arg2("-drive", spec)
+    }
+
     /// `-device SPEC`.
     pub fn device(&mut self, spec: &str) -> &mut Self {
         self.arg2("-device", spec)
@@ -184,6 +189,8 @@ pub struct QemuMachine<'a> {
     pub cmdline: &'a str,
     /// DIMMs with the backing file path to use for each.
     pub nvdimms: Vec<(&'a NvdimmSpec, PathBuf)>,
+    /// virtio disks (virtio-blk-pci here: QEMU's pc machine has no virtio-mmio).
+    pub disks: &'a [vmm::config::DiskSpec],
     /// Console output file (COM1).
     pub console: &'a Path,
     /// Channel output file (COM2).
@@ -228,6 +235,14 @@ impl QemuMachine<'_> {
             }
             q.device(&dev);
         }
+        for (i, d) in self.disks.iter().enumerate() {
+            let ro = if d.readonly { ",readonly=on" } else { "" };
+            q.drive(&format!(
+                "file={},format=raw,if=none,id=vd{i}{ro}",
+                opt_escape(&d.path.to_string_lossy())
+            ));
+            q.device(&format!("virtio-blk-pci,drive=vd{i},serial=pmemvm-disk{i}"));
+        }
         q.kernel(self.kernel, self.initrd, self.cmdline)
             .serial_file(self.console)
             .serial_file(self.channel)
@@ -253,6 +268,10 @@ mod tests {
             initrd: Some(Path::new("initrd")),
             cmdline: "console=ttyS0",
             nvdimms: vec![(&spec, "/a".into()), (&spec2, "/b".into())],
+            disks: &[
+                "/r,x/root.ext4,readonly".parse().unwrap(),
+                "/t/get.img".parse().unwrap(),
+            ],
             console: Path::new("/c"),
             channel: Path::new("/d"),
         };
@@ -263,6 +282,16 @@ mod tests {
             .collect();
         let joined = args.join(" ");
         assert!(joined.contains("-m 512M,slots=2,maxmem=2625M"), "{joined}");
+        assert!(
+            joined.contains("-drive file=/r,,x/root.ext4,format=raw,if=none,id=vd0,readonly=on -device virtio-blk-pci,drive=vd0,serial=pmemvm-disk0"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains(
+                "-drive file=/t/get.img,format=raw,if=none,id=vd1 -device virtio-blk-pci,drive=vd1"
+            ),
+            "{joined}"
+        );
         assert!(
             joined.contains("mem-path=/a,size=1073872896,readonly=on"),
             "{joined}"

@@ -4,16 +4,14 @@
 //! `debian` is built on the host (no guest) by `guest-images/rootfs-debian.sh`:
 //! mmdebstrap of bookworm with the listed packages, packed into an ext4 image with
 //! `mke2fs -d`, cached by the package list's hash. The run gets a private copy of the
-//! image on a writable, label-less NVDIMM after the user's DIMMs (the guest kernel
-//! has no overlayfs, so a copy rather than a read-only lower layer); the guest's init
+//! image on a writable virtio disk, off the NVDIMM bus (the guest kernel has no
+//! overlayfs, so a copy rather than a read-only lower layer); the guest's init
 //! mounts it, binds `/proc`, `/sys`, `/dev` and `/job` into it and runs the command
 //! there with `chroot` (see `run_command` in `guest-images/rootfs/init`). The
 //! kernel is the image's, its drivers built in.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-use vmm::layout::NVDIMM_REGION_ALIGN;
 
 /// The script that builds the Debian root file system, relative to the source tree.
 pub const BUILD_SCRIPT: &str = "guest-images/rootfs-debian.sh";
@@ -74,7 +72,7 @@ pub fn check_packages(list: &str) -> Result<String, RootfsError> {
     }
 }
 
-/// Checks an ext4 image for a DIMM: a multiple of 16 MiB with the ext4 magic.
+/// Checks an ext4 image for a disk: whole 512-byte sectors with the ext4 magic.
 pub fn check_image(path: &Path) -> Result<u64, RootfsError> {
     use std::io::{Read, Seek, SeekFrom};
     let bad = |why: String| RootfsError::BadImage {
@@ -86,9 +84,9 @@ pub fn check_image(path: &Path) -> Result<u64, RootfsError> {
         .metadata()
         .map_err(|e| bad(format!("cannot read it: {e}")))?
         .len();
-    if len == 0 || len % NVDIMM_REGION_ALIGN != 0 {
+    if len == 0 || len % 512 != 0 {
         return Err(bad(format!(
-            "it is {len} bytes; an image served as an NVDIMM must be a multiple of 16 MiB (`truncate -s` it up, then `resize2fs`)"
+            "it is {len} bytes; an image served as a virtio disk must be a whole number of 512-byte sectors (`truncate -s` it up, then `resize2fs`)"
         )));
     }
     let mut magic = [0u8; 2];
@@ -171,11 +169,11 @@ mod tests {
         let d = std::env::temp_dir().join(format!("pmemvm-rootfs-test-{}", std::process::id()));
         std::fs::create_dir_all(&d).expect("mkdir");
         let odd = d.join("odd.img");
-        std::fs::write(&odd, vec![0u8; 4096]).expect("write");
+        std::fs::write(&odd, vec![0u8; 4000]).expect("write");
         assert!(check_image(&odd)
             .expect_err("odd")
             .to_string()
-            .contains("multiple of 16 MiB"));
+            .contains("whole number of 512-byte sectors"));
         let plain = d.join("plain.img");
         std::fs::File::create(&plain)
             .and_then(|f| f.set_len(16 << 20))

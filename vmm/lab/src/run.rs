@@ -121,6 +121,9 @@ pub struct RunSpec {
     pub placement: vmm::placement::Placement,
     /// NVDIMMs.
     pub nvdimms: Vec<NvdimmSpec>,
+    /// virtio disks (`--disk`).
+    #[serde(default)]
+    pub disks: Vec<vmm::config::DiskSpec>,
     /// The job.
     pub job: GuestJob,
     /// A command (`run -- CMD`) instead of fio, with its transfers.
@@ -363,12 +366,13 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         packed = Some(tree.describe(&files));
         job.extra_files.extend(files);
     }
-    let mut nvdimms = spec.nvdimms.clone();
+    let nvdimms = spec.nvdimms.clone();
+    let mut disks = spec.disks.clone();
     let transfer = match &spec.command {
         Some(c) => {
-            let t = crate::transfer::prepare(c, &scratch.0, nvdimms.len())?;
+            let t = crate::transfer::prepare(c, &scratch.0, disks.len())?;
             job.extra_files.extend(t.files.iter().cloned());
-            nvdimms.extend(t.dimms.iter().cloned());
+            disks.extend(t.disks.iter().cloned());
             Some((c, t))
         }
         None => None,
@@ -432,6 +436,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         ram_pages: spec.ram_pages,
         placement: &spec.placement,
         nvdimms: &nvdimms,
+        disks: &disks,
         console: &console,
         channel: &channel,
         scratch: &scratch.0,

@@ -13,7 +13,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -300,21 +299,10 @@ impl NvdimmBacking {
     }
 
     fn lock(&self) -> Result<(), BackingError> {
-        let op = if self.spec.readonly {
-            libc::LOCK_SH
-        } else {
-            libc::LOCK_EX
-        };
-        // SAFETY: flock only reads the fd, which `self.file` keeps open.
-        let rc = unsafe { libc::flock(self.file.as_raw_fd(), op | libc::LOCK_NB) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() == ErrorKind::WouldBlock {
-            Err(BackingError::Locked(self.display.clone().into()))
-        } else {
-            Err((self.io())(e))
+        match crate::disk::try_flock(&self.file, !self.spec.readonly) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(BackingError::Locked(self.display.clone().into())),
+            Err(e) => Err((self.io())(e)),
         }
     }
 

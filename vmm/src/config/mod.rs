@@ -2,6 +2,9 @@
 //! and the validated [`VmConfig`] every other module works from.
 
 pub mod badblocks;
+pub mod disk;
+
+pub use disk::{DiskSpec, DiskSpecError};
 
 use std::path::PathBuf;
 
@@ -398,6 +401,8 @@ pub struct VmConfig {
     pub placement: crate::placement::Placement,
     /// NVDIMMs in order.
     pub nvdimms: Vec<NvdimmSpec>,
+    /// virtio disks in order (`/dev/vda`, `/dev/vdb`, ...).
+    pub disks: Vec<DiskSpec>,
     /// Console (COM1).
     pub console: ConsoleMode,
     /// Where COM2 output goes (`None` → discarded).

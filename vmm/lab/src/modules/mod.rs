@@ -18,10 +18,15 @@ pub use pack::{load_order, parse_modules_dep, ModuleDep};
 
 /// The modules packed when present (with their dependencies): the NVDIMM
 /// stack, device DAX and its system-RAM mode, and what the experiments' jobs
-/// use (file systems, bcache, null_blk, loop, the crc32c they need).
+/// use (file systems, bcache, null_blk, loop, the crc32c they need), legacy
+/// E820 pmem, and the virtio-mmio disks that carry `--rootfs`, `--put`,
+/// `--get` and `--disk` (Debian's kernels build them as modules).
 pub const WANTED: &[&str] = &[
     "libnvdimm",
     "nfit",
+    "nd_e820",
+    "virtio_mmio",
+    "virtio_blk",
     "nd_pmem",
     "nd_btt",
     "nd_pfn",

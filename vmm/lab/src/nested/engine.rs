@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use vmm::config::NvdimmSpec;
+use vmm::config::{DiskSpec, NvdimmSpec};
 
 use super::l1::{l1_command, run_l1, L1Options, Mount, INTERACTIVE_TTY};
 use super::share::{install_binary, l1_dir, tail, write_command};
@@ -67,18 +67,10 @@ struct HostLocks(#[allow(dead_code)] Vec<fs::File>);
 /// the host (or another nested one) off the file for the run. A file that
 /// does not exist yet is created by pmemvm in the L1 and not locked here.
 fn lock_on_host(file: &Path, readonly: bool) -> Result<Option<fs::File>, NestedError> {
-    use std::os::fd::AsRawFd;
     let Ok(f) = fs::File::open(file) else {
         return Ok(None);
     };
-    let op = if readonly {
-        libc::LOCK_SH
-    } else {
-        libc::LOCK_EX
-    };
-    // SAFETY: flock only reads the descriptor, which `f` keeps open.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) };
-    if rc != 0 {
+    if !vmm::disk::try_flock(&f, !readonly).unwrap_or(false) {
         return Err(NestedError::BackingFile {
             file: file.to_path_buf(),
             why: "it is in use by another pmemvm (it holds the file's lock)".into(),
@@ -87,14 +79,15 @@ fn lock_on_host(file: &Path, readonly: bool) -> Result<Option<fs::File>, NestedE
     Ok(Some(f))
 }
 
-/// Where each DIMM's backing file is in L1, and the mounts that make the
-/// user's files reachable: a file in the share by its relative path, another
-/// file through a 9p mount of its directory at `/host/dimmN` (locked on the
-/// host, see [`lock_on_host`]), a temporary DIMM as `pmemN.img` in the share
-/// (removed with it).
+/// Where each DIMM's backing file and each disk is in L1, and the mounts that
+/// make the user's files reachable: a file in the share by its relative path,
+/// another file through a 9p mount of its directory at `/host/dimmN` (locked
+/// on the host, see [`lock_on_host`]), a temporary DIMM as `pmemN.img` in the
+/// share (removed with it). Returns the `--nvdimm` and `--disk` arguments.
 fn place_dimms(
     share: &Path,
     nvdimms: &[NvdimmSpec],
+    disks: &[DiskSpec],
 ) -> Result<(Vec<String>, Vec<Mount>, HostLocks), NestedError> {
     let mut args = Vec::new();
     let mut mounts: Vec<Mount> = Vec::new();
@@ -105,50 +98,73 @@ fn place_dimms(
         }
         let path = match &spec.file {
             None => format!("pmem{i}.img"),
-            Some(file) if file.starts_with(share) => file
-                .strip_prefix(share)
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-            Some(file) => {
-                let bad = |why: &str| NestedError::BackingFile {
-                    file: file.clone(),
-                    why: why.to_string(),
-                };
-                let name = file
-                    .file_name()
-                    .ok_or_else(|| bad("it names no file"))?
-                    .to_string_lossy()
-                    .into_owned();
-                let parent = match file.parent() {
-                    Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-                    _ => PathBuf::from("."),
-                };
-                locks.extend(lock_on_host(file, spec.readonly)?);
-                let dir = parent.canonicalize().map_err(|e| {
-                    bad(&format!(
-                        "its directory cannot be shared into the L1 VM ({e})"
-                    ))
-                })?;
-                let mount = match mounts.iter().find(|m| m.host_dir == dir) {
-                    Some(m) => m.clone(),
-                    None => {
-                        let n = mounts.len();
-                        let m = Mount {
-                            tag: format!("dimm{n}"),
-                            host_dir: dir,
-                            l1_dir: format!("/host/dimm{n}"),
-                        };
-                        mounts.push(m.clone());
-                        m
-                    }
-                };
-                format!("{}/{name}", mount.l1_dir)
-            }
+            Some(file) => place_file(share, file, spec.readonly, &mut mounts, &mut locks)?,
         };
         args.push("--nvdimm".to_string());
         args.push(nvdimm_arg(spec, &path));
     }
+    for disk in disks {
+        let path = place_file(share, &disk.path, disk.readonly, &mut mounts, &mut locks)?;
+        args.push("--disk".to_string());
+        args.push(
+            DiskSpec {
+                path: PathBuf::from(path),
+                readonly: disk.readonly,
+            }
+            .to_string(),
+        );
+    }
     Ok((args, mounts, HostLocks(locks)))
+}
+
+/// The L1 path of a host file: relative to the share when it is in it, else
+/// under a 9p mount of its directory (added to `mounts`, locked on the host).
+fn place_file(
+    share: &Path,
+    file: &Path,
+    readonly: bool,
+    mounts: &mut Vec<Mount>,
+    locks: &mut Vec<std::fs::File>,
+) -> Result<String, NestedError> {
+    if file.starts_with(share) {
+        return Ok(file
+            .strip_prefix(share)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default());
+    }
+    let bad = |why: &str| NestedError::BackingFile {
+        file: file.to_path_buf(),
+        why: why.to_string(),
+    };
+    let name = file
+        .file_name()
+        .ok_or_else(|| bad("it names no file"))?
+        .to_string_lossy()
+        .into_owned();
+    let parent = match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    locks.extend(lock_on_host(file, readonly)?);
+    let dir = parent.canonicalize().map_err(|e| {
+        bad(&format!(
+            "its directory cannot be shared into the L1 VM ({e})"
+        ))
+    })?;
+    let mount = match mounts.iter().find(|m| m.host_dir == dir) {
+        Some(m) => m.clone(),
+        None => {
+            let n = mounts.len();
+            let m = Mount {
+                tag: format!("dimm{n}"),
+                host_dir: dir,
+                l1_dir: format!("/host/dimm{n}"),
+            };
+            mounts.push(m.clone());
+            m
+        }
+    };
+    Ok(format!("{}/{name}", mount.l1_dir))
 }
 
 /// A file of the share by its path relative to the share.
@@ -232,7 +248,7 @@ impl NestedEngine {
             return Err(NestedError::Unsupported("--memory SIZE,hugepages/thp"));
         }
         let share = m.scratch;
-        let (dimm_args, mounts, _locks) = place_dimms(share, m.nvdimms)?;
+        let (dimm_args, mounts, _locks) = place_dimms(share, m.nvdimms, m.disks)?;
         fs::copy(m.kernel, share.join("kernel")).map_err(io_err(format!(
             "copy {} into the share",
             m.kernel.display()
@@ -346,6 +362,8 @@ pub struct InteractiveBoot<'a> {
     pub memory: u64,
     /// The user's DIMMs.
     pub nvdimms: &'a [NvdimmSpec],
+    /// The virtio disks.
+    pub disks: &'a [DiskSpec],
 }
 
 /// A temporary share, removed on drop.
@@ -400,7 +418,7 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
         N.fetch_add(1, Ordering::Relaxed)
     )));
     fs::create_dir_all(&share.0).map_err(io_err(format!("create {}", share.0.display())))?;
-    let (dimm_args, mounts, _locks) = place_dimms(&share.0, b.nvdimms)?;
+    let (dimm_args, mounts, _locks) = place_dimms(&share.0, b.nvdimms, b.disks)?;
     fs::copy(b.kernel, share.0.join("kernel")).map_err(io_err(format!(
         "copy {} into the share",
         b.kernel.display()
@@ -476,7 +494,14 @@ mod tests {
             .parse()
             .expect("spec");
         let temp: NvdimmSpec = "32M,node=1".parse().expect("spec");
-        let (args, mounts, _) = place_dimms(&share, &[user, in_share, temp]).expect("placed");
+        let disk: DiskSpec = format!("{}/root.ext4,readonly", share.display())
+            .parse()
+            .expect("disk");
+        let outside: DiskSpec = format!("{}/sub-disk.img", std::env::temp_dir().display())
+            .parse()
+            .expect("disk");
+        let (args, mounts, _) =
+            place_dimms(&share, &[user, in_share, temp], &[disk, outside]).expect("placed");
         assert_eq!(mounts.len(), 1);
         assert_eq!(mounts[0].tag, "dimm0");
         assert_eq!(
@@ -491,6 +516,15 @@ mod tests {
             args[5],
             format!("{},file=pmem2.img,label-size=131072,node=1", 32u64 << 20)
         );
+        assert_eq!(
+            args[6..],
+            [
+                "--disk",
+                "root.ext4,readonly",
+                "--disk",
+                "/host/dimm0/sub-disk.img"
+            ]
+        );
         // An existing file another pmemvm holds is refused before the L1 boots.
         let held = share.join("held.img");
         fs::write(&held, b"x").expect("file");
@@ -498,14 +532,14 @@ mod tests {
         let spec: NvdimmSpec = format!("16M,file={}", held.display())
             .parse()
             .expect("spec");
-        let err = place_dimms(Path::new("/no-share"), &[spec]).expect_err("locked");
+        let err = place_dimms(Path::new("/no-share"), &[spec], &[]).expect_err("locked");
         assert!(
             err.to_string().contains("in use by another pmemvm"),
             "{err}"
         );
         drop(holder);
         let missing: NvdimmSpec = "16M,file=/no/such/dir/x.img".parse().expect("spec");
-        let err = place_dimms(&share, &[missing]).expect_err("no directory");
+        let err = place_dimms(&share, &[missing], &[]).expect_err("no directory");
         assert!(err.is_usage());
         assert!(err.to_string().contains("/no/such/dir/x.img"), "{err}");
         fs::remove_dir_all(&share).expect("cleanup");

@@ -4,14 +4,15 @@
 //! Bulk data never crosses the serial port or the initramfs:
 //!
 //! * the `--put` trees are one read-only ext4 image ([`image`], made by `mke2fs -d`)
-//!   on an extra **read-only, label-less NVDIMM** placed after the user's
-//!   `--nvdimm`s, so `/dev/pmem0` stays the first `--nvdimm` (Linux numbers regions
-//!   and their `pmemN` disks in the order of the NFIT's SPA ranges; the nested test
-//!   checks it). The guest mounts it read-only and bind-mounts each tree onto its
-//!   guest path: the data stays on the DIMM, not in guest RAM;
+//!   on a **read-only virtio disk** (`/dev/vdX`), off the NVDIMM bus: the guest's
+//!   NVDIMMs are exactly the user's `--nvdimm`s, so ndctl (and its own tests, which
+//!   take over every DIMM of the bus) never see pmemvm's transfer devices. The guest
+//!   mounts it read-only and bind-mounts each tree onto its guest path: the data
+//!   stays on the disk, not in guest RAM;
 //! * the `--get` paths come back as one tar archive that the guest writes onto a
-//!   second, **writable** label-less NVDIMM of `--transfer-size` bytes (sparse on
-//!   the host), after the put DIMM.
+//!   second, **writable** virtio disk of `--transfer-size` bytes (sparse on the host).
+//!
+//! The guest finds each disk by a tag at its start, not by its name.
 //!
 //! Both are checked with SHA-256 on both sides: the host sends the put
 //! image's length and hash in `/job/transfer` and the guest refuses to run the
@@ -33,7 +34,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::guest_job::GuestReport;
-use vmm::config::NvdimmSpec;
+use vmm::config::DiskSpec;
 use vmm::layout::NVDIMM_REGION_ALIGN;
 
 /// Path of the command script inside the job archive.
@@ -281,11 +282,11 @@ impl CommandJob {
     }
 }
 
-/// The DIMMs and files a command run adds, laid out in the run's scratch directory.
+/// The disks and files a command run adds, laid out in the run's scratch directory.
 #[derive(Debug, Clone)]
 pub struct PreparedTransfer {
-    /// DIMMs to append after the user's.
-    pub dimms: Vec<NvdimmSpec>,
+    /// virtio disks to add after the user's.
+    pub disks: Vec<DiskSpec>,
     /// Job archive files (path, contents, mode).
     pub files: Vec<(String, Vec<u8>, u32)>,
     /// The get DIMM's backing file, if any.
@@ -294,35 +295,24 @@ pub struct PreparedTransfer {
     pub put_sum: Option<archive::ArchiveSum>,
 }
 
-/// Writes the put image and names the transfer DIMMs; `first_index` is the
-/// number of user DIMMs (the guest's `pmemN` of the first transfer DIMM).
+/// Writes the put image and names the transfer disks; `first_index` is the
+/// number of user disks (the guest's `vdX` of the first transfer disk is the
+/// letter after theirs).
 pub fn prepare(
     job: &CommandJob,
     scratch: &Path,
     first_index: usize,
 ) -> Result<PreparedTransfer, TransferError> {
-    let mut dimms = Vec::new();
+    let mut disks = Vec::new();
     let mut desc = String::new();
     let mut put_sum = None;
     let tag = nonce();
     if !job.puts.is_empty() {
         let img = scratch.join("put.img");
         let sum = image::write_put_image(&job.puts, &put_marker(&tag), scratch, &img)?;
-        let mut spec = NvdimmSpec::temporary(sum.len);
-        spec.file = Some(img.clone());
-        spec.readonly = true;
-        // The backing file holds the region and pmemvm's identity page.
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&img)
-            .and_then(|f| f.set_len(spec.file_len()));
-        f.map_err(|source| TransferError::Io {
-            what: format!("sizing {}", img.display()),
-            source,
-        })?;
         desc.push_str(&format!(
             "put {} {} {} {}\n",
-            first_index + dimms.len(),
+            first_index + disks.len(),
             put_marker(&tag),
             sum.len,
             sum.sha256
@@ -335,18 +325,19 @@ pub fn prepare(
                 })?;
             desc.push_str(&format!("putpath {i} {} {}\n", kind.word(), put.guest));
         }
-        dimms.push(spec);
+        disks.push(DiskSpec {
+            path: img,
+            readonly: true,
+        });
         put_sum = Some(sum);
     }
     let mut get_file = None;
     if !job.gets.is_empty() {
         let img = scratch.join("get.img");
-        let mut spec = NvdimmSpec::temporary(job.area);
-        spec.file = Some(img.clone());
         // Sparse but for the marker the guest finds the area by.
         let marker = get_marker(&tag);
         let f = std::fs::File::create(&img)
-            .and_then(|f| f.set_len(spec.file_len()).map(|()| f))
+            .and_then(|f| f.set_len(job.area).map(|()| f))
             .and_then(|mut f| std::io::Write::write_all(&mut f, marker.as_bytes()));
         f.map_err(|source| TransferError::Io {
             what: format!("creating {}", img.display()),
@@ -354,27 +345,27 @@ pub fn prepare(
         })?;
         desc.push_str(&format!(
             "get {} {} {}\n",
-            first_index + dimms.len(),
+            first_index + disks.len(),
             marker.trim_end(),
             job.area
         ));
         for g in &job.gets {
             desc.push_str(&format!("getpath {}\n", g.guest));
         }
-        dimms.push(spec);
+        disks.push(DiskSpec {
+            path: img.clone(),
+            readonly: false,
+        });
         get_file = Some(img);
     }
     if let Some(image) = &job.rootfs {
-        let len = crate::rootfs::check_image(image)?;
+        crate::rootfs::check_image(image)?;
         let img = scratch.join("rootfs.img");
-        let mut spec = NvdimmSpec::temporary(len);
-        spec.file = Some(img.clone());
         // A private copy: the command may write (the guest kernel has no overlayfs). Its
         // first 1024 bytes (unused by ext4) carry the tag.
         let marker = format!("pmemvm-rootfs-{tag}\n");
         let copied = std::fs::copy(image, &img)
             .and_then(|_| std::fs::OpenOptions::new().write(true).open(&img))
-            .and_then(|f| f.set_len(spec.file_len()).map(|()| f))
             .and_then(|mut f| std::io::Write::write_all(&mut f, marker.as_bytes()));
         copied.map_err(|source| TransferError::Io {
             what: format!("copying {} to {}", image.display(), img.display()),
@@ -382,10 +373,13 @@ pub fn prepare(
         })?;
         desc.push_str(&format!(
             "rootfs {} {}\n",
-            first_index + dimms.len(),
+            first_index + disks.len(),
             marker.trim_end()
         ));
-        dimms.push(spec);
+        disks.push(DiskSpec {
+            path: img,
+            readonly: false,
+        });
     }
     let mut files = vec![(
         JOB_COMMAND_PATH.to_string(),
@@ -396,7 +390,7 @@ pub fn prepare(
         files.push((JOB_TRANSFER_PATH.to_string(), desc.into_bytes(), 0o644));
     }
     Ok(PreparedTransfer {
-        dimms,
+        disks,
         files,
         get_file,
         put_sum,

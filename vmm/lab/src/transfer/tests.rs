@@ -149,8 +149,14 @@ fn a_put_tree_round_trips_through_the_archive() {
     assert_eq!(words[3], ["getpath", "/job/t"]);
     let get_head = std::fs::read(d.join("get.img")).expect("get.img");
     assert!(get_head.starts_with(words[2][2].as_bytes()));
-    assert_eq!(prepared.dimms.len(), 2);
-    assert!(prepared.dimms[0].readonly && prepared.dimms[0].label_size == 0);
+    assert_eq!(prepared.disks.len(), 2);
+    assert!(prepared.disks[0].readonly && !prepared.disks[1].readonly);
+    assert_eq!(prepared.disks[1].path, d.join("get.img"));
+    assert_eq!(
+        std::fs::metadata(d.join("get.img")).expect("get.img").len(),
+        64 << 20,
+        "the get disk is exactly --transfer-size"
+    );
     // Pretend the guest sent the tree straight back as its get archive.
     let sum = archive::write_tar(&j.puts, "job/t/marker", &d.join("get.img")).expect("get archive");
     let mut report = GuestReport::default();

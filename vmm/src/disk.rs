@@ -1,0 +1,260 @@
+//! The virtio disks of a VM (`--disk`): each host file opened (read-only or
+//! read-write, never created or resized), locked against a second writer,
+//! and put on the MMIO bus as a virtio-mmio block device with its own ISA
+//! interrupt line. The guest finds them through `virtio_mmio.device=` words
+//! that [`cmdline_words`] adds to its command line.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use devices::bus::Bus;
+use devices::virtio::blk::{Block, BlockStats};
+use devices::virtio::mmio::MmioTransport;
+use devices::virtio::{self, MMIO_DEVICE_SIZE};
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::config::DiskSpec;
+use crate::layout;
+
+/// Errors opening or attaching disks.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    /// More disks than interrupt lines.
+    #[error("{0} --disk files are more than a pmemvm guest can have (at most {max}, one interrupt line each)", max = layout::VIRTIO_IRQS.len())]
+    TooMany(usize),
+    /// The file cannot be opened.
+    #[error("--disk {path}: cannot open it{mode}: {source}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// " for writing" or "".
+        mode: &'static str,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not a regular file or block device.
+    #[error("--disk {0}: it is a directory; give a disk image file")]
+    Directory(PathBuf),
+    /// Another process holds the file.
+    #[error("--disk {0}: another process (a second pmemvm?) is using it; a disk can have one writer or several readers")]
+    Locked(PathBuf),
+    /// The device model refused the file.
+    #[error(transparent)]
+    Block(#[from] devices::virtio::blk::BlockError),
+    /// The transport refused the device.
+    #[error(transparent)]
+    Mmio(#[from] devices::virtio::mmio::MmioError),
+    /// Wiring the device.
+    #[error("placing --disk {path}: {why}")]
+    Attach {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        why: String,
+    },
+}
+
+impl DiskError {
+    /// True when the user's input is wrong (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            Self::TooMany(_)
+                | Self::Open { .. }
+                | Self::Directory(_)
+                | Self::Locked(_)
+                | Self::Block(_)
+        )
+    }
+}
+
+/// An opened disk, not yet on a bus.
+#[derive(Debug)]
+pub struct OpenDisk {
+    spec: DiskSpec,
+    file: File,
+}
+
+/// Takes `file`'s advisory lock without waiting: shared for a reader,
+/// exclusive for a writer. `Ok(false)` when another process holds it.
+pub fn try_flock(file: &File, exclusive: bool) -> std::io::Result<bool> {
+    let op = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    };
+    // SAFETY: flock only reads the fd, which `file` keeps open for the call.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+/// Opens and locks every disk; nothing is created or changed.
+pub fn open_all(specs: &[DiskSpec]) -> Result<Vec<OpenDisk>, DiskError> {
+    if specs.len() > layout::VIRTIO_IRQS.len() {
+        return Err(DiskError::TooMany(specs.len()));
+    }
+    specs
+        .iter()
+        .map(|spec| {
+            let open = |source| DiskError::Open {
+                path: spec.path.clone(),
+                mode: if spec.readonly { "" } else { " for writing" },
+                source,
+            };
+            let file = OpenOptions::new()
+                .read(true)
+                .write(!spec.readonly)
+                .open(&spec.path)
+                .map_err(open)?;
+            if file.metadata().map_err(open)?.is_dir() {
+                return Err(DiskError::Directory(spec.path.clone()));
+            }
+            if !try_flock(&file, !spec.readonly).map_err(open)? {
+                return Err(DiskError::Locked(spec.path.clone()));
+            }
+            Ok(OpenDisk {
+                spec: spec.clone(),
+                file,
+            })
+        })
+        .collect()
+}
+
+/// The `virtio_mmio.device=` words that declare `count` disks to Linux.
+pub fn cmdline_words(count: usize) -> Vec<String> {
+    (0..count)
+        .zip(layout::VIRTIO_IRQS)
+        .map(|(i, irq)| virtio::cmdline_word(mmio_base(i), irq))
+        .collect()
+}
+
+/// Guest-physical base of disk `index`'s registers.
+fn mmio_base(index: usize) -> u64 {
+    layout::VIRTIO_MMIO_START.0 + MMIO_DEVICE_SIZE * index as u64
+}
+
+/// One attached disk's counters, for the run's record.
+#[derive(Debug, Clone)]
+pub struct AttachedDisk {
+    /// The file, as given.
+    pub path: PathBuf,
+    /// Read-only to the guest.
+    pub readonly: bool,
+    /// Its counters.
+    pub stats: Arc<BlockStats>,
+}
+
+/// Puts each disk on `mmio` with an interrupt from `irq(gsi)`.
+pub fn attach_all(
+    disks: Vec<OpenDisk>,
+    mem: &GuestMemoryMmap,
+    mmio: &mut Bus,
+    mut irq: impl FnMut(u32) -> Result<EventFd, String>,
+) -> Result<Vec<AttachedDisk>, DiskError> {
+    let mut attached = Vec::with_capacity(disks.len());
+    for (i, (d, gsi)) in disks.into_iter().zip(layout::VIRTIO_IRQS).enumerate() {
+        let attach = |why: String| DiskError::Attach {
+            path: d.spec.path.clone(),
+            why,
+        };
+        let serial = format!("pmemvm-disk{i}");
+        let block = Block::new(
+            d.file,
+            &d.spec.path.display().to_string(),
+            d.spec.readonly,
+            &serial,
+        )?;
+        let stats = block.stats();
+        let evt = irq(gsi).map_err(attach)?;
+        let dev = MmioTransport::new(block, mem.clone(), evt)?;
+        mmio.insert(Arc::new(Mutex::new(dev)), mmio_base(i), MMIO_DEVICE_SIZE)
+            .map_err(|e| attach(e.to_string()))?;
+        attached.push(AttachedDisk {
+            path: d.spec.path,
+            readonly: d.spec.readonly,
+            stats,
+        });
+    }
+    Ok(attached)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_disk_gets_its_own_page_and_line() {
+        let words = cmdline_words(3);
+        assert_eq!(
+            words,
+            [
+                "virtio_mmio.device=4K@0xd0000000:5",
+                "virtio_mmio.device=4K@0xd0001000:6",
+                "virtio_mmio.device=4K@0xd0002000:7",
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_locked_and_too_many_disks_are_refused_without_creating_anything() {
+        let dir = vmm_sys_util::tempdir::TempDir::new().unwrap();
+        let missing = dir.as_path().join("nope.img");
+        let e = open_all(&[DiskSpec {
+            path: missing.clone(),
+            readonly: true,
+        }])
+        .unwrap_err();
+        assert!(
+            e.is_usage() && e.to_string().contains("nope.img: cannot open it"),
+            "{e}"
+        );
+        assert!(!missing.exists());
+
+        let img = dir.as_path().join("a.img");
+        std::fs::write(&img, vec![0u8; 4096]).unwrap();
+        let rw = DiskSpec {
+            path: img.clone(),
+            readonly: false,
+        };
+        let held = open_all(std::slice::from_ref(&rw)).unwrap();
+        let e = open_all(&[DiskSpec {
+            path: img.clone(),
+            readonly: true,
+        }])
+        .unwrap_err();
+        assert!(matches!(e, DiskError::Locked(_)), "{e}");
+        drop(held);
+        let readers = open_all(&[
+            DiskSpec {
+                path: img.clone(),
+                readonly: true,
+            },
+            DiskSpec {
+                path: img.clone(),
+                readonly: true,
+            },
+        ]);
+        assert!(readers.is_ok(), "two readers share a disk");
+
+        let six = vec![rw; 6];
+        assert!(matches!(open_all(&six), Err(DiskError::TooMany(6))));
+        let e = open_all(&[DiskSpec {
+            path: dir.as_path().to_path_buf(),
+            readonly: true,
+        }])
+        .unwrap_err();
+        assert!(matches!(e, DiskError::Directory(_)), "{e}");
+    }
+}
