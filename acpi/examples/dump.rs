@@ -37,6 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         reset_value: 1,
         s5_slp_typ: 5,
         serial_ports: vec![(0x3f8, 4), (0x2f8, 3)],
+        virtio_mmio: vec![],
         ram: vec![(0, 512 << 20)],
         nvdimms: vec![dimm(0, false, 128 << 10), dimm(1, true, 0)],
         dsm: (!no_dsm).then_some(DsmTransport {

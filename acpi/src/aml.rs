@@ -413,6 +413,14 @@ pub mod resource {
         vec![0x22, mask[0], mask[1]]
     }
 
+    /// `Memory32Fixed (ReadWrite, base, len)`: a fixed 32-bit memory range.
+    pub fn memory32_fixed(base: u32, len: u32) -> Vec<u8> {
+        let mut v = vec![0x86, 0x09, 0x00, 0x01];
+        v.extend_from_slice(&base.to_le_bytes());
+        v.extend_from_slice(&len.to_le_bytes());
+        v
+    }
+
     /// `ResourceTemplate () { descriptors }` as a buffer with its end tag.
     pub fn template(descriptors: &[Vec<u8>]) -> Vec<u8> {
         let mut bytes: Vec<u8> = descriptors.iter().flatten().copied().collect();

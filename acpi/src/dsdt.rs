@@ -1,4 +1,5 @@
-//! DSDT: the `_S5_` soft-off package and the 16550 serial ports.
+//! DSDT: the `_S5_` soft-off package, the 16550 serial ports and the
+//! virtio-mmio devices.
 
 use crate::aml;
 use crate::sdt::{Sdt, OEM_TABLE_ID};
@@ -20,10 +21,18 @@ const DSDT_REVISION: u8 = 2;
 ///             IRQNoFlags () { irq }
 ///         })
 ///     }
+///     Device (VR00) {                       // one per virtio-mmio device, VR00, VR01, ...
+///         Name (_HID, "LNRO0005")
+///         Name (_UID, 0)
+///         Name (_CRS, ResourceTemplate () {
+///             Memory32Fixed (ReadWrite, base, 0x1000)
+///             IRQNoFlags () { irq }
+///         })
+///     }
 /// }
 /// ```
-/// The caller has checked there are at most 9 serial ports and every IRQ is
-/// below 16.
+/// The caller has checked there are at most 9 serial ports, at most 100
+/// virtio-mmio devices, and every IRQ is below 16.
 pub fn build(desc: &MachineDescription) -> Vec<u8> {
     let mut t = Sdt::new(*b"DSDT", DSDT_REVISION, OEM_TABLE_ID);
     let s5 = u64::from(desc.s5_slp_typ);
@@ -54,11 +63,32 @@ pub fn build(desc: &MachineDescription) -> Vec<u8> {
             ],
         ));
     }
+    for (i, (base, irq)) in desc.virtio_mmio.iter().enumerate() {
+        devices.push(aml::device(
+            &format!("VR{:02}", i % 100),
+            &[
+                aml::name("_HID", &aml::string(VIRTIO_MMIO_HID)),
+                aml::name("_UID", &aml::integer(i as u64)),
+                aml::name(
+                    "_CRS",
+                    &aml::resource::template(&[
+                        aml::resource::memory32_fixed(*base, VIRTIO_MMIO_SIZE),
+                        aml::resource::irq_no_flags(*irq),
+                    ]),
+                ),
+            ],
+        ));
+    }
     if !devices.is_empty() {
         t.append(&aml::scope("\\_SB", &devices));
     }
     t.finish()
 }
+
+/// The ACPI ID Linux's virtio_mmio driver matches (`virtio_mmio_acpi_match`).
+const VIRTIO_MMIO_HID: &str = "LNRO0005";
+/// Register window of one virtio-mmio device.
+const VIRTIO_MMIO_SIZE: u32 = 0x1000;
 
 /// `EisaId ("PNP0501")`: 16550A-compatible UART.
 const PNP0501: u32 = 0x0105_d041;
@@ -82,6 +112,7 @@ mod tests {
             reset_value: 1,
             s5_slp_typ: 5,
             serial_ports: vec![(0x3f8, 4)],
+            virtio_mmio: vec![],
             ram: vec![(0, 512 << 20)],
             nvdimms: vec![],
             dsm: None,
@@ -110,6 +141,49 @@ mod tests {
             0x79, 0x00,
         ];
         assert_eq!(t[36..], body[..]);
+    }
+
+    #[test]
+    fn virtio_mmio_devices_have_lnro0005_their_window_and_irq() {
+        let desc = MachineDescription {
+            cpus: 1,
+            lapic_addr: 0xfee0_0000,
+            ioapic_addr: 0xfec0_0000,
+            ioapic_id: 1,
+            sleep_control_port: 0x600,
+            sleep_status_port: 0x601,
+            reset_port: 0x602,
+            reset_value: 1,
+            s5_slp_typ: 5,
+            serial_ports: vec![],
+            virtio_mmio: vec![(0xd000_0000, 5), (0xd000_1000, 6)],
+            ram: vec![(0, 512 << 20)],
+            nvdimms: vec![],
+            dsm: None,
+        };
+        let t = build(&desc);
+        assert_eq!(checksum(&t), 0);
+        #[rustfmt::skip]
+        let vr01: Vec<u8> = vec![
+            // Device (VR01) {
+            0x5b, 0x82, 0x34, b'V', b'R', b'0', b'1',
+            //   Name (_HID, "LNRO0005")
+            0x08, b'_', b'H', b'I', b'D', 0x0d, b'L', b'N', b'R', b'O', b'0', b'0', b'0', b'5', 0x00,
+            //   Name (_UID, One)
+            0x08, b'_', b'U', b'I', b'D', 0x01,
+            //   Name (_CRS, ResourceTemplate () {
+            //     Memory32Fixed (ReadWrite, 0xD0001000, 0x1000)  IRQNoFlags () {6} })
+            0x08, b'_', b'C', b'R', b'S', 0x11, 0x14, 0x0a, 0x11,
+            0x86, 0x09, 0x00, 0x01, 0x00, 0x10, 0x00, 0xd0, 0x00, 0x10, 0x00, 0x00,
+            0x22, 0x40, 0x00,
+            0x79, 0x00,
+        ];
+        let at = t
+            .windows(vr01.len())
+            .position(|w| w == vr01.as_slice())
+            .expect("VR01 as iasl would encode it");
+        assert!(at > 36);
+        assert!(t.windows(4).any(|w| w == b"VR00"));
     }
 
     #[test]

@@ -71,6 +71,7 @@ mod tests {
             reset_value: 0x1,
             s5_slp_typ: 5,
             serial_ports: vec![],
+            virtio_mmio: vec![],
             ram: vec![(0, 512 << 20)],
             nvdimms: vec![],
             dsm: None,

@@ -46,6 +46,9 @@ pub struct MachineDescription {
     pub s5_slp_typ: u8,
     /// 16550 serial ports as (base I/O port, ISA IRQ): `PNP0501` devices.
     pub serial_ports: Vec<(u16, u8)>,
+    /// virtio-mmio devices as (register base, ISA IRQ): `LNRO0005` devices
+    /// (Linux's virtio_mmio driver binds them from ACPI), 4 KiB each.
+    pub virtio_mmio: Vec<(u32, u8)>,
     /// Guest RAM ranges as (base, length), all in proximity domain 0 (SRAT).
     pub ram: Vec<(u64, u64)>,
     /// NVDIMMs, in NFIT order.
@@ -387,6 +390,7 @@ mod tests {
             reset_value: 1,
             s5_slp_typ: 5,
             serial_ports: vec![(0x3f8, 4), (0x2f8, 3)],
+            virtio_mmio: vec![],
             ram: vec![(0, 512 << 20)],
             nvdimms: (0..dimms).map(dimm).collect(),
             dsm: Some(DsmTransport {

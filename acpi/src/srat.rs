@@ -183,6 +183,7 @@ mod tests {
             reset_value: 1,
             s5_slp_typ: 5,
             serial_ports: vec![],
+            virtio_mmio: vec![],
             ram: vec![(0, 512 << 20)],
             // Listed out of domain order: the table sorts them.
             nvdimms: vec![dimm(0, Some(2)), dimm(1, Some(1)), dimm(2, None)],

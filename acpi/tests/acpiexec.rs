@@ -50,6 +50,7 @@ fn ssdt_file(tag: &str, handles: &[u32]) -> PathBuf {
         reset_value: 1,
         s5_slp_typ: 5,
         serial_ports: vec![],
+        virtio_mmio: vec![],
         ram: vec![(0, 512 << 20)],
         nvdimms,
         dsm: Some(DsmTransport {

@@ -33,6 +33,7 @@ fn machine(cpus: u32, nvdimms: Vec<NvdimmDescription>) -> MachineDescription {
         reset_value: 1,
         s5_slp_typ: 5,
         serial_ports: vec![(0x3f8, 4), (0x2f8, 3)],
+        virtio_mmio: vec![],
         ram: vec![(0, 512 << 20)],
         nvdimms,
         dsm: Some(DsmTransport {
@@ -210,6 +211,31 @@ fn one_cpu_no_dimms() {
     assert!(dsdt.contains("0x03F8"), "{dsdt}");
     assert!(dsdt.contains("IRQNoFlags ()"), "{dsdt}");
     assert!(dsdt.contains("Name (_S5, Package"), "{dsdt}");
+}
+
+#[test]
+fn virtio_disks_disassemble_and_recompile() {
+    if !iasl_available() {
+        pmemvm_skip::skip!("iasl not found (install acpica-tools)");
+    }
+    let mut desc = machine(2, vec![dimm(0, false, 0)]);
+    desc.virtio_mmio = vec![(0xd000_0000, 5), (0xd000_1000, 6), (0xd000_2000, 7)];
+    let all = check_all("virtio", &desc);
+    let dsdt = get(&all, "DSDT.aml");
+    assert_eq!(
+        dsdt.matches("Name (_HID, \"LNRO0005\")").count(),
+        3,
+        "{dsdt}"
+    );
+    assert!(
+        dsdt.contains("Memory32Fixed (ReadWrite,\n                    0xD0001000,"),
+        "{dsdt}"
+    );
+    assert!(
+        dsdt.contains("IRQNoFlags ()\n                    {7}"),
+        "{dsdt}"
+    );
+    recompile_matches("virtio", &desc);
 }
 
 #[test]

@@ -185,6 +185,7 @@ fn machine(nvdimms: Vec<NvdimmDescription>, dsm: Option<DsmTransport>) -> Machin
         reset_value: 1,
         s5_slp_typ: 5,
         serial_ports: vec![],
+        virtio_mmio: vec![],
         ram: vec![(0, 512 << 20)],
         nvdimms,
         dsm,

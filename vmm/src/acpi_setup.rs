@@ -56,8 +56,14 @@ pub struct PlacedNvdimm<'a> {
     pub node: u32,
 }
 
-/// The machine as ACPI describes it: `ram` is the guest RAM as (base, length).
-pub fn describe(cpus: u8, ram: &[(u64, u64)], dimms: &[PlacedNvdimm]) -> MachineDescription {
+/// The machine as ACPI describes it: `ram` is the guest RAM as (base, length),
+/// `disks` the number of virtio disks (at most [`layout::VIRTIO_IRQS`]'s length).
+pub fn describe(
+    cpus: u8,
+    ram: &[(u64, u64)],
+    dimms: &[PlacedNvdimm],
+    disks: usize,
+) -> MachineDescription {
     let nvdimms: Vec<NvdimmDescription> = dimms
         .iter()
         .zip(0u32..)
@@ -100,6 +106,15 @@ pub fn describe(cpus: u8, ram: &[(u64, u64)], dimms: &[PlacedNvdimm]) -> Machine
                 u8::try_from(layout::COM2_IRQ).unwrap_or(3),
             ),
         ],
+        virtio_mmio: (0..disks)
+            .zip(layout::VIRTIO_IRQS)
+            .map(|(i, irq)| {
+                (
+                    u32::try_from(crate::disk::mmio_base(i)).unwrap_or(0),
+                    u8::try_from(irq).unwrap_or(0),
+                )
+            })
+            .collect(),
         ram: ram.to_vec(),
         nvdimms,
         dsm,
@@ -159,6 +174,7 @@ pub fn install(
     ram: &[(u64, u64)],
     mem: &GuestMemoryMmap,
     nvdimms: &[Nvdimm],
+    disks: usize,
     pio: &mut Bus,
 ) -> Result<Option<Arc<DsmHandler>>, AcpiSetupError> {
     let specs: Vec<NvdimmSpec> = nvdimms.iter().map(|n| n.backing.spec.clone()).collect();
@@ -173,7 +189,7 @@ pub fn install(
             node,
         })
         .collect();
-    let desc = describe(cpus, ram, &placed);
+    let desc = describe(cpus, ram, &placed, disks);
     let tables = build(&desc)?;
     let write = |bytes: &[u8], addr: u64| {
         mem.write_slice(bytes, GuestAddress(addr))

@@ -1,8 +1,9 @@
 //! The virtio disks of a VM (`--disk`): each host file opened (read-only or
 //! read-write, never created or resized), locked against a second writer,
 //! and put on the MMIO bus as a virtio-mmio block device with its own ISA
-//! interrupt line. The guest finds them through `virtio_mmio.device=` words
-//! that [`cmdline_words`] adds to its command line.
+//! interrupt line. The guest finds them in the DSDT (`LNRO0005` devices, see
+//! [`crate::acpi_setup::describe`]), as Linux's virtio_mmio driver expects on
+//! an ACPI platform.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use devices::bus::Bus;
 use devices::virtio::blk::{Block, BlockStats};
 use devices::virtio::mmio::MmioTransport;
-use devices::virtio::{self, MMIO_DEVICE_SIZE};
+use devices::virtio::MMIO_DEVICE_SIZE;
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
@@ -132,16 +133,8 @@ pub fn open_all(specs: &[DiskSpec]) -> Result<Vec<OpenDisk>, DiskError> {
         .collect()
 }
 
-/// The `virtio_mmio.device=` words that declare `count` disks to Linux.
-pub fn cmdline_words(count: usize) -> Vec<String> {
-    (0..count)
-        .zip(layout::VIRTIO_IRQS)
-        .map(|(i, irq)| virtio::cmdline_word(mmio_base(i), irq))
-        .collect()
-}
-
 /// Guest-physical base of disk `index`'s registers.
-fn mmio_base(index: usize) -> u64 {
+pub fn mmio_base(index: usize) -> u64 {
     layout::VIRTIO_MMIO_START.0 + MMIO_DEVICE_SIZE * index as u64
 }
 
@@ -195,16 +188,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_disk_gets_its_own_page_and_line() {
-        let words = cmdline_words(3);
-        assert_eq!(
-            words,
-            [
-                "virtio_mmio.device=4K@0xd0000000:5",
-                "virtio_mmio.device=4K@0xd0001000:6",
-                "virtio_mmio.device=4K@0xd0002000:7",
-            ]
-        );
+    fn every_disk_gets_its_own_page_below_the_flush_hints() {
+        assert_eq!(mmio_base(0), 0xd000_0000);
+        assert_eq!(mmio_base(4), 0xd000_4000);
+        assert!(mmio_base(layout::VIRTIO_IRQS.len()) < layout::NVDIMM_FLUSH_HINT_START.0);
     }
 
     #[test]

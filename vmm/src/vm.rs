@@ -404,19 +404,13 @@ impl Vm {
 
         let e820 = memory::e820_map(&ram);
         let low_ram_end = ram.first().map_or(0, |&(a, l)| a + l);
-        // The disks are declared on the command line (virtio-mmio has no
-        // enumeration of its own).
-        let cmdline = crate::config::join_cmdline(
-            &config.cmdline,
-            &crate::disk::cmdline_words(config.disks.len()),
-        );
         let entry = boot::load(
             &mem,
             &BootInputs {
                 kernel: &config.kernel,
                 initrd: config.initrd.as_deref(),
                 initrd_append: &config.initrd_append,
-                cmdline: &cmdline,
+                cmdline: &config.cmdline,
                 e820: &e820,
                 low_ram_end,
             },
@@ -530,7 +524,8 @@ impl Vm {
         let disks = crate::disk::attach_all(open_disks, &mem, &mut mmio, |gsi| {
             irq(gsi).map_err(|e| e.to_string())
         })?;
-        let dsm = crate::acpi_setup::install(config.cpus, &ram, &mem, &nvdimms, &mut pio)?;
+        let dsm =
+            crate::acpi_setup::install(config.cpus, &ram, &mem, &nvdimms, disks.len(), &mut pio)?;
 
         let mut vcpus = Vec::with_capacity(config.cpus.into());
         for i in 0..config.cpus {

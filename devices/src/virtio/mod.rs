@@ -3,10 +3,9 @@
 //! [`blk`] block device that carries the root file system and the `--put` /
 //! `--get` transfer images outside the NVDIMM bus.
 //!
-//! The guest finds each device through `virtio_mmio.device=SIZE@BASE:IRQ` on
-//! its command line ([`cmdline_word`]), as Firecracker's guests do: no ACPI or
-//! PCI enumeration is needed, and the NFIT never sees these disks, so ndctl's
-//! tests can own the whole NVDIMM bus.
+//! The guest finds each device as an `LNRO0005` device of the DSDT (what
+//! Linux's virtio_mmio driver matches on ACPI platforms); the NFIT never sees
+//! these disks, so ndctl's tests can own the whole NVDIMM bus.
 //!
 //! Queues are the rust-vmm `virtio-queue` crate's split virtqueues; every
 //! descriptor, ring index and address the guest writes is validated by it or
@@ -37,26 +36,4 @@ pub trait VirtioDevice: Send {
     /// Handles the driver's notification of queue `index`: consumes the
     /// available buffers and returns how many it put in the used ring.
     fn process_queue(&mut self, index: usize, queue: &mut Queue, mem: &GuestMemoryMmap) -> usize;
-}
-
-/// The guest kernel command-line word that declares one virtio-mmio device
-/// (Linux's `CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES` syntax `SIZE@BASE:IRQ`).
-pub fn cmdline_word(base: u64, irq: u32) -> String {
-    format!(
-        "virtio_mmio.device={}K@{base:#x}:{irq}",
-        MMIO_DEVICE_SIZE >> 10
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_command_line_word_is_linuxs_syntax() {
-        assert_eq!(
-            cmdline_word(0xd000_0000, 5),
-            "virtio_mmio.device=4K@0xd0000000:5"
-        );
-    }
 }

@@ -273,8 +273,8 @@ pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
             node,
         })
         .collect();
-    let tables =
-        acpi_setup::build(&acpi_setup::describe(m.cpus, &ram, &placed)).map_err(VmError::from)?;
+    let tables = acpi_setup::build(&acpi_setup::describe(m.cpus, &ram, &placed, m.disk.len()))
+        .map_err(VmError::from)?;
     let out_err = |path: PathBuf| move |source| CommandError::Output { path, source };
     if args.out.exists() && !args.out.is_dir() {
         return Err(out_err(args.out.clone())(std::io::Error::new(
