@@ -96,6 +96,10 @@ pub struct ReportArgs {
     /// Pool runs of machines that differ (engine, accelerator, CPU model, page sizes).
     #[arg(long)]
     pub pool_hosts: bool,
+    /// Pool runs whose sides ran different inputs (kernel or initrd SHA-256, kernel command
+    /// line, fio jobs and parameters, pmemvm version); the report lists every difference.
+    #[arg(long)]
+    pub pool_different_inputs: bool,
 }
 
 /// `pmemvm preflight`.

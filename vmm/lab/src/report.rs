@@ -34,7 +34,9 @@ pub use failures::{
     bench_exit_status, is_verify_failure, is_verify_race, FailedRun, VERIFY_RACE_NOTE,
 };
 pub use metric::{Metric, MetricGroup};
-pub use provenance::{CheckRecord, Deviation, Provenance, VerifyExpectation, VerifyVerdict};
+pub use provenance::{
+    CheckRecord, Deviation, JobFile, Provenance, VerifyExpectation, VerifyVerdict,
+};
 pub use upstream::{Upstream, UpstreamAnalysis, UpstreamFigure, UpstreamSource};
 
 /// Errors from writing report files.
@@ -248,6 +250,10 @@ pub struct BenchReport {
     /// Every way the plan differed from the thread's script.
     #[serde(default)]
     pub deviations: Vec<Deviation>,
+    /// The files every boot's job ran (fio job files, setup script), complete; empty in
+    /// results written before they were recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub job_files: Vec<JobFile>,
     /// What the result directory holds (schema and pmemvm versions, which boots, complete or
     /// partial); absent in results written before it was recorded.
     #[serde(default)]

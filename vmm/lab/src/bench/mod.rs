@@ -341,6 +341,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
             }
         }),
         deviations: plan.deviations.clone(),
+        job_files: plan.job_files(),
         result: None,
     };
     let mut files = Vec::new();

@@ -176,6 +176,20 @@ impl ExperimentPlan {
         self
     }
 
+    /// The files each boot's job runs, as the guest gets them in `/job`: the setup script,
+    /// then every phase's fio job file.
+    pub fn job_files(&self) -> Vec<crate::report::JobFile> {
+        let setup = self.setup.iter().map(|s| crate::report::JobFile {
+            name: "setup.sh".to_owned(),
+            text: s.script.clone(),
+        });
+        let jobs = self.phases.iter().map(|p| crate::report::JobFile {
+            name: format!("{}.fio", p.name),
+            text: p.job_file.clone(),
+        });
+        setup.chain(jobs).collect()
+    }
+
     /// The plan for a human: sides, each boot's setup and phases with the complete job texts,
     /// and the deviations from the thread.
     pub fn render_text(&self, runs: u32) -> String {

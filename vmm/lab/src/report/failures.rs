@@ -221,6 +221,7 @@ mod tests {
             checks: vec![],
             verify_expectation: None,
             deviations: vec![],
+            job_files: vec![],
             result: None,
         }
     }

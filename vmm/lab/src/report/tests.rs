@@ -77,6 +77,7 @@ fn sample(accelerator: Accelerator) -> BenchReport {
         checks: vec![],
         verify_expectation: None,
         deviations: vec![],
+        job_files: vec![],
         result: None,
     }
 }
