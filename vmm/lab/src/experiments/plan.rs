@@ -86,6 +86,10 @@ pub struct Side {
     /// The side's kernel modules (`modules=DIR`); `None`: `--modules`, if given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modules: Option<PathBuf>,
+    /// Which of the thread's sides this one repeats (`as=off|on`), when declared; the
+    /// experiment's own `off`/`on` are the thread's by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_side: Option<crate::report::ThreadSide>,
 }
 
 impl Side {
@@ -97,6 +101,7 @@ impl Side {
             kernel: None,
             initrd: None,
             modules: None,
+            thread_side: None,
         }
     }
 }
@@ -208,8 +213,11 @@ impl ExperimentPlan {
             let cmdline = self.cmdline_for(side);
             let _ = writeln!(
                 s,
-                "  {}: kernel {}, initrd {}, command line + {}",
+                "  {}{}: kernel {}, initrd {}, command line + {}",
                 side.label,
+                side.thread_side
+                    .map(|t| format!(" (as the thread's {})", t.name()))
+                    .unwrap_or_default(),
                 side.kernel
                     .as_ref()
                     .map_or("of the guest image".to_owned(), |k| k.display().to_string()),

@@ -67,7 +67,8 @@ pub struct MetricAnalysis {
     pub significant: Option<bool>,
     /// Why the interval or the test is missing on an A/B experiment, in a few words.
     pub not_tested: Option<String>,
-    /// Upstream's runs of this metric, per post that reported it.
+    /// Upstream's runs of this metric beside the sides that are the thread's, per post that
+    /// reported it (empty when no side is).
     pub upstream: Vec<UpstreamAnalysis>,
 }
 
@@ -150,7 +151,7 @@ impl BenchReport {
                 .upstream
                 .of(metric)
                 .into_iter()
-                .map(UpstreamAnalysis::of)
+                .filter_map(|f| UpstreamAnalysis::beside(f, &self.thread_side_map()))
                 .collect(),
         };
         if !self.is_ab() {

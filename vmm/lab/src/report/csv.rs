@@ -100,7 +100,8 @@ impl BenchReport {
         out
     }
 
-    /// Upstream's posted runs, one row per post, metric, side and run, with the post's citation.
+    /// Upstream's posted runs, one row per post, metric, side and run, with the post's citation;
+    /// rows only for the sides that are the thread's ([`BenchReport::thread_side`]).
     pub fn upstream_csv(&self) -> String {
         let mut out = String::from(
             "experiment,source,subject,author,date,message_id,metric,side,run,value\n",
@@ -109,8 +110,12 @@ impl BenchReport {
             let Some(src) = self.upstream.sources.iter().find(|s| s.label == f.source) else {
                 continue;
             };
-            for (i, side) in self.sides.iter().enumerate().take(2) {
-                for (run, v) in f.runs(i).iter().enumerate() {
+            // Only beside the sides that are the thread's, from the thread's side each repeats.
+            for (i, side) in self.sides.iter().enumerate() {
+                let Some(thread) = self.thread_side(i) else {
+                    continue;
+                };
+                for (run, v) in f.runs(thread.index()).iter().enumerate() {
                     let _ = writeln!(
                         out,
                         "{},{},{},{},{},{},{},{},{},{}",

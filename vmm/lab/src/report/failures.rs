@@ -215,6 +215,7 @@ mod tests {
             accelerator: Accelerator::Kvm,
             host: HostInfo::default(),
             sides: vec!["off".into(), "on".into()],
+            thread_sides: vec![],
             runs,
             upstream: Upstream::default(),
             upstream_source: String::new(),

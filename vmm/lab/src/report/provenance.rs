@@ -312,6 +312,7 @@ mod tests {
             accelerator: Accelerator::Tcg,
             host: HostInfo::default(),
             sides: sides.iter().map(|s| (*s).to_owned()).collect(),
+            thread_sides: Vec::new(),
             runs,
             upstream: Upstream::default(),
             upstream_source: String::new(),

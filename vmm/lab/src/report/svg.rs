@@ -169,11 +169,10 @@ impl BenchReport {
             let upstream: Vec<String> = a
                 .upstream
                 .iter()
-                .filter_map(|u| match (u.ratio, u.sides.first()) {
+                .filter_map(|u| match (u.ratio, u.sides.as_slice()) {
                     (Some(r), _) => Some(format!("{} {}", u.source, ratio_text(r))),
-                    (None, Some(Some(only))) => {
-                        Some(format!("{} {}", u.source, m.format(only.mean)))
-                    }
+                    // A single-sided experiment: upstream's mean beside ours.
+                    (None, [Some(only)]) => Some(format!("{} {}", u.source, m.format(only.mean))),
                     _ => None,
                 })
                 .collect();

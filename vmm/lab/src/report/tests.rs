@@ -4,7 +4,7 @@ use crate::fio::parse_fio_json;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fio");
 
-fn summary(fixture: &str, group: u64) -> FioSummary {
+pub(super) fn summary(fixture: &str, group: u64) -> FioSummary {
     let bytes = std::fs::read(format!("{FIXTURES}/{fixture}")).unwrap();
     parse_fio_json(&bytes)
         .unwrap()
@@ -12,7 +12,7 @@ fn summary(fixture: &str, group: u64) -> FioSummary {
         .unwrap()
 }
 
-fn ok(side: &str, run: u32, summary: FioSummary) -> RunRecord {
+pub(super) fn ok(side: &str, run: u32, summary: FioSummary) -> RunRecord {
     RunRecord {
         side: side.into(),
         run,
@@ -34,7 +34,7 @@ fn ok(side: &str, run: u32, summary: FioSummary) -> RunRecord {
 /// A report over real fio output: the "off" runs are the psync/io_uring groups, the "on"
 /// runs io_uring ones, one run failed and one ended with a verify error.
 /// Upstream's figures are the catalogue's, from the posts.
-fn sample(accelerator: Accelerator) -> BenchReport {
+pub(super) fn sample(accelerator: Accelerator) -> BenchReport {
     let catalogue = crate::experiments::find_experiment("pmem-nowait").unwrap();
     BenchReport {
         experiment: "pmem-nowait".into(),
@@ -52,6 +52,7 @@ fn sample(accelerator: Accelerator) -> BenchReport {
             hostname: "test-host".into(),
         },
         sides: vec!["off".into(), "on".into()],
+        thread_sides: vec![],
         runs: vec![
             ok("off", 1, summary("groups.json", 1)),
             ok("off", 2, summary("libaio-psync.json", 0)),
@@ -384,7 +385,7 @@ fn number_formats() {
 }
 
 /// A run whose only figures are IOPS and sys CPU (the other metrics are empty or constant).
-fn synthetic(side: &str, run: u32, iops: f64, sys: f64) -> RunRecord {
+pub(super) fn synthetic(side: &str, run: u32, iops: f64, sys: f64) -> RunRecord {
     ok(
         side,
         run,
@@ -399,7 +400,7 @@ fn synthetic(side: &str, run: u32, iops: f64, sys: f64) -> RunRecord {
 }
 
 /// Three runs per side: IOPS indistinguishable (p = 0.71), sys CPU clearly different.
-fn synthetic_report() -> BenchReport {
+pub(super) fn synthetic_report() -> BenchReport {
     let mut r = sample(Accelerator::Kvm);
     r.runs = vec![
         synthetic("off", 1, 100.0, 30.0),
@@ -412,7 +413,7 @@ fn synthetic_report() -> BenchReport {
     r
 }
 
-fn metric(a: &Analysis, m: Metric) -> &MetricAnalysis {
+pub(super) fn metric(a: &Analysis, m: Metric) -> &MetricAnalysis {
     a.metrics.iter().find(|x| x.metric == m).unwrap()
 }
 

@@ -305,16 +305,39 @@ impl BenchReport {
                 let _ = writeln!(out, "  {}: {}", s.label, s.how);
             }
         }
+        let thread = self.thread_side_map();
+        let beside: Vec<(usize, super::ThreadSide)> = thread
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.map(|t| (i, t)))
+            .collect();
+        if beside.is_empty() {
+            let _ = writeln!(
+                out,
+                "Upstream's figures are not shown: sides {} are not the thread's off and on \
+                 (declare one with --side NAME:...,as=off or as=on).",
+                self.sides.join(" and ")
+            );
+            return out;
+        }
+        let with_ratio = self.is_ab() && beside.len() == self.sides.len();
         let mut header: Vec<String> = vec!["metric".into(), "post".into()];
         if self.is_ab() {
-            let pair = format!("{}/{}", self.sides[1], self.sides[0]);
-            header.extend([
-                format!("{} runs", self.sides[0]),
-                format!("{} runs", self.sides[1]),
-                pair,
-                "95% CI".to_owned(),
-                "p".to_owned(),
-            ]);
+            for &(i, t) in &beside {
+                let side = &self.sides[i];
+                header.push(if side == t.name() {
+                    format!("{side} runs")
+                } else {
+                    format!("{side} runs (thread's {})", t.name())
+                });
+            }
+            if with_ratio {
+                header.extend([
+                    format!("{}/{}", self.sides[1], self.sides[0]),
+                    "95% CI".to_owned(),
+                    "p".to_owned(),
+                ]);
+            }
         } else {
             header.push("runs".into());
         }
@@ -330,9 +353,10 @@ impl BenchReport {
                     continue;
                 };
                 let mut row = vec![a.metric.label().to_owned(), u.source.clone()];
-                row.push(runs_text(a.metric, f.runs(0)));
-                if self.is_ab() {
-                    row.push(runs_text(a.metric, f.runs(1)));
+                for &(_, t) in &beside {
+                    row.push(runs_text(a.metric, f.runs(t.index())));
+                }
+                if with_ratio {
                     row.extend(upstream_comparison(u));
                 }
                 rows.push(row);
@@ -345,8 +369,12 @@ impl BenchReport {
     }
 }
 
+/// Whether the post has a ratio beside this report's sides for the metric (every side is the
+/// thread's).
 fn has_source(a: &MetricAnalysis, label: &str) -> bool {
-    a.upstream.iter().any(|u| u.source == label)
+    a.upstream
+        .iter()
+        .any(|u| u.source == label && u.ratio.is_some())
 }
 
 fn verdict(a: &MetricAnalysis) -> String {
