@@ -369,4 +369,6 @@ impl BenchReport {
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_boots;
+#[cfg(test)]
 mod tests_sides;
