@@ -118,8 +118,9 @@ impl BenchReport {
                     plot_bottom - bar_top,
                     colours[j % colours.len()],
                     xml_escape(&format!(
-                        "{side}: mean {} (n={}, sd {}, 95% CI {})",
+                        "{side}: mean {} ({} boot(s), {} run(s); sd of the boot means {}, 95% CI of their geometric mean {})",
                         m.format(st.mean),
+                        st.boots,
                         st.n,
                         st.stddev.map_or_else(|| "n<2".to_owned(), |v| m.format(v)),
                         st.ci95.map_or_else(
