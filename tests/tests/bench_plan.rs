@@ -133,7 +133,7 @@ fn bad_side_specs_are_one_sentence_status_2_and_create_nothing() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec![format!("a:kernl={k}"), format!("b:kernel={k}")],
-            "unknown key \"kernl\"; accepted: kernel, initrd, modules, append",
+            "unknown key \"kernl\"; accepted: kernel, initrd, modules, as, append",
         ),
         (
             vec![
@@ -152,7 +152,11 @@ fn bad_side_specs_are_one_sentence_status_2_and_create_nothing() {
         ),
         (
             vec![format!("kernel={k}"), format!("b:kernel={k}")],
-            "has no name: use NAME:kernel=PATH[,initrd=PATH][,modules=DIR][,append=ARGS]",
+            "has no name: use NAME:kernel=PATH[,initrd=PATH][,modules=DIR][,as=off|on][,append=ARGS]",
+        ),
+        (
+            vec![format!("a:kernel={k},as=yes"), format!("b:kernel={k}")],
+            "--side a: as=\"yes\" is not accepted; use as=off or as=on",
         ),
     ];
     for (sides, want) in cases {

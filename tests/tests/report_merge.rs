@@ -174,3 +174,76 @@ fn report_bad_input_is_one_sentence_and_status_2() {
     );
     assert_eq!(std::fs::read_dir(&bench_dir).unwrap().count(), 1);
 }
+
+/// Copies `tests/fixtures/fleet/NAME/*/report.json` into `to/NAME/*/`.
+fn copy_fixture(name: &str, to: &std::path::Path) {
+    let from = workspace_root().join("tests/fixtures/fleet").join(name);
+    for entry in std::fs::read_dir(&from).expect("the fixture is there") {
+        let task = entry.expect("a readable fixture directory").file_name();
+        let dir = to.join(name).join(&task);
+        std::fs::create_dir_all(&dir).expect("make the copy's directory");
+        std::fs::copy(
+            from.join(&task).join("report.json"),
+            dir.join("report.json"),
+        )
+        .expect("copy the fixture");
+    }
+}
+
+#[test]
+fn report_refuses_two_kernels_under_one_side_unless_asked() {
+    // host-a and host-b together are one whole bench (off/on x boots 1 and 2); host-b's on-2
+    // is edited to have booted another kernel, and nothing else.
+    let dir = TempDir::new("report-kernels");
+    copy_fixture("host-a", &dir.0);
+    copy_fixture("host-b", &dir.0);
+    let edited = dir.join("host-b/on-2/report.json");
+    let mut r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&edited).unwrap()).unwrap();
+    let other = "1111111111111111111111111111111111111111111111111111111111111111";
+    for run in r["runs"].as_array_mut().unwrap() {
+        run["provenance"]["kernel_sha256"] = other.into();
+    }
+    std::fs::write(&edited, serde_json::to_string_pretty(&r).unwrap()).unwrap();
+    let (a, b) = (dir.join("host-a"), dir.join("host-b"));
+    let out_dir = dir.join("merged");
+    let args = [
+        "report",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ];
+    let refused = run(&args, DEADLINE);
+    assert_eq!(refused.status, Some(2), "{}", refused.dump());
+    assert!(
+        refused.stderr.contains(
+            "they did not run the same experiment (1 difference); pass --pool-different-inputs"
+        ),
+        "{}",
+        refused.dump()
+    );
+    let sentence = format!(
+        "side on: kernel SHA-256 differs: \"ddb998ba1eb23ac69197603c17533608521a8391a55522fa17a77f04ad604485\" in {}, \"{other}\" in {}",
+        dir.join("host-a/on-1").display(),
+        dir.join("host-b/on-2").display()
+    );
+    assert!(refused.stderr.contains(&sentence), "{}", refused.dump());
+    assert!(refused.stdout.is_empty(), "{}", refused.dump());
+    assert!(!out_dir.exists(), "nothing may be written when refused");
+    // Asked for: pooled, and the report says over what.
+    let mut pooled_args = args.to_vec();
+    pooled_args.push("--pool-different-inputs");
+    let pooled = run(&pooled_args, DEADLINE);
+    assert_eq!(pooled.status, Some(0), "{}", pooled.dump());
+    assert!(
+        pooled.stdout.contains(&format!(
+            "what the sides ran differs; pooled because --pool-different-inputs was given:\n    {sentence}"
+        )),
+        "{}",
+        pooled.dump()
+    );
+    let merge: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("merge.json")).unwrap()).unwrap();
+    assert_eq!(merge["pooled_inputs"][0], sentence.as_str(), "{merge:#}");
+}

@@ -96,6 +96,10 @@ pub struct ReportArgs {
     /// Pool runs of machines that differ (engine, accelerator, CPU model, page sizes).
     #[arg(long)]
     pub pool_hosts: bool,
+    /// Pool runs whose sides ran different inputs (kernel or initrd SHA-256, kernel command
+    /// line, fio jobs and parameters, pmemvm version); the report lists every difference.
+    #[arg(long)]
+    pub pool_different_inputs: bool,
 }
 
 /// `pmemvm preflight`.
@@ -461,8 +465,9 @@ pub struct BenchArgs {
     #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
     pub size: Option<u64>,
     /// A side of an A/B between two kernels or command lines:
-    /// NAME:kernel=PATH[,initrd=PATH][,modules=DIR][,append=ARGS] (append last; twice,
-    /// instead of the experiment's own sides).
+    /// NAME:kernel=PATH[,initrd=PATH][,modules=DIR][,as=off|on][,append=ARGS] (append last;
+    /// twice, instead of the experiment's own sides; as= declares the thread's side it
+    /// repeats, without which upstream's figures are not shown beside it).
     #[arg(long = "side", value_name = "SPEC")]
     pub sides: Vec<String>,
     /// Print each side's boot, phase by phase with the complete fio jobs, and the deviations

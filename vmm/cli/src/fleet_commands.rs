@@ -9,7 +9,13 @@ use crate::commands::CommandError;
 /// `pmemvm report`: the merged report on stdout (files in `--out`); 0 when every planned boot
 /// is in and produced figures, 1 otherwise, 2 for bad input.
 pub fn report(args: &ReportArgs) -> Result<u8, CommandError> {
-    let merged = lab::fleet::merge::merge_dirs(&args.dirs, args.pool_hosts)?;
+    let merged = lab::fleet::merge::merge_dirs_with(
+        &args.dirs,
+        lab::fleet::merge::PoolOptions {
+            hosts: args.pool_hosts,
+            different_inputs: args.pool_different_inputs,
+        },
+    )?;
     let files = match &args.out {
         Some(out) => merged.write_files(out)?,
         None => Vec::new(),

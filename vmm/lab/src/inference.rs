@@ -16,7 +16,13 @@
 //!   Fieller's method was not used: its interval becomes unbounded or disjoint when the
 //!   denominator's mean is not clearly away from zero, which a report cannot print as one range.
 //!
-//! All three assume independent runs with roughly normal sampling distributions of the mean;
+//! - [`log_interval`]: for a positive metric (IOPS, bandwidth, latencies, CPU %), the interval
+//!   of the geometric mean on the log scale: exp(mean(ln x) ± t(1 − α/2, n − 1) · s_ln/√n).
+//!   Its bounds are positive, so an interval never claims a negative IOPS or latency, and it
+//!   is asymmetric as the uncertainty of a skewed positive quantity is; it needs every value
+//!   positive.
+//!
+//! All of them assume independent runs with roughly normal sampling distributions of the mean;
 //! with 2–3 runs per side that is an assumption, not something the data can check. Where the
 //! data cannot support a figure (fewer than two runs, no spread at all, a mean ≤ 0 for a ratio)
 //! the functions return an [`InferenceError`] saying why, and the report prints that reason
@@ -46,6 +52,12 @@ pub enum InferenceError {
     NonPositiveMean {
         /// The offending mean.
         mean: f64,
+    },
+    /// A log-scale interval needs positive values.
+    #[error("a value is {value}; an interval on the log scale needs positive values")]
+    NonPositiveValue {
+        /// The offending value.
+        value: f64,
     },
     /// A value is NaN or infinite.
     #[error("value {value} is not a finite number")]
@@ -245,6 +257,34 @@ pub fn ratio_ci(
             high: (ln_ratio + half).exp(),
         },
         df,
+    })
+}
+
+/// The geometric mean of a positive sample and its confidence interval on the log scale.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LogEstimate {
+    /// exp(mean(ln x)).
+    pub geo_mean: f64,
+    /// exp(mean(ln x) ± t · s_ln/√n) at the requested level.
+    pub ci: Interval,
+}
+
+/// The geometric mean of `values` with its interval at `level`, computed on the log scale
+/// (see the module docs). Needs at least two values, all positive and finite.
+pub fn log_interval(values: &[f64], level: f64) -> Result<LogEstimate, InferenceError> {
+    if let Some(&bad) = values.iter().find(|v| v.is_finite() && **v <= 0.0) {
+        return Err(InferenceError::NonPositiveValue { value: bad });
+    }
+    let logs: Vec<f64> = values.iter().map(|v| v.ln()).collect();
+    let d = Described::of(&logs, level)?;
+    let ci =
+        d.ci.ok_or(InferenceError::TooFewRuns { n: d.n, needed: 2 })?;
+    Ok(LogEstimate {
+        geo_mean: d.mean.exp(),
+        ci: Interval {
+            low: ci.low.exp(),
+            high: ci.high.exp(),
+        },
     })
 }
 

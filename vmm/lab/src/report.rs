@@ -34,8 +34,10 @@ pub use failures::{
     bench_exit_status, is_verify_failure, is_verify_race, FailedRun, VERIFY_RACE_NOTE,
 };
 pub use metric::{Metric, MetricGroup};
-pub use provenance::{CheckRecord, Deviation, Provenance, VerifyExpectation, VerifyVerdict};
-pub use upstream::{Upstream, UpstreamAnalysis, UpstreamFigure, UpstreamSource};
+pub use provenance::{
+    CheckRecord, Deviation, JobFile, Provenance, VerifyExpectation, VerifyVerdict,
+};
+pub use upstream::{ThreadSide, Upstream, UpstreamAnalysis, UpstreamFigure, UpstreamSource};
 
 /// Errors from writing report files.
 #[derive(Debug, thiserror::Error)]
@@ -233,6 +235,11 @@ pub struct BenchReport {
     pub host: HostInfo,
     /// Side labels in order; for A/B experiments `["off", "on"]`.
     pub sides: Vec<String>,
+    /// Which of the thread's sides each side was declared to repeat (`--side ...,as=off|on`),
+    /// index for index with `sides`; empty when none was declared (sides named `off`/`on`, and
+    /// `default` alone, are the thread's by name: see [`BenchReport::thread_side`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thread_sides: Vec<Option<ThreadSide>>,
     /// All runs, including failed ones.
     pub runs: Vec<RunRecord>,
     /// Upstream's figures.
@@ -248,6 +255,10 @@ pub struct BenchReport {
     /// Every way the plan differed from the thread's script.
     #[serde(default)]
     pub deviations: Vec<Deviation>,
+    /// The files every boot's job ran (fio job files, setup script), complete; empty in
+    /// results written before they were recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub job_files: Vec<JobFile>,
     /// What the result directory holds (schema and pmemvm versions, which boots, complete or
     /// partial); absent in results written before it was recorded.
     #[serde(default)]
@@ -267,12 +278,54 @@ struct JsonDocument<'a> {
 }
 
 impl BenchReport {
-    /// The report and its analysis as pretty JSON.
+    /// Which of the thread's sides side `i` repeats: the declared one, else by its name
+    /// ([`ThreadSide::by_name`]); `None` for a side that is none of the thread's.
+    pub fn thread_side(&self, i: usize) -> Option<ThreadSide> {
+        self.thread_sides
+            .get(i)
+            .copied()
+            .flatten()
+            .or_else(|| ThreadSide::by_name(self.sides.get(i)?, self.sides.len()))
+    }
+
+    /// [`BenchReport::thread_side`] of every side, in side order.
+    pub fn thread_side_map(&self) -> Vec<Option<ThreadSide>> {
+        (0..self.sides.len()).map(|i| self.thread_side(i)).collect()
+    }
+
+    /// The side labels, each declared thread side beside it (`base (as off), patched`).
+    pub fn sides_described(&self) -> String {
+        self.sides
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match self.thread_sides.get(i).copied().flatten() {
+                Some(t) => format!("{s} (as {})", t.name()),
+                None => s.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The report and its analysis as pretty JSON. Upstream's figures are left out when no
+    /// side is the thread's (they would stand beside sides they do not belong to).
     pub fn to_json(&self) -> Result<String, ReportError> {
+        let without_figures;
+        let report = if self.thread_side_map().iter().any(Option::is_some) {
+            self
+        } else {
+            without_figures = Self {
+                upstream: Upstream {
+                    sources: self.upstream.sources.clone(),
+                    figures: Vec::new(),
+                },
+                ..self.clone()
+            };
+            &without_figures
+        };
         let doc = JsonDocument {
             performance: self.accelerator.is_performance(),
             note: (!self.accelerator.is_performance()).then_some(FUNCTIONAL_ONLY),
-            report: self,
+            report,
             analysis: self.analyse(),
             verify: self.verify_verdict(),
         };
@@ -315,3 +368,7 @@ impl BenchReport {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_boots;
+#[cfg(test)]
+mod tests_sides;

@@ -328,6 +328,11 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         accelerator: Accelerator::Kvm,
         host,
         sides: plan.sides.iter().map(|s| s.label.clone()).collect(),
+        thread_sides: if plan.sides.iter().any(|s| s.thread_side.is_some()) {
+            plan.sides.iter().map(|s| s.thread_side).collect()
+        } else {
+            Vec::new()
+        },
         runs: Vec::new(),
         upstream: experiment.upstream_figures(),
         upstream_source: experiment.upstream_source.to_string(),
@@ -341,6 +346,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
             }
         }),
         deviations: plan.deviations.clone(),
+        job_files: plan.job_files(),
         result: None,
     };
     let mut files = Vec::new();

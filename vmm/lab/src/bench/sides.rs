@@ -1,5 +1,11 @@
-//! `--side NAME:kernel=PATH[,initrd=PATH][,modules=DIR][,append=ARGS]`: the sides of an A/B comparison
-//! between any two kernels (or command lines), instead of the experiment's own parameter.
+//! `--side NAME:kernel=PATH[,initrd=PATH][,modules=DIR][,as=off|on][,append=ARGS]`: the sides of
+//! an A/B comparison between any two kernels (or command lines), instead of the experiment's own
+//! parameter.
+//!
+//! `as=off` or `as=on` declares that the side repeats the thread's off or on side (a kernel
+//! without the patch, or with it): upstream's figures stand beside that side in the report.
+//! Without it, only sides named `off`/`on` are the thread's; any other name gets no upstream
+//! column and no upstream ratio, since the thread never ran it.
 //!
 //! `append=` takes the rest of the value, commas included (`append=console=ttyS0,115200`), so
 //! it comes last. Without `kernel=` a side boots the guest image's kernel (or `--kernel`);
@@ -10,9 +16,11 @@
 use std::path::PathBuf;
 
 use crate::experiments::Side;
+use crate::report::ThreadSide;
 
 /// What `--side` accepts, for the messages.
-pub const SIDE_SYNTAX: &str = "NAME:kernel=PATH[,initrd=PATH][,modules=DIR][,append=ARGS]";
+pub const SIDE_SYNTAX: &str =
+    "NAME:kernel=PATH[,initrd=PATH][,modules=DIR][,as=off|on][,append=ARGS]";
 
 /// Errors in `--side` values: each names the value and what is accepted.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -29,8 +37,8 @@ pub enum SideError {
         /// The name.
         name: String,
     },
-    /// A key other than kernel, initrd, modules, append.
-    #[error("--side {name}: unknown key {key:?}; accepted: kernel, initrd, modules, append ({SIDE_SYNTAX})")]
+    /// A key other than kernel, initrd, modules, as, append.
+    #[error("--side {name}: unknown key {key:?}; accepted: kernel, initrd, modules, as, append ({SIDE_SYNTAX})")]
     UnknownKey {
         /// Side name.
         name: String,
@@ -74,6 +82,24 @@ pub enum SideError {
         path: PathBuf,
         /// The OS's reason.
         reason: String,
+    },
+    /// `as=` with something other than `off` or `on`.
+    #[error("--side {name}: as={value:?} is not accepted; use as=off or as=on, the side of the thread this side repeats (its figures then stand beside it)")]
+    BadThreadSide {
+        /// Side name.
+        name: String,
+        /// The value given.
+        value: String,
+    },
+    /// Two sides that both are the thread's off (or on).
+    #[error("--side {a} and --side {b} are both the thread's {thread} side; declare one as=off and the other as=on, or leave as= out")]
+    ThreadSideTwice {
+        /// One side.
+        a: String,
+        /// The other.
+        b: String,
+        /// `off` or `on`.
+        thread: &'static str,
     },
     /// Two sides with one name.
     #[error("--side {name} is given twice; each side needs its own name")]
@@ -152,7 +178,7 @@ pub fn parse_side(spec: &str) -> Result<Side, SideError> {
         };
         rest = tail;
         let (key, value) = item.split_once('=').unwrap_or((item, ""));
-        if !["kernel", "initrd", "modules", "append"].contains(&key) {
+        if !["kernel", "initrd", "modules", "as", "append"].contains(&key) {
             return Err(SideError::UnknownKey {
                 name: name.to_owned(),
                 key: key.to_owned(),
@@ -175,6 +201,15 @@ pub fn parse_side(spec: &str) -> Result<Side, SideError> {
             "kernel" => side.kernel = Some(check_file(name, "kernel", value)?),
             "initrd" => side.initrd = Some(check_file(name, "initrd", value)?),
             "modules" => side.modules = Some(check_dir(name, value)?),
+            "as" => {
+                side.thread_side =
+                    Some(
+                        ThreadSide::parse(value).ok_or_else(|| SideError::BadThreadSide {
+                            name: name.to_owned(),
+                            value: value.to_owned(),
+                        })?,
+                    );
+            }
             _ => side.cmdline = Some(value.trim().to_owned()),
         }
     }
@@ -193,6 +228,21 @@ pub fn parse_sides(specs: &[String]) -> Result<Option<Vec<Side>>, SideError> {
             return Err(SideError::DuplicateName { name: side.label });
         }
         sides.push(side);
+    }
+    let thread = |s: &Side| {
+        s.thread_side
+            .or_else(|| ThreadSide::by_name(&s.label, specs.len()))
+    };
+    if let [a, b] = sides.as_slice() {
+        if let (Some(x), Some(y)) = (thread(a), thread(b)) {
+            if x == y {
+                return Err(SideError::ThreadSideTwice {
+                    a: a.label.clone(),
+                    b: b.label.clone(),
+                    thread: x.name(),
+                });
+            }
+        }
     }
     if sides.len() != 2 {
         return Err(SideError::Count {
@@ -270,6 +320,35 @@ mod tests {
     }
 
     #[test]
+    fn as_declares_the_threads_side() {
+        let s = parse_side("base:as=off,append=x=1").unwrap();
+        assert_eq!(s.thread_side, Some(ThreadSide::Off));
+        assert_eq!(s.cmdline.as_deref(), Some("x=1"));
+        assert_eq!(parse_side("good:append=x").unwrap().thread_side, None);
+        let e = parse_side("base:as=yes").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--side base: as=\"yes\" is not accepted; use as=off or as=on, the side of the thread this side repeats (its figures then stand beside it)"
+        );
+        let e = parse_sides(&["a:as=on".into(), "b:as=on".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--side a and --side b are both the thread's on side"),
+            "{e}"
+        );
+        // A side named on is the thread's on by name.
+        let e = parse_sides(&["on:append=x".into(), "b:as=on".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("both the thread's on side"), "{e}");
+        let two = parse_sides(&["base:as=off".into(), "patched:as=on".into()])
+            .unwrap()
+            .unwrap();
+        assert_eq!(two[1].thread_side, Some(ThreadSide::On));
+    }
+
+    #[test]
     fn bad_sides_name_the_value_and_what_is_accepted() {
         let (_d, k, _) = files();
         let cases: Vec<(Vec<String>, &str)> = vec![
@@ -283,7 +362,7 @@ mod tests {
             ),
             (
                 vec![format!("a:kernl={k}")],
-                "--side a: unknown key \"kernl\"; accepted: kernel, initrd, modules, append",
+                "--side a: unknown key \"kernl\"; accepted: kernel, initrd, modules, as, append",
             ),
             (
                 vec!["a:kernel=".into()],

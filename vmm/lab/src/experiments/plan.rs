@@ -86,6 +86,10 @@ pub struct Side {
     /// The side's kernel modules (`modules=DIR`); `None`: `--modules`, if given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modules: Option<PathBuf>,
+    /// Which of the thread's sides this one repeats (`as=off|on`), when declared; the
+    /// experiment's own `off`/`on` are the thread's by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_side: Option<crate::report::ThreadSide>,
 }
 
 impl Side {
@@ -97,6 +101,7 @@ impl Side {
             kernel: None,
             initrd: None,
             modules: None,
+            thread_side: None,
         }
     }
 }
@@ -176,6 +181,20 @@ impl ExperimentPlan {
         self
     }
 
+    /// The files each boot's job runs, as the guest gets them in `/job`: the setup script,
+    /// then every phase's fio job file.
+    pub fn job_files(&self) -> Vec<crate::report::JobFile> {
+        let setup = self.setup.iter().map(|s| crate::report::JobFile {
+            name: "setup.sh".to_owned(),
+            text: s.script.clone(),
+        });
+        let jobs = self.phases.iter().map(|p| crate::report::JobFile {
+            name: format!("{}.fio", p.name),
+            text: p.job_file.clone(),
+        });
+        setup.chain(jobs).collect()
+    }
+
     /// The plan for a human: sides, each boot's setup and phases with the complete job texts,
     /// and the deviations from the thread.
     pub fn render_text(&self, runs: u32) -> String {
@@ -194,8 +213,11 @@ impl ExperimentPlan {
             let cmdline = self.cmdline_for(side);
             let _ = writeln!(
                 s,
-                "  {}: kernel {}, initrd {}, command line + {}",
+                "  {}{}: kernel {}, initrd {}, command line + {}",
                 side.label,
+                side.thread_side
+                    .map(|t| format!(" (as the thread's {})", t.name()))
+                    .unwrap_or_default(),
                 side.kernel
                     .as_ref()
                     .map_or("of the guest image".to_owned(), |k| k.display().to_string()),

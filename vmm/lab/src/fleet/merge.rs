@@ -4,7 +4,9 @@
 //! below (as `bench --slurm` lays out `SHARED/runs/SIDE-BOOT/`); merged reports found that way
 //! (they hold `merge.json`) are skipped.
 //! All must be of one experiment, and their bench parameters and machines must match
-//! ([`super::pooling`]; machines may differ with `--pool-hosts`). Which boots go in, and under
+//! ([`super::pooling`]; machines may differ with `--pool-hosts`), and so must what each side
+//! ran ([`super::inputs`]: kernel, command line, fio jobs, pmemvm version; pooled anyway only
+//! with `--pool-different-inputs`, and then listed in the report). Which boots go in, and under
 //! which number, is [`super::select`]: a rerun replaces a failed boot, copies are left out,
 //! independent repetitions of two hosts are all taken; what is left out is listed with why,
 //! and so is every planned (side, boot) no directory holds. The merged
@@ -16,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::inputs::{self, InputKey};
 use super::pooling::{self, MatchKey};
 use super::record::{ResultInfo, ResultState, SCHEMA_VERSION};
 use super::task::Task;
@@ -63,6 +66,9 @@ pub enum MergeError {
     /// Results whose machines or bench parameters differ.
     #[error("cannot pool {} with {}: their {} differs ({} vs {}){}", .0.a_dir.display(), .0.b_dir.display(), .0.key, .0.a, .0.b, .0.hint)]
     Differ(Box<Difference>),
+    /// Results whose sides ran different kernels, command lines, fio jobs or pmemvm versions.
+    #[error("cannot pool these results: they did not run the same experiment ({n} difference{s}); pass --pool-different-inputs to pool them anyway, or report each separately:\n  {list}", n = .0.len(), s = if .0.len() == 1 { "" } else { "s" }, list = .0.join("\n  "))]
+    DifferentInputs(Vec<String>),
     /// `--out` holds files that are not a merged report.
     #[error("{0} already holds a report that `pmemvm report` did not write; choose another --out directory")]
     OutNotMerged(PathBuf),
@@ -113,6 +119,18 @@ pub struct Input {
     pub report: BenchReport,
     /// What must match, with its values here.
     pub keys: Vec<MatchKey>,
+    /// What each side ran, with its values here.
+    pub inputs: Vec<InputKey>,
+}
+
+/// What `pmemvm report` is asked to pool although it differs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolOptions {
+    /// `--pool-hosts`: machines that differ.
+    pub hosts: bool,
+    /// `--pool-different-inputs`: sides that ran different kernels, command lines, fio jobs
+    /// or pmemvm versions.
+    pub different_inputs: bool,
 }
 
 /// A (side, boot) of an input that is not in the merged report.
@@ -133,6 +151,9 @@ pub struct MergeInfo {
     pub inputs: Vec<InputSummary>,
     /// Whether machines that differ were pooled (`--pool-hosts`).
     pub pooled_hosts: bool,
+    /// The differences in what the sides ran that were pooled over
+    /// (`--pool-different-inputs`), one sentence each; empty when the inputs are the same.
+    pub pooled_inputs: Vec<String>,
     /// Whether the inputs' machines differ in a key that must match.
     pub machines_differ: bool,
     /// Whether the inputs come from more than one host (by name) or machines differ: the text
@@ -230,15 +251,30 @@ pub fn read_input(dir: &Path) -> Result<Input, MergeError> {
         }
     }
     let keys = pooling::match_keys(&report, &raw);
+    let inputs = inputs::input_keys(&report);
     Ok(Input {
         dir: dir.to_owned(),
         report,
         keys,
+        inputs,
     })
 }
 
-/// Merges the inputs (already read, in the order given).
+/// Merges the inputs (already read, in the order given), pooling machines that differ when
+/// `pool_hosts` and nothing else that differs.
 pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError> {
+    merge_with(
+        inputs,
+        PoolOptions {
+            hosts: pool_hosts,
+            different_inputs: false,
+        },
+    )
+}
+
+/// Merges the inputs (already read, in the order given), pooling what `pool` allows.
+pub fn merge_with(inputs: Vec<Input>, pool: PoolOptions) -> Result<Merged, MergeError> {
+    let pool_hosts = pool.hosts;
     let Some(first) = inputs.first() else {
         return Err(MergeError::NotAResult(PathBuf::from(".")));
     };
@@ -271,6 +307,14 @@ pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError>
                 },
             })));
         }
+    }
+    let ran: Vec<(&Path, &[InputKey])> = inputs
+        .iter()
+        .map(|i| (i.dir.as_path(), i.inputs.as_slice()))
+        .collect();
+    let pooled_inputs = inputs::differences(&ran);
+    if !pooled_inputs.is_empty() && !pool.different_inputs {
+        return Err(MergeError::DifferentInputs(pooled_inputs));
     }
     let machines_differ = inputs[1..]
         .iter()
@@ -352,6 +396,7 @@ pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError>
             })
             .collect(),
         pooled_hosts: pool_hosts && machines_differ,
+        pooled_inputs,
         machines_differ,
         hosts_differ: machines_differ
             || inputs
@@ -366,15 +411,28 @@ pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError>
     })
 }
 
-/// Reads every DIR (each a result or a directory of results) and merges them.
+/// Reads every DIR (each a result or a directory of results) and merges them, pooling
+/// machines that differ when `pool_hosts`.
 pub fn merge_dirs(dirs: &[PathBuf], pool_hosts: bool) -> Result<Merged, MergeError> {
+    merge_dirs_with(
+        dirs,
+        PoolOptions {
+            hosts: pool_hosts,
+            different_inputs: false,
+        },
+    )
+}
+
+/// Reads every DIR (each a result or a directory of results) and merges them, pooling what
+/// `pool` allows.
+pub fn merge_dirs_with(dirs: &[PathBuf], pool: PoolOptions) -> Result<Merged, MergeError> {
     let mut inputs = Vec::new();
     for d in dirs {
         for dir in expand(d)? {
             inputs.push(read_input(&dir)?);
         }
     }
-    merge(inputs, pool_hosts)
+    merge_with(inputs, pool)
 }
 
 impl Merged {

@@ -159,3 +159,41 @@ fn two_good_boots_of_the_same_number_are_both_taken_the_later_renumbered() {
     assert_eq!(m.info.inputs[1].taken, ["off:1 as off:2"]);
     assert_eq!(m.run_hosts, ["node-a", "node-b"]);
 }
+
+#[test]
+fn results_of_two_kernels_under_one_side_are_refused_unless_asked() {
+    // host-a/on-1 and host-b/on-2 are two boots of one bench; give the second another kernel.
+    let a = read_input(&fixture("host-a/on-1")).unwrap();
+    let mut b = read_input(&fixture("host-b/on-2")).unwrap();
+    for r in &mut b.report.runs {
+        if let Some(p) = r.provenance.as_mut() {
+            p.kernel_sha256 = "0123abcd".into();
+        }
+    }
+    b.inputs = super::super::inputs::input_keys(&b.report);
+    let e = merge(vec![a.clone(), b.clone()], true).unwrap_err();
+    assert!(e.is_usage());
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("cannot pool these results: they did not run the same experiment (1 difference); pass --pool-different-inputs"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("side on: kernel SHA-256 differs: \"ddb998ba1eb23ac69197603c17533608521a8391a55522fa17a77f04ad604485\" in ")
+            && msg.contains("host-a/on-1, \"0123abcd\" in ")
+            && msg.ends_with("host-b/on-2"),
+        "{msg}"
+    );
+    let pool = PoolOptions {
+        hosts: false,
+        different_inputs: true,
+    };
+    let m = merge_with(vec![a, b], pool).unwrap();
+    assert_eq!(m.info.pooled_inputs.len(), 1);
+    assert_eq!(m.report.runs.len(), 2);
+    let text = m.render_text();
+    assert!(
+        text.contains("what the sides ran differs; pooled because --pool-different-inputs was given:\n    side on: kernel SHA-256 differs"),
+        "{text}"
+    );
+}

@@ -34,6 +34,15 @@ impl Merged {
                 ""
             }
         );
+        if !info.pooled_inputs.is_empty() {
+            let _ = writeln!(
+                out,
+                "  what the sides ran differs; pooled because --pool-different-inputs was given:"
+            );
+            for d in &info.pooled_inputs {
+                let _ = writeln!(out, "    {d}");
+            }
+        }
         for i in &info.inputs {
             let taken = &i.taken;
             let _ = writeln!(

@@ -6,6 +6,7 @@
 //!   schema version, pmemvm version, which part of the bench it holds, complete or partial);
 //! - [`task`] (in [`crate::results`]): `--only SIDE:BOOT`, one boot of one side of a bench;
 //! - [`pooling`]: the one place that says what must match before runs may be pooled;
+//! - [`inputs`]: what each side ran (kernel, command line, fio jobs, pmemvm), which must match too;
 //! - [`merge`]: reading result directories and merging them;
 //! - [`select`]: which boot of which result goes in, renumbered or left out;
 //! - [`merge_text`]: the merge's own section of the text report (inputs, hosts, left out);
@@ -14,6 +15,7 @@
 //!
 //! pmemvm schedules nothing itself: Slurm runs the array, `pmemvm report` merges what came back.
 
+pub mod inputs;
 pub mod merge;
 // Kept here by name too: the result record and the bench task live in crate::results.
 pub use crate::results::{record, task};

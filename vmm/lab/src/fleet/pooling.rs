@@ -102,7 +102,7 @@ pub fn match_keys(report: &BenchReport, raw: &Value) -> Vec<MatchKey> {
         machine("CPU governor", run_machine_field(raw, "cpu_governor")),
         machine("vCPU pinning", run_machine_field(raw, "vcpu_pinning")),
         machine("host NUMA binding", run_machine_field(raw, "host_node")),
-        bench("sides", report.sides.join(", ")),
+        bench("sides", report.sides_described()),
         bench("guest vCPUs", h.guest_vcpus.to_string()),
         bench("guest memory (MiB)", h.guest_mem_mib.to_string()),
         bench(

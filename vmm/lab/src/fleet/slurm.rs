@@ -31,6 +31,26 @@ pub enum SlurmError {
         #[source]
         source: std::io::Error,
     },
+    /// A path that cannot go into a script as it is.
+    #[error("{what} {path:?} cannot be written into the Slurm scripts: it holds {why}; choose a path without it")]
+    UnusablePath {
+        /// Which path (`--out`, the working directory, this pmemvm).
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The character at fault, in words.
+        why: &'static str,
+    },
+    /// Two tasks whose result directories would be one.
+    #[error("tasks {a} and {b} would both write {dir}; rename one of the sides")]
+    SameDirectory {
+        /// One task.
+        a: Task,
+        /// The other.
+        b: Task,
+        /// The directory name.
+        dir: String,
+    },
     /// The path of this pmemvm or the working directory is unknown.
     #[error("cannot tell {what}")]
     Where {
@@ -45,7 +65,10 @@ pub enum SlurmError {
 impl SlurmError {
     /// True when the user's input is at fault (exit status 2).
     pub fn is_usage(&self) -> bool {
-        matches!(self, Self::Exists(_))
+        matches!(
+            self,
+            Self::Exists(_) | Self::UnusablePath { .. } | Self::SameDirectory { .. }
+        )
     }
 }
 
@@ -83,6 +106,51 @@ fn q(p: &Path) -> String {
     sh_quote(&p.display().to_string())
 }
 
+/// `value` quoted for an `#SBATCH` line: in double quotes, with `\`, `"`, `$` and `` ` ``
+/// escaped by a backslash. sbatch's parser of `#SBATCH` lines groups quoted text and takes a
+/// backslash as an escape inside quotes too (unlike sh between single quotes), so this is the
+/// one quoting that sbatch and sh read alike: a reader can paste the word into a shell.
+pub fn sbatch_quote(value: &str) -> String {
+    let mut s = String::with_capacity(value.len() + 2);
+    s.push('"');
+    for c in value.chars() {
+        if matches!(c, '\\' | '"' | '$' | '`') {
+            s.push('\\');
+        }
+        s.push(c);
+    }
+    s.push('"');
+    s
+}
+
+/// `path` as the literal start of an sbatch filename pattern (`--output`, `--error`): every
+/// `%` doubled, since sbatch replaces `%A`, `%a`, `%j`... in them and reads `%%` as `%`.
+pub fn pattern_escape(path: &Path) -> String {
+    path.display().to_string().replace('%', "%%")
+}
+
+/// Refuses a path that no quoting carries into the scripts: a control character (a newline
+/// ends an `#SBATCH` line) or a backslash (in a filename pattern it turns off every `%`
+/// replacement, so every task would write one log).
+fn check_path(what: &'static str, path: &Path) -> Result<(), SlurmError> {
+    let text = path.display().to_string();
+    let why = if text.chars().any(char::is_control) {
+        Some("a control character (such as a newline)")
+    } else if text.contains('\\') {
+        Some("a backslash, which turns off sbatch's %-patterns in log file names")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(SlurmError::UnusablePath {
+            what,
+            path: path.to_owned(),
+            why,
+        }),
+        None => Ok(()),
+    }
+}
+
 impl SlurmJob {
     /// The array job's script.
     pub fn bench_script(&self) -> String {
@@ -107,11 +175,18 @@ impl SlurmJob {
         );
         let _ = writeln!(s, "#SBATCH --job-name=pmemvm-{}", self.experiment);
         let _ = writeln!(s, "#SBATCH --array=0-{last}");
-        let _ = writeln!(s, "#SBATCH --chdir={}", self.workdir.display());
         let _ = writeln!(
             s,
-            "#SBATCH --output={}/logs/bench-%A_%a.out",
-            self.out.display()
+            "#SBATCH --chdir={}",
+            sbatch_quote(&self.workdir.display().to_string())
+        );
+        let _ = writeln!(
+            s,
+            "#SBATCH --output={}",
+            sbatch_quote(&format!(
+                "{}/logs/bench-%A_%a.out",
+                pattern_escape(&self.out)
+            ))
         );
         s.push_str("set -eu\n");
         let _ = writeln!(s, "PMEMVM=${{PMEMVM:-{}}}", q(&self.pmemvm));
@@ -150,11 +225,15 @@ impl SlurmJob {
             self.out.display()
         );
         let _ = writeln!(s, "#SBATCH --job-name=pmemvm-{}-report", self.experiment);
-        let _ = writeln!(s, "#SBATCH --chdir={}", self.workdir.display());
         let _ = writeln!(
             s,
-            "#SBATCH --output={}/logs/report-%j.out",
-            self.out.display()
+            "#SBATCH --chdir={}",
+            sbatch_quote(&self.workdir.display().to_string())
+        );
+        let _ = writeln!(
+            s,
+            "#SBATCH --output={}",
+            sbatch_quote(&format!("{}/logs/report-%j.out", pattern_escape(&self.out)))
         );
         s.push_str("set -eu\n");
         let _ = writeln!(s, "PMEMVM=${{PMEMVM:-{}}}", q(&self.pmemvm));
@@ -187,14 +266,38 @@ impl SlurmJob {
         );
         let _ = writeln!(
             s,
-            "echo \"the merged report will be in {}/report\"",
-            self.out.display()
+            "echo \"the merged report will be in \"{}",
+            q(&self.out.join("report"))
         );
         s
     }
 
-    /// Writes the three scripts (and `logs/`, `runs/`) into `out`; refuses when they exist.
+    /// Checks that the scripts can carry the job: every path quotable (see [`check_path`]) and
+    /// every task its own result directory.
+    pub fn check(&self) -> Result<(), SlurmError> {
+        check_path("--out", &self.out)?;
+        check_path("the working directory", &self.workdir)?;
+        check_path("this pmemvm's path", &self.pmemvm)?;
+        let mut seen: std::collections::HashMap<String, &Task> = std::collections::HashMap::new();
+        for t in &self.tasks {
+            // Lower-cased: two names that differ in case only are one directory on a
+            // case-insensitive file system.
+            let dir = t.dir_name();
+            if let Some(other) = seen.insert(dir.to_ascii_lowercase(), t) {
+                return Err(SlurmError::SameDirectory {
+                    a: other.clone(),
+                    b: t.clone(),
+                    dir,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the three scripts (and `logs/`, `runs/`) into `out`; refuses when they exist or
+    /// [`SlurmJob::check`] fails.
     pub fn write(&self) -> Result<Vec<PathBuf>, SlurmError> {
+        self.check()?;
         let files = [
             ("bench.sbatch", self.bench_script()),
             ("report.sbatch", self.report_script()),
@@ -243,14 +346,16 @@ pub fn job_for(
         what: "where this pmemvm is",
         source,
     })?;
-    Ok(SlurmJob {
+    let job = SlurmJob {
         experiment: experiment.to_owned(),
         tasks: Task::all(sides, runs),
         bench_args,
         out: workdir.join(out),
         workdir,
         pmemvm,
-    })
+    };
+    job.check()?;
+    Ok(job)
 }
 
 #[cfg(test)]
@@ -310,6 +415,216 @@ mod tests {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+    }
+
+    /// What sbatch makes of the word that starts `line` (a port of `_get_argument` in Slurm's
+    /// `src/sbatch/opt.c`: quotes group, a backslash escapes the next character in or out of
+    /// quotes, an unquoted `#` ends the line).
+    fn sbatch_word(line: &str) -> String {
+        let (mut out, mut quote, mut escape) = (String::new(), None, false);
+        for c in line.chars() {
+            if escape {
+                escape = false;
+            } else if c == '\\' {
+                escape = true;
+                continue;
+            } else if let Some(q) = quote {
+                if c == q {
+                    quote = None;
+                    continue;
+                }
+            } else if c == '"' || c == '\'' {
+                quote = Some(c);
+                continue;
+            } else if c == '#' || c.is_whitespace() {
+                break;
+            }
+            out.push(c);
+        }
+        out
+    }
+
+    /// What /bin/sh makes of `word`: `printf %s WORD`.
+    fn sh_word(word: &str) -> String {
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", &format!("printf %s {word}")])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{word}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("pmemvm-slurm-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// Runs `script` with /bin/sh in `env`, stdout as lines.
+    fn run_sh(script: &str, env: &[(&str, &Path)], path_prefix: Option<&Path>) -> Vec<String> {
+        let mut cmd = std::process::Command::new("/bin/sh");
+        cmd.args(["-c", script]);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        if let Some(p) = path_prefix {
+            let path = std::env::var("PATH").unwrap_or_default();
+            cmd.env("PATH", format!("{}:{path}", p.display()));
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{script}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn executable(path: &Path, text: &str) {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn paths_with_spaces_percent_quotes_and_dollars_reach_sbatch_and_sh_unchanged() {
+        let root = scratch("quoting");
+        let awkward = root.join("100% it's $HOME `x` \"q\" a b");
+        let out = awkward.join("exp");
+        let workdir = awkward.join("work dir");
+        std::fs::create_dir_all(&out).unwrap();
+        let bin = root.join("bin $x");
+        std::fs::create_dir_all(&bin).unwrap();
+        // A stand-in for pmemvm and sbatch: one argument per line.
+        let args_printer = "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n";
+        executable(&bin.join("pmemvm"), args_printer);
+        executable(&bin.join("sbatch"), "#!/bin/sh\necho '42;cluster'\n");
+        let j = SlurmJob {
+            out: out.clone(),
+            workdir: workdir.clone(),
+            pmemvm: bin.join("pmemvm"),
+            ..job()
+        };
+        j.check().unwrap();
+        for text in [j.bench_script(), j.report_script(), j.submit_script()] {
+            for shell in ["bash", "sh"] {
+                let status = std::process::Command::new(shell)
+                    .args(["-n", "-c", &text])
+                    .status()
+                    .unwrap();
+                assert!(status.success(), "{shell} -n rejected\n{text}");
+            }
+        }
+        for (text, log) in [
+            (j.bench_script(), "bench-%A_%a.out"),
+            (j.report_script(), "report-%j.out"),
+        ] {
+            let word = |key: &str| {
+                let line = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&format!("#SBATCH {key}=")))
+                    .unwrap_or_else(|| panic!("no {key} in\n{text}"));
+                (sbatch_word(line), sh_word(line))
+            };
+            let workdir_text = workdir.display().to_string();
+            assert_eq!(word("--chdir"), (workdir_text.clone(), workdir_text));
+            // The log pattern: the path with % doubled, then Slurm's own replacement symbols.
+            let pattern = format!(
+                "{}/logs/{log}",
+                out.display().to_string().replace('%', "%%")
+            );
+            assert_eq!(word("--output"), (pattern.clone(), pattern));
+        }
+        // The task's command line, run by sh: every argument arrives as one, unchanged.
+        let pmemvm: &Path = &bin.join("pmemvm");
+        let script = root.join("bench.sbatch");
+        std::fs::write(&script, j.bench_script()).unwrap();
+        let got = run_sh(
+            &format!("SLURM_ARRAY_TASK_ID=3 . {}", q(&script)),
+            &[("PMEMVM", pmemvm)],
+            None,
+        );
+        let task_dir = out.join("runs/on-2").display().to_string();
+        let want = [
+            "bench",
+            "pmem-verify",
+            "--only",
+            "on:2",
+            "--out",
+            &task_dir,
+            "--size",
+            "8388608",
+            "--side",
+            "a b:append=x",
+        ];
+        assert_eq!(got, want);
+        // Without $PMEMVM the script runs the pmemvm that wrote it.
+        std::fs::write(&script, j.report_script()).unwrap();
+        let got = run_sh(&format!(". {}", q(&script)), &[], None);
+        let runs = out.join("runs").display().to_string();
+        let report = out.join("report").display().to_string();
+        assert_eq!(got, ["report", runs.as_str(), "--out", report.as_str()]);
+        // submit.sh changes into the directory and names the report's.
+        let got = run_sh(&j.submit_script(), &[], Some(&bin));
+        assert_eq!(
+            got.last().map(String::as_str),
+            Some(format!("the merged report will be in {report}").as_str()),
+            "{got:?}"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn paths_no_quoting_carries_are_refused() {
+        for (out, why) in [
+            ("/shared/a\nb", "a control character"),
+            ("/shared/a\\b", "a backslash"),
+        ] {
+            let j = SlurmJob {
+                out: out.into(),
+                ..job()
+            };
+            let e = j.check().unwrap_err();
+            assert!(e.is_usage());
+            assert!(e.to_string().contains(why), "{e}");
+            assert!(e.to_string().starts_with("--out "), "{e}");
+        }
+    }
+
+    #[test]
+    fn sides_that_differ_in_punctuation_get_their_own_directories() {
+        let j = SlurmJob {
+            tasks: Task::all(&["a.b".into(), "a_b".into()], 2),
+            ..job()
+        };
+        j.check().unwrap();
+        let s = j.bench_script();
+        let dirs: Vec<&str> = s
+            .lines()
+            .filter_map(|l| {
+                l.split_once(" dir=")
+                    .map(|(_, d)| d.trim_end_matches(" ;;"))
+            })
+            .collect();
+        assert_eq!(dirs.len(), 4, "{s}");
+        let distinct: std::collections::BTreeSet<&&str> = dirs.iter().collect();
+        assert_eq!(distinct.len(), 4, "{dirs:?}");
+        assert!(dirs.contains(&"a_b-1"), "{dirs:?}");
+        // The same task twice is one directory: refused.
+        let twice = SlurmJob {
+            tasks: vec![Task::new("a", 1), Task::new("a", 1)],
+            ..job()
+        };
+        let e = twice.check().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "tasks a:1 and a:1 would both write a-1; rename one of the sides"
+        );
     }
 
     #[test]

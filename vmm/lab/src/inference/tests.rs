@@ -165,3 +165,28 @@ fn what_the_data_cannot_support_is_an_error() {
     assert!(Described::of(&[1.0, f64::NAN], CONFIDENCE).is_err());
     assert!(Described::of(&[1.0, 2.0], 1.0).is_err());
 }
+
+#[test]
+fn log_scale_intervals_of_positive_values_stay_positive() {
+    // Values 0.1, 0.2, 5.0 (by hand): mean 1.7667, s = 2.8006, t(0.975, 2) = 4.3027, so the
+    // interval of the arithmetic mean is 1.7667 ± 4.3027 · 2.8006/√3 = [-5.19, 8.72]: below
+    // zero. On the log scale: ln values -2.3026, -1.6094, 1.6094; mean -0.76753, s_ln =
+    // 2.08748; geometric mean exp(-0.76753) = 0.46416 (= ∛0.1); interval
+    // exp(-0.76753 ± 4.3027 · 2.08748/√3) = [0.0025977, 82.936].
+    let v = [0.1, 0.2, 5.0];
+    let naive = Described::of(&v, CONFIDENCE).unwrap().ci.unwrap();
+    assert!((naive.low - -5.190_397).abs() < 1e-5, "{naive:?}");
+    let e = log_interval(&v, CONFIDENCE).unwrap();
+    assert!((e.geo_mean - 0.464_158_883).abs() < 1e-8, "{e:?}");
+    assert!((e.ci.low - 0.002_597_707).abs() < 1e-8, "{e:?}");
+    assert!((e.ci.high - 82.936_027).abs() < 1e-5, "{e:?}");
+    assert!(e.ci.low > 0.0);
+    assert_eq!(
+        log_interval(&[1.0, 0.0], CONFIDENCE),
+        Err(InferenceError::NonPositiveValue { value: 0.0 })
+    );
+    assert!(matches!(
+        log_interval(&[3.0], CONFIDENCE),
+        Err(InferenceError::TooFewRuns { n: 1, .. })
+    ));
+}

@@ -47,14 +47,17 @@ impl BenchReport {
         out
     }
 
-    /// One CSV row per metric and side: n, mean, sd, the mean's 95 % interval, min, max; on the
-    /// last side of an A/B experiment also the ratio with its 95 % interval, Welch's t, df and
-    /// p-value, `significant` (p < 0.05) and, where those are missing, why.
+    /// One CSV row per metric and side: n (runs), mean and sd of the boots' means, the 95 %
+    /// interval of their geometric mean (log scale), min, max; on the last side of an A/B
+    /// experiment also the ratio with its 95 % interval, Welch's t, df and p-value over the
+    /// boots' means, `significant` (p < 0.05) and, where those are missing, why; then the
+    /// boots, the geometric mean and the within-boot sd.
     pub fn summary_csv(&self) -> String {
         let analysis = self.analyse();
         let mut out = String::from(
             "experiment,accelerator,performance,metric,side,n,mean,sd,ci95_low,ci95_high,min,max,\
-             ratio,ratio_ci95_low,ratio_ci95_high,welch_t,welch_df,p_value,significant,not_tested\n",
+             ratio,ratio_ci95_low,ratio_ci95_high,welch_t,welch_df,p_value,significant,not_tested,\
+             boots,geo_mean,within_boot_sd\n",
         );
         let num = |v: Option<f64>| v.map(csv_number).unwrap_or_default();
         let precise = |v: Option<f64>| v.map(csv_precise).unwrap_or_default();
@@ -65,7 +68,7 @@ impl BenchReport {
                 let welch = a.welch.filter(|_| last);
                 let _ = writeln!(
                     out,
-                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                     csv_field(&self.experiment),
                     self.accelerator.name(),
                     self.accelerator.is_performance(),
@@ -94,13 +97,17 @@ impl BenchReport {
                     } else {
                         String::new()
                     },
+                    s.as_ref().map_or(0, |s| s.boots),
+                    num(s.as_ref().and_then(|s| s.geo_mean)),
+                    num(s.as_ref().and_then(|s| s.within_boot_sd)),
                 );
             }
         }
         out
     }
 
-    /// Upstream's posted runs, one row per post, metric, side and run, with the post's citation.
+    /// Upstream's posted runs, one row per post, metric, side and run, with the post's citation;
+    /// rows only for the sides that are the thread's ([`BenchReport::thread_side`]).
     pub fn upstream_csv(&self) -> String {
         let mut out = String::from(
             "experiment,source,subject,author,date,message_id,metric,side,run,value\n",
@@ -109,8 +116,12 @@ impl BenchReport {
             let Some(src) = self.upstream.sources.iter().find(|s| s.label == f.source) else {
                 continue;
             };
-            for (i, side) in self.sides.iter().enumerate().take(2) {
-                for (run, v) in f.runs(i).iter().enumerate() {
+            // Only beside the sides that are the thread's, from the thread's side each repeats.
+            for (i, side) in self.sides.iter().enumerate() {
+                let Some(thread) = self.thread_side(i) else {
+                    continue;
+                };
+                for (run, v) in f.runs(thread.index()).iter().enumerate() {
                     let _ = writeln!(
                         out,
                         "{},{},{},{},{},{},{},{},{},{}",

@@ -215,12 +215,14 @@ mod tests {
             accelerator: Accelerator::Kvm,
             host: HostInfo::default(),
             sides: vec!["off".into(), "on".into()],
+            thread_sides: vec![],
             runs,
             upstream: Upstream::default(),
             upstream_source: String::new(),
             checks: vec![],
             verify_expectation: None,
             deviations: vec![],
+            job_files: vec![],
             result: None,
         }
     }

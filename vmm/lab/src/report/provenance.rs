@@ -49,6 +49,16 @@ pub struct CheckRecord {
     pub command: String,
 }
 
+/// A file the guest's job ran, as written into its `/job` (a fio job file, the setup script):
+/// the complete text, parameters substituted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFile {
+    /// Its name in `/job` (`randread-1.fio`, `setup.sh`).
+    pub name: String,
+    /// Its text.
+    pub text: String,
+}
+
 /// One way the plan differed from the thread's script (see `pmemvm bench EXP --plan`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Deviation {
@@ -302,6 +312,7 @@ mod tests {
             accelerator: Accelerator::Tcg,
             host: HostInfo::default(),
             sides: sides.iter().map(|s| (*s).to_owned()).collect(),
+            thread_sides: Vec::new(),
             runs,
             upstream: Upstream::default(),
             upstream_source: String::new(),
@@ -313,6 +324,7 @@ mod tests {
                 thread: "off: err=84; on: err=0".into(),
             }),
             deviations: vec![Deviation::new("jobs", "48", "1", "one per vCPU")],
+            job_files: vec![],
             result: None,
         }
     }

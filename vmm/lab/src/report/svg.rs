@@ -118,8 +118,9 @@ impl BenchReport {
                     plot_bottom - bar_top,
                     colours[j % colours.len()],
                     xml_escape(&format!(
-                        "{side}: mean {} (n={}, sd {}, 95% CI {})",
+                        "{side}: mean {} ({} boot(s), {} run(s); sd of the boot means {}, 95% CI of their geometric mean {})",
                         m.format(st.mean),
+                        st.boots,
                         st.n,
                         st.stddev.map_or_else(|| "n<2".to_owned(), |v| m.format(v)),
                         st.ci95.map_or_else(
@@ -169,11 +170,10 @@ impl BenchReport {
             let upstream: Vec<String> = a
                 .upstream
                 .iter()
-                .filter_map(|u| match (u.ratio, u.sides.first()) {
+                .filter_map(|u| match (u.ratio, u.sides.as_slice()) {
                     (Some(r), _) => Some(format!("{} {}", u.source, ratio_text(r))),
-                    (None, Some(Some(only))) => {
-                        Some(format!("{} {}", u.source, m.format(only.mean)))
-                    }
+                    // A single-sided experiment: upstream's mean beside ours.
+                    (None, [Some(only)]) => Some(format!("{} {}", u.source, m.format(only.mean))),
                     _ => None,
                 })
                 .collect();

@@ -4,7 +4,7 @@ use crate::fio::parse_fio_json;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fio");
 
-fn summary(fixture: &str, group: u64) -> FioSummary {
+pub(super) fn summary(fixture: &str, group: u64) -> FioSummary {
     let bytes = std::fs::read(format!("{FIXTURES}/{fixture}")).unwrap();
     parse_fio_json(&bytes)
         .unwrap()
@@ -12,7 +12,7 @@ fn summary(fixture: &str, group: u64) -> FioSummary {
         .unwrap()
 }
 
-fn ok(side: &str, run: u32, summary: FioSummary) -> RunRecord {
+pub(super) fn ok(side: &str, run: u32, summary: FioSummary) -> RunRecord {
     RunRecord {
         side: side.into(),
         run,
@@ -34,7 +34,7 @@ fn ok(side: &str, run: u32, summary: FioSummary) -> RunRecord {
 /// A report over real fio output: the "off" runs are the psync/io_uring groups, the "on"
 /// runs io_uring ones, one run failed and one ended with a verify error.
 /// Upstream's figures are the catalogue's, from the posts.
-fn sample(accelerator: Accelerator) -> BenchReport {
+pub(super) fn sample(accelerator: Accelerator) -> BenchReport {
     let catalogue = crate::experiments::find_experiment("pmem-nowait").unwrap();
     BenchReport {
         experiment: "pmem-nowait".into(),
@@ -52,6 +52,7 @@ fn sample(accelerator: Accelerator) -> BenchReport {
             hostname: "test-host".into(),
         },
         sides: vec!["off".into(), "on".into()],
+        thread_sides: vec![],
         runs: vec![
             ok("off", 1, summary("groups.json", 1)),
             ok("off", 2, summary("libaio-psync.json", 0)),
@@ -77,6 +78,7 @@ fn sample(accelerator: Accelerator) -> BenchReport {
         checks: vec![],
         verify_expectation: None,
         deviations: vec![],
+        job_files: vec![],
         result: None,
     }
 }
@@ -383,7 +385,7 @@ fn number_formats() {
 }
 
 /// A run whose only figures are IOPS and sys CPU (the other metrics are empty or constant).
-fn synthetic(side: &str, run: u32, iops: f64, sys: f64) -> RunRecord {
+pub(super) fn synthetic(side: &str, run: u32, iops: f64, sys: f64) -> RunRecord {
     ok(
         side,
         run,
@@ -398,7 +400,7 @@ fn synthetic(side: &str, run: u32, iops: f64, sys: f64) -> RunRecord {
 }
 
 /// Three runs per side: IOPS indistinguishable (p = 0.71), sys CPU clearly different.
-fn synthetic_report() -> BenchReport {
+pub(super) fn synthetic_report() -> BenchReport {
     let mut r = sample(Accelerator::Kvm);
     r.runs = vec![
         synthetic("off", 1, 100.0, 30.0),
@@ -411,20 +413,25 @@ fn synthetic_report() -> BenchReport {
     r
 }
 
-fn metric(a: &Analysis, m: Metric) -> &MetricAnalysis {
+pub(super) fn metric(a: &Analysis, m: Metric) -> &MetricAnalysis {
     a.metrics.iter().find(|x| x.metric == m).unwrap()
 }
 
 #[test]
 fn analysis_uses_the_inference_module_on_the_good_runs() {
-    use crate::inference::{ratio_ci, welch, Described, CONFIDENCE};
+    use crate::inference::{log_interval, ratio_ci, welch, Described, CONFIDENCE};
     let r = synthetic_report();
     let a = r.analyse();
     let off = Described::of(&[100.0, 104.0, 98.0], CONFIDENCE).unwrap();
     let on = Described::of(&[101.0, 99.0, 105.0], CONFIDENCE).unwrap();
     let iops = metric(&a, Metric::Iops);
     let s = iops.sides[0].as_ref().unwrap();
-    assert_eq!((s.n, s.stddev, s.ci95), (3, off.sd, off.ci));
+    // One run per boot: the boots' means are the runs; the interval is the log-scale one.
+    let log = log_interval(&[100.0, 104.0, 98.0], CONFIDENCE).unwrap();
+    assert_eq!(
+        (s.n, s.boots, s.stddev, s.ci95, s.geo_mean),
+        (3, 3, off.sd, Some(log.ci), Some(log.geo_mean))
+    );
     assert_eq!(
         iops.ratio_ci95,
         Some(ratio_ci(&on, &off, CONFIDENCE).unwrap().ci)
@@ -503,7 +510,7 @@ fn one_run_on_a_side_is_said_not_computed() {
     let csv = r.summary_csv();
     assert!(
         csv.lines()
-            .any(|l| l.contains(",iops,on,") && l.ends_with(",n=1 off")),
+            .any(|l| l.contains(",iops,on,") && l.contains(",n=1 off,")),
         "{csv}"
     );
 }

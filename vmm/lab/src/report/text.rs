@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::analysis::{Analysis, MetricAnalysis};
+use super::analysis::{Analysis, MetricAnalysis, ONE_BOOT};
 use super::format::{fio_bw, human_bytes, p_text, ratio_text, si, table};
 use super::metric::MetricGroup;
 use super::upstream::UpstreamAnalysis;
@@ -12,8 +12,10 @@ use super::{BenchReport, Metric, RunOutcome, FUNCTIONAL_ONLY};
 use crate::inference::Interval;
 
 const NONE: &str = "-";
-/// Printed instead of a spread or an interval with a single run.
+/// Printed instead of a spread or an interval with fewer than two boots.
 const ONE_RUN: &str = "n<2";
+/// Printed instead of a log-scale interval when a boot's mean is not positive.
+const NOT_POSITIVE: &str = "value<=0";
 
 fn interval_text(m: Metric, ci: &Interval) -> String {
     format!("[{}, {}]", m.format(ci.low), m.format(ci.high))
@@ -83,19 +85,33 @@ impl BenchReport {
         out.push_str(&self.runs_table(MetricGroup::Latency));
         out.push_str("\nfio lines (grep IOPS|slat|cpu, upstream's shape)\n");
         out.push_str(&self.fio_lines());
+        let one_boot = Self::one_boot_per_side(&analysis);
         out.push_str(
-            "\nSummary per side (good runs; sd: sample standard deviation; \
-             95% CI: of the mean, Student t)\n",
+            "\nSummary per side (good runs; the unit is the boot: mean and sd over the boots' \
+             means; 95% CI: of the boots' geometric mean, Student t on the log scale; \
+             within-boot sd: the spread of one boot's runs, not an uncertainty of the side)\n",
         );
         out.push_str(&self.summary_table(&analysis));
+        if one_boot {
+            let _ = writeln!(out, "{ONE_BOOT}.");
+        }
         if self.is_ab() {
-            let _ = writeln!(
-                out,
-                "\nComparison {}/{} (ratio of the means; 95% CI: delta method on the log ratio; \
-                 p: Welch's t-test, not significant at p >= 0.05)",
-                self.sides[1], self.sides[0]
-            );
-            out.push_str(&self.comparison_table(&analysis));
+            if one_boot {
+                let _ = writeln!(
+                    out,
+                    "\nComparison {}/{} (ratio of the means; {ONE_BOOT})",
+                    self.sides[1], self.sides[0]
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "\nComparison {}/{} (ratio of the means over the boots; 95% CI: delta method \
+                     on the log ratio; p: Welch's t-test on the boots' means, not significant at \
+                     p >= 0.05)",
+                    self.sides[1], self.sides[0]
+                );
+            }
+            out.push_str(&self.comparison_table(&analysis, one_boot));
         }
         out.push_str(&self.upstream_section(&analysis));
         out.push_str(&self.provenance_sections());
@@ -205,9 +221,19 @@ impl BenchReport {
 
     /// One row per metric and side; metrics without any value are named below the table.
     fn summary_table(&self, analysis: &Analysis) -> String {
-        let mut rows = vec![["metric", "side", "n", "mean", "sd", "95% CI", "min-max"]
-            .map(str::to_owned)
-            .to_vec()];
+        let mut rows = vec![[
+            "metric",
+            "side",
+            "boots",
+            "runs",
+            "mean",
+            "sd",
+            "95% CI",
+            "within-boot sd",
+            "min-max",
+        ]
+        .map(str::to_owned)
+        .to_vec()];
         let mut empty = Vec::new();
         for a in &analysis.metrics {
             if a.sides.iter().all(Option::is_none) {
@@ -218,14 +244,22 @@ impl BenchReport {
             for (side, s) in self.sides.iter().zip(&a.sides) {
                 let mut row = vec![m.label().to_owned(), side.clone()];
                 match s {
-                    None => row.extend(["0", NONE, NONE, NONE, NONE].map(str::to_owned)),
+                    None => {
+                        row.extend(["0", "0", NONE, NONE, NONE, NONE, NONE].map(str::to_owned));
+                    }
                     Some(s) => {
+                        row.push(s.boots.to_string());
                         row.push(s.n.to_string());
                         row.push(m.format(s.mean));
                         row.push(s.stddev.map_or_else(|| ONE_RUN.to_owned(), |v| m.format(v)));
+                        row.push(match (s.ci95, s.boots) {
+                            (Some(ci), _) => interval_text(m, &ci),
+                            (None, b) if b < 2 => ONE_RUN.to_owned(),
+                            (None, _) => NOT_POSITIVE.to_owned(),
+                        });
                         row.push(
-                            s.ci95
-                                .map_or_else(|| ONE_RUN.to_owned(), |ci| interval_text(m, &ci)),
+                            s.within_boot_sd
+                                .map_or_else(|| NONE.to_owned(), |v| m.format(v)),
                         );
                         row.push(if s.n == 1 {
                             m.format(s.min)
@@ -246,7 +280,7 @@ impl BenchReport {
 
     /// One row per metric with data: our ratio, its interval, Welch's p and the verdict, then
     /// upstream's ratio per post.
-    fn comparison_table(&self, analysis: &Analysis) -> String {
+    fn comparison_table(&self, analysis: &Analysis, one_boot: bool) -> String {
         let sources: Vec<&str> = self
             .upstream
             .sources
@@ -255,9 +289,13 @@ impl BenchReport {
             .filter(|label| analysis.metrics.iter().any(|a| has_source(a, label)))
             .collect();
         let pair = format!("{}/{}", self.sides[1], self.sides[0]);
-        let mut header: Vec<String> = ["metric", &pair, "95% CI", "p", "verdict"]
-            .map(str::to_owned)
-            .to_vec();
+        // With one boot per side there is no interval, p or verdict to show.
+        let ours: &[&str] = if one_boot {
+            &["metric", &pair]
+        } else {
+            &["metric", &pair, "95% CI", "p", "verdict"]
+        };
+        let mut header: Vec<String> = ours.iter().map(|h| (*h).to_owned()).collect();
         header.extend(sources.iter().map(|s| format!("{s} {pair}")));
         let mut rows = vec![header];
         for a in &analysis.metrics {
@@ -267,14 +305,18 @@ impl BenchReport {
             let mut row = vec![
                 a.metric.label().to_owned(),
                 a.ratio.map_or_else(|| NONE.to_owned(), ratio_text),
-                a.ratio_ci95
-                    .as_ref()
-                    .map_or_else(|| NONE.to_owned(), ratio_interval_text),
-                a.welch
-                    .as_ref()
-                    .map_or_else(|| NONE.to_owned(), |w| p_text(w.p)),
-                verdict(a),
             ];
+            if !one_boot {
+                row.extend([
+                    a.ratio_ci95
+                        .as_ref()
+                        .map_or_else(|| NONE.to_owned(), ratio_interval_text),
+                    a.welch
+                        .as_ref()
+                        .map_or_else(|| NONE.to_owned(), |w| p_text(w.p)),
+                    verdict(a),
+                ]);
+            }
             for label in &sources {
                 row.push(
                     a.upstream
@@ -305,16 +347,39 @@ impl BenchReport {
                 let _ = writeln!(out, "  {}: {}", s.label, s.how);
             }
         }
+        let thread = self.thread_side_map();
+        let beside: Vec<(usize, super::ThreadSide)> = thread
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.map(|t| (i, t)))
+            .collect();
+        if beside.is_empty() {
+            let _ = writeln!(
+                out,
+                "Upstream's figures are not shown: sides {} are not the thread's off and on \
+                 (declare one with --side NAME:...,as=off or as=on).",
+                self.sides.join(" and ")
+            );
+            return out;
+        }
+        let with_ratio = self.is_ab() && beside.len() == self.sides.len();
         let mut header: Vec<String> = vec!["metric".into(), "post".into()];
         if self.is_ab() {
-            let pair = format!("{}/{}", self.sides[1], self.sides[0]);
-            header.extend([
-                format!("{} runs", self.sides[0]),
-                format!("{} runs", self.sides[1]),
-                pair,
-                "95% CI".to_owned(),
-                "p".to_owned(),
-            ]);
+            for &(i, t) in &beside {
+                let side = &self.sides[i];
+                header.push(if side == t.name() {
+                    format!("{side} runs")
+                } else {
+                    format!("{side} runs (thread's {})", t.name())
+                });
+            }
+            if with_ratio {
+                header.extend([
+                    format!("{}/{}", self.sides[1], self.sides[0]),
+                    "95% CI".to_owned(),
+                    "p".to_owned(),
+                ]);
+            }
         } else {
             header.push("runs".into());
         }
@@ -330,9 +395,10 @@ impl BenchReport {
                     continue;
                 };
                 let mut row = vec![a.metric.label().to_owned(), u.source.clone()];
-                row.push(runs_text(a.metric, f.runs(0)));
-                if self.is_ab() {
-                    row.push(runs_text(a.metric, f.runs(1)));
+                for &(_, t) in &beside {
+                    row.push(runs_text(a.metric, f.runs(t.index())));
+                }
+                if with_ratio {
                     row.extend(upstream_comparison(u));
                 }
                 rows.push(row);
@@ -345,8 +411,12 @@ impl BenchReport {
     }
 }
 
+/// Whether the post has a ratio beside this report's sides for the metric (every side is the
+/// thread's).
 fn has_source(a: &MetricAnalysis, label: &str) -> bool {
-    a.upstream.iter().any(|u| u.source == label)
+    a.upstream
+        .iter()
+        .any(|u| u.source == label && u.ratio.is_some())
 }
 
 fn verdict(a: &MetricAnalysis) -> String {

@@ -1,10 +1,62 @@
 //! Upstream's figures as the report carries them: the posts they come from (subject, author,
 //! date, Message-ID) and, per post and metric, every run upstream posted.
+//!
+//! The thread's runs are the thread's `off` and `on` (or its only side): they stand beside a
+//! side of this report only when that side is the thread's — the experiment's own `off`/`on`
+//! (and `default` of a single-sided experiment), or a `--side NAME:...,as=off|on` that says
+//! which of the thread's sides it repeats ([`ThreadSide`]). A user's `good`/`broken` are not
+//! the thread's off/on, so they get no upstream column and no upstream ratio.
 
 use serde::{Deserialize, Serialize};
 
 use super::Metric;
 use crate::inference::{self, Described, RatioEstimate, Welch, CONFIDENCE};
+
+/// One of the thread's sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThreadSide {
+    /// The thread's runs with the feature off (or of its only side).
+    Off,
+    /// With the feature on.
+    On,
+}
+
+impl ThreadSide {
+    /// `off` or `on`, as `--side ...,as=` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ThreadSide::Off => "off",
+            ThreadSide::On => "on",
+        }
+    }
+
+    /// Parses `off` or `on`.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "off" => Some(ThreadSide::Off),
+            "on" => Some(ThreadSide::On),
+            _ => None,
+        }
+    }
+
+    /// The thread's side a side of this name is without a declaration: the experiment's own
+    /// `off`/`on`, and `default` when it is the only side.
+    pub fn by_name(label: &str, sides: usize) -> Option<Self> {
+        match label {
+            "default" if sides == 1 => Some(ThreadSide::Off),
+            _ => Self::parse(label),
+        }
+    }
+
+    /// Index into [`UpstreamFigure::runs`].
+    pub fn index(self) -> usize {
+        match self {
+            ThreadSide::Off => 0,
+            ThreadSide::On => 1,
+        }
+    }
+}
 
 /// One upstream post.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,6 +171,35 @@ pub struct UpstreamAnalysis {
 }
 
 impl UpstreamAnalysis {
+    /// The figure's runs beside this report's sides: `thread[i]` says which of the thread's
+    /// sides report side `i` repeats. A side that is none of the thread's gets `None`; the
+    /// ratio, its interval and the test (last side over first, as ours) need every side to be
+    /// the thread's. `None` when no side is.
+    pub fn beside(f: &UpstreamFigure, thread: &[Option<ThreadSide>]) -> Option<Self> {
+        let sides: Vec<Option<Described>> = thread
+            .iter()
+            .map(|t| t.and_then(|t| Described::of(f.runs(t.index()), CONFIDENCE).ok()))
+            .collect();
+        if sides.iter().all(Option::is_none) {
+            return None;
+        }
+        let (ratio, ratio_ci95, welch) = match sides.as_slice() {
+            [Some(first), Some(last)] => (
+                (first.mean != 0.0).then(|| last.mean / first.mean),
+                inference::ratio_ci(last, first, CONFIDENCE).ok(),
+                inference::welch(first, last).ok(),
+            ),
+            _ => (None, None, None),
+        };
+        Some(Self {
+            source: f.source.clone(),
+            sides,
+            ratio,
+            ratio_ci95,
+            welch,
+        })
+    }
+
     /// Analyses one figure.
     pub fn of(f: &UpstreamFigure) -> Self {
         let describe = |v: &[f64]| Described::of(v, CONFIDENCE).ok();
@@ -194,5 +275,33 @@ mod tests {
         let a = UpstreamAnalysis::of(&single);
         assert!(a.ratio.is_some() && a.ratio_ci95.is_none() && a.welch.is_none());
         assert_eq!(a.sides[0].as_ref().unwrap().sd, None);
+    }
+
+    #[test]
+    fn upstream_stands_beside_the_threads_sides_only() {
+        let f = UpstreamFigure {
+            metric: Metric::Iops,
+            source: "V1".into(),
+            off: vec![3968e3, 4084e3, 3995e3],
+            on: vec![5909e3, 5997e3, 6006e3],
+        };
+        let (off, on) = (Some(ThreadSide::Off), Some(ThreadSide::On));
+        // The experiment's own sides: the thread's analysis, unchanged.
+        assert_eq!(
+            UpstreamAnalysis::beside(&f, &[off, on]),
+            Some(UpstreamAnalysis::of(&f))
+        );
+        // Sides that are not the thread's: nothing.
+        assert_eq!(UpstreamAnalysis::beside(&f, &[None, None]), None);
+        // One side declared: its runs, no ratio.
+        let one = UpstreamAnalysis::beside(&f, &[off, None]).unwrap();
+        assert!(one.sides[0].is_some() && one.sides[1].is_none());
+        assert_eq!((one.ratio, one.ratio_ci95, one.welch), (None, None, None));
+        // Declared the other way round: the ratio is still last side over first.
+        let swapped = UpstreamAnalysis::beside(&f, &[on, off]).unwrap();
+        assert!((swapped.ratio.unwrap() - 12047.0 / 17912.0).abs() < 1e-12);
+        assert_eq!(ThreadSide::by_name("default", 1), off);
+        assert_eq!(ThreadSide::by_name("default", 2), None);
+        assert_eq!(ThreadSide::by_name("good", 2), None);
     }
 }

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
 
 /// A bad `--only`.
 #[derive(Debug, thiserror::Error)]
@@ -84,21 +85,36 @@ impl Task {
             .collect()
     }
 
-    /// The directory name of the task's result: `SIDE-BOOT`, with anything but letters, digits,
-    /// `.`, `_` and `-` in the side replaced by `_`.
+    /// The directory name of the task's result, different for every (side, boot) — on a
+    /// case-insensitive file system too: `SIDE-BOOT` when the side is lower-case letters,
+    /// digits, `-` and `_` only; otherwise the side with upper case lowered and anything else
+    /// replaced by `_`, then `.` and the first 12 hex digits of the side's SHA-256
+    /// (`a.b` → `a_b.<hash>-1`, while `a_b` stays `a_b-1`). Plain names never contain `.`
+    /// and the boot follows the last `-`, so two tasks share a name only when two side names
+    /// that sanitize alike share 48 bits of SHA-256 (the Slurm job checks that too).
     pub fn dir_name(&self) -> String {
-        let side: String = self
+        let plain = !self.side.is_empty()
+            && self
+                .side
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if plain {
+            return format!("{}-{}", self.side, self.boot);
+        }
+        let sanitized: String = self
             .side
             .chars()
             .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                    c
+                if c.is_ascii_alphanumeric() || matches!(c, '_' | '-') {
+                    c.to_ascii_lowercase()
                 } else {
                     '_'
                 }
             })
             .collect();
-        format!("{side}-{}", self.boot)
+        let digest = sha2::Sha256::digest(self.side.as_bytes());
+        let hash: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{sanitized}.{hash}-{}", self.boot)
     }
 }
 
@@ -154,6 +170,37 @@ mod tests {
     fn all_tasks_alternate_sides_like_bench() {
         let all: Vec<String> = Task::all(&sides(), 2).iter().map(Task::to_string).collect();
         assert_eq!(all, ["off:1", "on:1", "off:2", "on:2"]);
-        assert_eq!(Task::new("a b/c", 1).dir_name(), "a_b_c-1");
+        assert_eq!(Task::new("on", 2).dir_name(), "on-2");
+    }
+
+    #[test]
+    fn directory_names_differ_for_every_side_and_boot() {
+        // Sides that sanitize alike (punctuation, case) get the sanitized name and a hash.
+        let sides = [
+            "a.b", "a_b", "a-b", "A_b", "a b/c", "a_b_c", "on", "on-1", "x.1",
+        ];
+        let mut names = std::collections::BTreeSet::new();
+        for side in sides {
+            for boot in 1..=12 {
+                let name = Task::new(side, boot).dir_name();
+                assert!(
+                    name.bytes().all(|b| b.is_ascii_lowercase()
+                        || b.is_ascii_digit()
+                        || b"-_.".contains(&b)),
+                    "{name}"
+                );
+                assert!(
+                    names.insert(name.to_ascii_lowercase()),
+                    "{side}:{boot} collides: {name}"
+                );
+            }
+        }
+        assert_eq!(Task::new("a_b", 1).dir_name(), "a_b-1");
+        let dotted = Task::new("a.b", 1).dir_name();
+        assert!(
+            dotted.starts_with("a_b.") && dotted.ends_with("-1"),
+            "{dotted}"
+        );
+        assert_eq!(dotted.len(), "a_b.".len() + 12 + "-1".len());
     }
 }
