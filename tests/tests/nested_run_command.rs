@@ -7,7 +7,7 @@
 //!    `PMEMVM_TEST_GUEST_MEMORY` RAM (default 160M: the tree is larger than the
 //!    guest's RAM; see docs/testing.md) put at `/data`, a script put as `./t`; the script checks
 //!    that `/dev/pmem0` is the user's `--nvdimm` (it reads the marker the test
-//!    wrote into that DIMM's backing file: the transfer DIMMs come after it),
+//!    wrote into that DIMM's backing file; the transfer disks are not NVDIMMs),
 //!    hashes the tree, writes to stderr and exits 7; `/data` and the script's
 //!    `results` come back with `--get` and must equal what went in;
 //! 2. a command that prints and then sleeps past `--timeout`: pmemvm gives up,
@@ -18,8 +18,10 @@
 //! 4. `--get` of a path the command never wrote: status 2, one sentence naming the
 //!    path, nothing written below `--out`.
 //!
-//! The put tree is served read-only from the put DIMM (an ext4 image bind-mounted at
-//! `/data`): the script checks that `/data` is a read-only mount.
+//! The put tree is served read-only from the put disk (an ext4 image on a virtio
+//! disk, bind-mounted at `/data`): the script checks that `/data` is a read-only
+//! mount. The transfer and root file system disks are off the NVDIMM bus: `ndctl
+//! list -D` shows exactly the `--nvdimm` DIMMs (runs 1 and 3).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -40,6 +42,8 @@ const USER_DIMM_LEN: u64 = (64 << 20) + 4096;
 const GUEST_SCRIPT: &str = r#"set -e
 echo "pmem0-mark $(head -c 18 /dev/pmem0)"
 echo "pmem0-sectors $(cat /sys/block/pmem0/size)"
+echo "nmem-count $(ndctl list -D | grep -c '"dev":"nmem')"
+echo "vd-count $(ls /dev/vd* | wc -l)"
 echo "cwd $(pwd)"
 if touch /data/new 2>/dev/null; then echo "data-writable"; else echo "data-read-only"; fi
 mkdir -p results
@@ -59,9 +63,9 @@ echo $? >run.status
 pmemvm run $common --memory 1G --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --timeout 30 \
     --json timeout.json -- sh -c 'echo step-1-done; sleep 600' >timeout.stdout 2>timeout.stderr
 echo $? >timeout.status
-pmemvm run $common --memory 1G --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --rootfs debian.ext4 \
-    --get /root/out --out got-debian --json debian.json -- sh -c \
-    'python3 -c "import sys; print(6 * 7, sys.version_info[0])"; stress-ng --version; mkdir -p /root/out; cat /etc/debian_version > /root/out/version' \
+pmemvm run $common --memory 1G --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --nvdimm 32M --rootfs debian.ext4 \
+    --put t --get /root/out --out got-debian --json debian.json -- sh -c \
+    'python3 -c "import sys; print(6 * 7, sys.version_info[0])"; stress-ng --version; mkdir -p /root/out; cat /etc/debian_version > /root/out/version; ndctl list -D > /root/out/dimms; ls /dev/vd* > /root/out/disks' \
     >debian.stdout 2>debian.stderr
 echo $? >debian.status
 pmemvm run $common --memory 1G --cmdline "$CMDLINE" --nvdimm 64M,label-size=0 --get /job/never-written \
@@ -155,6 +159,8 @@ fn run_command_with_put_get_status_and_timeout() {
         dump()
     );
     assert!(stdout.contains("pmem0-sectors 131072"), "{}", dump());
+    assert!(stdout.contains("nmem-count 1\n"), "only the --nvdimm DIMM\n{}", dump());
+    assert!(stdout.contains("vd-count 2\n"), "the put and get disks\n{}", dump());
     assert!(stdout.contains("data-read-only\n"), "{}", dump());
     assert!(
         stdout.contains("cwd /job\n") && stdout.ends_with("done\n"),
@@ -235,6 +241,16 @@ fn run_command_with_put_get_status_and_timeout() {
     assert!(
         dout.contains("stress-ng, version "),
         "stress-ng --version: {dout}"
+    );
+    // The root file system, the put tree and the get area are virtio disks:
+    // ndctl in the Debian root file system sees exactly the two --nvdimm DIMMs.
+    let dimms = fs::read_to_string(out.path("got-debian/out/dimms")).unwrap_or_default();
+    assert_eq!(dimms.matches("\"dev\":\"nmem").count(), 2, "ndctl list -D: {dimms}");
+    let disks = fs::read_to_string(out.path("got-debian/out/disks")).unwrap_or_default();
+    assert_eq!(
+        disks.split_whitespace().collect::<Vec<_>>(),
+        ["/dev/vda", "/dev/vdb", "/dev/vdc"],
+        "rootfs, put and get disks"
     );
     let version = fs::read_to_string(out.path("got-debian/out/version")).unwrap_or_default();
     assert!(

@@ -400,7 +400,7 @@ pub(crate) fn cases() -> Vec<Case> {
             &["run", "--rootfs", "debian", "--packages", "py thon", "--", "true"],
             "'py thon'",
         ),
-        case(&["run", "--rootfs", "{D}/small.img", "--", "true"], "multiple of 16 MiB"),
+        case(&["run", "--rootfs", "{D}/small.img", "--", "true"], "not an ext2/3/4 image"),
         case(&["run", "--rootfs", "{D}/missing.ext4", "--", "true"], "{D}/missing.ext4"),
         case(
             &["run", "--fio", "{D}/job.fio", "--put", "{D}/empty"],
