@@ -64,6 +64,43 @@ fn run_verify_job_on_qemu_returns_json_and_status_zero() {
 }
 
 #[test]
+fn put_and_get_travel_on_virtio_disks_on_qemu_too() {
+    let _tcg = require!(ready());
+    let dir = TempDir::new("run-qemu-put");
+    let tree = dir.join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(tree.join("blob"), &payload).unwrap();
+    let got = dir.join("got");
+    let out = run(
+        &[
+            "run",
+            "--engine",
+            "qemu",
+            "--nvdimm",
+            "64M,label-size=0",
+            "--put",
+            &format!("{}:/data", tree.display()),
+            "--get",
+            "/job/res",
+            "--out",
+            got.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "mkdir res; cp /data/blob res/; ls /dev/vd* > res/disks; ndctl list -D > res/dimms",
+        ],
+        DEADLINE,
+    );
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    assert_eq!(std::fs::read(got.join("res/blob")).unwrap(), payload);
+    let disks = std::fs::read_to_string(got.join("res/disks")).unwrap();
+    assert_eq!(disks.split_whitespace().count(), 2, "put and get disks: {disks}");
+    let dimms = std::fs::read_to_string(got.join("res/dimms")).unwrap();
+    assert_eq!(dimms.matches("\"dev\":\"nmem").count(), 1, "{dimms}");
+}
+
+#[test]
 fn failing_job_on_qemu_gives_its_error_and_nonzero_status() {
     let _tcg = require!(ready());
     let dir = TempDir::new("run-qemu-fail");
