@@ -100,6 +100,55 @@ fn put_and_get_travel_on_virtio_disks_on_qemu_too() {
     assert_eq!(dimms.matches("\"dev\":\"nmem").count(), 1, "{dimms}");
 }
 
+/// The same new DIMM as on pmemvm (`engine_nested`'s test of the same name): a
+/// labelled DIMM starts with an empty label index and no namespace, so a job on
+/// `/dev/pmem0` is stopped with the reason, and `ndctl create-namespace` makes it.
+#[test]
+fn a_job_on_pmem0_of_a_new_labelled_dimm_is_stopped_with_the_reason_on_qemu_too() {
+    let _tcg = require!(ready());
+    let dir = TempDir::new("run-qemu-no-namespace");
+    let job = dir.join("verify.fio");
+    std::fs::write(&job, VERIFY_JOB).unwrap();
+    let img = dir.join("new.img");
+    let spec = format!("64M,file={}", img.display());
+    let go = |setup: Option<&str>| {
+        let mut args = vec![
+            "run",
+            "--engine",
+            "qemu",
+            "--nvdimm",
+            &spec,
+            "--fio",
+            job.to_str().unwrap(),
+        ];
+        if let Some(s) = setup {
+            args.extend(["--setup", s]);
+        }
+        run(&args, DEADLINE)
+    };
+    let out = go(None);
+    assert_eq!(out.status, Some(1), "{}", out.dump());
+    assert!(
+        out.stderr.contains(
+            "the fio job names /dev/pmem0, which the guest does not have; fio was not run"
+        ),
+        "{}",
+        out.dump()
+    );
+    let bytes = std::fs::read(&img).expect("the DIMM file");
+    assert!(
+        bytes[..64 << 20].iter().all(|&b| b == 0),
+        "the DIMM's region was written"
+    );
+    assert_eq!(
+        &bytes[64 << 20..(64 << 20) + 16],
+        b"NAMESPACE_INDEX\0",
+        "an empty label index at the start of the label area, as pmemvm writes it"
+    );
+    let out = go(Some("ndctl create-namespace"));
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+}
+
 #[test]
 fn failing_job_on_qemu_gives_its_error_and_nonzero_status() {
     let _tcg = require!(ready());

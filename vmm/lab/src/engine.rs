@@ -267,6 +267,20 @@ impl GuestEngine for Qemu {
                     source,
                 })?;
             }
+            // A new DIMM starts as on pmemvm (and on a real platform): an empty,
+            // valid label index, no namespace. QEMU alone would show a zeroed label
+            // area, which Linux reads as label-less (a raw /dev/pmem0 of it all).
+            if !n.readonly && n.label_size > 0 {
+                let init = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(p)
+                    .and_then(|f| vmm::backing::init_empty_labels(&f, n));
+                init.map_err(|source| EngineError::Io {
+                    what: format!("initialising the label area of {}", p.display()),
+                    source,
+                })?;
+            }
         }
         let machine = QemuMachine {
             qemu: &self.qemu,

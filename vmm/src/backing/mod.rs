@@ -351,30 +351,8 @@ impl NvdimmBacking {
     /// no namespace and its whole region free (as `ndctl init-labels` leaves
     /// it). A label area with anything in it is the user's and is left alone.
     fn init_labels(&self) -> Result<(), BackingError> {
-        use std::os::unix::fs::FileExt;
-        if self.spec.readonly || self.spec.label_size == 0 {
-            return Ok(());
-        }
-        let Some(index) = crate::label_index::empty_index(self.spec.label_size) else {
-            return Ok(());
-        };
-        let len = usize::try_from(self.spec.label_size).map_err(|_| {
-            (self.io())(std::io::Error::new(
-                ErrorKind::InvalidInput,
-                "label area larger than this host's address space",
-            ))
-        })?;
-        let mut area = vec![0u8; len];
-        self.file
-            .read_exact_at(&mut area, self.spec.label_offset())
-            .map_err(self.io())?;
-        if area.iter().any(|&b| b != 0) {
-            return Ok(());
-        }
-        // Durable like every label write (the guest's go through _DSM + fdatasync).
-        self.file
-            .write_all_at(&index, self.spec.label_offset())
-            .and_then(|()| self.file.sync_data())
+        init_empty_labels(&self.file, &self.spec)
+            .map(|_| ())
             .map_err(self.io())
     }
 
@@ -437,6 +415,37 @@ mod set;
 
 use geometry::wrong_size;
 pub use set::{open_all, space_report};
+
+/// Writes an empty, valid label index into the label area of `spec`'s file
+/// when that area is still all zero (a new DIMM), so the guest sees a
+/// labelled DIMM with no namespace and its whole region free, as `ndctl
+/// init-labels` leaves it; a label area with anything in it is the user's and
+/// is left alone, as are read-only and label-less DIMMs. Returns whether it
+/// wrote. Every engine calls this, so a new DIMM looks the same on each.
+pub fn init_empty_labels(file: &File, spec: &NvdimmSpec) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    if spec.readonly || spec.label_size == 0 {
+        return Ok(false);
+    }
+    let Some(index) = crate::label_index::empty_index(spec.label_size) else {
+        return Ok(false);
+    };
+    let len = usize::try_from(spec.label_size).map_err(|_| {
+        std::io::Error::new(
+            ErrorKind::InvalidInput,
+            "label area larger than this host's address space",
+        )
+    })?;
+    let mut area = vec![0u8; len];
+    file.read_exact_at(&mut area, spec.label_offset())?;
+    if area.iter().any(|&b| b != 0) {
+        return Ok(false);
+    }
+    // Durable like every label write (the guest's go through _DSM + fdatasync).
+    file.write_all_at(&index, spec.label_offset())?;
+    file.sync_data()?;
+    Ok(true)
+}
 
 #[cfg(test)]
 mod tests {
