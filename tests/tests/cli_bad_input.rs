@@ -405,6 +405,68 @@ fn the_wrapper_wants_rust_at_the_manifests_rust_version() {
 /// install and build: one sentence, status 2, no needs printed. `--engine qemu` resolves to
 /// QEMU on every host kind; on a host whose KVM cannot run Linux (PVM here, or none),
 /// `--engine auto` does too.
+/// Preflight creates nothing: `--rootfs debian` with a package list no run has built
+/// yet is checked (the list's spelling, the build script) but not built — no
+/// mmdebstrap, no image in `guest-images/out/rootfs` — and a misspelt list is one
+/// sentence, status 2.
+#[test]
+fn preflight_run_with_rootfs_debian_builds_nothing() {
+    let rootfs_dir = pmemvm_tests::pmemvm::workspace_root().join("guest-images/out/rootfs");
+    let listing = || -> Vec<String> {
+        std::fs::read_dir(&rootfs_dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let before = listing();
+    let packages = format!(
+        "hostname,sed,pmemvm-never-built-{}",
+        std::process::id() % 1000
+    );
+    let mut cmd = Command::new(pmemvm_bin());
+    cmd.args([
+        "preflight",
+        "run",
+        "--engine",
+        "qemu",
+        "--rootfs",
+        "debian",
+        "--packages",
+        &packages,
+        "--",
+        "true",
+    ]);
+    let started = std::time::Instant::now();
+    let out = run_cmd(&mut cmd, Duration::from_secs(30));
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "preflight took {:?}: did it build?",
+        started.elapsed()
+    );
+    assert_eq!(listing(), before, "preflight created a root file system");
+    let mut cmd = Command::new(pmemvm_bin());
+    cmd.args([
+        "preflight",
+        "run",
+        "--engine",
+        "qemu",
+        "--rootfs",
+        "debian",
+        "--packages",
+        "py thon",
+        "--",
+        "true",
+    ]);
+    let out = run_cmd(&mut cmd, Duration::from_secs(30));
+    assert_eq!(out.status, Some(2), "{}", out.dump());
+    assert!(out.stderr.contains("'py thon'"), "{}", out.dump());
+    assert_eq!(listing(), before);
+}
+
 #[test]
 fn preflight_run_refuses_what_the_resolved_engine_cannot_honour() {
     let dir = TempDir::new("preflight-run-qemu");

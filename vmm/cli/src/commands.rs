@@ -348,8 +348,15 @@ fn open_output(path: &std::path::Path) -> Result<std::fs::File, CommandError> {
 }
 
 /// The job spec of `pmemvm run`, its inputs read and its outputs and
-/// prerequisites checked; creates nothing.
+/// prerequisites checked; creates nothing but the Debian root file system of
+/// `--rootfs debian` (built or found in its cache).
 fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
+    run_spec_with(args, true)
+}
+
+/// [`run_spec`]; with `build_rootfs` false, `--rootfs debian` is only checked
+/// (packages, build script) and left out of the spec: preflight creates nothing.
+fn run_spec_with(args: &RunArgs, build_rootfs: bool) -> Result<RunSpec, CommandError> {
     use lab::transfer::{CommandJob, TransferError};
     let command = match (&args.fio, args.command.is_empty()) {
         (Some(_), false) => return Err(RunError::from(TransferError::FioAndCommand).into()),
@@ -368,10 +375,17 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
                             .map_err(RunError::from)?;
                     }
                     job_precheck(args)?;
-                    let image = lab::rootfs::resolve(r, args.packages.as_deref())
-                        .map_err(TransferError::from)
-                        .map_err(RunError::from)?;
-                    Some(image)
+                    if build_rootfs || r != "debian" {
+                        let image = lab::rootfs::resolve(r, args.packages.as_deref())
+                            .map_err(TransferError::from)
+                            .map_err(RunError::from)?;
+                        Some(image)
+                    } else {
+                        lab::rootfs::check_choice(r, args.packages.as_deref())
+                            .map_err(TransferError::from)
+                            .map_err(RunError::from)?;
+                        None
+                    }
                 }
                 None if args.packages.is_some() => {
                     return Err(RunError::from(TransferError::from(
@@ -595,7 +609,7 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
             needs.image = a.kernel.is_none() || a.modules.is_some() && a.initrd.is_none();
         }
         Command::Run(a) => {
-            let spec = run_spec(a)?;
+            let spec = run_spec_with(a, false)?;
             if spec
                 .kernel
                 .as_deref()

@@ -101,6 +101,35 @@ pub fn check_image(path: &Path) -> Result<u64, RootfsError> {
     Ok(len)
 }
 
+/// What [`resolve`] checks before anything is built: the package list and the
+/// build script of `debian`, or the image at a path. Creates nothing.
+pub fn check_choice(choice: &str, packages: Option<&str>) -> Result<(), RootfsError> {
+    if choice != "debian" {
+        if packages.is_some() {
+            return Err(RootfsError::PackagesWithoutDebian);
+        }
+        check_image(Path::new(choice))?;
+        return Ok(());
+    }
+    check_packages(packages.unwrap_or(DEFAULT_PACKAGES))?;
+    build_script().map(|_| ())
+}
+
+/// `guest-images/rootfs-debian.sh` of the source tree above this binary.
+fn build_script() -> Result<PathBuf, RootfsError> {
+    let start = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    start
+        .ancestors()
+        .map(|d| d.join(BUILD_SCRIPT))
+        .find(|p| p.is_file())
+        .ok_or_else(|| RootfsError::NoScript {
+            start: start.clone(),
+        })
+}
+
 /// The image of `--rootfs CHOICE`: `debian` is built (or found in its cache),
 /// anything else is a path to an ext4 image.
 pub fn resolve(choice: &str, packages: Option<&str>) -> Result<PathBuf, RootfsError> {
@@ -113,17 +142,7 @@ pub fn resolve(choice: &str, packages: Option<&str>) -> Result<PathBuf, RootfsEr
         return Ok(path);
     }
     let packages = check_packages(packages.unwrap_or(DEFAULT_PACKAGES))?;
-    let start = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-        .unwrap_or_default();
-    let script = start
-        .ancestors()
-        .map(|d| d.join(BUILD_SCRIPT))
-        .find(|p| p.is_file())
-        .ok_or_else(|| RootfsError::NoScript {
-            start: start.clone(),
-        })?;
+    let script = build_script()?;
     log::info!("building or finding the Debian root file system ({packages})");
     let out = Command::new("bash")
         .arg(&script)
