@@ -187,6 +187,7 @@ fn config(kernel: &str, cpus: u8) -> vmm::config::VmConfig {
         ram_pages: Default::default(),
         placement: Default::default(),
         nvdimms: Vec::new(),
+        legacy_pmem: Vec::new(),
         console: vmm::config::ConsoleMode::Null,
         channel: None,
     }

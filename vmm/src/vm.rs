@@ -74,6 +74,9 @@ pub enum VmError {
     /// Backing files.
     #[error(transparent)]
     Backing(#[from] BackingError),
+    /// Backing files of legacy persistent memory.
+    #[error(transparent)]
+    LegacyBacking(#[from] backing::LegacyBackingError),
     /// A DIMM's media state (bad ranges, health, unsafe shutdown count).
     #[error(transparent)]
     Media(#[from] crate::media::MediaSetupError),
@@ -132,6 +135,7 @@ impl VmError {
             Self::Config(_) => true,
             Self::Boot(e) => e.is_usage(),
             Self::Backing(e) => e.is_usage(),
+            Self::LegacyBacking(e) => e.is_usage(),
             Self::Media(e) => e.is_usage(),
             Self::Huge(e) => e.is_usage(),
             Self::Placement(e) => !matches!(
@@ -152,7 +156,7 @@ fn kvm_err(step: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmError {
     move |source| VmError::Kvm { step, source }
 }
 
-pub use crate::dimm::Nvdimm;
+pub use crate::dimm::{LegacyPmem, Nvdimm};
 
 impl From<crate::memory_placement::MemoryPlacementError> for VmError {
     fn from(e: crate::memory_placement::MemoryPlacementError) -> Self {
@@ -199,6 +203,7 @@ pub struct Vm {
     pub(crate) vm_fd: VmFd,
     pub(crate) mem: GuestMemoryMmap,
     pub(crate) nvdimms: Vec<Nvdimm>,
+    pub(crate) legacy_pmem: Vec<LegacyPmem>,
     pub(crate) vcpus: Vec<VcpuFd>,
     pub(crate) pio: Arc<Bus>,
     pub(crate) mmio: Arc<Bus>,
@@ -332,6 +337,8 @@ impl Vm {
         let ram = memory::ram_regions(config.memory)?;
         let slots_max = kvm.get_nr_memslots().saturating_sub(ram.len());
         let dimm_max = slots_max.min(usize::try_from(layout::NVDIMM_FLUSH_HINT_MAX).unwrap_or(0));
+        // Legacy ranges take memslots too (they have no flush-hint page).
+        let dimm_max = dimm_max.min(slots_max.saturating_sub(config.legacy_pmem.len()));
         if config.nvdimms.len() > dimm_max {
             return Err(VmError::TooManyNvdimms {
                 asked: config.nvdimms.len(),
@@ -345,6 +352,12 @@ impl Vm {
         let phys_bits = memory::phys_addr_bits(cpuid.as_slice());
         let spa_sizes: Vec<u64> = config.nvdimms.iter().map(|n| n.spa_size()).collect();
         let bases = memory::nvdimm_bases(&ram, &spa_sizes, phys_bits)?;
+        let placed: Vec<(u64, u64)> = bases.iter().copied().zip(spa_sizes).collect();
+        let legacy_sizes: Vec<u64> = config.legacy_pmem.iter().map(|l| l.size).collect();
+        let legacy_bases = memory::legacy_pmem_bases(&ram, &placed, &legacy_sizes, phys_bits)?;
+        let legacy_ranges: Vec<(u64, u64)> =
+            legacy_bases.iter().copied().zip(legacy_sizes).collect();
+        backing::legacy::check_paths(&config.legacy_pmem, &config.nvdimms)?;
         crate::config::resolve_nodes(&config.nvdimms)?;
         crate::memory_placement::check_host_placement(
             config.cpus,
@@ -396,7 +409,7 @@ impl Vm {
             slot += 1;
         }
 
-        let e820 = memory::e820_map(&ram);
+        let e820 = memory::e820_map(&ram, &legacy_ranges);
         let low_ram_end = ram.first().map_or(0, |&(a, l)| a + l);
         let entry = boot::load(
             &mem,
@@ -417,6 +430,25 @@ impl Vm {
             check_output("channel file", p)?;
         }
         // From here on the user's files may be created.
+        let mut legacy_pmem = Vec::with_capacity(config.legacy_pmem.len());
+        for (b, base) in backing::legacy::open_all(&config.legacy_pmem)?
+            .into_iter()
+            .zip(legacy_bases)
+        {
+            let mapping = b.map()?;
+            if let Some(node) = config.placement.host_node {
+                let what = format!("--pmem-legacy {}", b.display);
+                placement::bind_memory(mapping.as_ptr() as usize, mapping.size(), node, &what)?;
+            }
+            let size = mapping.size() as u64;
+            add_memslot(&vm_fd, slot, base, mapping.as_ptr(), size, b.spec.readonly)?;
+            slot += 1;
+            legacy_pmem.push(LegacyPmem {
+                backing: b,
+                mapping,
+                base,
+            });
+        }
         let backings = backing::open_all(&config.nvdimms)?;
         let mut nvdimms = Vec::with_capacity(backings.len());
         let mut media_started = crate::media::SetupGuard::default();
@@ -526,12 +558,16 @@ impl Vm {
         for n in &mut nvdimms {
             n.backing.keep();
         }
+        for l in &mut legacy_pmem {
+            l.backing.keep();
+        }
         media_started.disarm();
         let console_in = config.console.uses_terminal().then_some(com1);
         Ok(Self {
             vm_fd,
             mem,
             nvdimms,
+            legacy_pmem,
             vcpus,
             pio: Arc::new(pio),
             mmio: Arc::new(mmio),
@@ -554,6 +590,11 @@ impl Vm {
     /// The NVDIMMs.
     pub fn nvdimms(&self) -> &[Nvdimm] {
         &self.nvdimms
+    }
+
+    /// The legacy persistent-memory ranges (E820 type 12).
+    pub fn legacy_pmem(&self) -> &[LegacyPmem] {
+        &self.legacy_pmem
     }
 
     /// Guest RAM.

@@ -158,6 +158,7 @@ fn boot_nested(args: &BootArgs) -> Result<u8, CommandError> {
         cpus: config.cpus,
         memory: config.memory,
         nvdimms: &config.nvdimms,
+        legacy_pmem: &config.legacy_pmem,
     };
     lab::nested::boot_interactive(&boot, &qemu)
         .map_err(lab::engine::EngineError::from)
@@ -179,6 +180,7 @@ fn nested_probe_spec() -> RunSpec {
         ram_pages: vmm::hugepages::RamPages::Default,
         placement: vmm::placement::Placement::default(),
         nvdimms: Vec::new(),
+        legacy_pmem: Vec::new(),
         job: lab::guest_job::GuestJob::default(),
         command: None,
         stream_console: false,
@@ -431,6 +433,7 @@ fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
         ram_pages: args.machine.memory.pages,
         placement: args.machine.placement(),
         nvdimms: args.machine.nvdimm.clone(),
+        legacy_pmem: args.machine.pmem_legacy.clone(),
         job: lab::guest_job::GuestJob {
             fio_job,
             setup,

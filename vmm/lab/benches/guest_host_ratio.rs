@@ -166,6 +166,7 @@ fn measure(elf: &Path, b: &Backing, a: &Args, cpu: u32) -> Result<Measured, Stri
             host_node: None,
         },
         nvdimms: vec![b.spec.clone()],
+        legacy_pmem: Vec::new(),
         console: ConsoleMode::Null,
         channel: None,
     };

@@ -304,6 +304,7 @@ mod tests {
             ram_pages: Default::default(),
             placement: Default::default(),
             nvdimms: vec![],
+            legacy_pmem: Vec::new(),
             job: Default::default(),
             stream_console: false,
             console_log: None,

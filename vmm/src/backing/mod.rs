@@ -300,21 +300,10 @@ impl NvdimmBacking {
     }
 
     fn lock(&self) -> Result<(), BackingError> {
-        let op = if self.spec.readonly {
-            libc::LOCK_SH
-        } else {
-            libc::LOCK_EX
-        };
-        // SAFETY: flock only reads the fd, which `self.file` keeps open.
-        let rc = unsafe { libc::flock(self.file.as_raw_fd(), op | libc::LOCK_NB) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() == ErrorKind::WouldBlock {
-            Err(BackingError::Locked(self.display.clone().into()))
-        } else {
-            Err((self.io())(e))
+        match try_lock(&self.file, self.spec.readonly) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(BackingError::Locked(self.display.clone().into())),
+            Err(e) => Err((self.io())(e)),
         }
     }
 
@@ -444,10 +433,34 @@ impl Drop for NvdimmBacking {
     }
 }
 
+/// Takes pmemvm's lock on a backing file without waiting: exclusive, or
+/// shared for a read-only one (read-only users share a file, a writer has it
+/// alone). `Ok(false)` when another process holds a conflicting lock.
+pub(crate) fn try_lock(file: &File, readonly: bool) -> std::io::Result<bool> {
+    let op = if readonly {
+        libc::LOCK_SH
+    } else {
+        libc::LOCK_EX
+    };
+    // SAFETY: flock only reads the fd, which `file` keeps open.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == ErrorKind::WouldBlock {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
 mod geometry;
+pub mod legacy;
 mod set;
 
 use geometry::wrong_size;
+pub use legacy::{LegacyBackingError, LegacyPmemBacking};
 pub use set::{open_all, space_report};
 
 #[cfg(test)]

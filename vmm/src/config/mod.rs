@@ -2,6 +2,9 @@
 //! and the validated [`VmConfig`] every other module works from.
 
 pub mod badblocks;
+pub mod legacy_pmem;
+
+pub use legacy_pmem::{LegacyPmemError, LegacyPmemSpec};
 
 use std::path::PathBuf;
 
@@ -192,7 +195,7 @@ pub fn size_text(bytes: u64) -> String {
 }
 
 /// The phrase naming the valid region sizes nearest to `bytes`.
-fn nearest_region_sizes(bytes: u64) -> String {
+pub(crate) fn nearest_region_sizes(bytes: u64) -> String {
     let align = layout::NVDIMM_REGION_ALIGN;
     let below = bytes - bytes % align;
     let above = below.checked_add(align);
@@ -398,6 +401,8 @@ pub struct VmConfig {
     pub placement: crate::placement::Placement,
     /// NVDIMMs in order.
     pub nvdimms: Vec<NvdimmSpec>,
+    /// Legacy persistent-memory ranges (E820 type 12, `--pmem-legacy`), in order.
+    pub legacy_pmem: Vec<LegacyPmemSpec>,
     /// Console (COM1).
     pub console: ConsoleMode,
     /// Where COM2 output goes (`None` → discarded).

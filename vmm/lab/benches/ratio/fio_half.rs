@@ -68,6 +68,7 @@ fn guest_fio(file: &Path, rw: &str) -> Result<(f64, MachineDescription), String>
         nvdimms: vec![format!("1G,file={},label-size=0", file.display())
             .parse()
             .map_err(|e: vmm::config::ConfigError| e.to_string())?],
+        legacy_pmem: Vec::new(),
         job: GuestJob {
             fio_job: job("/dev/pmem0", rw),
             ..GuestJob::default()

@@ -440,6 +440,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 ram_pages: Default::default(),
                 placement: Default::default(),
                 nvdimms: nvdimms.clone(),
+                legacy_pmem: Vec::new(),
                 job: plan.guest_job(),
                 stream_console: false,
                 console_log: None,
