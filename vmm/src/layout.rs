@@ -195,6 +195,9 @@ pub const ACPI_RESET_PORT: u16 = 0x602;
 pub const ACPI_RESET_VALUE: u8 = 0x1;
 /// SLP_TYP value of the `_S5_` (soft-off) package in the DSDT.
 pub const ACPI_S5_SLP_TYP: u8 = 5;
+/// PCI configuration mechanism #1: address register 0xCF8, data 0xCFC
+/// (only with legacy persistent memory; see `devices::pci_host`).
+pub const PCI_CONFIG_PORT: u16 = 0xcf8;
 
 #[cfg(test)]
 mod tests {

@@ -528,6 +528,14 @@ impl Vm {
             layout::GUEST_EXIT_PORT.into(),
             1,
         )?;
+        if !legacy_pmem.is_empty() {
+            // Linux puts type 12 ranges into iomem only after a PCI survey.
+            pio.insert(
+                Arc::new(Mutex::new(devices::pci_host::PciHostBridge::new())),
+                layout::PCI_CONFIG_PORT.into(),
+                devices::pci_host::LEN,
+            )?;
+        }
         if !nvdimms.is_empty() {
             let targets = nvdimms
                 .iter()
