@@ -17,6 +17,7 @@ pub mod nvdimm_dsm;
 pub mod nvdimm_health;
 pub mod nvdimm_labels;
 pub mod nvdimm_media;
+pub mod pci_host;
 pub mod power;
 pub mod serial;
 pub mod virtio;

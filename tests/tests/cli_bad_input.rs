@@ -69,6 +69,9 @@ fn populate(d: &Path) {
     std::fs::hard_link(d.join("sized.img"), d.join("link.img")).expect("hard link");
     let ro = std::fs::File::create(d.join("ro.img")).expect("ro.img");
     ro.set_len((16 << 20) + (128 << 10) + 4096).expect("sizing"); // --nvdimm 16M
+                                                                  // Longer than --pmem-legacy 16M needs (pmemvm never truncates it).
+    let e820 = std::fs::File::create(d.join("e820-32m.img")).expect("e820-32m.img");
+    e820.set_len(32 << 20).expect("sizing");
     let big = std::fs::File::create(d.join("big.initrd")).expect("big.initrd");
     big.set_len(32 << 20).expect("sizing");
     std::fs::write(d.join("job.fio"), b"[job]\nrw=read\nsize=1M\n").expect("job.fio");

@@ -403,6 +403,7 @@ fn ring3_ratio_guest_runs_its_loop_in_ring_3_and_reports_every_mode() {
         placement: Default::default(),
         nvdimms: vec!["16M,label-size=0".parse().unwrap()],
         disks: Vec::new(),
+        legacy_pmem: Vec::new(),
         console: vmm::config::ConsoleMode::Null,
         channel: None,
     };

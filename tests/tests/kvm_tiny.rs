@@ -90,6 +90,34 @@ fn nvdimm_bytes_reach_the_file_and_host_bytes_reach_the_guest() {
     );
 }
 
+/// `--pmem-legacy 16M,file=F` without NVDIMMs is at 4 GiB, where the
+/// `nvdimm` guest reads and writes: the host's bytes reach the guest, the
+/// guest's reach F (exactly 16 MiB, never resized), and with `readonly` the
+/// guest's stores are dropped and F is unchanged.
+#[test]
+fn legacy_pmem_bytes_reach_the_file_and_readonly_drops_stores() {
+    let dir = TempDir::new("tiny-legacy-pmem");
+    let file = dir.join("e820.img");
+    let mut data = vec![0u8; 16 << 20];
+    data[4096..4112].copy_from_slice(b"HOST-PATTERN-123");
+    std::fs::write(&file, &data).unwrap();
+    let ro = format!("16M,file={},readonly", file.display());
+    let out = require!(boot("nvdimm", &["--pmem-legacy", &ro]));
+    assert_eq!(out.status, Some(0x11), "{}", out.dump());
+    assert!(
+        std::fs::read(&file).unwrap() == data,
+        "a readonly range's file changed"
+    );
+    let rw = format!("16M,file={}", file.display());
+    let out = require!(boot("nvdimm", &["--pmem-legacy", &rw]));
+    assert_eq!(out.status, Some(0x11), "{}", out.dump());
+    let after = std::fs::read(&file).unwrap();
+    assert_eq!(after.len(), 16 << 20, "exactly the range");
+    assert_eq!(&after[0..16], b"GUEST-WROTE-THIS", "{}", out.dump());
+    assert!(after[8192..12288].iter().all(|&b| b == 0xa5));
+    assert_eq!(&after[4096..4112], b"HOST-PATTERN-123");
+}
+
 /// A KVM internal error ends pmemvm with status 5, the vCPU's RIP and the
 /// instruction bytes. What makes one depends on the host kind: PVM's
 /// instruction emulator stops at a ring-0 int3 (and pmemvm adds why Linux
@@ -188,6 +216,7 @@ fn config(kernel: &str, cpus: u8) -> vmm::config::VmConfig {
         placement: Default::default(),
         nvdimms: Vec::new(),
         disks: Vec::new(),
+        legacy_pmem: Vec::new(),
         console: vmm::config::ConsoleMode::Null,
         channel: None,
     }

@@ -1,5 +1,6 @@
 //! One NVDIMM of a built VM: its backing file, the mapping registered as a
-//! memslot, its guest base, counters and media state. Shared by the VM build
+//! memslot, its guest base, counters and media state; and one legacy
+//! persistent-memory range (file, mapping, base). Shared by the VM build
 //! ([`crate::vm`]) and the ACPI setup ([`crate::acpi_setup`]), which must not
 //! depend on each other.
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use devices::nvdimm::FlushStats;
 use vm_memory::mmap::MmapRegion;
 
-use crate::backing::NvdimmBacking;
+use crate::backing::{LegacyPmemBacking, NvdimmBacking};
 
 /// One NVDIMM: its file, its mapping and where the guest sees it.
 #[derive(Debug)]
@@ -32,4 +33,16 @@ impl Nvdimm {
     pub fn size(&self) -> u64 {
         self.mapping.size() as u64
     }
+}
+
+/// One legacy persistent-memory range (E820 type 12): its backing file,
+/// the mapping registered as a memslot and its guest base.
+#[derive(Debug)]
+pub struct LegacyPmem {
+    /// Backing file.
+    pub backing: LegacyPmemBacking,
+    /// The `MAP_SHARED` mapping registered as a memslot.
+    pub mapping: MmapRegion,
+    /// Guest physical base.
+    pub base: u64,
 }

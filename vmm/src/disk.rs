@@ -6,7 +6,6 @@
 //! an ACPI platform.
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -80,27 +79,6 @@ pub struct OpenDisk {
     file: File,
 }
 
-/// Takes `file`'s advisory lock without waiting: shared for a reader,
-/// exclusive for a writer. `Ok(false)` when another process holds it.
-pub fn try_flock(file: &File, exclusive: bool) -> std::io::Result<bool> {
-    let op = if exclusive {
-        libc::LOCK_EX
-    } else {
-        libc::LOCK_SH
-    };
-    // SAFETY: flock only reads the fd, which `file` keeps open for the call.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    if e.kind() == std::io::ErrorKind::WouldBlock {
-        Ok(false)
-    } else {
-        Err(e)
-    }
-}
-
 /// Opens and locks every disk; nothing is created or changed.
 pub fn open_all(specs: &[DiskSpec]) -> Result<Vec<OpenDisk>, DiskError> {
     if specs.len() > layout::VIRTIO_IRQS.len() {
@@ -122,7 +100,7 @@ pub fn open_all(specs: &[DiskSpec]) -> Result<Vec<OpenDisk>, DiskError> {
             if file.metadata().map_err(open)?.is_dir() {
                 return Err(DiskError::Directory(spec.path.clone()));
             }
-            if !try_flock(&file, !spec.readonly).map_err(open)? {
+            if !crate::backing::try_lock(&file, spec.readonly).map_err(open)? {
                 return Err(DiskError::Locked(spec.path.clone()));
             }
             Ok(OpenDisk {

@@ -157,6 +157,21 @@ pub const NVDIMM_DEFAULT_LABEL_SIZE: u64 = 128 << 10;
 /// serial number, geometry): one 4 KiB page after the label area.
 pub const NVDIMM_IDENTITY_SIZE: u64 = 4096;
 
+// ---- Legacy persistent memory (E820 type 12) ------------------------------
+
+/// Each `--pmem-legacy` range starts at a boundary of this, after the last
+/// NVDIMM: Linux's fsdax/devdax info block places the data at an offset
+/// aligned *in physical addresses* to the namespace's align (up to 1 GiB,
+/// `ndctl create-namespace -m devdax -a 1g`), and ndctl falls back to 4 KiB
+/// pages when the region's start is not aligned to the align asked for
+/// (docs/nvdimm.md, "Legacy persistent memory").
+pub const LEGACY_PMEM_ALIGN: u64 = 1 << 30;
+/// `--pmem-legacy` sizes must be a multiple of this: Linux gives an e820
+/// region (no mappings) the 16 MiB default `align` of every region of at
+/// least 16 MiB, and ndctl refuses to reconfigure its namespace otherwise.
+/// It also covers `memremap_pages`' 2 MiB subsection rule.
+pub const LEGACY_PMEM_SIZE_ALIGN: u64 = NVDIMM_REGION_ALIGN;
+
 // ---- I/O ports ---------------------------------------------------------------
 
 /// i8042 keyboard controller: data port 0x60, command port 0x64 (a write of
@@ -187,6 +202,9 @@ pub const ACPI_RESET_PORT: u16 = 0x602;
 pub const ACPI_RESET_VALUE: u8 = 0x1;
 /// SLP_TYP value of the `_S5_` (soft-off) package in the DSDT.
 pub const ACPI_S5_SLP_TYP: u8 = 5;
+/// PCI configuration mechanism #1: address register 0xCF8, data 0xCFC
+/// (only with legacy persistent memory; see `devices::pci_host`).
+pub const PCI_CONFIG_PORT: u16 = 0xcf8;
 
 #[cfg(test)]
 mod tests {

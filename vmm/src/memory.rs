@@ -1,5 +1,6 @@
 //! Guest physical memory arrangement: RAM split around the 32-bit MMIO hole,
-//! NVDIMM placement above it, and the E820 map the guest is given.
+//! NVDIMM placement above it, legacy persistent memory above the NVDIMMs,
+//! and the E820 map the guest is given.
 //! Pure arithmetic, unit tested; mapping happens in `vm.rs` and `backing.rs`.
 
 use crate::layout;
@@ -18,6 +19,18 @@ pub enum MemoryLayoutError {
     AddressSpace {
         /// Guest physical address bits.
         bits: u8,
+    },
+    /// Legacy persistent memory reaching beyond the physical address space.
+    #[error("--pmem-legacy {size} would end at {end:#x}, beyond the {bits}-bit guest physical address limit ({limit:#x}); use fewer or smaller ranges")]
+    LegacyAddressSpace {
+        /// The range's size as `--pmem-legacy` spells it.
+        size: String,
+        /// Where it would end (saturated at `u64::MAX`).
+        end: u64,
+        /// Guest physical address bits.
+        bits: u8,
+        /// 2^bits.
+        limit: u64,
     },
 }
 
@@ -115,6 +128,48 @@ pub fn nvdimm_bases(
     Ok(bases)
 }
 
+/// Guest base address of each legacy persistent-memory range of the given
+/// lengths: the first at the first [`layout::LEGACY_PMEM_ALIGN`] boundary at
+/// or above the end of the last NVDIMM (or where the first NVDIMM would
+/// be), each next one at the boundary after its predecessor — so the
+/// NVDIMMs keep their addresses (the first at 4 GiB with RAM below 3 GiB).
+/// Every range must end below 2^`phys_bits`.
+pub fn legacy_pmem_bases(
+    ram: &[RamRegion],
+    nvdimms: &[(u64, u64)],
+    lengths: &[u64],
+    phys_bits: u8,
+) -> Result<Vec<u64>, MemoryLayoutError> {
+    let bits = phys_bits.min(MAX_PHYS_ADDR_BITS);
+    let limit = 1u64 << bits;
+    let mut next = nvdimms
+        .iter()
+        .map(|&(b, l)| b.saturating_add(l))
+        .max()
+        .unwrap_or(0)
+        .max(ram_end(ram))
+        .max(layout::RAM_64BIT_START.0);
+    let mut bases = Vec::with_capacity(lengths.len());
+    for &len in lengths {
+        let end = align_up(next, layout::LEGACY_PMEM_ALIGN).and_then(|b| b.checked_add(len));
+        match end {
+            Some(end) if end <= limit => {
+                bases.push(end - len);
+                next = end;
+            }
+            _ => {
+                return Err(MemoryLayoutError::LegacyAddressSpace {
+                    size: crate::config::size_text(len),
+                    end: end.unwrap_or(u64::MAX),
+                    bits,
+                    limit,
+                })
+            }
+        }
+    }
+    Ok(bases)
+}
+
 /// E820 entry types used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum E820Type {
@@ -122,6 +177,10 @@ pub enum E820Type {
     Ram = 1,
     /// Reserved.
     Reserved = 2,
+    /// Legacy persistent memory (`E820_TYPE_PRAM`, what `memmap=nn!ss`
+    /// makes): Linux prints it as "persistent (type 12)" and its `nd_e820`
+    /// driver makes one `e820` bus region of each.
+    Pram = 12,
 }
 
 /// One E820 entry: address, length, type.
@@ -136,9 +195,11 @@ pub struct E820Entry {
 }
 
 /// The E820 map: RAM below the EBDA, the reserved BIOS area (ACPI tables and
-/// the DSM page live there), RAM above 1 MiB and above 4 GiB. NVDIMM ranges
+/// the DSM page live there), RAM above 1 MiB and above 4 GiB, then each
+/// legacy persistent-memory range (base, length) as type 12. NVDIMM ranges
 /// are deliberately absent (as with QEMU): the NFIT alone describes them.
-pub fn e820_map(ram: &[RamRegion]) -> Vec<E820Entry> {
+/// Entries are sorted by address.
+pub fn e820_map(ram: &[RamRegion], legacy_pmem: &[(u64, u64)]) -> Vec<E820Entry> {
     let mut map = Vec::new();
     let mut push = |addr, size, kind| {
         if size > 0 {
@@ -157,6 +218,10 @@ pub fn e820_map(ram: &[RamRegion]) -> Vec<E820Entry> {
             push(addr, len, E820Type::Ram);
         }
     }
+    for &(addr, len) in legacy_pmem {
+        push(addr, len, E820Type::Pram);
+    }
+    map.sort_by_key(|e| e.addr);
     map
 }
 
@@ -203,7 +268,7 @@ mod tests {
 
     #[test]
     fn e820_contents() {
-        let map = e820_map(&ram_regions(512 * M).unwrap());
+        let map = e820_map(&ram_regions(512 * M).unwrap(), &[]);
         assert_eq!(
             map,
             vec![
@@ -224,7 +289,7 @@ mod tests {
                 },
             ]
         );
-        let map = e820_map(&ram_regions(4 * G).unwrap());
+        let map = e820_map(&ram_regions(4 * G).unwrap(), &[]);
         assert_eq!(map.len(), 4);
         assert_eq!(
             map[3],
@@ -238,6 +303,95 @@ mod tests {
         assert!(map
             .iter()
             .all(|e| e.addr + e.size <= 3 * G || e.addr >= 4 * G));
+    }
+
+    #[test]
+    fn legacy_pmem_goes_after_the_last_nvdimm_at_1g_boundaries() {
+        let ram = ram_regions(512 * M).unwrap();
+        // No NVDIMM: where the first DIMM would be.
+        assert_eq!(
+            legacy_pmem_bases(&ram, &[], &[256 * M], 46).unwrap(),
+            vec![4 * G]
+        );
+        // After the DIMMs, which keep their addresses (the first at 4 GiB).
+        let dimms = nvdimm_bases(&ram, &[G, 16 * M], 46).unwrap();
+        assert_eq!(dimms, vec![4 * G, 5 * G]);
+        let placed: Vec<(u64, u64)> = dimms.iter().copied().zip([G, 16 * M]).collect();
+        assert_eq!(
+            legacy_pmem_bases(&ram, &placed, &[256 * M, 2 * G + 16 * M, 16 * M], 46).unwrap(),
+            vec![6 * G, 7 * G, 10 * G]
+        );
+        // RAM above 4 GiB: after RAM.
+        let ram = ram_regions(5 * G + 16 * M).unwrap(); // ends at 6 GiB + 16 MiB
+        assert_eq!(legacy_pmem_bases(&ram, &[], &[G], 46).unwrap(), vec![7 * G]);
+        for b in legacy_pmem_bases(&ram, &[], &[16 * M, 48 * M, 3 * G], 46).unwrap() {
+            assert_eq!(b % layout::LEGACY_PMEM_ALIGN, 0, "{b:#x}");
+            assert_eq!(b % (2 * M), 0, "memremap_pages subsection: {b:#x}");
+        }
+    }
+
+    #[test]
+    fn legacy_pmem_beyond_the_address_width_is_refused() {
+        let ram = ram_regions(512 * M).unwrap();
+        // 36 bits = 64 GiB: 4 GiB + 60 GiB fits exactly, one more byte does not.
+        assert!(legacy_pmem_bases(&ram, &[], &[60 * G], 36).is_ok());
+        let e = legacy_pmem_bases(&ram, &[], &[60 * G, 16 * M], 36).unwrap_err();
+        assert_eq!(
+            e,
+            MemoryLayoutError::LegacyAddressSpace {
+                size: "16M".into(),
+                end: 64 * G + 16 * M,
+                bits: 36,
+                limit: 64 * G
+            }
+        );
+        assert!(e.to_string().contains("--pmem-legacy 16M"), "{e}");
+        assert!(e.to_string().contains("36-bit"), "{e}");
+        let e = legacy_pmem_bases(&ram, &[], &[u64::MAX - G], 52).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MemoryLayoutError::LegacyAddressSpace { end: u64::MAX, .. }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn e820_lists_legacy_pmem_as_type_12() {
+        let ram = ram_regions(512 * M).unwrap();
+        let map = e820_map(&ram, &[(5 * G, 256 * M), (4 * G, 16 * M)]);
+        assert_eq!(map.len(), 5);
+        assert_eq!(
+            &map[3..],
+            &[
+                E820Entry {
+                    addr: 4 * G,
+                    size: 16 * M,
+                    kind: E820Type::Pram
+                },
+                E820Entry {
+                    addr: 5 * G,
+                    size: 256 * M,
+                    kind: E820Type::Pram
+                },
+            ]
+        );
+        assert_eq!(E820Type::Pram as u32, 12);
+        assert!(map.windows(2).all(|w| w[0].addr + w[0].size <= w[1].addr));
+        // RAM above 4 GiB comes first, the range after it.
+        let ram = ram_regions(4 * G).unwrap();
+        let base = legacy_pmem_bases(&ram, &[], &[G], 46).unwrap()[0];
+        let map = e820_map(&ram, &[(base, G)]);
+        assert_eq!(map[3].kind, E820Type::Ram);
+        assert_eq!(
+            map[4],
+            E820Entry {
+                addr: 5 * G,
+                size: G,
+                kind: E820Type::Pram
+            }
+        );
     }
 
     #[test]

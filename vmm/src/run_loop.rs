@@ -188,7 +188,7 @@ where
                 current = None;
                 if let Err(e) = result {
                     first_error.get_or_insert(format!(
-                        "fdatasync of NVDIMM backing file {} failed at exit: {e}",
+                        "fdatasync of backing file {} failed at exit: {e}",
                         names[i]
                     ));
                 }
@@ -197,7 +197,7 @@ where
             Err(_) => {
                 let which = current.map_or("(none)", |i| names[i].as_str());
                 return first_error.or(Some(format!(
-                    "fdatasync of NVDIMM backing file {which} did not finish within {} s at exit",
+                    "fdatasync of backing file {which} did not finish within {} s at exit",
                     deadline.as_secs_f64()
                 )));
             }
@@ -298,6 +298,13 @@ impl Vm {
                     path: n.backing.display.clone(),
                     file: n.backing.file.clone(),
                 })
+                .chain(self.legacy_pmem.iter().map(|l| DimmRange {
+                    base: l.base,
+                    size: l.mapping.size() as u64,
+                    readonly: l.backing.spec.readonly,
+                    path: l.backing.display.clone(),
+                    file: l.backing.file.clone(),
+                }))
                 .collect(),
         );
         for (index, vcpu) in std::mem::take(&mut self.vcpus).into_iter().enumerate() {
@@ -404,6 +411,9 @@ impl Vm {
             for n in std::mem::take(&mut self.nvdimms) {
                 std::mem::forget(n.mapping);
             }
+            for l in std::mem::take(&mut self.legacy_pmem) {
+                std::mem::forget(l.mapping);
+            }
         }
         // A time-out: where each vCPU was (guest RIP named from the kernel's symbols).
         let vcpus = if timed_out {
@@ -474,12 +484,20 @@ impl Vm {
         )
     }
 
-    /// The writable DIMMs' files, named for messages.
+    /// The writable DIMMs' and legacy ranges' files, named for messages:
+    /// legacy persistent memory is synced at the end like a DIMM (it has
+    /// no flush hint, so this is the only sync it gets from pmemvm).
     fn writable_files(&self) -> Vec<(String, Arc<File>)> {
         self.nvdimms
             .iter()
             .filter(|n| !n.backing.spec.readonly)
             .map(|n| (n.backing.display.clone(), n.backing.file.clone()))
+            .chain(
+                self.legacy_pmem
+                    .iter()
+                    .filter(|l| !l.backing.spec.readonly)
+                    .map(|l| (l.backing.display.clone(), l.backing.file.clone())),
+            )
             .collect()
     }
 
@@ -496,6 +514,11 @@ impl Vm {
             self.nvdimms
                 .iter()
                 .map(|n| (n.mapping.as_ptr() as usize, n.mapping.size())),
+        );
+        guest_maps.extend(
+            self.legacy_pmem
+                .iter()
+                .map(|l| (l.mapping.as_ptr() as usize, l.mapping.size())),
         );
         if let Some(kib) = crate::stats::rss_excluding_kib(&guest_maps) {
             log::info!("memory: VMM RSS excluding guest memory {kib} KiB");

@@ -77,6 +77,9 @@ pub enum VmError {
     /// A `--disk` file.
     #[error(transparent)]
     Disk(#[from] crate::disk::DiskError),
+    /// Backing files of legacy persistent memory.
+    #[error(transparent)]
+    LegacyBacking(#[from] backing::LegacyBackingError),
     /// A DIMM's media state (bad ranges, health, unsafe shutdown count).
     #[error(transparent)]
     Media(#[from] crate::media::MediaSetupError),
@@ -135,6 +138,7 @@ impl VmError {
             Self::Config(_) => true,
             Self::Boot(e) => e.is_usage(),
             Self::Backing(e) => e.is_usage(),
+            Self::LegacyBacking(e) => e.is_usage(),
             Self::Media(e) => e.is_usage(),
             Self::Disk(e) => e.is_usage(),
             Self::Huge(e) => e.is_usage(),
@@ -156,7 +160,7 @@ fn kvm_err(step: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmError {
     move |source| VmError::Kvm { step, source }
 }
 
-pub use crate::dimm::Nvdimm;
+pub use crate::dimm::{LegacyPmem, Nvdimm};
 
 impl From<crate::memory_placement::MemoryPlacementError> for VmError {
     fn from(e: crate::memory_placement::MemoryPlacementError) -> Self {
@@ -203,6 +207,7 @@ pub struct Vm {
     pub(crate) vm_fd: VmFd,
     pub(crate) mem: GuestMemoryMmap,
     pub(crate) nvdimms: Vec<Nvdimm>,
+    pub(crate) legacy_pmem: Vec<LegacyPmem>,
     pub(crate) vcpus: Vec<VcpuFd>,
     pub(crate) pio: Arc<Bus>,
     pub(crate) mmio: Arc<Bus>,
@@ -338,6 +343,8 @@ impl Vm {
         let ram = memory::ram_regions(config.memory)?;
         let slots_max = kvm.get_nr_memslots().saturating_sub(ram.len());
         let dimm_max = slots_max.min(usize::try_from(layout::NVDIMM_FLUSH_HINT_MAX).unwrap_or(0));
+        // Legacy ranges take memslots too (they have no flush-hint page).
+        let dimm_max = dimm_max.min(slots_max.saturating_sub(config.legacy_pmem.len()));
         if config.nvdimms.len() > dimm_max {
             return Err(VmError::TooManyNvdimms {
                 asked: config.nvdimms.len(),
@@ -351,6 +358,12 @@ impl Vm {
         let phys_bits = memory::phys_addr_bits(cpuid.as_slice());
         let spa_sizes: Vec<u64> = config.nvdimms.iter().map(|n| n.spa_size()).collect();
         let bases = memory::nvdimm_bases(&ram, &spa_sizes, phys_bits)?;
+        let placed: Vec<(u64, u64)> = bases.iter().copied().zip(spa_sizes).collect();
+        let legacy_sizes: Vec<u64> = config.legacy_pmem.iter().map(|l| l.size).collect();
+        let legacy_bases = memory::legacy_pmem_bases(&ram, &placed, &legacy_sizes, phys_bits)?;
+        let legacy_ranges: Vec<(u64, u64)> =
+            legacy_bases.iter().copied().zip(legacy_sizes).collect();
+        backing::legacy::check_paths(&config.legacy_pmem, &config.nvdimms)?;
         crate::config::resolve_nodes(&config.nvdimms)?;
         crate::memory_placement::check_host_placement(
             config.cpus,
@@ -402,7 +415,7 @@ impl Vm {
             slot += 1;
         }
 
-        let e820 = memory::e820_map(&ram);
+        let e820 = memory::e820_map(&ram, &legacy_ranges);
         let low_ram_end = ram.first().map_or(0, |&(a, l)| a + l);
         let entry = boot::load(
             &mem,
@@ -425,6 +438,25 @@ impl Vm {
         // Disks are only opened (never created): before any DIMM file is.
         let open_disks = crate::disk::open_all(&config.disks)?;
         // From here on the user's files may be created.
+        let mut legacy_pmem = Vec::with_capacity(config.legacy_pmem.len());
+        for (b, base) in backing::legacy::open_all(&config.legacy_pmem)?
+            .into_iter()
+            .zip(legacy_bases)
+        {
+            let mapping = b.map()?;
+            if let Some(node) = config.placement.host_node {
+                let what = format!("--pmem-legacy {}", b.display);
+                placement::bind_memory(mapping.as_ptr() as usize, mapping.size(), node, &what)?;
+            }
+            let size = mapping.size() as u64;
+            add_memslot(&vm_fd, slot, base, mapping.as_ptr(), size, b.spec.readonly)?;
+            slot += 1;
+            legacy_pmem.push(LegacyPmem {
+                backing: b,
+                mapping,
+                base,
+            });
+        }
         let backings = backing::open_all(&config.nvdimms)?;
         let mut nvdimms = Vec::with_capacity(backings.len());
         let mut media_started = crate::media::SetupGuard::default();
@@ -504,6 +536,14 @@ impl Vm {
             layout::GUEST_EXIT_PORT.into(),
             1,
         )?;
+        if !legacy_pmem.is_empty() {
+            // Linux puts type 12 ranges into iomem only after a PCI survey.
+            pio.insert(
+                Arc::new(Mutex::new(devices::pci_host::PciHostBridge::new())),
+                layout::PCI_CONFIG_PORT.into(),
+                devices::pci_host::LEN,
+            )?;
+        }
         if !nvdimms.is_empty() {
             let targets = nvdimms
                 .iter()
@@ -538,12 +578,16 @@ impl Vm {
         for n in &mut nvdimms {
             n.backing.keep();
         }
+        for l in &mut legacy_pmem {
+            l.backing.keep();
+        }
         media_started.disarm();
         let console_in = config.console.uses_terminal().then_some(com1);
         Ok(Self {
             vm_fd,
             mem,
             nvdimms,
+            legacy_pmem,
             vcpus,
             pio: Arc::new(pio),
             mmio: Arc::new(mmio),
@@ -572,6 +616,11 @@ impl Vm {
     /// The virtio disks, in `--disk` order.
     pub fn disks(&self) -> &[crate::disk::AttachedDisk] {
         &self.disks
+    }
+
+    /// The legacy persistent-memory ranges (E820 type 12).
+    pub fn legacy_pmem(&self) -> &[LegacyPmem] {
+        &self.legacy_pmem
     }
 
     /// Guest RAM.

@@ -455,5 +455,88 @@ pub(crate) fn cases() -> Vec<Case> {
             ],
             "--side a: modules {D}/notelf is not a directory",
         ),
+        // --pmem-legacy: sizes and options (refused while parsing)
+        case(
+            &["boot", KERNEL, "{K}", "--pmem-legacy", "100M"],
+            "--pmem-legacy size '100M' is not a multiple of 16 MiB",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--pmem-legacy", "1000M"],
+            "the nearest valid sizes are 992M and 1008M",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--pmem-legacy", "4M"],
+            "the smallest valid size is 16M",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--pmem-legacy", "0"],
+            "--pmem-legacy size '0' is zero",
+        ),
+        case(
+            &["run", "--pmem-legacy", "12X", "--", "true"],
+            "--pmem-legacy size '12X' is not valid",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--pmem-legacy", "256M,label-size=0"],
+            "--pmem-legacy option 'label-size=0' is not known",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--pmem-legacy", "256M,readonly,readonly"],
+            "--pmem-legacy option 'readonly' is given more than once",
+        ),
+        case(
+            &[
+                "boot", KERNEL, "{K}", "--pmem-legacy",
+                "256M,file={D}/l1.img,file={D}/l2.img",
+            ],
+            "--pmem-legacy option 'file' is given more than once",
+        ),
+        case(
+            &["run", "--pmem-legacy", "256M,file=", "--", "true"],
+            "--pmem-legacy file= needs a path",
+        ),
+        // --pmem-legacy on QEMU: refused before anything boots
+        case(
+            &["run", "--engine", "qemu", "--pmem-legacy", "256M,file={D}/q.img", "--", "true"],
+            "--pmem-legacy 256M,file={D}/q.img cannot run on --engine qemu: QEMU can only carve",
+        ),
+        // --pmem-legacy files and layout (refused after /dev/kvm is opened, before any file changes)
+        kvm(
+            &["boot", KERNEL, "{K}", "--pmem-legacy", "16M,file={D}/small.img"],
+            "--pmem-legacy backing file {D}/small.img is 4096 bytes, smaller than the 16777216 bytes",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--pmem-legacy", "16M,file={D}/e820-32m.img"],
+            "--pmem-legacy backing file {D}/e820-32m.img is 33554432 bytes, larger than",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--pmem-legacy", "16M,file={D}/absent.img,readonly"],
+            "--pmem-legacy backing file {D}/absent.img does not exist; a readonly range",
+        ),
+        kvm(
+            &[
+                "boot", KERNEL, "{K}", "--pmem-legacy", "16M,file={D}/twice.img",
+                "--pmem-legacy", "16M,file={D}/./twice.img",
+            ],
+            "--pmem-legacy backing file {D}/./twice.img is given more than once",
+        ),
+        kvm(
+            &[
+                "boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/shared.img",
+                "--pmem-legacy", "16M,file={D}/shared.img",
+            ],
+            "is given more than once (for another range or an --nvdimm)",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--pmem-legacy", "4096T,file={D}/huge.img"],
+            "--pmem-legacy 4096T would end at",
+        ),
+        kvm(
+            &[
+                "boot", KERNEL, "{K}", "--pmem-legacy", "16M,file={D}/ok.img",
+                "--pmem-legacy", "16M,file={D}/no/such/dir/x.img",
+            ],
+            "--pmem-legacy backing file {D}/no/such/dir/x.img cannot be created",
+        ),
     ]
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use lab::run::Engine;
-use vmm::config::{self, ConsoleMode, NvdimmSpec, VmConfig};
+use vmm::config::{self, ConsoleMode, LegacyPmemSpec, NvdimmSpec, VmConfig};
 
 /// pmemvm: a small KVM VMM that gives Linux guests ACPI NFIT-described NVDIMMs backed by host files.
 #[derive(Debug, Parser)]
@@ -173,6 +173,10 @@ fn parse_disk(s: &str) -> Result<config::DiskSpec, String> {
     s.parse::<config::DiskSpec>().map_err(|e| e.to_string())
 }
 
+fn parse_pmem_legacy(s: &str) -> Result<LegacyPmemSpec, String> {
+    s.parse::<LegacyPmemSpec>().map_err(|e| e.to_string())
+}
+
 /// Options shared by every command that describes a machine.
 #[derive(Debug, Args, Clone)]
 pub struct MachineArgs {
@@ -205,6 +209,15 @@ pub struct MachineArgs {
     /// which take disks of their own).
     #[arg(long, value_parser = parse_disk, value_name = "PATH[,readonly]")]
     pub disk: Vec<config::DiskSpec>,
+    /// Legacy persistent memory: SIZE[,file=PATH][,readonly]. Repeat for more.
+    ///
+    /// An E820 type 12 range (what `memmap=nn!ss` makes on real machines),
+    /// which Linux's nd_e820 driver turns into a region of the `e820` bus.
+    /// SIZE is a multiple of 16 MiB; the backing file is exactly SIZE bytes
+    /// (created sparse if missing, never resized). Each range starts at a
+    /// 1 GiB boundary after the NVDIMMs. Not with --engine qemu.
+    #[arg(long = "pmem-legacy", value_parser = parse_pmem_legacy, value_name = "SPEC")]
+    pub pmem_legacy: Vec<LegacyPmemSpec>,
 }
 
 /// `pmemvm boot`.
@@ -275,6 +288,7 @@ impl BootArgs {
             placement: self.machine.placement(),
             nvdimms: self.machine.nvdimm.clone(),
             disks: self.machine.disk.clone(),
+            legacy_pmem: self.machine.pmem_legacy.clone(),
             console: ConsoleMode::from_choice(
                 self.console.console || self.console.console_log.is_none(),
                 self.console.console_log.clone(),

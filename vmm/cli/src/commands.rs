@@ -159,6 +159,7 @@ fn boot_nested(args: &BootArgs) -> Result<u8, CommandError> {
         memory: config.memory,
         nvdimms: &config.nvdimms,
         disks: &config.disks,
+        legacy_pmem: &config.legacy_pmem,
     };
     lab::nested::boot_interactive(&boot, &qemu)
         .map_err(lab::engine::EngineError::from)
@@ -181,6 +182,7 @@ fn nested_probe_spec() -> RunSpec {
         placement: vmm::placement::Placement::default(),
         nvdimms: Vec::new(),
         disks: Vec::new(),
+        legacy_pmem: Vec::new(),
         job: lab::guest_job::GuestJob::default(),
         command: None,
         stream_console: false,
@@ -448,6 +450,7 @@ fn run_spec_with(args: &RunArgs, build_rootfs: bool) -> Result<RunSpec, CommandE
         placement: args.machine.placement(),
         nvdimms: args.machine.nvdimm.clone(),
         disks: args.machine.disk.clone(),
+        legacy_pmem: args.machine.pmem_legacy.clone(),
         job: lab::guest_job::GuestJob {
             fio_job,
             setup,

@@ -167,6 +167,7 @@ fn measure(elf: &Path, b: &Backing, a: &Args, cpu: u32) -> Result<Measured, Stri
         },
         nvdimms: vec![b.spec.clone()],
         disks: Vec::new(),
+        legacy_pmem: Vec::new(),
         console: ConsoleMode::Null,
         channel: None,
     };

@@ -305,6 +305,7 @@ mod tests {
             placement: Default::default(),
             nvdimms: vec![],
             disks: vec![],
+            legacy_pmem: Vec::new(),
             job: Default::default(),
             stream_console: false,
             console_log: None,

@@ -31,6 +31,9 @@ pub enum EngineError {
     /// The engine is not usable here (e.g. QEMU missing).
     #[error(transparent)]
     Preflight(#[from] PreflightError),
+    /// `--pmem-legacy` on QEMU (refused before anything boots).
+    #[error("--pmem-legacy {0} cannot run on --engine qemu: QEMU can only carve legacy persistent memory out of guest RAM with memmap=, which does not persist; use --engine pmemvm or --engine nested")]
+    LegacyPmemOnQemu(String),
     /// An input file cannot be read.
     #[error("cannot read {what} {path}: {source}")]
     Input {
@@ -61,7 +64,7 @@ impl EngineError {
     pub fn is_usage(&self) -> bool {
         match self {
             Self::Vm(e) => e.is_usage(),
-            Self::Preflight(_) | Self::Input { .. } => true,
+            Self::Preflight(_) | Self::Input { .. } | Self::LegacyPmemOnQemu(_) => true,
             Self::Nested(e) => e.is_usage(),
             Self::Io { .. } => false,
         }
@@ -92,6 +95,9 @@ pub struct Machine<'a> {
     /// virtio disks: the user's `--disk`s, then the root file system and the
     /// transfer disks of a command run.
     pub disks: &'a [vmm::config::DiskSpec],
+    /// The user's legacy persistent-memory ranges (E820 type 12), in order;
+    /// pmemvm and nested only.
+    pub legacy_pmem: &'a [vmm::config::LegacyPmemSpec],
     /// COM1 goes here (and to stdout when `stream_console`).
     pub console: &'a Path,
     /// COM2 (the job's result channel) goes here.
@@ -177,6 +183,7 @@ impl GuestEngine for Pmemvm {
             placement: m.placement.clone(),
             nvdimms: m.nvdimms.to_vec(),
             disks: m.disks.to_vec(),
+            legacy_pmem: m.legacy_pmem.to_vec(),
             // The scratch copy is kept either way: its tail explains failures.
             console: ConsoleMode::from_choice(m.stream_console, Some(m.console.to_path_buf())),
             channel: Some(m.channel.to_path_buf()),
@@ -227,6 +234,9 @@ impl GuestEngine for Qemu {
     }
 
     fn boot(&self, m: &Machine<'_>) -> Result<Ended, EngineError> {
+        if let Some(l) = m.legacy_pmem.first() {
+            return Err(EngineError::LegacyPmemOnQemu(l.to_string()));
+        }
         let mut ended = Ended {
             accelerator: self.accel.name().into(),
             functional_only: self.accel == QemuAccel::Tcg || in_nested_l1(),

@@ -63,6 +63,7 @@ pub enum RunError {
     /// `--pin`, `--host-node` or huge pages with the QEMU engine.
     #[error("{0} applies to --engine pmemvm only (QEMU places its guest itself); drop it or use --engine pmemvm")]
     PmemvmOnly(&'static str),
+
     /// Host I/O.
     #[error("{what}: {source}")]
     Io {
@@ -124,6 +125,9 @@ pub struct RunSpec {
     /// virtio disks (`--disk`).
     #[serde(default)]
     pub disks: Vec<vmm::config::DiskSpec>,
+    /// Legacy persistent-memory ranges (`--pmem-legacy`; not on QEMU).
+    #[serde(default)]
+    pub legacy_pmem: Vec<vmm::config::LegacyPmemSpec>,
     /// The job.
     pub job: GuestJob,
     /// A command (`run -- CMD`) instead of fio, with its transfers.
@@ -313,6 +317,9 @@ pub fn engine_for(spec: &RunSpec) -> Result<Engine, RunError> {
         if let Some(option) = option {
             return Err(RunError::PmemvmOnly(option));
         }
+        if let Some(l) = spec.legacy_pmem.first() {
+            return Err(engine::EngineError::LegacyPmemOnQemu(l.to_string()).into());
+        }
     }
     Ok(engine)
 }
@@ -437,6 +444,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         placement: &spec.placement,
         nvdimms: &nvdimms,
         disks: &disks,
+        legacy_pmem: &spec.legacy_pmem,
         console: &console,
         channel: &channel,
         scratch: &scratch.0,

@@ -13,6 +13,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -299,7 +300,7 @@ impl NvdimmBacking {
     }
 
     fn lock(&self) -> Result<(), BackingError> {
-        match crate::disk::try_flock(&self.file, !self.spec.readonly) {
+        match try_lock(&self.file, self.spec.readonly) {
             Ok(true) => Ok(()),
             Ok(false) => Err(BackingError::Locked(self.display.clone().into())),
             Err(e) => Err((self.io())(e)),
@@ -410,10 +411,34 @@ impl Drop for NvdimmBacking {
     }
 }
 
+/// Takes pmemvm's lock on a backing file or disk without waiting: exclusive,
+/// or shared for a read-only one (read-only users share a file, a writer has
+/// it alone); the nested engine takes the same lock on the host. `Ok(false)` when another process holds a conflicting lock.
+pub fn try_lock(file: &File, readonly: bool) -> std::io::Result<bool> {
+    let op = if readonly {
+        libc::LOCK_SH
+    } else {
+        libc::LOCK_EX
+    };
+    // SAFETY: flock only reads the fd, which `file` keeps open.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == ErrorKind::WouldBlock {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
 mod geometry;
+pub mod legacy;
 mod set;
 
 use geometry::wrong_size;
+pub use legacy::{LegacyBackingError, LegacyPmemBacking};
 pub use set::{open_all, space_report};
 
 /// Writes an empty, valid label index into the label area of `spec`'s file

@@ -88,13 +88,13 @@ pub fn open_all(specs: &[NvdimmSpec]) -> Result<Vec<NvdimmBacking>, BackingError
 /// (catches hard links and symlinks), else the canonical directory plus name
 /// (`a.img` and `./a.img` before either exists).
 #[derive(Debug, PartialEq, Eq)]
-enum FileKey {
+pub(crate) enum FileKey {
     Inode(u64, u64),
     Path(PathBuf),
 }
 
 impl FileKey {
-    fn of(path: &Path) -> Self {
+    pub(crate) fn of(path: &Path) -> Self {
         use std::os::unix::fs::MetadataExt;
         if let Ok(md) = std::fs::metadata(path) {
             return Self::Inode(md.dev(), md.ino());

@@ -212,6 +212,55 @@ mod tests {
         assert_eq!({ p.acpi_rsdp_addr }, layout::RSDP_ADDR.0);
     }
 
+    /// The map of `--memory 512M --pmem-legacy 256M` (no NVDIMM): the range
+    /// at 4 GiB, type 12.
+    fn map_with_legacy_pmem() -> Vec<E820Entry> {
+        let ram = crate::memory::ram_regions(512 << 20).unwrap();
+        let bases = crate::memory::legacy_pmem_bases(&ram, &[], &[256 << 20], 46).unwrap();
+        assert_eq!(bases, vec![1 << 32]);
+        crate::memory::e820_map(&ram, &[(bases[0], 256 << 20)])
+    }
+
+    #[test]
+    fn pvh_memmap_lists_legacy_pmem_as_type_12() {
+        let m = mem();
+        let map = map_with_legacy_pmem();
+        write_pvh_info(&m, &map, None).unwrap();
+        let info: hvm_start_info = m.read_obj(layout::PVH_INFO_START).unwrap();
+        assert_eq!(info.memmap_entries, 4);
+        let entry = |i: u64| -> hvm_memmap_table_entry {
+            m.read_obj(GuestAddress(
+                layout::PVH_MEMMAP_START.0 + i * PVH_MEMMAP_ENTRY_SIZE,
+            ))
+            .unwrap()
+        };
+        let last = entry(3);
+        assert_eq!(
+            (last.addr, last.size, last.type_),
+            (0x1_0000_0000, 256 << 20, 12)
+        );
+        // Everything before it is RAM or reserved, below 4 GiB.
+        for i in 0..3 {
+            let e = entry(i);
+            assert!(matches!(e.type_, 1 | 2) && e.addr + e.size <= 0xc000_0000);
+        }
+    }
+
+    #[test]
+    fn zero_page_e820_lists_legacy_pmem_as_type_12() {
+        let m = mem();
+        let map = map_with_legacy_pmem();
+        write_zero_page(&m, &map, None, None, 10).unwrap();
+        let p: boot_params = m.read_obj(layout::ZERO_PAGE_START).unwrap();
+        assert_eq!(p.e820_entries, 4);
+        let e = p.e820_table[3];
+        assert_eq!(
+            ({ e.addr }, { e.size }, { e.r#type }),
+            (0x1_0000_0000, 256 << 20, 12)
+        );
+        assert_eq!({ p.e820_table[2].r#type }, E820Type::Ram as u32);
+    }
+
     #[test]
     fn command_line_is_checked_and_written() {
         assert!(matches!(

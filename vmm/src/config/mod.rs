@@ -5,6 +5,9 @@ pub mod badblocks;
 pub mod disk;
 
 pub use disk::{DiskSpec, DiskSpecError};
+pub mod legacy_pmem;
+
+pub use legacy_pmem::{LegacyPmemError, LegacyPmemSpec};
 
 use std::path::PathBuf;
 
@@ -195,7 +198,7 @@ pub fn size_text(bytes: u64) -> String {
 }
 
 /// The phrase naming the valid region sizes nearest to `bytes`.
-fn nearest_region_sizes(bytes: u64) -> String {
+pub(crate) fn nearest_region_sizes(bytes: u64) -> String {
     let align = layout::NVDIMM_REGION_ALIGN;
     let below = bytes - bytes % align;
     let above = below.checked_add(align);
@@ -403,6 +406,8 @@ pub struct VmConfig {
     pub nvdimms: Vec<NvdimmSpec>,
     /// virtio disks in order (`/dev/vda`, `/dev/vdb`, ...).
     pub disks: Vec<DiskSpec>,
+    /// Legacy persistent-memory ranges (E820 type 12, `--pmem-legacy`), in order.
+    pub legacy_pmem: Vec<LegacyPmemSpec>,
     /// Console (COM1).
     pub console: ConsoleMode,
     /// Where COM2 output goes (`None` → discarded).

@@ -69,6 +69,7 @@ fn guest_fio(file: &Path, rw: &str) -> Result<(f64, MachineDescription), String>
             .parse()
             .map_err(|e: vmm::config::ConfigError| e.to_string())?],
         disks: Vec::new(),
+        legacy_pmem: Vec::new(),
         job: GuestJob {
             fio_job: job("/dev/pmem0", rw),
             ..GuestJob::default()

@@ -447,6 +447,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 placement: Default::default(),
                 nvdimms: nvdimms.clone(),
                 disks: Vec::new(),
+                legacy_pmem: Vec::new(),
                 job: plan.guest_job(),
                 stream_console: false,
                 console_log: None,

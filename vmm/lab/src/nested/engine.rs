@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use vmm::config::{DiskSpec, NvdimmSpec};
+use vmm::config::{DiskSpec, LegacyPmemSpec, NvdimmSpec};
 
 use super::l1::{l1_command, run_l1, L1Options, Mount, INTERACTIVE_TTY};
 use super::share::{install_binary, l1_dir, tail, write_command};
@@ -70,7 +70,7 @@ fn lock_on_host(file: &Path, readonly: bool) -> Result<Option<fs::File>, NestedE
     let Ok(f) = fs::File::open(file) else {
         return Ok(None);
     };
-    if !vmm::disk::try_flock(&f, !readonly).unwrap_or(false) {
+    if !vmm::backing::try_lock(&f, readonly).unwrap_or(false) {
         return Err(NestedError::BackingFile {
             file: file.to_path_buf(),
             why: "it is in use by another pmemvm (it holds the file's lock)".into(),
@@ -79,53 +79,22 @@ fn lock_on_host(file: &Path, readonly: bool) -> Result<Option<fs::File>, NestedE
     Ok(Some(f))
 }
 
-/// Where each DIMM's backing file and each disk is in L1, and the mounts that
-/// make the user's files reachable: a file in the share by its relative path,
-/// another file through a 9p mount of its directory at `/host/dimmN` (locked
-/// on the host, see [`lock_on_host`]), a temporary DIMM as `pmemN.img` in the
-/// share (removed with it). Returns the `--nvdimm` and `--disk` arguments.
-fn place_dimms(
-    share: &Path,
-    nvdimms: &[NvdimmSpec],
-    disks: &[DiskSpec],
-) -> Result<(Vec<String>, Vec<Mount>, HostLocks), NestedError> {
-    let mut args = Vec::new();
-    let mut mounts: Vec<Mount> = Vec::new();
-    let mut locks = Vec::new();
-    for (i, spec) in nvdimms.iter().enumerate() {
-        if spec.hugepages {
-            return Err(NestedError::Unsupported("--nvdimm SIZE,hugepages"));
-        }
-        let path = match &spec.file {
-            None => format!("pmem{i}.img"),
-            Some(file) => place_file(share, file, spec.readonly, &mut mounts, &mut locks)?,
-        };
-        args.push("--nvdimm".to_string());
-        args.push(nvdimm_arg(spec, &path));
-    }
-    for disk in disks {
-        let path = place_file(share, &disk.path, disk.readonly, &mut mounts, &mut locks)?;
-        args.push("--disk".to_string());
-        args.push(
-            DiskSpec {
-                path: PathBuf::from(path),
-                readonly: disk.readonly,
-            }
-            .to_string(),
-        );
-    }
-    Ok((args, mounts, HostLocks(locks)))
-}
-
-/// The L1 path of a host file: relative to the share when it is in it, else
-/// under a 9p mount of its directory (added to `mounts`, locked on the host).
+/// Where one backing file is in L1: a file in the share by its relative
+/// path, another file through a 9p mount of its directory at `/host/dimmN`
+/// (one mount per directory, in `mounts`; locked on the host, see
+/// [`lock_on_host`]), a temporary one (`None`) as `temp_name` in the share
+/// (removed with it).
 fn place_file(
     share: &Path,
-    file: &Path,
+    file: Option<&PathBuf>,
+    temp_name: String,
     readonly: bool,
     mounts: &mut Vec<Mount>,
-    locks: &mut Vec<std::fs::File>,
+    locks: &mut Vec<fs::File>,
 ) -> Result<String, NestedError> {
+    let Some(file) = file else {
+        return Ok(temp_name);
+    };
     if file.starts_with(share) {
         return Ok(file
             .strip_prefix(share)
@@ -133,7 +102,7 @@ fn place_file(
             .unwrap_or_default());
     }
     let bad = |why: &str| NestedError::BackingFile {
-        file: file.to_path_buf(),
+        file: file.clone(),
         why: why.to_string(),
     };
     let name = file
@@ -165,6 +134,70 @@ fn place_file(
         }
     };
     Ok(format!("{}/{name}", mount.l1_dir))
+}
+
+/// The `--nvdimm`, `--pmem-legacy` and `--disk` options of `pmemvm boot` in
+/// L1, with each backing file where L1 sees it ([`place_file`]: temporary
+/// DIMMs are `pmemN.img`, temporary legacy ranges `legacyN.img` in the
+/// share; disks are always files), and the mounts and host locks that takes.
+fn place_dimms(
+    share: &Path,
+    nvdimms: &[NvdimmSpec],
+    legacy: &[LegacyPmemSpec],
+    disks: &[DiskSpec],
+) -> Result<(Vec<String>, Vec<Mount>, HostLocks), NestedError> {
+    let mut args = Vec::new();
+    let mut mounts: Vec<Mount> = Vec::new();
+    let mut locks = Vec::new();
+    for (i, spec) in nvdimms.iter().enumerate() {
+        if spec.hugepages {
+            return Err(NestedError::Unsupported("--nvdimm SIZE,hugepages"));
+        }
+        let temp = format!("pmem{i}.img");
+        let path = place_file(
+            share,
+            spec.file.as_ref(),
+            temp,
+            spec.readonly,
+            &mut mounts,
+            &mut locks,
+        )?;
+        args.push("--nvdimm".to_string());
+        args.push(nvdimm_arg(spec, &path));
+    }
+    for (i, spec) in legacy.iter().enumerate() {
+        let temp = format!("legacy{i}.img");
+        let path = place_file(
+            share,
+            spec.file.as_ref(),
+            temp,
+            spec.readonly,
+            &mut mounts,
+            &mut locks,
+        )?;
+        args.push("--pmem-legacy".to_string());
+        // The spec's own spelling (its Display parses back to it), with the L1 path.
+        args.push(spec.with_file(path.into()).to_string());
+    }
+    for (i, disk) in disks.iter().enumerate() {
+        let path = place_file(
+            share,
+            Some(&disk.path),
+            format!("disk{i}.img"),
+            disk.readonly,
+            &mut mounts,
+            &mut locks,
+        )?;
+        args.push("--disk".to_string());
+        args.push(
+            DiskSpec {
+                path: PathBuf::from(path),
+                readonly: disk.readonly,
+            }
+            .to_string(),
+        );
+    }
+    Ok((args, mounts, HostLocks(locks)))
 }
 
 /// A file of the share by its path relative to the share.
@@ -248,7 +281,7 @@ impl NestedEngine {
             return Err(NestedError::Unsupported("--memory SIZE,hugepages/thp"));
         }
         let share = m.scratch;
-        let (dimm_args, mounts, _locks) = place_dimms(share, m.nvdimms, m.disks)?;
+        let (dimm_args, mounts, _locks) = place_dimms(share, m.nvdimms, m.legacy_pmem, m.disks)?;
         fs::copy(m.kernel, share.join("kernel")).map_err(io_err(format!(
             "copy {} into the share",
             m.kernel.display()
@@ -364,6 +397,8 @@ pub struct InteractiveBoot<'a> {
     pub nvdimms: &'a [NvdimmSpec],
     /// The virtio disks.
     pub disks: &'a [DiskSpec],
+    /// The user's legacy persistent-memory ranges.
+    pub legacy_pmem: &'a [LegacyPmemSpec],
 }
 
 /// A temporary share, removed on drop.
@@ -418,7 +453,7 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
         N.fetch_add(1, Ordering::Relaxed)
     )));
     fs::create_dir_all(&share.0).map_err(io_err(format!("create {}", share.0.display())))?;
-    let (dimm_args, mounts, _locks) = place_dimms(&share.0, b.nvdimms, b.disks)?;
+    let (dimm_args, mounts, _locks) = place_dimms(&share.0, b.nvdimms, b.legacy_pmem, b.disks)?;
     fs::copy(b.kernel, share.0.join("kernel")).map_err(io_err(format!(
         "copy {} into the share",
         b.kernel.display()
@@ -501,7 +536,7 @@ mod tests {
             .parse()
             .expect("disk");
         let (args, mounts, _) =
-            place_dimms(&share, &[user, in_share, temp], &[disk, outside]).expect("placed");
+            place_dimms(&share, &[user, in_share, temp], &[], &[disk, outside]).expect("placed");
         assert_eq!(mounts.len(), 1);
         assert_eq!(mounts[0].tag, "dimm0");
         assert_eq!(
@@ -532,16 +567,53 @@ mod tests {
         let spec: NvdimmSpec = format!("16M,file={}", held.display())
             .parse()
             .expect("spec");
-        let err = place_dimms(Path::new("/no-share"), &[spec], &[]).expect_err("locked");
+        let err = place_dimms(Path::new("/no-share"), &[spec], &[], &[]).expect_err("locked");
         assert!(
             err.to_string().contains("in use by another pmemvm"),
             "{err}"
         );
         drop(holder);
         let missing: NvdimmSpec = "16M,file=/no/such/dir/x.img".parse().expect("spec");
-        let err = place_dimms(&share, &[missing], &[]).expect_err("no directory");
+        let err = place_dimms(&share, &[missing], &[], &[]).expect_err("no directory");
         assert!(err.is_usage());
         assert!(err.to_string().contains("/no/such/dir/x.img"), "{err}");
+        fs::remove_dir_all(&share).expect("cleanup");
+    }
+
+    #[test]
+    fn legacy_ranges_follow_the_dimms_and_share_their_mounts() {
+        let share =
+            std::env::temp_dir().join(format!("pmemvm-place-legacy-{}", std::process::id()));
+        fs::create_dir_all(&share).expect("share");
+        let tmp = std::env::temp_dir();
+        let dimm: NvdimmSpec = format!("64M,label-size=0,file={}/d.img", tmp.display())
+            .parse()
+            .expect("spec");
+        let user: LegacyPmemSpec = format!("256M,file={}/e820.img", tmp.display())
+            .parse()
+            .expect("spec");
+        let ro: LegacyPmemSpec = format!("16M,file={}/r.img,readonly", share.display())
+            .parse()
+            .expect("spec");
+        let temp: LegacyPmemSpec = "1G".parse().expect("spec");
+        let (args, mounts, _) =
+            place_dimms(&share, &[dimm], &[user, ro, temp], &[]).expect("placed");
+        assert_eq!(mounts.len(), 1, "the DIMM's directory is mounted once");
+        assert_eq!(
+            args[2..],
+            [
+                "--pmem-legacy",
+                "256M,file=/host/dimm0/e820.img",
+                "--pmem-legacy",
+                "16M,file=r.img,readonly",
+                "--pmem-legacy",
+                "1G,file=legacy2.img",
+            ]
+        );
+        // Each spelling is what `pmemvm boot` in L1 parses back.
+        for a in args[2..].iter().skip(1).step_by(2) {
+            assert_eq!(a.parse::<LegacyPmemSpec>().expect("parses").to_string(), *a);
+        }
         fs::remove_dir_all(&share).expect("cleanup");
     }
 
