@@ -424,3 +424,92 @@ fn run_timeout_ends_a_guest_that_never_finishes() {
         out.dump()
     );
 }
+
+/// SIGQUIT says where each vCPU is without ending the guest (as `--timeout`
+/// does when it ends it); the guest goes on until SIGTERM stops it.
+#[test]
+fn sigquit_describes_the_vcpus_and_the_guest_goes_on() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    let halt = require!(tiny_path("halt"));
+    let mut child = Command::new(pmemvm_tests::pmemvm::pmemvm_bin())
+        .args(["boot", "--kernel", &halt, "--cpus", "2", "--timeout", "120"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start pmemvm boot");
+    let pid = libc::pid_t::try_from(child.id()).expect("pid");
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let stderr = stderr.clone();
+        let pipe = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut s = stderr.lock().unwrap_or_else(|e| e.into_inner());
+                s.push_str(&line);
+                s.push('\n');
+            }
+        })
+    };
+    let wait_for = |needle: &str, limit: Duration| {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if stderr
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(needle)
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    };
+    // The guest halts at once; give pmemvm time to start both vCPUs.
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill with our own child's pid and a valid signal.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGQUIT) }, 0);
+    let said = wait_for("SIGQUIT: the guest goes on", Duration::from_secs(20));
+    let text = stderr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert!(said, "no SIGQUIT report:\n{text}");
+    assert!(
+        text.contains("pmemvm: SIGQUIT: vCPU 0: in the guest, halted, waiting for an interrupt, at RIP 0x1000")
+            && text.contains("(_start+0x")
+            && text.contains("interrupts off"),
+        "{text}"
+    );
+    assert!(text.contains("pmemvm: SIGQUIT: vCPU 1: "), "{text}");
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "SIGQUIT ended the guest:\n{text}"
+    );
+    // A second SIGQUIT reports again; then SIGTERM stops it in order.
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGQUIT) }, 0);
+    let end = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < end
+        && stderr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .matches("SIGQUIT: the guest goes on")
+            .count()
+            < 2
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = child.wait().expect("wait");
+    reader.join().ok();
+    let text = stderr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert_eq!(
+        text.matches("SIGQUIT: the guest goes on").count(),
+        2,
+        "{text}"
+    );
+    assert_eq!(status.code(), Some(143), "{text}");
+}

@@ -93,10 +93,12 @@ impl MutEventSubscriber for ExitEvent {
     }
 }
 
-/// Turns SIGINT, SIGTERM and SIGHUP into an orderly stop.
+/// Turns SIGINT, SIGTERM and SIGHUP into an orderly stop, and SIGQUIT into a
+/// request for [`Vm::run_with`]'s loop to say where each vCPU is.
 struct SignalEvent {
     signals: StopSignals,
     exit: Arc<ExitNotifier>,
+    describe: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl MutEventSubscriber for SignalEvent {
@@ -110,7 +112,12 @@ impl MutEventSubscriber for SignalEvent {
 
     fn process(&mut self, _: Events, _: &mut EventOps) {
         while let Some(signal) = self.signals.read() {
-            self.exit.request(ExitRequest::Signal(signal));
+            if signal == crate::signals::DESCRIBE_SIGNAL {
+                self.describe
+                    .store(true, std::sync::atomic::Ordering::Release);
+            } else {
+                self.exit.request(ExitRequest::Signal(signal));
+            }
         }
     }
 }
@@ -222,10 +229,13 @@ impl Vm {
             source: std::io::Error::other(e.to_string()),
         })?;
         events.add_subscriber(Box::new(ExitEvent(exit.clone(), opts.faults)));
-        let signals = StopSignals::block().map_err(io_err("blocking SIGINT/SIGTERM/SIGHUP"))?;
+        let signals =
+            StopSignals::block().map_err(io_err("blocking SIGINT/SIGTERM/SIGHUP/SIGQUIT"))?;
+        let describe = Arc::new(std::sync::atomic::AtomicBool::new(false));
         events.add_subscriber(Box::new(SignalEvent {
             signals,
             exit: exit.clone(),
+            describe: describe.clone(),
         }));
         if let Some(timeout) = opts.timeout {
             let mut timer = TimerFd::new()
@@ -266,6 +276,12 @@ impl Vm {
                         "pmemvm's event loop failed: {e}"
                     )));
                 }
+                if describe.swap(false, std::sync::atomic::Ordering::AcqRel) {
+                    for line in self.describe_vcpus(&vcpus, &statuses) {
+                        eprintln!("pmemvm: SIGQUIT: {line}");
+                    }
+                    eprintln!("pmemvm: SIGQUIT: the guest goes on (SIGINT or SIGTERM stops it)");
+                }
             }
         }
         let stopped = vcpus.stop_and_join(STOP_DEADLINE);
@@ -278,6 +294,38 @@ impl Vm {
             log::error!("{e}");
         }
         started.map(|()| outcome)
+    }
+
+    /// Where each vCPU is now, without stopping the guest: the vCPUs in the
+    /// guest are kicked once to record their registers (those in pmemvm,
+    /// handling an exit, are described from their phase and not disturbed).
+    fn describe_vcpus(
+        &self,
+        vcpus: &VcpuSet,
+        statuses: &[Arc<crate::vcpu_status::VcpuStatus>],
+    ) -> Vec<String> {
+        let in_guest: Vec<usize> = statuses
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.in_guest_now())
+            .map(|(i, _)| i)
+            .collect();
+        for &i in &in_guest {
+            statuses[i].request_snapshot();
+        }
+        vcpus.kick(&in_guest);
+        let deadline = std::time::Instant::now() + Duration::from_millis(500);
+        while std::time::Instant::now() < deadline
+            && !in_guest.iter().all(|&i| statuses[i].has_snapshot())
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let symbols = crate::symbols::Symbols::load(&self.kernel);
+        statuses
+            .iter()
+            .enumerate()
+            .map(|(i, s)| s.describe(i, &|rip| symbols.name(rip)))
+            .collect()
     }
 
     /// Starts one thread per vCPU; on an error the threads already started

@@ -23,13 +23,19 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// The signals that ask pmemvm for an orderly stop.
 pub const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
+/// The signal that asks where each vCPU is, without stopping the guest
+/// (read from the same signalfd as the stop signals).
+pub const DESCRIBE_SIGNAL: libc::c_int = libc::SIGQUIT;
+
 /// The real-time signal used to kick vCPU threads out of KVM_RUN.
 pub fn kick_signal() -> libc::c_int {
     vmm_sys_util::signal::SIGRTMIN()
 }
 
 fn stop_set() -> std::io::Result<libc::sigset_t> {
-    vmm_sys_util::signal::create_sigset(&STOP_SIGNALS)
+    let mut all = STOP_SIGNALS.to_vec();
+    all.push(DESCRIBE_SIGNAL);
+    vmm_sys_util::signal::create_sigset(&all)
         .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))
 }
 
@@ -44,7 +50,7 @@ pub struct StopSignals {
 }
 
 impl StopSignals {
-    /// Blocks [`STOP_SIGNALS`] on the calling thread (threads it starts
+    /// Blocks [`STOP_SIGNALS`] and [`DESCRIBE_SIGNAL`] on the calling thread (threads it starts
     /// afterwards inherit that) and opens a non-blocking signalfd for them.
     pub fn block() -> std::io::Result<Self> {
         let set = stop_set()?;

@@ -109,6 +109,19 @@ impl VcpuSet {
         self.stop.clone()
     }
 
+    /// Kicks the threads of `indices` out of `KVM_RUN` once, without asking
+    /// them to stop: they record their registers and go back into the guest
+    /// (SIGQUIT's report).
+    pub fn kick(&self, indices: &[usize]) {
+        for (i, t) in &self.threads {
+            if indices.contains(i) {
+                if let Err(e) = t.kill(crate::signals::kick_signal()) {
+                    log::debug!("kicking vCPU {i} failed: {e}");
+                }
+            }
+        }
+    }
+
     /// Starts thread `vcpu<index>` running `body`.
     pub fn spawn(
         &mut self,
@@ -468,8 +481,9 @@ impl VcpuContext {
                 // A kick: clear what its handler set; the loop checks `stop`.
                 self.vcpu.set_kvm_immediate_exit(0);
                 ExitStats::bump(&stats.interrupted);
-                if self.stop.load(Ordering::SeqCst) {
-                    // The stop's kick: where the guest was, for the report of a time-out.
+                if self.stop.load(Ordering::SeqCst) || status.take_snapshot_request() {
+                    // The stop's kick (for the report of a time-out) or SIGQUIT's:
+                    // where the guest was.
                     if let Ok(regs) = self.vcpu.get_regs() {
                         let mp_state = self.vcpu.get_mp_state().ok().map(|m| m.mp_state);
                         status.record(crate::vcpu_status::Snapshot {

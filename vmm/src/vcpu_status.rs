@@ -7,7 +7,7 @@
 //! out of the guest, its registers; [`VcpuStatus::describe`] turns that into
 //! the sentence a timed-out run prints for each vCPU.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -78,6 +78,8 @@ pub struct VcpuStatus {
     /// Microseconds since [`epoch`] when the phase began.
     since_us: AtomicU64,
     snapshot: Mutex<Option<Snapshot>>,
+    /// SIGQUIT asked for the registers at the next kick.
+    snapshot_wanted: AtomicBool,
 }
 
 fn epoch() -> Instant {
@@ -105,6 +107,7 @@ impl VcpuStatus {
             addr: AtomicU64::new(0),
             since_us: AtomicU64::new(now_us()),
             snapshot: Mutex::new(None),
+            snapshot_wanted: AtomicBool::new(false),
         }
     }
 
@@ -126,7 +129,31 @@ impl VcpuStatus {
         self.phase.store(DONE, Ordering::Release);
     }
 
-    /// The registers seen when the stop's kick brought the vCPU out of the guest.
+    /// True while the thread is in `KVM_RUN` (it can be kicked without
+    /// interrupting a device's host call).
+    pub fn in_guest_now(&self) -> bool {
+        self.phase.load(Ordering::Acquire) == IN_GUEST
+    }
+
+    /// Asks for the registers at the next kick (SIGQUIT), dropping the last ones.
+    pub fn request_snapshot(&self) {
+        if let Ok(mut s) = self.snapshot.lock() {
+            *s = None;
+        }
+        self.snapshot_wanted.store(true, Ordering::Release);
+    }
+
+    /// Whether a snapshot was asked for (and clears the request).
+    pub fn take_snapshot_request(&self) -> bool {
+        self.snapshot_wanted.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether registers were recorded since the last request.
+    pub fn has_snapshot(&self) -> bool {
+        self.snapshot.lock().is_ok_and(|s| s.is_some())
+    }
+
+    /// The registers seen when a kick brought the vCPU out of the guest.
     pub fn record(&self, snapshot: Snapshot) {
         if let Ok(mut s) = self.snapshot.lock() {
             *s = Some(snapshot);
