@@ -2,7 +2,7 @@
 //! threads (relaxed atomics: they are statistics, not synchronisation).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -20,8 +20,13 @@ pub struct ExitStats {
     pub mmio_write: AtomicU64,
     /// MMIO writes that hit a read-only NVDIMM (dropped).
     pub readonly_writes: AtomicU64,
-    /// Accesses no device claimed.
+    /// Accesses no device claimed ("unhandled": the guest probing hardware
+    /// pmemvm does not have — a PIT speaker port, a PCI configuration port, a
+    /// CMOS/RTC register; reads give all ones, writes are dropped).
     pub unhandled: AtomicU64,
+    /// Where the unclaimed accesses went: the first [`UNCLAIMED_KEPT`]
+    /// distinct addresses, each with its count.
+    pub unclaimed: Mutex<Vec<UnclaimedAccess>>,
     /// HLT exits (none with the in-kernel LAPIC).
     pub hlt: AtomicU64,
     /// KVM_RUN interrupted by a signal.
@@ -45,6 +50,9 @@ pub struct ExitCounts {
     pub readonly_writes: u64,
     /// Unclaimed accesses.
     pub unhandled: u64,
+    /// Where they went (the first few distinct addresses).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unclaimed: Vec<UnclaimedAccess>,
     /// HLT exits.
     pub hlt: u64,
     /// Signal interruptions.
@@ -53,7 +61,44 @@ pub struct ExitCounts {
     pub other: u64,
 }
 
+/// Distinct unclaimed addresses kept with their counts (the rest are only counted).
+pub const UNCLAIMED_KEPT: usize = 16;
+
+/// One address no device claimed, and how often the guest went there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnclaimedAccess {
+    /// `port-read`, `port-write`, `mmio-read` or `mmio-write`.
+    pub kind: String,
+    /// The port or guest-physical address.
+    pub addr: u64,
+    /// Accesses.
+    pub count: u64,
+}
+
 impl ExitStats {
+    /// Counts an access no device claimed; the first one at each address is
+    /// logged (info), and the first [`UNCLAIMED_KEPT`] addresses are kept.
+    pub fn unclaimed_access(&self, vcpu: usize, kind: &'static str, addr: u64) {
+        Self::bump(&self.unhandled);
+        let Ok(mut list) = self.unclaimed.lock() else {
+            return;
+        };
+        if let Some(a) = list.iter_mut().find(|a| a.kind == kind && a.addr == addr) {
+            a.count += 1;
+            return;
+        }
+        log::info!(
+            "vCPU {vcpu}: {kind} at {addr:#x} is claimed by no device (pmemvm's machine has none there;              reads give all ones, writes are dropped)"
+        );
+        if list.len() < UNCLAIMED_KEPT {
+            list.push(UnclaimedAccess {
+                kind: kind.to_string(),
+                addr,
+                count: 1,
+            });
+        }
+    }
+
     /// Adds one to `counter`.
     pub fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
@@ -69,6 +114,7 @@ impl ExitStats {
             mmio_write: g(&self.mmio_write),
             readonly_writes: g(&self.readonly_writes),
             unhandled: g(&self.unhandled),
+            unclaimed: self.unclaimed.lock().map(|u| u.clone()).unwrap_or_default(),
             hlt: g(&self.hlt),
             interrupted: g(&self.interrupted),
             other: g(&self.other),
@@ -159,5 +205,57 @@ mod tests {
             "all {all} KiB, without {without} KiB"
         );
         assert_eq!(v[len - 1], 2);
+    }
+
+    #[test]
+    fn unclaimed_accesses_are_counted_by_address_and_kept_up_to_a_limit() {
+        let stats = ExitStats::default();
+        stats.unclaimed_access(0, "port-read", 0x61);
+        stats.unclaimed_access(1, "port-read", 0x61);
+        stats.unclaimed_access(0, "port-write", 0x61);
+        stats.unclaimed_access(0, "mmio-read", 0xfed0_0000);
+        let snap = stats.snapshot();
+        assert_eq!(snap.unhandled, 4);
+        assert_eq!(
+            snap.unclaimed,
+            [
+                UnclaimedAccess {
+                    kind: "port-read".into(),
+                    addr: 0x61,
+                    count: 2
+                },
+                UnclaimedAccess {
+                    kind: "port-write".into(),
+                    addr: 0x61,
+                    count: 1
+                },
+                UnclaimedAccess {
+                    kind: "mmio-read".into(),
+                    addr: 0xfed0_0000,
+                    count: 1
+                },
+            ]
+        );
+        for port in 0..100u64 {
+            stats.unclaimed_access(0, "port-write", 0x1000 + port);
+        }
+        let snap = stats.snapshot();
+        assert_eq!(snap.unhandled, 104, "every access is counted");
+        assert_eq!(snap.unclaimed.len(), UNCLAIMED_KEPT, "the list is bounded");
+        let json = serde_json::to_string(&snap).unwrap();
+        assert!(
+            json.contains("\"unclaimed\":[{\"kind\":\"port-read\",\"addr\":97,\"count\":2}"),
+            "{json}"
+        );
+        let back: ExitCounts = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, snap);
+        let old: ExitCounts = serde_json::from_str(
+            r#"{"io_in":1,"io_out":2,"mmio_read":0,"mmio_write":0,"readonly_writes":0,"unhandled":3,"hlt":0,"interrupted":0,"other":0}"#,
+        )
+        .unwrap();
+        assert!(
+            old.unclaimed.is_empty(),
+            "records without the list still read"
+        );
     }
 }

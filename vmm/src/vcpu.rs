@@ -396,7 +396,7 @@ impl VcpuContext {
                 let data = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
                 for element in data.chunks_mut(width) {
                     if self.pio.read(port.into(), element).is_err() {
-                        ExitStats::bump(&stats.unhandled);
+                        stats.unclaimed_access(self.index, "port-read", port.into());
                     }
                 }
                 None
@@ -415,7 +415,7 @@ impl VcpuContext {
                 }
                 for element in data.chunks(width) {
                     if self.pio.write(port.into(), element).is_err() {
-                        ExitStats::bump(&stats.unhandled);
+                        stats.unclaimed_access(self.index, "port-write", port.into());
                     }
                 }
                 None
@@ -429,7 +429,7 @@ impl VcpuContext {
                     return Some(d.storage_failure(self.index, "read", addr));
                 }
                 if self.mmio.read(addr, data).is_err() {
-                    ExitStats::bump(&stats.unhandled);
+                    stats.unclaimed_access(self.index, "mmio-read", addr);
                 }
                 None
             }
@@ -443,7 +443,7 @@ impl VcpuContext {
                     Some(d) => return Some(d.storage_failure(self.index, "write", addr)),
                     None => {
                         if self.mmio.write(addr, data).is_err() {
-                            ExitStats::bump(&stats.unhandled);
+                            stats.unclaimed_access(self.index, "mmio-write", addr);
                         }
                     }
                 }
