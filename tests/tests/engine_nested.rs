@@ -41,6 +41,12 @@ fn ready() -> Result<TcgGuard, Skip> {
     Ok(pmemvm_tests::tcg::lock().expect("take the TCG lock"))
 }
 
+/// [`ready`] for an L1 of `n` vCPUs: it holds `n` TCG slots.
+fn ready_n(n: usize) -> Result<TcgGuard, Skip> {
+    drop(ready()?);
+    Ok(pmemvm_tests::tcg::lock_n(n).expect("take the TCG slots"))
+}
+
 /// `pmemvm ARGS` with the L1 cache of the harness.
 fn pmemvm(args: &[&str]) -> Command {
     let mut cmd = Command::new(pmemvm_bin());
@@ -121,6 +127,43 @@ fn run_command_writes_the_users_backing_file_on_the_host() {
     assert_nested_record(&v, &out);
     assert_eq!(v["status"], 7);
     assert_eq!(v["nvdimms"][0]["file"], img.to_str().unwrap());
+}
+
+/// `--cpus 2` under `--engine nested`: the L1 gets two vCPUs too (on one, a
+/// 2-vCPU guest's IPIs wait for a vCPU that cannot run and L1 soft-locks), and
+/// the guest sees both and runs work on both.
+#[test]
+fn a_two_vcpu_guest_gets_a_two_vcpu_l1() {
+    let _tcg = require!(ready_n(2));
+    let started = Instant::now();
+    let out = run_cmd(
+        &mut pmemvm(&[
+            "run",
+            "--engine",
+            "nested",
+            "--cmdline",
+            CMDLINE,
+            "--cpus",
+            "2",
+            "--nvdimm",
+            "64M,label-size=0",
+            "--",
+            "sh",
+            "-c",
+            "echo online $(cat /sys/devices/system/cpu/online); \
+             for c in 0 1; do taskset -c $c dd if=/dev/pmem0 of=/dev/null bs=1M count=16 2>/dev/null & done; wait; \
+             echo both-done",
+        ]),
+        DEADLINE,
+    );
+    eprintln!(
+        "run --engine nested --cpus 2: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    assert!(out.stdout.contains("online 0-1"), "{}", out.dump());
+    assert!(out.stdout.contains("both-done"), "{}", out.dump());
+    assert!(!out.stderr.contains("soft lockup"), "{}", out.dump());
 }
 
 #[test]

@@ -57,6 +57,20 @@ fn nvdimm_arg(spec: &NvdimmSpec, path: &str) -> String {
     s
 }
 
+/// vCPUs of the L1 VM for a guest of `guest_cpus`: as many as the guest has
+/// (a guest's vCPUs are threads of pmemvm in L1; on fewer L1 vCPUs, a guest
+/// vCPU that spins waiting for another, e.g. for an IPI's answer, starves it
+/// and Linux in L1 reports soft lockups), at most the host's CPUs (QEMU's TCG
+/// runs one thread per L1 vCPU).
+pub fn l1_cpus(guest_cpus: u8, host_cpus: usize) -> u32 {
+    let host = u32::try_from(host_cpus.max(1)).unwrap_or(u32::MAX);
+    u32::from(guest_cpus.max(1)).min(host)
+}
+
+fn host_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 /// The host-side locks of the user's backing files, held while the L1 runs.
 #[derive(Debug)]
 struct HostLocks(#[allow(dead_code)] Vec<fs::File>);
@@ -315,7 +329,7 @@ impl NestedEngine {
         write_command(share, &[], &words, &mounts, None)?;
         let opts = L1Options {
             memory_mib: l1_memory_mib(m.memory),
-            cpus: 1,
+            cpus: l1_cpus(m.cpus, host_cpus()),
             mounts,
             interactive: false,
         };
@@ -475,7 +489,7 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
     write_command(&share.0, &[], &words, &mounts, Some(INTERACTIVE_TTY))?;
     let opts = L1Options {
         memory_mib: l1_memory_mib(b.memory),
-        cpus: 1,
+        cpus: l1_cpus(b.cpus, host_cpus()),
         mounts,
         interactive: true,
     };
@@ -514,6 +528,15 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_l1_has_as_many_vcpus_as_the_guest_up_to_the_hosts() {
+        assert_eq!(l1_cpus(1, 2), 1);
+        assert_eq!(l1_cpus(2, 2), 2);
+        assert_eq!(l1_cpus(4, 2), 2);
+        assert_eq!(l1_cpus(48, 64), 48);
+        assert_eq!(l1_cpus(0, 0), 1);
+    }
 
     #[test]
     fn dimms_are_placed_in_the_share_or_through_their_directory() {
