@@ -425,6 +425,47 @@ fn run_timeout_ends_a_guest_that_never_finishes() {
     );
 }
 
+/// `--timeout` fires when the vCPU spins with interrupts off (it never exits to
+/// pmemvm by itself): the kick brings it out, and the report says it was running,
+/// at a RIP of the spin loop, interrupts off.
+#[test]
+fn run_timeout_ends_a_guest_spinning_with_interrupts_off() {
+    let spin = require!(tiny_path("spin"));
+    let dir = TempDir::new("run-timeout-spin");
+    let job = dir.join("job.fio");
+    std::fs::write(&job, "[x]\nioengine=null\nsize=1M\n").unwrap();
+    let job = job.display().to_string();
+    let out = run(
+        &[
+            "run",
+            "--engine",
+            "pmemvm",
+            "--kernel",
+            spin.as_str(),
+            "--fio",
+            job.as_str(),
+            "--timeout",
+            "2",
+        ],
+        DEADLINE,
+    );
+    assert!(!out.timed_out, "{}", out.dump());
+    assert_eq!(out.status, Some(124), "{}", out.dump());
+    assert!(
+        out.stderr.contains("did not finish within 2 s"),
+        "{}",
+        out.dump()
+    );
+    assert!(
+        out.stderr
+            .contains("vCPU 0: in the guest, running, at RIP 0x")
+            && out.stderr.contains("(_start+0x")
+            && out.stderr.contains("interrupts off"),
+        "{}",
+        out.dump()
+    );
+}
+
 /// SIGQUIT says where each vCPU is without ending the guest (as `--timeout`
 /// does when it ends it); the guest goes on until SIGTERM stops it.
 #[test]
