@@ -479,10 +479,27 @@ fn sigquit_describes_the_vcpus_and_the_guest_goes_on() {
     let mut child = Command::new(pmemvm_tests::pmemvm::pmemvm_bin())
         .args(["boot", "--kernel", &halt, "--cpus", "2", "--timeout", "120"])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start pmemvm boot");
+    let console = Arc::new(Mutex::new(String::new()));
+    let console_reader = {
+        let console = console.clone();
+        let mut pipe = child.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 256];
+            while let Ok(n) = std::io::Read::read(&mut pipe, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                console
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
     let pid = libc::pid_t::try_from(child.id()).expect("pid");
     let stderr = Arc::new(Mutex::new(String::new()));
     let reader = {
@@ -510,8 +527,17 @@ fn sigquit_describes_the_vcpus_and_the_guest_goes_on() {
         }
         false
     };
-    // The guest halts at once; give pmemvm time to start both vCPUs.
-    std::thread::sleep(Duration::from_secs(2));
+    // vCPU 0 prints "halting" just before it halts (seconds in a loaded nested L1).
+    let end = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < end
+        && !console
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains("halting")
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
     // SAFETY: kill with our own child's pid and a valid signal.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGQUIT) }, 0);
     let said = wait_for("SIGQUIT: the guest goes on", Duration::from_secs(20));
@@ -546,6 +572,7 @@ fn sigquit_describes_the_vcpus_and_the_guest_goes_on() {
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     let status = child.wait().expect("wait");
     reader.join().ok();
+    console_reader.join().ok();
     let text = stderr.lock().unwrap_or_else(|e| e.into_inner()).clone();
     assert_eq!(
         text.matches("SIGQUIT: the guest goes on").count(),
