@@ -24,7 +24,7 @@ pub struct Cli {
 pub enum Command {
     /// Boot a guest kernel with the console on this terminal.
     Boot(BootArgs),
-    /// Run one fio job in the guest and return its JSON results.
+    /// Run a fio job (--fio) or any command (-- CMD) in the guest and return its results.
     Run(Box<RunArgs>),
     /// Run one of the upstream experiments (A/B where it has two sides) and report.
     Bench(BenchArgs),
@@ -194,7 +194,7 @@ pub struct MachineArgs {
     /// Bind guest RAM and every NVDIMM mapping to this host NUMA node (strict).
     #[arg(long, value_name = "N")]
     pub host_node: Option<u32>,
-    /// An NVDIMM: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,node=N]. Repeat for more.
+    /// An NVDIMM: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,hugepages][,node=N][,badblocks=OFF+LEN[:...]]. Repeat for more.
     ///
     /// SIZE is the guest's persistent-memory region, a multiple of 16 MiB. The
     /// backing file holds the region, then the label area (label-size, default
