@@ -319,6 +319,41 @@ fn run_record_states_the_machine_and_measured_page_sizes() {
     let thp = m["thp_enabled"].as_str().unwrap();
     let expect_ram = if thp == "never" { 4096 } else { 2 << 20 };
     assert_eq!(m["ram_page_size"], expect_ram, "{m}");
+    // --host-node places file-backed DIMMs too: their page cache is allocated under the
+    // faulting vCPU thread's policy (mbind governs only anonymous, shmem and hugetlb
+    // pages), which is bound to the node; numa_maps says where the touched pages are.
+    // This host has one node, so "on node 0" cannot fail by placement here; the policy
+    // is the part a one-node host can check.
+    assert_eq!(m["vcpu_memory_policy"], "bind:0", "{m}");
+    let plain = m["page_measurements"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["what"] == "nvdimm1"))
+        .unwrap_or_else(|| panic!("no nvdimm1 measurement: {m}"));
+    let resident = plain["resident"].as_u64().unwrap_or(0);
+    assert!(
+        resident > 0,
+        "the guest touched the file-backed DIMM: {plain}"
+    );
+    let nodes = plain["node_bytes"].as_array().expect("node_bytes");
+    if std::path::Path::new("/proc/self/numa_maps").exists() {
+        let on = |n: u64| {
+            nodes
+                .iter()
+                .filter(|e| e[0] == n)
+                .map(|e| e[1].as_u64().unwrap_or(0))
+                .sum::<u64>()
+        };
+        assert!(
+            on(0) > 0,
+            "numa_maps shows the DIMM's pages on node 0: {plain}"
+        );
+        let elsewhere: u64 = nodes
+            .iter()
+            .filter(|e| e[0] != 0)
+            .map(|e| e[1].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(elsewhere, 0, "no page on another node: {plain}");
+    }
 }
 
 #[test]

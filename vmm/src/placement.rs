@@ -303,6 +303,85 @@ pub fn bind_memory(addr: usize, len: usize, node: u32, what: &str) -> Result<(),
     Ok(())
 }
 
+/// Binds the calling thread's own memory policy to host node `node`
+/// (`set_mempolicy(MPOL_BIND)`). `mbind` on a mapping governs anonymous,
+/// shmem and hugetlb pages only: the page-cache pages of a file-backed DIMM
+/// are allocated under the policy of the thread that faults them — for a
+/// guest, its vCPU threads (KVM faults the pages in their context) — so they
+/// get this one too.
+pub fn bind_current_thread(node: u32, what: &str) -> Result<(), PlacementError> {
+    let bits = libc::c_ulong::BITS;
+    if node >= 1024 {
+        return Err(PlacementError::Bind {
+            what: what.into(),
+            node,
+            errno: "node number out of range".into(),
+        });
+    }
+    let mut mask = [0 as libc::c_ulong; 1024 / libc::c_ulong::BITS as usize];
+    mask[(node / bits) as usize] |= 1 << (node % bits);
+    let maxnode = libc::c_ulong::try_from(mask.len()).unwrap_or(1) * libc::c_ulong::from(bits);
+    // SAFETY: set_mempolicy changes only the calling thread's policy; `mask`
+    // holds `maxnode` bits and outlives the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_set_mempolicy,
+            libc::MPOL_BIND,
+            mask.as_ptr(),
+            maxnode,
+        )
+    };
+    if rc != 0 {
+        return Err(PlacementError::Bind {
+            what: what.into(),
+            node,
+            errno: errno_text(),
+        });
+    }
+    Ok(())
+}
+
+/// The calling thread's memory policy as numa_maps spells policies
+/// (`default`, `bind:0`, `preferred:1`, `interleave:0-1`, ...).
+pub fn current_thread_policy() -> String {
+    let bits = libc::c_ulong::BITS;
+    let mut mode: libc::c_int = 0;
+    let mut mask = [0 as libc::c_ulong; 1024 / libc::c_ulong::BITS as usize];
+    let maxnode = libc::c_ulong::try_from(mask.len()).unwrap_or(1) * libc::c_ulong::from(bits);
+    // SAFETY: get_mempolicy writes one int to `mode` and at most `maxnode`
+    // bits to `mask`, both owned by this frame; addr 0 with flags 0 asks for
+    // the thread's own policy.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_get_mempolicy,
+            &mut mode as *mut libc::c_int,
+            mask.as_mut_ptr(),
+            maxnode,
+            0usize,
+            0usize,
+        )
+    };
+    if rc != 0 {
+        return format!("unknown ({})", errno_text());
+    }
+    let nodes: Vec<String> = (0..maxnode)
+        .filter(|n| {
+            mask[(n / libc::c_ulong::from(bits)) as usize] & (1 << (n % libc::c_ulong::from(bits)))
+                != 0
+        })
+        .map(|n| n.to_string())
+        .collect();
+    let name = match mode {
+        libc::MPOL_DEFAULT => return "default".into(),
+        libc::MPOL_PREFERRED => "preferred",
+        libc::MPOL_BIND => "bind",
+        libc::MPOL_INTERLEAVE => "interleave",
+        libc::MPOL_LOCAL => return "local".into(),
+        other => return format!("mode {other}"),
+    };
+    format!("{name}:{}", nodes.join(","))
+}
+
 /// Restricts the calling thread to `cpus` (a no-op for an empty list).
 pub fn pin_current_thread(cpus: &[u32], what: &str) -> Result<(), PlacementError> {
     if cpus.is_empty() {

@@ -370,12 +370,25 @@ impl Vm {
                 status: statuses[index].clone(),
             };
             let pin: Vec<u32> = self.placement.pin.get(index).copied().into_iter().collect();
+            let node = self.placement.host_node;
+            let policy = self.vcpu_policy.clone();
             let exit = self.exit.clone();
             let spawned = if faults.vcpu_spawn_fails == Some(index) {
                 Err(std::io::Error::other("injected fault"))
             } else {
                 vcpus.spawn(index, move || {
-                    match crate::placement::pin_current_thread(&pin, &format!("vCPU {index}")) {
+                    let what = format!("vCPU {index}");
+                    let placed = crate::placement::pin_current_thread(&pin, &what).and_then(|()| {
+                        // The page cache of file-backed DIMMs follows the faulting
+                        // thread's policy, not the mapping's.
+                        node.map_or(Ok(()), |n| crate::placement::bind_current_thread(n, &what))
+                    });
+                    if index == 0 {
+                        if let Ok(mut p) = policy.lock() {
+                            *p = crate::placement::current_thread_policy();
+                        }
+                    }
+                    match placed {
                         Ok(()) => ctx.run(),
                         Err(e) => exit.request(ExitRequest::Fatal(e.to_string())),
                     }
@@ -525,11 +538,17 @@ impl Vm {
                 p.resident >> 10
             );
         }
-        crate::host::machine::MachineDescription::probe().with_run(
+        let mut m = crate::host::machine::MachineDescription::probe().with_run(
             &self.placement.pin,
             self.placement.host_node,
             pages,
-        )
+        );
+        m.vcpu_memory_policy = self
+            .vcpu_policy
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default();
+        m
     }
 
     /// The writable DIMMs' and legacy ranges' files, named for messages:

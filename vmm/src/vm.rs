@@ -221,6 +221,8 @@ pub struct Vm {
     pub(crate) kernel: std::path::PathBuf,
     /// The virtio disks, for their counters.
     pub(crate) disks: Vec<crate::disk::AttachedDisk>,
+    /// The memory policy vCPU 0's thread runs with (for the run's record).
+    pub(crate) vcpu_policy: Arc<Mutex<String>>,
 }
 
 impl std::fmt::Debug for Vm {
@@ -599,6 +601,7 @@ impl Vm {
             placement: config.placement.clone(),
             kernel: config.kernel.clone(),
             disks,
+            vcpu_policy: Arc::default(),
         })
     }
 

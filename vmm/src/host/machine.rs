@@ -65,6 +65,11 @@ pub struct MachineDescription {
     pub vcpu_pinning: Vec<u32>,
     /// Host NUMA node guest RAM and DIMMs are bound to (`--host-node`), None when unbound.
     pub host_node: Option<u32>,
+    /// The memory policy vCPU 0's thread ran with (`bind:0` with `--host-node 0`,
+    /// `default` without), as numa_maps spells policies: the page cache of a
+    /// file-backed DIMM is allocated under it. Empty when not measured.
+    #[serde(default)]
+    pub vcpu_memory_policy: String,
     /// Page size in bytes that backed most of the guest RAM the guest touched
     /// (0 when not measured or nothing was resident).
     pub ram_page_size: u64,

@@ -29,6 +29,11 @@ pub struct MappingPages {
     /// The page size backing most resident bytes: 4096, 2097152 or
     /// 1073741824; 0 when nothing was resident.
     pub page_size: u64,
+    /// Resident bytes per host NUMA node, from `/proc/self/numa_maps`
+    /// (`N<node>=<pages>`): where the pages really are, whatever the policy
+    /// says. Empty when the kernel has no numa_maps.
+    #[serde(default)]
+    pub node_bytes: Vec<(u32, u64)>,
 }
 
 impl MappingPages {
@@ -132,20 +137,85 @@ pub fn measure_text(smaps: &str, maps: &[(String, usize, usize)]) -> Vec<Mapping
                 resident: resident_kib << 10,
                 huge_resident: huge_kib << 10,
                 page_size: page_kib << 10,
+                node_bytes: Vec::new(),
             }
         })
         .collect()
 }
 
-/// Measures each `(what, host address, length)` mapping of this process.
+/// Bytes per NUMA node of each `(what, host address, length)` mapping, from
+/// the text of `/proc/self/numa_maps`: every line whose start lies in the
+/// mapping (a mapping split by `mbind` or `madvise` has several) adds its
+/// `N<node>=<pages>` times its `kernelpagesize_kB`.
+pub fn nodes_text(numa_maps: &str, maps: &[(String, usize, usize)]) -> Vec<Vec<(u32, u64)>> {
+    let mut out: Vec<std::collections::BTreeMap<u32, u64>> = vec![Default::default(); maps.len()];
+    for line in numa_maps.lines() {
+        let mut words = line.split_whitespace();
+        let Some(start) = words.next().and_then(|a| usize::from_str_radix(a, 16).ok()) else {
+            continue;
+        };
+        let Some(i) = maps
+            .iter()
+            .position(|(_, g, len)| start >= *g && start < g.saturating_add(*len))
+        else {
+            continue;
+        };
+        let words: Vec<&str> = words.collect();
+        let page_kib = words
+            .iter()
+            .find_map(|w| w.strip_prefix("kernelpagesize_kB="))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(4);
+        for w in &words {
+            let Some((node, pages)) = w.strip_prefix('N').and_then(|r| r.split_once('=')) else {
+                continue;
+            };
+            if let (Ok(node), Ok(pages)) = (node.parse::<u32>(), pages.parse::<u64>()) {
+                *out[i].entry(node).or_default() += pages.saturating_mul(page_kib << 10);
+            }
+        }
+    }
+    out.into_iter().map(|m| m.into_iter().collect()).collect()
+}
+
+/// Measures each `(what, host address, length)` mapping of this process:
+/// page sizes from smaps, nodes from numa_maps (where the kernel has it).
 pub fn measure(maps: &[(String, usize, usize)]) -> Result<Vec<MappingPages>, SmapsError> {
     let text = std::fs::read_to_string("/proc/self/smaps").map_err(SmapsError::Read)?;
-    Ok(measure_text(&text, maps))
+    let mut pages = measure_text(&text, maps);
+    if let Ok(numa) = std::fs::read_to_string("/proc/self/numa_maps") {
+        for (p, nodes) in pages.iter_mut().zip(nodes_text(&numa, maps)) {
+            p.node_bytes = nodes;
+        }
+    }
+    Ok(pages)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numa_maps_lines_add_up_per_mapping_and_node() {
+        let text = "\
+7f0000000000 bind:0 anon=3 dirty=3 N0=3 kernelpagesize_kB=4
+7f0000003000 bind:0 file=/tmp/pm.img mapped=512 N0=500 N1=12 kernelpagesize_kB=4
+7f0000400000 default anon=2 N1=2 kernelpagesize_kB=2048
+7f1000000000 default N0=99 kernelpagesize_kB=4
+garbage line
+";
+        let maps = vec![
+            ("nvdimm0".to_string(), 0x7f00_0000_0000usize, 0x40_0000usize),
+            ("ram".to_string(), 0x7f00_0040_0000, 0x40_0000),
+        ];
+        assert_eq!(
+            nodes_text(text, &maps),
+            [
+                vec![(0, (3 + 500) * 4096), (1, 12 * 4096)],
+                vec![(1, 2 * (2 << 20))]
+            ]
+        );
+    }
 
     #[test]
     fn touched_anonymous_memory_is_measured_in_4k_pages_without_thp() {
