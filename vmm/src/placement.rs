@@ -319,7 +319,8 @@ pub fn bind_current_thread(node: u32, what: &str) -> Result<(), PlacementError> 
         });
     }
     let mut mask = [0 as libc::c_ulong; 1024 / libc::c_ulong::BITS as usize];
-    mask[(node / bits) as usize] |= 1 << (node % bits);
+    let word = usize::try_from(node / bits).unwrap_or(0);
+    mask[word] |= 1 << (node % bits);
     let maxnode = libc::c_ulong::try_from(mask.len()).unwrap_or(1) * libc::c_ulong::from(bits);
     // SAFETY: set_mempolicy changes only the calling thread's policy; `mask`
     // holds `maxnode` bits and outlives the call.
@@ -364,11 +365,9 @@ pub fn current_thread_policy() -> String {
     if rc != 0 {
         return format!("unknown ({})", errno_text());
     }
-    let nodes: Vec<String> = (0..maxnode)
-        .filter(|n| {
-            mask[(n / libc::c_ulong::from(bits)) as usize] & (1 << (n % libc::c_ulong::from(bits)))
-                != 0
-        })
+    let word_bits = usize::try_from(bits).unwrap_or(64);
+    let nodes: Vec<String> = (0..mask.len() * word_bits)
+        .filter(|&n| mask[n / word_bits] & (1 << (n % word_bits)) != 0)
         .map(|n| n.to_string())
         .collect();
     let name = match mode {
