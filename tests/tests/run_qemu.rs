@@ -95,7 +95,11 @@ fn put_and_get_travel_on_virtio_disks_on_qemu_too() {
     assert_eq!(out.status, Some(0), "{}", out.dump());
     assert_eq!(std::fs::read(got.join("res/blob")).unwrap(), payload);
     let disks = std::fs::read_to_string(got.join("res/disks")).unwrap();
-    assert_eq!(disks.split_whitespace().count(), 2, "put and get disks: {disks}");
+    assert_eq!(
+        disks.split_whitespace().count(),
+        2,
+        "put and get disks: {disks}"
+    );
     let dimms = std::fs::read_to_string(got.join("res/dimms")).unwrap();
     assert_eq!(dimms.matches("\"dev\":\"nmem").count(), 1, "{dimms}");
 }

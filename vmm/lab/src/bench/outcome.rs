@@ -296,7 +296,7 @@ mod tests {
         let e = find_experiment(name).unwrap();
         let p = e
             .plan(&BenchParams {
-                vcpus: 1,
+                vcpus: Some(1),
                 ..BenchParams::default()
             })
             .unwrap();

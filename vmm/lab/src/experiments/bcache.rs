@@ -161,8 +161,10 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         sides: Vec::new(),
         extra_cmdline,
         nvdimm_bytes: None,
+        vcpus: c.vcpus,
         jobs: c.jobs,
         min_guest_mem_mib: 2 * (size / MIB) + 512,
+        guest_mem_mib: 0,
         deviations,
     })
 }

@@ -3,17 +3,23 @@
 use super::*;
 use crate::report::Metric;
 
-/// A host that gives the threads' parameters: 48 vCPUs, enough disk.
+/// A host that gives the threads' parameters: 64 CPUs, enough disk.
 pub(super) fn thread_host() -> BenchParams {
-    BenchParams {
-        vcpus: 48,
-        ..BenchParams::default()
-    }
+    host_with_cpus(64)
 }
 
+/// A host with 2 CPUs.
 pub(super) fn small() -> BenchParams {
+    host_with_cpus(2)
+}
+
+/// A host with `cpus` CPUs and enough disk, every knob at its default.
+pub(super) fn host_with_cpus(cpus: u32) -> BenchParams {
     BenchParams {
-        vcpus: 2,
+        host: HostLimits {
+            cpus: Some(cpus),
+            ..HostLimits::default()
+        },
         ..BenchParams::default()
     }
 }
@@ -157,14 +163,85 @@ fn pmem_nowait_is_the_v1_script() {
 }
 
 #[test]
+fn defaults_follow_the_thread_where_the_host_allows() {
+    // A big host: the thread's shape by default, and no jobs deviation.
+    let big = plan("pmem-nowait", &host_with_cpus(64));
+    assert_eq!((big.vcpus, big.jobs), (48, 48));
+    assert!(deviation(&big, "jobs").is_none(), "{:#?}", big.deviations);
+    // Exactly the thread's CPU count, and an unknown host, are the same.
+    for p in [host_with_cpus(48), BenchParams::default()] {
+        let x = plan("pmem-nowait", &p);
+        assert_eq!((x.vcpus, x.jobs), (48, 48));
+    }
+    // A small host: one vCPU and one job per host CPU, the deviation names the host.
+    let small = plan("xfs-dax-write", &host_with_cpus(2));
+    assert_eq!((small.vcpus, small.jobs), (2, 2));
+    let d = deviation(&small, "jobs").unwrap();
+    assert_eq!((d.thread.as_str(), d.here.as_str()), ("48", "2"));
+    assert!(d.why.starts_with("this host has 2 CPU(s)"), "{}", d.why);
+    assert!(!d.why.contains("--cpus"), "{}", d.why);
+    // The user's choices stay choices, and the deviation says so.
+    let cpus = plan(
+        "pmem-nowait",
+        &BenchParams {
+            vcpus: Some(4),
+            ..host_with_cpus(64)
+        },
+    );
+    assert_eq!((cpus.vcpus, cpus.jobs), (4, 4));
+    assert!(deviation(&cpus, "jobs")
+        .unwrap()
+        .why
+        .contains("set with --cpus"));
+    let jobs = plan(
+        "pmem-nowait",
+        &BenchParams {
+            jobs: Some(8),
+            ..host_with_cpus(64)
+        },
+    );
+    assert_eq!((jobs.vcpus, jobs.jobs), (48, 8));
+    assert_eq!(deviation(&jobs, "jobs").unwrap().why, "set with --jobs");
+    // --jobs 48 on a small host: the user's, no deviation (the thread's count).
+    let forced = plan(
+        "pmem-nowait",
+        &BenchParams {
+            jobs: Some(48),
+            ..host_with_cpus(2)
+        },
+    );
+    assert_eq!((forced.vcpus, forced.jobs), (2, 48));
+    assert!(deviation(&forced, "jobs").is_none());
+    // Guest RAM follows the jobs: the experiment's minimum + 8 MiB per job, at least 1 GiB.
+    assert_eq!(big.guest_mem_mib, 1024);
+    assert_eq!(small.guest_mem_mib, 1536 + 16);
+    assert_eq!(
+        plan("xfs-dax-write", &host_with_cpus(64)).guest_mem_mib,
+        1536 + 384
+    );
+    let bcache = plan("bcache-nowait", &host_with_cpus(64));
+    assert_eq!(bcache.guest_mem_mib, 2 * 1024 + 512 + 384);
+    // --memory is taken, raised to the minimum.
+    assert_eq!(big.clone().with_memory(Some(4 << 30)).guest_mem_mib, 4096);
+    assert_eq!(big.with_memory(Some(256 << 20)).guest_mem_mib, 512);
+    let e = find_experiment("pmem-nowait").unwrap();
+    let err = e
+        .plan(&BenchParams {
+            vcpus: Some(0),
+            ..BenchParams::default()
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("vCPUs = 0"), "{err}");
+}
+
+#[test]
 fn pmem_scales_explicitly_and_says_so() {
     let p = plan(
         "pmem-nowait",
         &BenchParams {
-            vcpus: 2,
             nvdimm_bytes: Some(64 << 20),
             runtime_s: Some(2),
-            ..BenchParams::default()
+            ..small()
         },
     );
     has(&p.phases[1], &["numjobs=2", "size=67108864", "runtime=2"]);
@@ -175,7 +252,13 @@ fn pmem_scales_explicitly_and_says_so() {
     has(&p.phases[0], &["size=67108864", "iodepth=16"]);
     let jobs = deviation(&p, "jobs").unwrap();
     assert_eq!((jobs.thread.as_str(), jobs.here.as_str()), ("48", "2"));
-    assert!(jobs.why.contains("2 vCPU"), "{}", jobs.why);
+    // The host's limit, named as such (not a pmemvm default).
+    assert!(
+        jobs.why.starts_with("this host has 2 CPU(s)"),
+        "{}",
+        jobs.why
+    );
+    assert_eq!(p.vcpus, 2);
     let size = deviation(&p, "--size").unwrap();
     assert_eq!(
         (size.thread.as_str(), size.here.as_str()),
@@ -265,7 +348,7 @@ fn bcache_nowait_is_the_thread_script() {
     let s = plan(
         "bcache-verify",
         &BenchParams {
-            vcpus: 1,
+            vcpus: Some(1),
             size_bytes: Some(64 << 20),
             ..BenchParams::default()
         },
@@ -285,8 +368,9 @@ fn bcache_nowait_is_the_thread_script() {
 
     // A host with little memory or disk: the defaults shrink to what fits, and say why.
     let lean = BenchParams {
-        vcpus: 1,
+        vcpus: Some(1),
         host: HostLimits {
+            cpus: None,
             disk_free_bytes: Some(200 << 20),
             guest_mem_bytes: Some(1536 << 20),
         },
@@ -352,8 +436,9 @@ fn xfs_dax_write_is_the_famfs_command_line() {
     let s = plan(
         "xfs-dax-write",
         &BenchParams {
-            vcpus: 2,
+            vcpus: Some(2),
             host: HostLimits {
+                cpus: None,
                 disk_free_bytes: Some(8 << 30),
                 guest_mem_bytes: None,
             },
@@ -384,7 +469,7 @@ fn bad_parameters_are_explained() {
     let e = find_experiment("xfs-dax-write").unwrap();
     let err = e
         .plan(&BenchParams {
-            vcpus: 2,
+            vcpus: Some(2),
             nvdimm_bytes: Some(256 << 20),
             ..BenchParams::default()
         })
@@ -392,7 +477,7 @@ fn bad_parameters_are_explained() {
     assert!(err.to_string().contains("at least 512 MiB"), "{err}");
     let err = e
         .plan(&BenchParams {
-            vcpus: 2,
+            vcpus: Some(2),
             jobs: Some(200),
             nvdimm_bytes: Some(1 << 30),
             ..BenchParams::default()
@@ -403,7 +488,7 @@ fn bad_parameters_are_explained() {
     for (p, text) in [
         (
             BenchParams {
-                vcpus: 2,
+                vcpus: Some(2),
                 jobs: Some(0),
                 ..BenchParams::default()
             },
@@ -411,7 +496,7 @@ fn bad_parameters_are_explained() {
         ),
         (
             BenchParams {
-                vcpus: 2,
+                vcpus: Some(2),
                 iodepth: Some(0),
                 ..BenchParams::default()
             },
@@ -419,7 +504,7 @@ fn bad_parameters_are_explained() {
         ),
         (
             BenchParams {
-                vcpus: 2,
+                vcpus: Some(2),
                 runtime_s: Some(0),
                 ..BenchParams::default()
             },
@@ -427,7 +512,7 @@ fn bad_parameters_are_explained() {
         ),
         (
             BenchParams {
-                vcpus: 2,
+                vcpus: Some(2),
                 nvdimm_bytes: Some(64 << 20),
                 size_bytes: Some(128 << 20),
                 ..BenchParams::default()
@@ -441,7 +526,7 @@ fn bad_parameters_are_explained() {
     let err = find_experiment("bcache-nowait")
         .unwrap()
         .plan(&BenchParams {
-            vcpus: 1,
+            vcpus: Some(1),
             size_bytes: Some(32 << 20),
             ..BenchParams::default()
         })

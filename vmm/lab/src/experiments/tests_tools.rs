@@ -90,7 +90,7 @@ fn phases_run_on_host_files() {
         let e = find_experiment(name).unwrap();
         let p = e
             .plan(&BenchParams {
-                vcpus: 2,
+                vcpus: Some(2),
                 nvdimm_bytes: Some(if name == "xfs-dax-write" {
                     512 << 20
                 } else {
