@@ -366,6 +366,7 @@ impl Experiment {
             Kind::XfsDaxWrite => xfs::plan(self, params)?,
         };
         plan.sides = self.sides();
+        observe_measured_phases(&mut plan);
         Ok(plan.with_memory(None))
     }
 
@@ -394,6 +395,44 @@ impl Experiment {
         }
         Ok(summary)
     }
+}
+
+/// The comment above the lines [`observe_measured_phases`] adds to a job file.
+pub const OBSERVE_COMMENT: &str = "; pmemvm, not in the thread's job: per-second IOPS and \
+bandwidth logs of all jobs\n; (one file each) and slat/clat/lat percentiles; they change what \
+fio reports, not the I/O it issues.\n";
+
+/// Adds per-second IOPS and bandwidth logs (`/tmp/<phase>_iops.log`, `/tmp/<phase>_bw.log`,
+/// sent back by the guest's init) and slat/clat/lat percentiles to every measured phase's
+/// job, and says so among the deviations. The job files have one section: the lines belong
+/// to it.
+fn observe_measured_phases(plan: &mut ExperimentPlan) {
+    let mut names = Vec::new();
+    for phase in &mut plan.phases {
+        if !matches!(phase.role, PhaseRole::Measured { .. }) {
+            continue;
+        }
+        if !phase.job_file.ends_with('\n') {
+            phase.job_file.push('\n');
+        }
+        phase.job_file.push_str(OBSERVE_COMMENT);
+        phase
+            .job_file
+            .push_str(&crate::fio::log::log_options(&format!("/tmp/{}", phase.name)));
+        names.push(phase.name.clone());
+    }
+    if names.is_empty() {
+        return;
+    }
+    plan.deviations.push(Deviation::new(
+        format!("fio options ({})", names.join(", ")),
+        "not in the thread's job",
+        crate::fio::log::LOG_OPTIONS,
+        "added by pmemvm for the report: per-second IOPS and bandwidth of every run (the chart's \
+         time series) and submission, completion and total latency percentiles; they do not \
+         change the I/O fio issues or what it measures (one histogram update per I/O and one log \
+         line per job and second)",
+    ));
 }
 
 /// The scaled values shared by the experiments: vCPUs, job count, runtime and queue depth.

@@ -154,10 +154,33 @@ fn pmem_nowait_is_the_v1_script() {
         "write-and-verify: norandommap",
         "direct",
         "iodepth (randread)",
+        "fio options (randread-1, randread-2, randread-3)",
     ] {
         assert!(deviation(&p, what).is_some(), "{what}: {:#?}", p.deviations);
     }
-    assert_eq!(p.deviations.len(), 5, "{:#?}", p.deviations);
+    assert_eq!(p.deviations.len(), 6, "{:#?}", p.deviations);
+    // The measured phases' jobs end with the logs and percentiles, the others do not.
+    for r in &p.phases[2..] {
+        has(
+            r,
+            &[
+                &format!("write_iops_log=/tmp/{}", r.name),
+                &format!("write_bw_log=/tmp/{}", r.name),
+                "log_avg_msec=1000",
+                "per_job_logs=0",
+                "slat_percentiles=1",
+                "clat_percentiles=1",
+                "lat_percentiles=1",
+            ],
+        );
+        assert!(r.job_file.contains(OBSERVE_COMMENT), "{}", r.job_file);
+    }
+    for r in &p.phases[..2] {
+        assert!(!r.job_file.contains("_log="), "{}", r.job_file);
+    }
+    let d = deviation(&p, "fio options").unwrap();
+    assert_eq!(d.thread, "not in the thread's job");
+    assert!(d.why.contains("do not change the I/O fio issues"), "{}", d.why);
     assert!(p.guest_job().fio_job.is_empty());
     assert_eq!(p.guest_job().phases.len(), 5);
 }
@@ -422,7 +445,7 @@ fn xfs_dax_write_is_the_famfs_command_line() {
             .iter()
             .map(|d| d.what.as_str())
             .collect::<Vec<_>>(),
-        ["namespace"],
+        ["namespace", "fio options (ten-256m-per-thread)"],
         "{:#?}",
         p.deviations
     );
@@ -546,7 +569,7 @@ fn plan_text_shows_phases_job_texts_and_deviations() {
         "fio --output-format=json --output=/tmp/randread-3.json /job/randread-3.fio",
         "   | [RANDWRITE]",
         "   | numjobs=2",
-        "Deviations from the thread (6):",
+        "Deviations from the thread (7):",
         "  - jobs (RANDWRITE, randread): thread 48, here 2:",
     ] {
         assert!(t.contains(want), "{want:?} missing in\n{t}");
@@ -554,7 +577,7 @@ fn plan_text_shows_phases_job_texts_and_deviations() {
     let json = serde_json::to_value(&p).unwrap();
     assert_eq!(json["phases"][2]["role"]["measured"]["repetition"], 1);
     assert_eq!(json["phases"][0]["role"], "check");
-    assert!(json["deviations"].as_array().unwrap().len() == 6);
+    assert!(json["deviations"].as_array().unwrap().len() == 7);
 }
 
 #[test]

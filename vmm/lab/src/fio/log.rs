@@ -82,9 +82,14 @@ pub enum FioLogError {
         /// The limit.
         max: usize,
     },
-    /// No line with a sample.
-    #[error("fio's log has no samples")]
-    Empty,
+    /// The guest sent one of a phase's two logs only.
+    #[error("the guest sent fio's {sent} log of the phase but not its {missing} log")]
+    MissingFile {
+        /// The log that came.
+        sent: &'static str,
+        /// The log that did not.
+        missing: &'static str,
+    },
 }
 
 /// One metric of a phase per period, summed over its jobs.
@@ -126,7 +131,8 @@ struct Stream {
 }
 
 /// Parses one log file: the sum over the jobs per period of `period_ms`, every value multiplied
-/// by `scale` (1 for IOPS, 1/1024 for KiB/s → MiB/s).
+/// by `scale` (1 for IOPS, 1/1024 for KiB/s → MiB/s). A log without samples (a job shorter than
+/// one period) is a series without points.
 pub fn parse_log(bytes: &[u8], period_ms: u32, scale: f64) -> Result<Series, FioLogError> {
     if bytes.len() > MAX_LOG_BYTES {
         return Err(FioLogError::TooLarge {
@@ -175,9 +181,6 @@ pub fn parse_log(bytes: &[u8], period_ms: u32, scale: f64) -> Result<Series, Fio
         if let Some(s) = streams.get_mut(index) {
             s.samples.push((t, v * scale));
         }
-    }
-    if streams.is_empty() {
-        return Err(FioLogError::Empty);
     }
     spread(&streams, period, period_ms)
 }
@@ -262,9 +265,12 @@ pub fn phase_series(
     iops_log: Option<&[u8]>,
     bw_log: Option<&[u8]>,
 ) -> Option<Result<PhaseSeries, FioLogError>> {
+    let missing = |sent, missing| Some(Err(FioLogError::MissingFile { sent, missing }));
     let (iops, bw) = match (iops_log, bw_log) {
         (None, None) => return None,
-        (i, b) => (i.unwrap_or_default(), b.unwrap_or_default()),
+        (Some(_), None) => return missing("IOPS", "bandwidth"),
+        (None, Some(_)) => return missing("bandwidth", "IOPS"),
+        (Some(i), Some(b)) => (i, b),
     };
     Some((|| {
         Ok(PhaseSeries {
