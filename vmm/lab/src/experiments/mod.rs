@@ -418,7 +418,10 @@ fn observe_measured_phases(plan: &mut ExperimentPlan) {
         phase.job_file.push_str(OBSERVE_COMMENT);
         phase
             .job_file
-            .push_str(&crate::fio::log::log_options(&format!("/tmp/{}", phase.name)));
+            .push_str(&crate::fio::log::log_options(&format!(
+                "/tmp/{}",
+                phase.name
+            )));
         names.push(phase.name.clone());
     }
     if names.is_empty() {

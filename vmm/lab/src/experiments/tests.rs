@@ -180,7 +180,11 @@ fn pmem_nowait_is_the_v1_script() {
     }
     let d = deviation(&p, "fio options").unwrap();
     assert_eq!(d.thread, "not in the thread's job");
-    assert!(d.why.contains("do not change the I/O fio issues"), "{}", d.why);
+    assert!(
+        d.why.contains("do not change the I/O fio issues"),
+        "{}",
+        d.why
+    );
     assert!(p.guest_job().fio_job.is_empty());
     assert_eq!(p.guest_job().phases.len(), 5);
 }

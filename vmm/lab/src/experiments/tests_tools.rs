@@ -143,7 +143,8 @@ fn phases_run_on_host_files() {
             // A measured phase leaves one IOPS and one bandwidth log for all its jobs, and
             // its latencies have percentiles, submission latency included.
             let log = |kind: &str| std::fs::read(dir.join(format!("{}_{kind}.log", ph.name))).ok();
-            let series = crate::fio::log::phase_series(log("iops").as_deref(), log("bw").as_deref());
+            let series =
+                crate::fio::log::phase_series(log("iops").as_deref(), log("bw").as_deref());
             if matches!(ph.role, PhaseRole::Measured { .. }) {
                 let series = series.unwrap_or_else(|| panic!("{name} {}: no logs", ph.name));
                 let series = series.unwrap_or_else(|e| panic!("{name} {}: {e}", ph.name));
@@ -157,7 +158,11 @@ fn phases_run_on_host_files() {
                     assert!(m.slat.p99_ns.is_some(), "{name} {}: {:?}", ph.name, m.slat);
                 }
             } else {
-                assert!(series.is_none(), "{name} {}: logs of an unmeasured phase", ph.name);
+                assert!(
+                    series.is_none(),
+                    "{name} {}: logs of an unmeasured phase",
+                    ph.name
+                );
             }
             assert_eq!(m.jobnames.len(), 1, "group_reporting folds the jobs");
             match ph.job {
