@@ -511,6 +511,12 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                     )),
                     (RunOutcome::Failed { .. }, None) => {}
                 }
+                if let Some(why) = &r.series_error {
+                    progress(&format!(
+                        "side {} run {} ({}): no per-second series: {why}",
+                        side.label, r.run, r.phase
+                    ));
+                }
             }
             if any_failed && !result.console_tail.is_empty() {
                 eprintln!("{}", result.console_tail);
