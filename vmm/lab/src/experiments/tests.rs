@@ -404,9 +404,12 @@ fn bcache_nowait_is_the_thread_script() {
         ..BenchParams::default()
     };
     let b = plan("bcache-nowait", &lean);
-    assert_eq!(b.vars["NULLB_MB"], "512");
+    // 1536 MiB less 512 MiB and 8 MiB for the one job, halved.
+    assert_eq!(b.vars["NULLB_MB"], "508");
     let d = deviation(&b, "null_blk size").unwrap();
-    assert_eq!(d.here, "512 MiB");
+    assert_eq!(d.here, "508 MiB");
+    // The default guest RAM then fits what the host has: two devices, 512 MiB and the job's.
+    assert_eq!(b.guest_mem_mib, 2 * 508 + 512 + 8);
     assert!(d.why.contains("1536 MiB of RAM"), "{}", d.why);
     let m = plan("pmem-nowait", &lean);
     // Three quarters of the free disk, rounded down to the 16 MiB region align.
