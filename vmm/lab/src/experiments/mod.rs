@@ -5,7 +5,7 @@
 //! script, then the thread's fio invocations in the thread's order ([`Phase`]): e.g. for
 //! `pmem-nowait` the write-and-verify job, the 48-job randwrite fill and three 60 s randread
 //! runs, in one module load as in the thread. The thread's parameters are the defaults; where
-//! the host cannot give them (fewer vCPUs, a smaller NVDIMM or less disk) the plan scales them
+//! the host cannot give them (fewer CPUs, a smaller NVDIMM or less disk) the plan scales them
 //! and lists every such [`Deviation`], together with the parameters the posts do not show.
 //!
 //! - [`template`]: `${NAME}` substitution in the job files of `guest-images/jobs/`;
