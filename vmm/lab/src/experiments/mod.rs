@@ -25,6 +25,8 @@ pub mod template;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_defaults;
+#[cfg(test)]
 mod tests_tools;
 mod xfs;
 
