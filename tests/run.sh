@@ -89,7 +89,7 @@ bounded() {
 }
 
 need=""
-for p in acpica-tools qemu-system-x86 binutils fio strace cpio gzip xz-utils busybox-static zstd libxml2-utils munge slurmctld slurmd slurm-client; do
+for p in acpica-tools qemu-system-x86 binutils fio strace cpio gzip xz-utils busybox-static zstd libxml2-utils librsvg2-bin munge slurmctld slurmd slurm-client; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need="$need $p"
 done
 if [ -n "$need" ]; then

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use pmemvm_tests::pmemvm::{run, TempDir};
+use pmemvm_tests::pmemvm::{pmemvm_bin, run, run_cmd, TempDir};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -176,4 +176,71 @@ fn bad_side_specs_are_one_sentence_status_2_and_create_nothing() {
         assert!(!out.stderr.contains("panicked"), "{}", out.dump());
         assert!(!out_dir.exists(), "{sides:?} created {}", out_dir.display());
     }
+}
+
+/// `pmemvm bench pmem-nowait --plan` on a host described as having `cpus` CPUs
+/// (`PMEMVM_HOST_CPUS`, the bench's one source of the host's CPU count).
+fn plan_on_host(cpus: &str, extra: &[&str]) -> String {
+    let out = run_cmd(
+        std::process::Command::new(pmemvm_bin())
+            .args(["bench", "pmem-nowait", "--plan"])
+            .args(extra)
+            .env("PMEMVM_HOST_CPUS", cpus),
+        DEADLINE,
+    );
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    out.stdout
+}
+
+#[test]
+fn plan_defaults_follow_the_thread_where_the_host_allows() {
+    // A 64-CPU host: the thread's 48 jobs on 48 vCPUs, and no jobs deviation.
+    let big = plan_on_host("64", &[]);
+    assert!(
+        big.contains("Guest: 48 vCPU(s), 1024 MiB RAM"),
+        "guest shape missing:\n{big}"
+    );
+    assert!(big.contains("   | numjobs=48"), "{big}");
+    assert!(!big.contains("   | numjobs=2\n"), "{big}");
+    assert!(!big.contains("jobs (RANDWRITE, randread)"), "{big}");
+
+    // A 2-CPU host: 2 jobs, and the deviation names the host's 2 CPUs, not a pmemvm default.
+    let small = plan_on_host("2", &[]);
+    assert!(small.contains("Guest: 2 vCPU(s)"), "{small}");
+    assert!(small.contains("   | numjobs=2"), "{small}");
+    let line = small
+        .lines()
+        .find(|l| l.contains("jobs (RANDWRITE, randread): thread 48, here 2"))
+        .unwrap_or_else(|| panic!("no jobs deviation:\n{small}"));
+    assert!(line.contains("this host has 2 CPU(s)"), "{line}");
+    assert!(!line.contains("--cpus"), "{line}");
+
+    // --cpus and --jobs still override, and the deviation says the user chose them.
+    let chosen = plan_on_host("64", &["--cpus", "4"]);
+    assert!(chosen.contains("Guest: 4 vCPU(s)"), "{chosen}");
+    assert!(
+        chosen.contains("jobs (RANDWRITE, randread): thread 48, here 4")
+            && chosen.contains("set with --cpus"),
+        "{chosen}"
+    );
+    let jobs = plan_on_host("2", &["--jobs", "3"]);
+    assert!(
+        jobs.contains("jobs (RANDWRITE, randread): thread 48, here 3: set with --jobs"),
+        "{jobs}"
+    );
+
+    // A description that is not a CPU count is refused, in one sentence.
+    let out = run_cmd(
+        std::process::Command::new(pmemvm_bin())
+            .args(["bench", "pmem-nowait", "--plan"])
+            .env("PMEMVM_HOST_CPUS", "many"),
+        DEADLINE,
+    );
+    assert_eq!(out.status, Some(2), "{}", out.dump());
+    assert!(
+        out.stderr
+            .contains("PMEMVM_HOST_CPUS=\"many\" is not a CPU count"),
+        "{}",
+        out.dump()
+    );
 }

@@ -456,12 +456,13 @@ pub struct BenchArgs {
     /// pmem-nowait and bcache-nowait give 3 randread runs per boot (the thread's repetitions).
     #[arg(long, default_value = "1", value_parser = parse_count, value_name = "N")]
     pub runs: u32,
-    /// Guest vCPUs.
-    #[arg(long, default_value = "2", value_parser = parse_cpus, value_name = "N")]
-    pub cpus: u8,
-    /// Guest RAM (raised to what the experiment needs).
-    #[arg(long, default_value = "1G", value_parser = parse_size_arg, value_name = "SIZE")]
-    pub memory: u64,
+    /// Guest vCPUs (default: the thread's 48, at most one per host CPU).
+    #[arg(long, value_parser = parse_cpus, value_name = "N")]
+    pub cpus: Option<u8>,
+    /// Guest RAM, raised to what the experiment needs (default: the experiment's minimum plus
+    /// 8 MiB per fio job, at least 1G).
+    #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
+    pub memory: Option<u64>,
     /// fio jobs of the many-job phases (default: the thread's 48, at most one per vCPU).
     #[arg(long, value_parser = parse_count, value_name = "N")]
     pub jobs: Option<u32>,

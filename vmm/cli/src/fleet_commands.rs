@@ -89,10 +89,6 @@ fn forwarded_args(args: &BenchArgs) -> Vec<String> {
     let mut v = vec![
         "--runs".to_owned(),
         args.runs.to_string(),
-        "--cpus".to_owned(),
-        args.cpus.to_string(),
-        "--memory".to_owned(),
-        args.memory.to_string(),
         "--engine".to_owned(),
         lab::run::Engine::from(args.engine).name().to_owned(),
         "--timeout".to_owned(),
@@ -104,6 +100,9 @@ fn forwarded_args(args: &BenchArgs) -> Vec<String> {
             v.push(value);
         }
     };
+    // Unset, each node sizes the guest by its own CPUs, as a bench run there would.
+    opt("--cpus", args.cpus.map(|n| n.to_string()));
+    opt("--memory", args.memory.map(|n| n.to_string()));
     opt("--jobs", args.jobs.map(|n| n.to_string()));
     opt("--nvdimm", args.nvdimm.map(|n| n.to_string()));
     opt("--runtime", args.runtime.map(|n| n.to_string()));

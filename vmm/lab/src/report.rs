@@ -26,6 +26,7 @@ mod machine;
 mod metric;
 mod provenance;
 mod svg;
+mod svg_series;
 mod text;
 mod upstream;
 
@@ -197,6 +198,13 @@ pub struct RunRecord {
     /// What the boot's machine was (host, placement, measured page sizes).
     #[serde(default)]
     pub machine: Option<vmm::host::machine::MachineDescription>,
+    /// IOPS and bandwidth per second of the phase, summed over its jobs (fio's logs), where
+    /// the guest sent them; absent in results written before they were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<crate::fio::PhaseSeries>,
+    /// Why the guest's logs of the phase could not be read, when they could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series_error: Option<String>,
 }
 
 impl RunRecord {
@@ -370,5 +378,7 @@ impl BenchReport {
 mod tests;
 #[cfg(test)]
 mod tests_boots;
+#[cfg(test)]
+mod tests_series;
 #[cfg(test)]
 mod tests_sides;

@@ -89,10 +89,11 @@ pub struct BenchRequest {
     pub experiment: String,
     /// Boots per side; each runs all of the thread's repetitions (e.g. 3 randread runs).
     pub runs: u32,
-    /// Guest vCPUs.
-    pub cpus: u8,
-    /// Guest RAM (raised to the experiment's minimum).
-    pub memory: u64,
+    /// Guest vCPUs (`None`: the thread's job count, at most one per host CPU).
+    pub cpus: Option<u8>,
+    /// Guest RAM, raised to the experiment's minimum (`None`: the plan's default, which
+    /// grows with the job count).
+    pub memory: Option<u64>,
     /// fio jobs of the many-job phases.
     pub jobs: Option<u32>,
     /// NVDIMM size.
@@ -176,7 +177,7 @@ pub struct Prepared {
     pub experiment: &'static experiments::Experiment,
     /// Its plan on this machine.
     pub plan: ExperimentPlan,
-    /// Guest RAM (the request raised to the plan's minimum).
+    /// Guest RAM, bytes (the plan's).
     pub memory: u64,
     /// The engine `auto` resolved to.
     pub engine: Engine,
@@ -190,19 +191,22 @@ pub fn plan(
     let sides = parse_sides(&req.sides)?;
     let experiment = experiments::find_experiment(&req.experiment)?;
     let tmp = std::env::temp_dir();
-    let plan = experiment.plan(&BenchParams {
-        vcpus: u32::from(req.cpus),
-        jobs: req.jobs,
-        nvdimm_bytes: req.nvdimm,
-        runtime_s: req.runtime,
-        iodepth: req.iodepth,
-        size_bytes: req.size,
-        host: HostLimits {
-            disk_free_bytes: preflight::free_bytes(&tmp),
-            guest_mem_bytes: preflight::mem_available()
-                .map(|m| m.saturating_sub(preflight::HOST_OVERHEAD_BYTES)),
-        },
-    })?;
+    let plan = experiment
+        .plan(&BenchParams {
+            vcpus: req.cpus.map(u32::from),
+            jobs: req.jobs,
+            nvdimm_bytes: req.nvdimm,
+            runtime_s: req.runtime,
+            iodepth: req.iodepth,
+            size_bytes: req.size,
+            host: HostLimits {
+                cpus: preflight::host_cpus()?,
+                disk_free_bytes: preflight::free_bytes(&tmp),
+                guest_mem_bytes: preflight::mem_available()
+                    .map(|m| m.saturating_sub(preflight::HOST_OVERHEAD_BYTES)),
+            },
+        })?
+        .with_memory(req.memory);
     let plan = match sides {
         Some(s) => plan.with_sides(s),
         None => plan,
@@ -236,7 +240,7 @@ pub fn prepare(
         side_modules(side, req)?;
     }
     let engine = preflight::engine_on_this_host(req.engine, allow_install, needs)?;
-    let memory = req.memory.max(plan.min_guest_mem_mib << 20);
+    let memory = plan.guest_mem_mib << 20;
     preflight::memory(
         preflight::guest_memory_on_host(engine, memory),
         preflight::mem_available(),
@@ -316,7 +320,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         .map(|s| side_files(s, req))
         .collect::<Result<_, _>>()?;
     let mut host = HostInfo::detect_host();
-    host.guest_vcpus = u32::from(req.cpus);
+    host.guest_vcpus = plan.vcpus;
     host.guest_mem_mib = memory >> 20;
     host.nvdimm_bytes = plan.nvdimm_bytes;
     host.jobs = plan.jobs;
@@ -356,6 +360,8 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
         .into_iter()
         .collect();
     let per_boot = u32::try_from(plan.measured().count()).unwrap_or(u32::MAX);
+    // At most the thread's 48 by default, at most u8::MAX given (`--cpus`).
+    let cpus = u8::try_from(plan.vcpus).unwrap_or(u8::MAX);
     let wanted = |side: &Side, rep: u32| {
         req.only
             .as_ref()
@@ -385,7 +391,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
             .map(|p| p.name.as_str())
             .collect::<Vec<_>>()
             .join(", "),
-        req.cpus,
+        plan.vcpus,
         memory >> 20,
         plan.jobs,
         report.engine,
@@ -441,7 +447,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 } else {
                     vec![extra.clone()]
                 },
-                cpus: req.cpus,
+                cpus,
                 memory,
                 ram_pages: Default::default(),
                 placement: Default::default(),
@@ -505,6 +511,12 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                         summary.slat.mean_ns, summary.sys_cpu, summary.ctx
                     )),
                     (RunOutcome::Failed { .. }, None) => {}
+                }
+                if let Some(why) = &r.series_error {
+                    progress(&format!(
+                        "side {} run {} ({}): no per-second series: {why}",
+                        side.label, r.run, r.phase
+                    ));
                 }
             }
             if any_failed && !result.console_tail.is_empty() {

@@ -201,6 +201,18 @@ pub fn boot_records(
         let command = commands.get(&phase.name).cloned().unwrap_or_default();
         match phase.role {
             PhaseRole::Measured { .. } => {
+                let logs = |kind: &str| {
+                    result
+                        .guest_files
+                        .get(&format!("{}_{kind}.log", phase.name))
+                        .map(String::as_bytes)
+                };
+                let (series, series_error) = match fio::log::phase_series(logs("iops"), logs("bw"))
+                {
+                    None => (None, None),
+                    Some(Ok(s)) => (Some(s), None),
+                    Some(Err(e)) => (None, Some(e.to_string())),
+                };
                 records.runs.push(RunRecord {
                     side: side.to_owned(),
                     run,
@@ -211,6 +223,8 @@ pub fn boot_records(
                     provenance: Some(prov.clone()),
                     command,
                     machine: Some(result.machine.clone()),
+                    series,
+                    series_error,
                 });
                 run += 1;
             }
@@ -296,7 +310,7 @@ mod tests {
         let e = find_experiment(name).unwrap();
         let p = e
             .plan(&BenchParams {
-                vcpus: 1,
+                vcpus: Some(1),
                 ..BenchParams::default()
             })
             .unwrap();
@@ -374,6 +388,50 @@ mod tests {
             "fio --output-format=json --output=/tmp/randread-1.json  /job/randread-1.fio"
         );
         assert_eq!(r.runs[1].command, "", "not reported");
+    }
+
+    #[test]
+    fn the_phase_logs_become_the_runs_time_series_and_slat_has_percentiles() {
+        let (e, p) = plan("pmem-nowait");
+        let fixture = |f: &str| std::fs::read_to_string(format!("{FIXTURES}/{f}")).unwrap();
+        let json = fio_json("logs.json", "randread", "randread");
+        let files = vec![
+            (
+                "phases.status",
+                "write-and-verify 0\nrandwrite 0\nrandread-1 0\nrandread-2 0\nrandread-3 0\n"
+                    .to_owned(),
+            ),
+            ("randread-1.json", json.clone()),
+            ("randread-1_iops.log", fixture("logs_iops.log")),
+            ("randread-1_bw.log", fixture("logs_bw.log")),
+            ("randread-2.json", json.clone()),
+            ("randread-2_iops.log", "garbage\n".to_owned()),
+            ("randread-2_bw.log", fixture("logs_bw.log")),
+            ("randread-3.json", json),
+        ];
+        let r = boot_records(e, &p, "on", 1, 1, &result(&files, None));
+        // Logs read: five seconds, four of them complete, the bandwidth in MiB/s.
+        let s = r.runs[0].series.as_ref().unwrap();
+        assert_eq!((s.iops.values.len(), s.iops.complete), (5, 4));
+        assert_eq!(s.bw_mib_s.values.len(), 5);
+        assert_eq!(r.runs[0].series_error, None);
+        // The measurement has slat percentiles (slat_percentiles=1 in the job).
+        let summary = r.runs[0].good_summary().unwrap();
+        assert!(summary.slat.p50_ns.is_some() && summary.slat.p99_9_ns.is_some());
+        // A damaged log costs the series, not the run's figures.
+        assert!(r.runs[1].series.is_none());
+        let why = r.runs[1].series_error.as_deref().unwrap();
+        assert!(why.starts_with("line 1 of fio's log"), "{why}");
+        assert!(r.runs[1].good_summary().is_some());
+        // No logs (an older image): neither a series nor an error.
+        assert_eq!((&r.runs[2].series, &r.runs[2].series_error), (&None, &None));
+        // report.json keeps the series; without one the field is absent.
+        let v = serde_json::to_value(&r.runs).unwrap();
+        assert_eq!(
+            v[0]["series"]["iops"]["values"].as_array().unwrap().len(),
+            5
+        );
+        assert!(v[2].get("series").is_none() && v[2].get("series_error").is_none());
     }
 
     #[test]

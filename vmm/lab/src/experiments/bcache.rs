@@ -52,11 +52,13 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         Some(pmem::THREAD_RANDWRITE_IODEPTH),
         &mut deviations,
     )?;
-    // Both memory-backed devices live in guest RAM, besides 512 MiB for the guest itself.
+    // Both memory-backed devices live in guest RAM, besides 512 MiB for the guest itself and
+    // the default's RAM per job (`ExperimentPlan::default_guest_mem_mib`).
+    let beside = (512 + super::plan::GUEST_MEM_PER_JOB_MIB * u64::from(c.jobs)) * MIB;
     let fits = p
         .host
         .guest_mem_bytes
-        .map(|m| (m.saturating_sub(512 * MIB) / 2 / MIB * MIB).max(64 * MIB));
+        .map(|m| (m.saturating_sub(beside) / 2 / MIB * MIB).max(64 * MIB));
     let size = p
         .size_bytes
         .unwrap_or_else(|| fits.map_or(THREAD_SIZE, |f| f.min(THREAD_SIZE)));
@@ -161,8 +163,10 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         sides: Vec::new(),
         extra_cmdline,
         nvdimm_bytes: None,
+        vcpus: c.vcpus,
         jobs: c.jobs,
         min_guest_mem_mib: 2 * (size / MIB) + 512,
+        guest_mem_mib: 0,
         deviations,
     })
 }

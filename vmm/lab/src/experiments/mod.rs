@@ -5,7 +5,7 @@
 //! script, then the thread's fio invocations in the thread's order ([`Phase`]): e.g. for
 //! `pmem-nowait` the write-and-verify job, the 48-job randwrite fill and three 60 s randread
 //! runs, in one module load as in the thread. The thread's parameters are the defaults; where
-//! the host cannot give them (fewer vCPUs, a smaller NVDIMM or less disk) the plan scales them
+//! the host cannot give them (fewer CPUs, a smaller NVDIMM or less disk) the plan scales them
 //! and lists every such [`Deviation`], together with the parameters the posts do not show.
 //!
 //! - [`template`]: `${NAME}` substitution in the job files of `guest-images/jobs/`;
@@ -24,6 +24,8 @@ mod pmem;
 pub mod template;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_defaults;
 #[cfg(test)]
 mod tests_tools;
 mod xfs;
@@ -141,6 +143,9 @@ pub struct Experiment {
 /// What the host can give the guest, for the defaults that depend on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HostLimits {
+    /// The host's CPUs (`None`: unknown, assume enough): the guest gets one vCPU per host CPU
+    /// up to the thread's job count.
+    pub cpus: Option<u32>,
     /// Free bytes where the NVDIMM backing file goes (`None`: unknown, assume enough).
     pub disk_free_bytes: Option<u64>,
     /// Memory the host can give the guest, after pmemvm's own overhead (`None`: unknown,
@@ -152,9 +157,9 @@ pub struct HostLimits {
 /// the host allows it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BenchParams {
-    /// Guest vCPUs.
-    pub vcpus: u32,
-    /// fio jobs of the many-job phases (thread: 48).
+    /// Guest vCPUs (`--cpus`; default: the thread's job count, at most one per host CPU).
+    pub vcpus: Option<u32>,
+    /// fio jobs of the many-job phases (thread: 48; default: one per vCPU, at most 48).
     pub jobs: Option<u32>,
     /// NVDIMM size.
     pub nvdimm_bytes: Option<u64>,
@@ -363,7 +368,8 @@ impl Experiment {
             Kind::XfsDaxWrite => xfs::plan(self, params)?,
         };
         plan.sides = self.sides();
-        Ok(plan)
+        observe_measured_phases(&mut plan);
+        Ok(plan.with_memory(None))
     }
 
     /// The figures of one measured phase's fio report.
@@ -393,14 +399,68 @@ impl Experiment {
     }
 }
 
-/// The scaled values shared by the experiments: job count, runtime and queue depth.
+/// The comment above the lines [`observe_measured_phases`] adds to a job file.
+pub const OBSERVE_COMMENT: &str = "; pmemvm, not in the thread's job: per-second IOPS and \
+bandwidth logs of all jobs\n; (one file each) and slat/clat/lat percentiles; they change what \
+fio reports, not the I/O it issues.\n";
+
+/// Adds per-second IOPS and bandwidth logs (`/tmp/<phase>_iops.log`, `/tmp/<phase>_bw.log`,
+/// sent back by the guest's init) and slat/clat/lat percentiles to every measured phase's
+/// job, and says so among the deviations. The job files have one section: the lines belong
+/// to it.
+fn observe_measured_phases(plan: &mut ExperimentPlan) {
+    let mut names = Vec::new();
+    for phase in &mut plan.phases {
+        if !matches!(phase.role, PhaseRole::Measured { .. }) {
+            continue;
+        }
+        if !phase.job_file.ends_with('\n') {
+            phase.job_file.push('\n');
+        }
+        phase.job_file.push_str(OBSERVE_COMMENT);
+        phase
+            .job_file
+            .push_str(&crate::fio::log::log_options(&format!(
+                "/tmp/{}",
+                phase.name
+            )));
+        names.push(phase.name.clone());
+    }
+    if names.is_empty() {
+        return;
+    }
+    plan.deviations.push(Deviation::new(
+        format!("fio options ({})", names.join(", ")),
+        "not in the thread's job",
+        crate::fio::log::LOG_OPTIONS,
+        "added by pmemvm for the report: per-second IOPS and bandwidth of every run (the chart's \
+         time series) and submission, completion and total latency percentiles; they do not \
+         change the I/O fio issues or what it measures (one histogram update per I/O and one log \
+         line per job and second)",
+    ));
+}
+
+/// The scaled values shared by the experiments: vCPUs, job count, runtime and queue depth.
 pub(crate) struct Common {
+    pub vcpus: u32,
     pub jobs: u32,
     pub runtime: u32,
     pub iodepth: Option<u32>,
 }
 
-/// Job count, runtime and queue depth from the knobs, with their deviations.
+/// The guest's vCPUs: `--cpus`, else the thread's job count where the host has that many CPUs,
+/// else one per host CPU. A pmemvm default is never smaller than what the host allows.
+pub(crate) fn guest_vcpus(e: &Experiment, p: &BenchParams) -> Result<u32, ExperimentError> {
+    match p.vcpus {
+        Some(0) => Err(e.invalid("vCPUs", 0, "use at least 1")),
+        Some(v) => Ok(v),
+        None => Ok(p.host.cpus.map_or(THREAD_JOBS, |h| h.clamp(1, THREAD_JOBS))),
+    }
+}
+
+/// vCPUs, job count, runtime and queue depth from the knobs, with their deviations. The job
+/// count deviates from the thread's only for a real limit (the host's CPUs) or the user's
+/// choice (`--jobs`, `--cpus`), and the deviation says which.
 pub(crate) fn common(
     e: &Experiment,
     p: &BenchParams,
@@ -408,19 +468,22 @@ pub(crate) fn common(
     thread_iodepth: Option<u32>,
     deviations: &mut Vec<Deviation>,
 ) -> Result<Common, ExperimentError> {
-    let vcpus = p.vcpus.max(1);
+    let vcpus = guest_vcpus(e, p)?;
     let jobs = p.jobs.unwrap_or(vcpus.min(THREAD_JOBS));
     if jobs == 0 || jobs > MAX_JOBS {
         return Err(e.invalid("jobs", jobs, format!("use 1 to {MAX_JOBS}")));
     }
     if jobs != THREAD_JOBS {
-        let why = if p.jobs.is_some() {
-            "set with --jobs".to_owned()
-        } else {
-            format!(
-                "one job per CPU as on the threads' hosts (the famfs script passed \
-                 --numjobs=$(nproc), 48 there); this guest has {vcpus} vCPU(s) (--cpus)"
-            )
+        let why = match (p.jobs, p.vcpus) {
+            (Some(_), _) => "set with --jobs".to_owned(),
+            (None, Some(v)) => format!(
+                "one job per vCPU as on the threads' hosts; the guest has {v} vCPU(s), set with \
+                 --cpus"
+            ),
+            (None, None) => format!(
+                "this host has {vcpus} CPU(s): one guest vCPU per host CPU and one job per vCPU, \
+                 as on the threads' hosts (48 CPUs; the famfs script passed --numjobs=$(nproc))"
+            ),
         };
         deviations.push(Deviation::new(
             format!("jobs ({many_job_phases})"),
@@ -450,6 +513,7 @@ pub(crate) fn common(
         (None, t) => t,
     };
     Ok(Common {
+        vcpus,
         jobs,
         runtime,
         iodepth,

@@ -135,15 +135,43 @@ pub struct ExperimentPlan {
     pub extra_cmdline: Vec<String>,
     /// NVDIMM size, if the experiment has one (label-less).
     pub nvdimm_bytes: Option<u64>,
+    /// Guest vCPUs of every boot.
+    pub vcpus: u32,
     /// fio jobs of the many-job phases.
     pub jobs: u32,
     /// Guest memory the experiment needs at least (null_blk devices live in guest RAM), MiB.
     pub min_guest_mem_mib: u64,
+    /// Guest memory of every boot, MiB: `--memory` (raised to the minimum), else
+    /// [`ExperimentPlan::default_guest_mem_mib`].
+    pub guest_mem_mib: u64,
     /// Every difference from the thread's script.
     pub deviations: Vec<Deviation>,
 }
 
+/// Guest RAM per fio job of the default: fio 3.33 measured 1 MiB (PSS) per job process with
+/// io_uring at queue depth 2, the rest is room for the kernel's per-CPU memory of the vCPU the
+/// job runs on.
+pub const GUEST_MEM_PER_JOB_MIB: u64 = 8;
+/// The smallest default guest RAM, MiB.
+pub const GUEST_MEM_FLOOR_MIB: u64 = 1024;
+
 impl ExperimentPlan {
+    /// The default guest RAM, MiB: the experiment's minimum plus [`GUEST_MEM_PER_JOB_MIB`] per
+    /// job of the many-job phases, at least [`GUEST_MEM_FLOOR_MIB`].
+    pub fn default_guest_mem_mib(&self) -> u64 {
+        (self.min_guest_mem_mib + GUEST_MEM_PER_JOB_MIB * u64::from(self.jobs))
+            .max(GUEST_MEM_FLOOR_MIB)
+    }
+
+    /// Sets the guest RAM: `--memory` raised to the experiment's minimum, else the default.
+    pub fn with_memory(mut self, memory_bytes: Option<u64>) -> Self {
+        self.guest_mem_mib = memory_bytes.map_or_else(
+            || self.default_guest_mem_mib(),
+            |m| (m >> 20).max(self.min_guest_mem_mib),
+        );
+        self
+    }
+
     /// The guest job of one boot (files for `/job`).
     pub fn guest_job(&self) -> GuestJob {
         GuestJob {
@@ -233,12 +261,16 @@ impl ExperimentPlan {
         }
         let _ = writeln!(
             s,
-            "Guest: NVDIMM {}, at least {} MiB RAM",
+            "Guest: {} vCPU(s), {} MiB RAM (at least {} MiB), NVDIMM {}; {} fio job(s) in the \
+             many-job phases",
+            self.vcpus,
+            self.guest_mem_mib,
+            self.min_guest_mem_mib,
             self.nvdimm_bytes.map_or("none".to_owned(), |b| format!(
                 "{} (label-less)",
                 super::human(b)
             )),
-            self.min_guest_mem_mib
+            self.jobs
         );
         let _ = writeln!(s, "\nEach boot, in order:");
         let mut step = 1;

@@ -218,8 +218,10 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         sides: Vec::new(),
         extra_cmdline: Vec::new(),
         nvdimm_bytes: Some(nvdimm),
+        vcpus: c.vcpus,
         jobs: c.jobs,
         min_guest_mem_mib: 512,
+        guest_mem_mib: 0,
         deviations,
     })
 }

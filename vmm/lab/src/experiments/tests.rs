@@ -3,17 +3,23 @@
 use super::*;
 use crate::report::Metric;
 
-/// A host that gives the threads' parameters: 48 vCPUs, enough disk.
+/// A host that gives the threads' parameters: 64 CPUs, enough disk.
 pub(super) fn thread_host() -> BenchParams {
-    BenchParams {
-        vcpus: 48,
-        ..BenchParams::default()
-    }
+    host_with_cpus(64)
 }
 
+/// A host with 2 CPUs.
 pub(super) fn small() -> BenchParams {
+    host_with_cpus(2)
+}
+
+/// A host with `cpus` CPUs and enough disk, every knob at its default.
+pub(super) fn host_with_cpus(cpus: u32) -> BenchParams {
     BenchParams {
-        vcpus: 2,
+        host: HostLimits {
+            cpus: Some(cpus),
+            ..HostLimits::default()
+        },
         ..BenchParams::default()
     }
 }
@@ -50,7 +56,7 @@ fn has(p: &Phase, lines: &[&str]) {
     }
 }
 
-fn deviation<'a>(p: &'a ExperimentPlan, what: &str) -> Option<&'a Deviation> {
+pub(super) fn deviation<'a>(p: &'a ExperimentPlan, what: &str) -> Option<&'a Deviation> {
     p.deviations.iter().find(|d| d.what.starts_with(what))
 }
 
@@ -148,10 +154,37 @@ fn pmem_nowait_is_the_v1_script() {
         "write-and-verify: norandommap",
         "direct",
         "iodepth (randread)",
+        "fio options (randread-1, randread-2, randread-3)",
     ] {
         assert!(deviation(&p, what).is_some(), "{what}: {:#?}", p.deviations);
     }
-    assert_eq!(p.deviations.len(), 5, "{:#?}", p.deviations);
+    assert_eq!(p.deviations.len(), 6, "{:#?}", p.deviations);
+    // The measured phases' jobs end with the logs and percentiles, the others do not.
+    for r in &p.phases[2..] {
+        has(
+            r,
+            &[
+                &format!("write_iops_log=/tmp/{}", r.name),
+                &format!("write_bw_log=/tmp/{}", r.name),
+                "log_avg_msec=1000",
+                "per_job_logs=0",
+                "slat_percentiles=1",
+                "clat_percentiles=1",
+                "lat_percentiles=1",
+            ],
+        );
+        assert!(r.job_file.contains(OBSERVE_COMMENT), "{}", r.job_file);
+    }
+    for r in &p.phases[..2] {
+        assert!(!r.job_file.contains("_log="), "{}", r.job_file);
+    }
+    let d = deviation(&p, "fio options").unwrap();
+    assert_eq!(d.thread, "not in the thread's job");
+    assert!(
+        d.why.contains("do not change the I/O fio issues"),
+        "{}",
+        d.why
+    );
     assert!(p.guest_job().fio_job.is_empty());
     assert_eq!(p.guest_job().phases.len(), 5);
 }
@@ -161,10 +194,9 @@ fn pmem_scales_explicitly_and_says_so() {
     let p = plan(
         "pmem-nowait",
         &BenchParams {
-            vcpus: 2,
             nvdimm_bytes: Some(64 << 20),
             runtime_s: Some(2),
-            ..BenchParams::default()
+            ..small()
         },
     );
     has(&p.phases[1], &["numjobs=2", "size=67108864", "runtime=2"]);
@@ -175,7 +207,13 @@ fn pmem_scales_explicitly_and_says_so() {
     has(&p.phases[0], &["size=67108864", "iodepth=16"]);
     let jobs = deviation(&p, "jobs").unwrap();
     assert_eq!((jobs.thread.as_str(), jobs.here.as_str()), ("48", "2"));
-    assert!(jobs.why.contains("2 vCPU"), "{}", jobs.why);
+    // The host's limit, named as such (not a pmemvm default).
+    assert!(
+        jobs.why.starts_with("this host has 2 CPU(s)"),
+        "{}",
+        jobs.why
+    );
+    assert_eq!(p.vcpus, 2);
     let size = deviation(&p, "--size").unwrap();
     assert_eq!(
         (size.thread.as_str(), size.here.as_str()),
@@ -265,7 +303,7 @@ fn bcache_nowait_is_the_thread_script() {
     let s = plan(
         "bcache-verify",
         &BenchParams {
-            vcpus: 1,
+            vcpus: Some(1),
             size_bytes: Some(64 << 20),
             ..BenchParams::default()
         },
@@ -285,17 +323,21 @@ fn bcache_nowait_is_the_thread_script() {
 
     // A host with little memory or disk: the defaults shrink to what fits, and say why.
     let lean = BenchParams {
-        vcpus: 1,
+        vcpus: Some(1),
         host: HostLimits {
+            cpus: None,
             disk_free_bytes: Some(200 << 20),
             guest_mem_bytes: Some(1536 << 20),
         },
         ..BenchParams::default()
     };
     let b = plan("bcache-nowait", &lean);
-    assert_eq!(b.vars["NULLB_MB"], "512");
+    // 1536 MiB less 512 MiB and 8 MiB for the one job, halved.
+    assert_eq!(b.vars["NULLB_MB"], "508");
     let d = deviation(&b, "null_blk size").unwrap();
-    assert_eq!(d.here, "512 MiB");
+    assert_eq!(d.here, "508 MiB");
+    // The default guest RAM then fits what the host has: two devices, 512 MiB and the job's.
+    assert_eq!(b.guest_mem_mib, 2 * 508 + 512 + 8);
     assert!(d.why.contains("1536 MiB of RAM"), "{}", d.why);
     let m = plan("pmem-nowait", &lean);
     // Three quarters of the free disk, rounded down to the 16 MiB region align.
@@ -338,7 +380,7 @@ fn xfs_dax_write_is_the_famfs_command_line() {
             .iter()
             .map(|d| d.what.as_str())
             .collect::<Vec<_>>(),
-        ["namespace"],
+        ["namespace", "fio options (ten-256m-per-thread)"],
         "{:#?}",
         p.deviations
     );
@@ -352,8 +394,9 @@ fn xfs_dax_write_is_the_famfs_command_line() {
     let s = plan(
         "xfs-dax-write",
         &BenchParams {
-            vcpus: 2,
+            vcpus: Some(2),
             host: HostLimits {
+                cpus: None,
                 disk_free_bytes: Some(8 << 30),
                 guest_mem_bytes: None,
             },
@@ -384,7 +427,7 @@ fn bad_parameters_are_explained() {
     let e = find_experiment("xfs-dax-write").unwrap();
     let err = e
         .plan(&BenchParams {
-            vcpus: 2,
+            vcpus: Some(2),
             nvdimm_bytes: Some(256 << 20),
             ..BenchParams::default()
         })
@@ -392,7 +435,7 @@ fn bad_parameters_are_explained() {
     assert!(err.to_string().contains("at least 512 MiB"), "{err}");
     let err = e
         .plan(&BenchParams {
-            vcpus: 2,
+            vcpus: Some(2),
             jobs: Some(200),
             nvdimm_bytes: Some(1 << 30),
             ..BenchParams::default()
@@ -403,7 +446,7 @@ fn bad_parameters_are_explained() {
     for (p, text) in [
         (
             BenchParams {
-                vcpus: 2,
+                vcpus: Some(2),
                 jobs: Some(0),
                 ..BenchParams::default()
             },
@@ -411,7 +454,7 @@ fn bad_parameters_are_explained() {
         ),
         (
             BenchParams {
-                vcpus: 2,
+                vcpus: Some(2),
                 iodepth: Some(0),
                 ..BenchParams::default()
             },
@@ -419,7 +462,7 @@ fn bad_parameters_are_explained() {
         ),
         (
             BenchParams {
-                vcpus: 2,
+                vcpus: Some(2),
                 runtime_s: Some(0),
                 ..BenchParams::default()
             },
@@ -427,7 +470,7 @@ fn bad_parameters_are_explained() {
         ),
         (
             BenchParams {
-                vcpus: 2,
+                vcpus: Some(2),
                 nvdimm_bytes: Some(64 << 20),
                 size_bytes: Some(128 << 20),
                 ..BenchParams::default()
@@ -441,7 +484,7 @@ fn bad_parameters_are_explained() {
     let err = find_experiment("bcache-nowait")
         .unwrap()
         .plan(&BenchParams {
-            vcpus: 1,
+            vcpus: Some(1),
             size_bytes: Some(32 << 20),
             ..BenchParams::default()
         })
@@ -461,7 +504,7 @@ fn plan_text_shows_phases_job_texts_and_deviations() {
         "fio --output-format=json --output=/tmp/randread-3.json /job/randread-3.fio",
         "   | [RANDWRITE]",
         "   | numjobs=2",
-        "Deviations from the thread (6):",
+        "Deviations from the thread (7):",
         "  - jobs (RANDWRITE, randread): thread 48, here 2:",
     ] {
         assert!(t.contains(want), "{want:?} missing in\n{t}");
@@ -469,7 +512,7 @@ fn plan_text_shows_phases_job_texts_and_deviations() {
     let json = serde_json::to_value(&p).unwrap();
     assert_eq!(json["phases"][2]["role"]["measured"]["repetition"], 1);
     assert_eq!(json["phases"][0]["role"], "check");
-    assert!(json["deviations"].as_array().unwrap().len() == 6);
+    assert!(json["deviations"].as_array().unwrap().len() == 7);
 }
 
 #[test]

@@ -90,7 +90,7 @@ fn phases_run_on_host_files() {
         let e = find_experiment(name).unwrap();
         let p = e
             .plan(&BenchParams {
-                vcpus: 2,
+                vcpus: Some(2),
                 nvdimm_bytes: Some(if name == "xfs-dax-write" {
                     512 << 20
                 } else {
@@ -112,7 +112,8 @@ fn phases_run_on_host_files() {
                 .replace(
                     "directory=/mnt/xfs",
                     &format!("directory={}", dir.display()),
-                );
+                )
+                .replace("_log=/tmp/", &format!("_log={}/", dir.display()));
             // RANDWRITE is size-bound with `runtime` only as a cap: on a loaded host the
             // 1 s cap of this scaled-down plan can cut it short, so the cap is lifted here
             // and the size check below stays exact.
@@ -139,6 +140,30 @@ fn phases_run_on_host_files() {
             let report = parse_fio_json(&out.stdout).unwrap();
             let m = e.measurement(ph, &report).unwrap();
             assert!(m.ok() && m.iops > 0.0, "{name} {}: {:?}", ph.name, m.errors);
+            // A measured phase leaves one IOPS and one bandwidth log for all its jobs, and
+            // its latencies have percentiles, submission latency included.
+            let log = |kind: &str| std::fs::read(dir.join(format!("{}_{kind}.log", ph.name))).ok();
+            let series =
+                crate::fio::log::phase_series(log("iops").as_deref(), log("bw").as_deref());
+            if matches!(ph.role, PhaseRole::Measured { .. }) {
+                let series = series.unwrap_or_else(|| panic!("{name} {}: no logs", ph.name));
+                let series = series.unwrap_or_else(|e| panic!("{name} {}: {e}", ph.name));
+                // A job shorter than a second (the famfs write here) logs no second.
+                let runtime = m.read.iter().chain(&m.write).map(|d| d.runtime_ms).max();
+                if runtime.unwrap_or(0) >= 1500 {
+                    assert!(!series.iops.values.is_empty() && series.iops.streams >= 1);
+                }
+                assert!(m.clat.p99_ns.is_some() && m.lat.p99_ns.is_some(), "{m:?}");
+                if m.slat.samples > 0 {
+                    assert!(m.slat.p99_ns.is_some(), "{name} {}: {:?}", ph.name, m.slat);
+                }
+            } else {
+                assert!(
+                    series.is_none(),
+                    "{name} {}: logs of an unmeasured phase",
+                    ph.name
+                );
+            }
             assert_eq!(m.jobnames.len(), 1, "group_reporting folds the jobs");
             match ph.job {
                 "write-and-verify" => {

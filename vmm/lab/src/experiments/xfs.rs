@@ -153,9 +153,11 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         sides: Vec::new(),
         extra_cmdline: Vec::new(),
         nvdimm_bytes: Some(nvdimm),
+        vcpus: c.vcpus,
         jobs: c.jobs,
         // fio's --alloc-size=1048576 (KiB) maps a 1 GiB shared pool: the guest needs room for it.
         min_guest_mem_mib: 1024 + 512,
+        guest_mem_mib: 0,
         deviations,
     })
 }

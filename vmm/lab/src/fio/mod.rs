@@ -410,7 +410,9 @@ fn bin_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(u64, u64)>, D::Error
     Ok(list)
 }
 
+pub mod log;
 mod summary;
+pub use log::{PhaseSeries, Series};
 #[cfg(test)]
 use summary::percentile_from_bins;
 pub use summary::*;

@@ -527,6 +527,8 @@ pub fn find_image_above(start: &Path) -> Result<ImageDir, GuestJobError> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_init;
 
 /// What the user is told when the fio job names `/dev` paths the guest does not have
 /// (`missing`: the guest's space-separated list).

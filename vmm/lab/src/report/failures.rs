@@ -198,6 +198,8 @@ mod tests {
             provenance: None,
             command: String::new(),
             machine: None,
+            series: None,
+            series_error: None,
         }
     }
 

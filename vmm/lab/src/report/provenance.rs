@@ -301,6 +301,8 @@ mod tests {
             provenance: None,
             command: String::new(),
             machine: None,
+            series: None,
+            series_error: None,
         }
     }
 

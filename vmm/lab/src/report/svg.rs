@@ -1,4 +1,5 @@
-//! The SVG bar chart (`chart.svg`), hand-written.
+//! The SVG chart (`chart.svg`), hand-written: a bar panel per metric, then the time-series
+//! panels of [`super::svg_series`].
 
 use std::fmt::Write as _;
 
@@ -8,7 +9,8 @@ use super::{BenchReport, MetricAnalysis, FUNCTIONAL_ONLY};
 impl BenchReport {
     /// A bar chart: one panel per metric that has figures, a bar per side (mean) with a whisker
     /// over the min–max range, and under the panel our ratio with Welch's p (`n.s.`: not
-    /// significant at p >= 0.05) and upstream's ratio per post.
+    /// significant at p >= 0.05) and upstream's ratio per post; below them, where runs carry
+    /// per-second series, a panel per metric (IOPS, bandwidth) and side with a line per run.
     pub fn render_svg(&self) -> String {
         let analysis = self.analyse();
         let panels: Vec<&MetricAnalysis> = analysis
@@ -23,7 +25,16 @@ impl BenchReport {
         let colours = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759"];
         let rows = panels.len().div_ceil(COLS).max(1);
         #[allow(clippy::cast_precision_loss)]
-        let (width, height) = (PW * COLS as f64 + 20.0, TOP + PH * rows as f64 + 20.0);
+        let (width, bars_end) = (PW * COLS as f64 + 20.0, TOP + PH * rows as f64);
+        let series_rows = self.series_metrics().len();
+        let series_height = if series_rows == 0 {
+            0.0
+        } else {
+            #[allow(clippy::cast_precision_loss)]
+            let rows = series_rows as f64;
+            super::svg_series::HEADING + super::svg_series::ROW_HEIGHT * rows
+        };
+        let height = bars_end + series_height + 20.0;
         let mut s = String::new();
         let _ = writeln!(s, r#"<?xml version="1.0" encoding="UTF-8"?>"#);
         let _ = writeln!(
@@ -192,6 +203,7 @@ impl BenchReport {
             }
             s.push_str("</g>\n");
         }
+        self.render_series(&mut s, bars_end, width);
         s.push_str("</svg>\n");
         s
     }

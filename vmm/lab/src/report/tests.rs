@@ -28,6 +28,8 @@ pub(super) fn ok(side: &str, run: u32, summary: FioSummary) -> RunRecord {
         provenance: None,
         command: String::new(),
         machine: None,
+        series: None,
+        series_error: None,
     }
 }
 
@@ -68,6 +70,8 @@ pub(super) fn sample(accelerator: Accelerator) -> BenchReport {
                 provenance: None,
                 command: String::new(),
                 machine: None,
+                series: None,
+                series_error: None,
             },
             ok("on", 1, summary("group-reporting.json", 0)),
             ok("on", 2, summary("normal-json.out", 0)),
@@ -239,7 +243,7 @@ fn csv_shapes() {
 
 /// Minimal well-formedness check: every tag closes in order, attributes are quoted,
 /// no bare '&' or '<' in text.
-fn check_xml(s: &str) {
+pub(super) fn check_xml(s: &str) {
     let body = s.split_once("?>").map_or(s, |(_, b)| b);
     let mut stack: Vec<String> = Vec::new();
     let mut rest = body;
