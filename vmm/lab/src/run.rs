@@ -285,7 +285,7 @@ impl Drop for Scratch {
 }
 
 /// Default kernel command line for jobs in the guest image.
-pub const JOB_CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 loglevel=4";
+pub const JOB_CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 loglevel=4 swiotlb=noforce";
 
 /// The engine `spec` runs on here, and the refusal of an option that engine cannot
 /// honour (`--pin`, `--host-node`, huge pages on QEMU): what `run` does first and what
