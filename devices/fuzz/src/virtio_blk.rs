@@ -3,12 +3,12 @@
 //! hostile guest.
 //!
 //! One input is: a control byte (bit 0: read-only disk; bits 1-4: log2 of
-//! the queue size the driver asks for), 0x3000 bytes at most of guest memory
-//! laid over the descriptor table, available ring and used ring (so every
-//! descriptor, flag, index and ring entry is the fuzzer's), then operations
-//! of 7 bytes: a kind (register write, register read, config read, or a
-//! queue notification after moving the available index), an offset and a
-//! value. The set-up is done as Linux's driver does it, so the inputs reach
+//! the queue size the driver asks for), a count byte N, then N operations of
+//! 7 bytes: a kind (register write, register read, config read, or a queue
+//! notification after moving the available index), an offset and a value;
+//! the rest (0x3000 bytes at most) is guest memory laid over the descriptor
+//! table, available ring and used ring, so every descriptor, flag, index and
+//! ring entry is the fuzzer's, and short inputs already reach the queue. The set-up is done as Linux's driver does it, so the inputs reach
 //! request processing.
 //!
 //! Checked: nothing panics; the disk file keeps its size; a read-only disk's
@@ -61,12 +61,13 @@ fn write_reg(dev: &mut impl BusDevice, off: u64, v: u32) {
 
 /// Runs one input (see the module docs).
 pub fn run(data: &[u8]) {
-    let Some((&control, rest)) = data.split_first() else {
+    let [control, count, rest @ ..] = data else {
         return;
     };
     let readonly = control & 1 == 1;
     let queue_size = 1u32 << ((control >> 1) & 0xf).min(9);
-    let (rings, ops) = rest.split_at(rest.len().min(0x3000));
+    let (ops, rings) = rest.split_at(rest.len().min(usize::from(*count) * 7));
+    let rings = &rings[..rings.len().min(0x3000)];
     let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM as usize)])
         .expect("guest memory");
     mem.write_slice(rings, GuestAddress(RINGS)).expect("rings");
