@@ -159,8 +159,16 @@ fn run_command_with_put_get_status_and_timeout() {
         dump()
     );
     assert!(stdout.contains("pmem0-sectors 131072"), "{}", dump());
-    assert!(stdout.contains("nmem-count 1\n"), "only the --nvdimm DIMM\n{}", dump());
-    assert!(stdout.contains("vd-count 2\n"), "the put and get disks\n{}", dump());
+    assert!(
+        stdout.contains("nmem-count 1\n"),
+        "only the --nvdimm DIMM\n{}",
+        dump()
+    );
+    assert!(
+        stdout.contains("vd-count 2\n"),
+        "the put and get disks\n{}",
+        dump()
+    );
     assert!(stdout.contains("data-read-only\n"), "{}", dump());
     assert!(
         stdout.contains("cwd /job\n") && stdout.ends_with("done\n"),
@@ -245,7 +253,11 @@ fn run_command_with_put_get_status_and_timeout() {
     // The root file system, the put tree and the get area are virtio disks:
     // ndctl in the Debian root file system sees exactly the two --nvdimm DIMMs.
     let dimms = fs::read_to_string(out.path("got-debian/out/dimms")).unwrap_or_default();
-    assert_eq!(dimms.matches("\"dev\":\"nmem").count(), 2, "ndctl list -D: {dimms}");
+    assert_eq!(
+        dimms.matches("\"dev\":\"nmem").count(),
+        2,
+        "ndctl list -D: {dimms}"
+    );
     let disks = fs::read_to_string(out.path("got-debian/out/disks")).unwrap_or_default();
     assert_eq!(
         disks.split_whitespace().collect::<Vec<_>>(),
