@@ -285,8 +285,10 @@ fn a_guest_waiting_forever_is_described_per_vcpu_at_the_time_out() {
             "mkfifo /tmp/never; cat /tmp/never",
             "--fio",
             job.to_str().unwrap(),
+            // Long enough for the guest to reach its setup on a loaded host (one CI run
+            // saw `/init` up after 31.5 s, and 40 s caught it still in `ndctl list`).
             "--timeout",
-            "40",
+            "90",
             "--json",
             record.to_str().unwrap(),
         ]),
