@@ -45,7 +45,8 @@ fn ready() -> Result<TcgGuard, Skip> {
         Err(pmemvm_tests::nested::NestedError::Unavailable(s)) => return Err(s),
         Err(e) => panic!("preparing the L1 failed: {e}"),
     }
-    Ok(pmemvm_tests::tcg::lock().expect("take the TCG lock"))
+    // `--cpus 2`: the nested engine gives the L1 two vCPUs, so the test holds two slots.
+    Ok(pmemvm_tests::tcg::lock_n(2).expect("take two TCG slots"))
 }
 
 /// ndctl's source tree: `$PMEMVM_NDCTL_SRC` or the default; missing is a skip.
