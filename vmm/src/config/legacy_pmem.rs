@@ -124,16 +124,9 @@ impl std::str::FromStr for LegacyPmemSpec {
         let mut parts = spec.split(',');
         let size = parse_range_size(parts.next().unwrap_or_default())?;
         let mut out = Self::temporary(size);
-        let mut seen: Vec<&str> = Vec::new();
-        for part in parts {
-            let (key, value) = match part.split_once('=') {
-                Some((k, v)) => (k, Some(v)),
-                None => (part, None),
-            };
-            if seen.contains(&key) {
-                return Err(LegacyPmemError::DuplicateOption(key.to_string()));
-            }
-            seen.push(key);
+        let options = super::spec_options(parts)
+            .map_err(|key| LegacyPmemError::DuplicateOption(key.to_string()))?;
+        for (key, value, part) in options {
             match (key, value) {
                 ("file", Some("")) => return Err(LegacyPmemError::EmptyPath),
                 ("file", Some(v)) => out.file = Some(PathBuf::from(v)),

@@ -244,16 +244,9 @@ impl std::str::FromStr for NvdimmSpec {
             node: None,
             badblocks: Vec::new(),
         };
-        let mut seen: Vec<&str> = Vec::new();
-        for part in parts {
-            let (key, value) = match part.split_once('=') {
-                Some((k, v)) => (k, Some(v)),
-                None => (part, None),
-            };
-            if seen.contains(&key) {
-                return Err(ConfigError::NvdimmDuplicate(key.to_string()));
-            }
-            seen.push(key);
+        let options =
+            spec_options(parts).map_err(|key| ConfigError::NvdimmDuplicate(key.to_string()))?;
+        for (key, value, part) in options {
             match (key, value) {
                 ("file", Some("")) => return Err(ConfigError::EmptyPath),
                 ("file", Some(v)) => out.file = Some(PathBuf::from(v)),
@@ -280,6 +273,29 @@ impl std::str::FromStr for NvdimmSpec {
         }
         Ok(out)
     }
+}
+
+/// One option of a spec: (key, value, the option as typed).
+type SpecOption<'a> = (&'a str, Option<&'a str>, &'a str);
+
+/// The `KEY[=VALUE]` options after a spec's first field (`--nvdimm`,
+/// `--pmem-legacy`), in order, each as (key, value, the option as typed);
+/// `Err(key)` names an option given twice.
+pub(crate) fn spec_options<'a>(
+    parts: impl Iterator<Item = &'a str>,
+) -> Result<Vec<SpecOption<'a>>, &'a str> {
+    let mut out: Vec<SpecOption<'a>> = Vec::new();
+    for part in parts {
+        let (key, value) = match part.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (part, None),
+        };
+        if out.iter().any(|(k, _, _)| *k == key) {
+            return Err(key);
+        }
+        out.push((key, value, part));
+    }
+    Ok(out)
 }
 
 /// The guest NUMA node of every DIMM, in order: `node=N` where given; DIMMs
