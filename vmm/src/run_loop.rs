@@ -320,6 +320,12 @@ impl Vm {
         {
             std::thread::sleep(Duration::from_millis(5));
         }
+        self.describe_statuses(statuses)
+    }
+
+    /// One sentence per vCPU from its published state, guest RIPs named from
+    /// the kernel's symbols.
+    fn describe_statuses(&self, statuses: &[Arc<crate::vcpu_status::VcpuStatus>]) -> Vec<String> {
         let symbols = crate::symbols::Symbols::load(&self.kernel);
         statuses
             .iter()
@@ -478,12 +484,7 @@ impl Vm {
         }
         // A time-out: where each vCPU was (guest RIP named from the kernel's symbols).
         let vcpus = if timed_out {
-            let symbols = crate::symbols::Symbols::load(&self.kernel);
-            statuses
-                .iter()
-                .enumerate()
-                .map(|(i, s)| s.describe(i, &|rip| symbols.name(rip)))
-                .collect()
+            self.describe_statuses(statuses)
         } else {
             Vec::new()
         };
