@@ -302,3 +302,53 @@ fn a_vcpu_that_does_not_stop_is_named_and_pmemvm_still_exits() {
         whole_pattern: true,
     });
 }
+
+/// A vCPU held in pmemvm by a host call that hangs (a flush hint's fdatasync,
+/// made to stall by fault injection) is named at `--timeout` with what it
+/// handles and on which file, and the guest's data still reaches the file.
+#[test]
+fn a_vcpu_stuck_in_a_flush_is_named_with_its_file_at_the_time_out() {
+    let g = require!(durable_guest());
+    let dir = TempDir::new("fault-flush-stall");
+    let file = dir.join("pm0.img");
+    let mut p = Params::new(End::HaltForever, 0x0f1a_5700);
+    p.flush_hint = true;
+    prepare_file(&file, 16 * MIB, LABELS, &p);
+    let args: Vec<String> = [
+        "boot",
+        "--kernel",
+        &g,
+        "--nvdimm",
+        &format!("16M,file={}", file.display()),
+        "--timeout",
+        "2",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    let run = Running::start_with_env(
+        &args,
+        &dir.0,
+        Stdio::null(),
+        None,
+        &[("PMEMVM_TEST_FAULT", "flush-stall=10")],
+    );
+    let out = run.finish();
+    assert_eq!(out.status, Some(5), "{}", out.dump());
+    assert!(
+        out.stderr.contains("vCPU 0: in pmemvm for "),
+        "{}",
+        out.dump()
+    );
+    let named = format!(
+        "handling an MMIO write at 0xfe000000 (NVDIMM 0's flush hint: fdatasync of {})",
+        file.display()
+    );
+    assert!(out.stderr.contains(&named), "{}", out.dump());
+    check_file(
+        "flush-stall",
+        &file,
+        &p.expected(16 * MIB, LABELS, u64::MAX),
+        &out.dump(),
+    );
+}

@@ -265,41 +265,94 @@ fn a_job_on_pmem0_of_a_new_labelled_dimm_is_stopped_with_the_reason() {
 /// halted with interrupts on, at a RIP the image's vmlinux names (the idle loop) — on stderr
 /// and in the run's JSON. One vCPU: the nested engine's L1 has one, and a 2-vCPU guest on it
 /// under TCG met soft lockups in L1 (`kvm_tiny` reports two vCPUs on a host KVM).
+/// A two-vCPU guest whose setup waits forever on a pipe, under pmemvm nested:
+/// SIGQUIT to pmemvm here reaches pmemvm in the L1, which says where each vCPU
+/// is and lets the guest go on; at `--timeout` the same description ends the
+/// run (status 124), on stderr and in the record.
 #[test]
-fn a_guest_waiting_forever_is_described_per_vcpu_at_the_time_out() {
-    let _tcg = require!(ready());
+fn a_guest_waiting_forever_is_described_per_vcpu_on_sigquit_and_at_the_time_out() {
+    let _tcg = require!(ready_n(2));
     let dir = TempDir::new("nested-hang");
     let job = dir.join("verify.fio");
     std::fs::write(&job, VERIFY_JOB).unwrap();
     let record = dir.join("run.json");
-    let out = run_cmd(
-        &mut pmemvm(&[
-            "run",
-            "--engine",
-            "nested",
-            "--cmdline",
-            CMDLINE,
-            "--nvdimm",
-            "64M,label-size=0",
-            "--setup",
-            "mkfifo /tmp/never; cat /tmp/never",
-            "--fio",
-            job.to_str().unwrap(),
-            // Long enough for the guest to reach its setup on a loaded host (one CI run
-            // saw `/init` up after 31.5 s, and 40 s caught it still in `ndctl list`).
-            "--timeout",
-            "90",
-            "--json",
-            record.to_str().unwrap(),
-        ]),
-        DEADLINE,
-    );
-    assert_eq!(out.status, Some(124), "{}", out.dump());
+    let mut cmd = pmemvm(&[
+        "run",
+        "--engine",
+        "nested",
+        "--cmdline",
+        CMDLINE,
+        "--cpus",
+        "2",
+        "--nvdimm",
+        "64M,label-size=0",
+        "--setup",
+        "mkfifo /tmp/never; cat /tmp/never",
+        "--fio",
+        job.to_str().unwrap(),
+        // Long enough for the guest to reach its setup on a loaded host (one CI run
+        // saw `/init` up after 31.5 s, and 40 s caught it still in `ndctl list`).
+        "--timeout",
+        "150",
+        "--json",
+        record.to_str().unwrap(),
+    ]);
+    cmd.env("TMPDIR", &dir.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("start pmemvm");
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let mut pipe = child.stderr.take().expect("stderr pipe");
+        let stderr = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                stderr
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let pid = libc::pid_t::try_from(child.id()).expect("pid");
+    let answered = |s: &str| s.contains("pmemvm: SIGQUIT: the guest goes on");
+    // Ask every 15 s until pmemvm in the L1 answers (before it runs, the L1
+    // says so) or the run ends.
+    let start = Instant::now();
+    let mut asked = 0;
+    while child.try_wait().expect("wait").is_none()
+        && !answered(&stderr.lock().unwrap())
+        && start.elapsed() < DEADLINE
+    {
+        std::thread::sleep(Duration::from_secs(15));
+        // SAFETY: kill(2) sends SIGQUIT to the pmemvm this test started.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGQUIT) }, 0);
+        asked += 1;
+    }
+    let waited =
+        pmemvm_tests::process::wait_with_deadline(&mut child, DEADLINE).expect("wait for pmemvm");
+    reader.join().expect("stderr reader");
+    let err = stderr.lock().unwrap().clone();
+    assert!(answered(&err), "no answer to {asked} SIGQUIT(s):\n{err}");
+    for i in 0..2 {
+        let line = format!("pmemvm: SIGQUIT: vCPU {i}: in the guest, ");
+        assert!(err.contains(&line), "{line} missing:\n{err}");
+    }
+    assert_eq!(waited.and_then(|s| s.code()), Some(124), "{err}");
     let v = json(&record);
     let error = v["error"].as_str().unwrap_or_default().to_owned();
-    let vcpu = "vCPU 0: in the guest, halted";
-    assert!(error.contains(vcpu), "{error}\n{}", out.dump());
-    assert!(out.stderr.contains(vcpu), "{}", out.dump());
+    for vcpu in [
+        "vCPU 0: in the guest, halted",
+        "vCPU 1: in the guest, halted",
+    ] {
+        assert!(error.contains(vcpu), "{vcpu}: {error}\n{err}");
+        assert!(err.contains(vcpu), "{vcpu}: {err}");
+    }
     let named = error
         .split("; ")
         .filter(|p| p.starts_with("vCPU "))

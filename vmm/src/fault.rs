@@ -1,8 +1,8 @@
 //! Fault injection for the tests of pmemvm's own failure paths (a vCPU
 //! thread that cannot start, panics, or does not stop; the event loop
 //! panicking). Debug builds read `PMEMVM_TEST_FAULT` (comma-separated:
-//! `vcpu-spawn=N`, `vcpu-panic`, `vcpu-ignores-stop`, `loop-panic`); release
-//! builds never inject anything.
+//! `vcpu-spawn=N`, `vcpu-panic`, `vcpu-ignores-stop`, `loop-panic`,
+//! `flush-stall=SECS`); release builds never inject anything.
 
 /// Faults to inject into one run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -15,6 +15,9 @@ pub struct Faults {
     pub vcpu_ignores_stop: bool,
     /// The event loop (main thread) panics at the first exit request.
     pub loop_panics: bool,
+    /// A flush-hint write keeps its vCPU thread in pmemvm this many seconds
+    /// before the flush (a host call that hangs, as on a stalled disk).
+    pub flush_stall_secs: Option<u64>,
 }
 
 impl Faults {
@@ -33,6 +36,7 @@ impl Faults {
         for item in spec.split(',').map(str::trim) {
             match item.split_once('=') {
                 Some(("vcpu-spawn", n)) => f.vcpu_spawn_fails = n.parse().ok(),
+                Some(("flush-stall", n)) => f.flush_stall_secs = n.parse().ok(),
                 _ if item == "vcpu-panic" => f.vcpu_panics = true,
                 _ if item == "vcpu-ignores-stop" => f.vcpu_ignores_stop = true,
                 _ if item == "loop-panic" => f.loop_panics = true,
@@ -57,8 +61,10 @@ mod tests {
                 vcpu_panics: true,
                 vcpu_ignores_stop: false,
                 loop_panics: false,
+                flush_stall_secs: None,
             }
         );
+        assert_eq!(Faults::parse("flush-stall=8").flush_stall_secs, Some(8));
         assert_eq!(Faults::parse(""), Faults::default());
         assert!(Faults::parse("vcpu-ignores-stop").vcpu_ignores_stop);
         assert!(Faults::parse("loop-panic").loop_panics);

@@ -24,6 +24,7 @@ pub mod console;
 pub mod cpu;
 pub mod dimm;
 pub mod disk;
+pub mod exit_owner;
 pub mod exit_status;
 pub mod fault;
 pub mod host;

@@ -327,10 +327,21 @@ impl Vm {
     /// the kernel's symbols.
     fn describe_statuses(&self, statuses: &[Arc<crate::vcpu_status::VcpuStatus>]) -> Vec<String> {
         let symbols = crate::symbols::Symbols::load(&self.kernel);
+        let dimms: Vec<String> = self
+            .nvdimms
+            .iter()
+            .map(|d| d.backing.display.clone())
+            .collect();
+        let disks: Vec<String> = self
+            .disks
+            .iter()
+            .map(|d| d.path.display().to_string())
+            .collect();
+        let owners = crate::exit_owner::ExitOwners::new(&dimms, &disks);
         statuses
             .iter()
             .enumerate()
-            .map(|(i, s)| s.describe(i, &|rip| symbols.name(rip)))
+            .map(|(i, s)| s.describe(i, &|rip| symbols.name(rip), &|e, a| owners.name(e, a)))
             .collect()
     }
 
@@ -450,6 +461,13 @@ impl Vm {
             (_, _, Some(e)) => ExitRequest::StorageFailure(e),
             (_, r, None) => r,
         };
+        // A time-out: where each vCPU was (guest RIP named from the kernel's
+        // symbols, a host call from its device and file), while the DIMMs are known.
+        let vcpus = if timed_out {
+            self.describe_statuses(statuses)
+        } else {
+            Vec::new()
+        };
         let host_hint = match &reason {
             ExitRequest::Fatal(_) | ExitRequest::TripleFault => self.host.explanation(),
             _ => None,
@@ -482,12 +500,6 @@ impl Vm {
                 std::mem::forget(l.mapping);
             }
         }
-        // A time-out: where each vCPU was (guest RIP named from the kernel's symbols).
-        let vcpus = if timed_out {
-            self.describe_statuses(statuses)
-        } else {
-            Vec::new()
-        };
         RunOutcome {
             reason,
             exits: self.stats.snapshot(),

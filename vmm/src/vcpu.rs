@@ -442,6 +442,15 @@ impl VcpuContext {
                     // full): never drop the guest's data silently.
                     Some(d) => return Some(d.storage_failure(self.index, "write", addr)),
                     None => {
+                        if let Some(secs) = self.faults.flush_stall_secs {
+                            let hints = crate::layout::NVDIMM_FLUSH_HINT_START.0;
+                            if addr.wrapping_sub(hints)
+                                < crate::layout::NVDIMM_FLUSH_HINT_SIZE
+                                    * crate::layout::NVDIMM_FLUSH_HINT_MAX
+                            {
+                                std::thread::sleep(std::time::Duration::from_secs(secs));
+                            }
+                        }
                         if self.mmio.write(addr, data).is_err() {
                             stats.unclaimed_access(self.index, "mmio-write", addr);
                         }

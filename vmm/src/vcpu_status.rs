@@ -160,19 +160,29 @@ impl VcpuStatus {
         }
     }
 
-    /// One sentence: where vCPU `index` was. `symbol` names a guest address.
-    pub fn describe(&self, index: usize, symbol: &dyn Fn(u64) -> Option<String>) -> String {
+    /// One sentence: where vCPU `index` was. `symbol` names a guest address;
+    /// `owner` names the device (and its host file) an exit's address belongs to.
+    pub fn describe(
+        &self,
+        index: usize,
+        symbol: &dyn Fn(u64) -> Option<String>,
+        owner: &dyn Fn(Exit, u64) -> Option<String>,
+    ) -> String {
         let snapshot = self.snapshot.lock().ok().and_then(|s| *s);
         match (self.phase.load(Ordering::Acquire), snapshot) {
             (IN_EXIT, _) => {
                 let secs =
                     now_us().saturating_sub(self.since_us.load(Ordering::Relaxed)) as f64 / 1e6;
                 let exit = Exit::from_u8(self.exit.load(Ordering::Relaxed));
+                let addr = self.addr.load(Ordering::Relaxed);
+                let what = owner(exit, addr).unwrap_or_else(|| {
+                    "no device claims it; a device's host call would be a flush hint's \
+                     fdatasync or a label write"
+                        .to_owned()
+                });
                 format!(
-                    "vCPU {index}: in pmemvm for {secs:.1} s, handling {} {:#x} (a device's \
-                     host call: a flush hint's fdatasync, a label write)",
+                    "vCPU {index}: in pmemvm for {secs:.1} s, handling {} {addr:#x} ({what})",
                     exit.words(),
-                    self.addr.load(Ordering::Relaxed)
                 )
             }
             (STARTING, _) => format!("vCPU {index}: never entered the guest"),
@@ -207,11 +217,18 @@ impl VcpuStatus {
 mod tests {
     use super::*;
 
+    fn no_owner(_: Exit, _: u64) -> Option<String> {
+        None
+    }
+
     #[test]
     fn each_phase_reads_as_one_sentence() {
         let s = VcpuStatus::new();
         let none = |_| None;
-        assert_eq!(s.describe(0, &none), "vCPU 0: never entered the guest");
+        assert_eq!(
+            s.describe(0, &none, &no_owner),
+            "vCPU 0: never entered the guest"
+        );
         s.in_guest();
         s.record(Snapshot {
             rip: 0xffff_ffff_8100_1234,
@@ -221,7 +238,7 @@ mod tests {
         s.done();
         let named = |rip: u64| (rip == 0xffff_ffff_8100_1234).then(|| "default_idle+0x4".into());
         assert_eq!(
-            s.describe(1, &named),
+            s.describe(1, &named, &no_owner),
             "vCPU 1: in the guest, halted, waiting for an interrupt, at RIP 0xffffffff81001234 \
              (default_idle+0x4), interrupts on"
         );
@@ -233,7 +250,7 @@ mod tests {
             mp_state: Some(0),
         });
         assert_eq!(
-            spin.describe(2, &none),
+            spin.describe(2, &none, &no_owner),
             "vCPU 2: in the guest, running, at RIP 0x1000, interrupts off"
         );
         spin.record(Snapshot {
@@ -242,13 +259,25 @@ mod tests {
             mp_state: Some(1),
         });
         assert!(spin
-            .describe(2, &none)
+            .describe(2, &none, &no_owner)
             .contains("not started by the guest (waiting for its INIT and start-up IPI)"));
         let busy = VcpuStatus::new();
         busy.in_exit(Exit::MmioWrite, 0xfed0_0000);
-        let d = busy.describe(3, &none);
+        let d = busy.describe(3, &none, &no_owner);
         assert!(
-            d.starts_with("vCPU 3: in pmemvm for 0.") && d.contains("an MMIO write at 0xfed00000"),
+            d.starts_with("vCPU 3: in pmemvm for 0.")
+                && d.contains("an MMIO write at 0xfed00000 (no device claims it"),
+            "{d}"
+        );
+        let flush = |exit: Exit, addr: u64| {
+            (exit == Exit::MmioWrite && addr == 0xfed0_0000)
+                .then(|| "NVDIMM 0's flush hint: fdatasync of /tmp/a.img".to_owned())
+        };
+        let d = busy.describe(3, &none, &flush);
+        assert!(
+            d.ends_with(
+                "an MMIO write at 0xfed00000 (NVDIMM 0's flush hint: fdatasync of /tmp/a.img)"
+            ),
             "{d}"
         );
     }

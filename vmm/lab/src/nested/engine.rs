@@ -230,7 +230,9 @@ fn pmemvm_messages(stderr: &str) -> Option<String> {
     let lines: Vec<&str> = stderr
         .lines()
         .filter(|l| {
-            (l.starts_with("pmemvm: ") && !l.starts_with("pmemvm: warning"))
+            (l.starts_with("pmemvm: ")
+                && !l.starts_with("pmemvm: warning")
+                && !l.starts_with("pmemvm: SIGQUIT:"))
                 || l.trim_start()
                     .split_once(": ")
                     .is_some_and(|(n, _)| l.starts_with("  ") && n.trim().parse::<u32>().is_ok())
@@ -642,7 +644,7 @@ mod tests {
 
     #[test]
     fn only_pmemvm_lines_are_messages() {
-        let stderr = "[2026 WARN vmm] x\npmemvm: error: --nvdimm 16M: wrong size\n  1: cause\npmemvm: warning: y\n";
+        let stderr = "[2026 WARN vmm] x\npmemvm: error: --nvdimm 16M: wrong size\n  1: cause\npmemvm: warning: y\npmemvm: SIGQUIT: vCPU 0: in the guest\n";
         assert_eq!(
             pmemvm_messages(stderr).as_deref(),
             Some("pmemvm: error: --nvdimm 16M: wrong size; 1: cause")

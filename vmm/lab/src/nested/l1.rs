@@ -167,6 +167,77 @@ fn io(what: &str) -> impl FnOnce(std::io::Error) -> L1Failure + '_ {
     }
 }
 
+/// SIGQUIT under `--engine nested`: the request goes to pmemvm in the L1
+/// (the L1 init's watch loop sees `.l1/describe` in the share within a second
+/// and sends pmemvm SIGQUIT there); pmemvm's answer, its `pmemvm: SIGQUIT:`
+/// lines on its stderr in the share, is copied to this process's stderr. The
+/// guest and the L1 go on.
+struct DescribeRelay {
+    request: PathBuf,
+    stderr: PathBuf,
+    /// Bytes of pmemvm's stderr already looked at.
+    seen: usize,
+    /// A request is out and its answer not all shown.
+    waiting: bool,
+}
+
+impl DescribeRelay {
+    fn new(l1: &Path) -> Self {
+        Self {
+            request: l1.join("describe"),
+            stderr: l1.join("stderr"),
+            seen: 0,
+            waiting: false,
+        }
+    }
+
+    fn ask(&mut self) {
+        self.seen = fs::metadata(&self.stderr)
+            .map_or(0, |m| usize::try_from(m.len()).unwrap_or(usize::MAX));
+        match fs::write(&self.request, b"SIGQUIT\n") {
+            Ok(()) => {
+                eprintln!("pmemvm: SIGQUIT: asking pmemvm in the L1 VM where each vCPU is");
+                self.waiting = true;
+            }
+            Err(e) => eprintln!(
+                "pmemvm: SIGQUIT: could not ask pmemvm in the L1 VM ({}: {e})",
+                self.request.display()
+            ),
+        }
+    }
+
+    /// pmemvm's answer lines that arrived since the last look.
+    fn relay(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.waiting {
+            return out;
+        }
+        let Ok(bytes) = fs::read(&self.stderr) else {
+            return out;
+        };
+        if bytes.len() < self.seen {
+            // The L1's command started after the request and truncated the file.
+            self.seen = 0;
+        }
+        // Whole lines only; a partial last line waits for the next look.
+        let Some(end) = bytes
+            .get(self.seen..)
+            .and_then(|b| b.iter().rposition(|&c| c == b'\n'))
+        else {
+            return out;
+        };
+        let new = String::from_utf8_lossy(&bytes[self.seen..self.seen + end + 1]).into_owned();
+        self.seen += end + 1;
+        for line in new.lines().filter(|l| l.starts_with("pmemvm: SIGQUIT:")) {
+            if line.contains("the guest goes on") {
+                self.waiting = false;
+            }
+            out.push(line.to_owned());
+        }
+        out
+    }
+}
+
 /// Runs the L1 `cmd` (from [`l1_command`]) to its end: its console goes to
 /// `console`, QEMU's own output to `qemu_log`; the command's status comes
 /// from the share's status file (the console line is the fallback).
@@ -208,10 +279,18 @@ pub fn run_l1(
     let mut stopped_by = None;
     let mut beat = Heartbeat::new(console);
     let mut shown = 0usize;
+    let mut describe = DescribeRelay::new(&l1_dir(share));
     let waited = wait_watched(&mut child, deadline, || {
-        if let Some(sig) = signals.as_ref().ok().and_then(|s| s.read()) {
+        while let Some(sig) = signals.as_ref().ok().and_then(|s| s.read()) {
+            if sig == vmm::signals::DESCRIBE_SIGNAL {
+                describe.ask();
+                continue;
+            }
             stopped_by = Some(sig);
             return Some(format!("signal {sig}"));
+        }
+        for line in describe.relay() {
+            eprintln!("{line}");
         }
         if let Some(path) = stream {
             if let Ok(b) = fs::read(path) {
@@ -352,5 +431,41 @@ mod tests {
         ));
         assert!(joined.contains("local,path=/s/share,mount_tag=share,security_model=none"));
         assert!(joined.contains("local,path=/var/tmp,mount_tag=dimm0,security_model=none"));
+    }
+
+    #[test]
+    fn sigquit_is_asked_through_the_share_and_only_the_answer_is_relayed() {
+        let dir = std::env::temp_dir().join(format!("pmemvm-relay-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let stderr = dir.join("stderr");
+        fs::write(&stderr, "pmemvm: SIGQUIT: an old answer\n").unwrap();
+        let mut r = DescribeRelay::new(&dir);
+        assert!(r.relay().is_empty(), "nothing relayed before a request");
+        r.ask();
+        assert_eq!(
+            fs::read_to_string(dir.join("describe")).unwrap(),
+            "SIGQUIT\n"
+        );
+        assert!(
+            r.relay().is_empty(),
+            "the answer from before the request is not relayed"
+        );
+        let mut f = fs::OpenOptions::new().append(true).open(&stderr).unwrap();
+        f.write_all(b"[log] x\npmemvm: SIGQUIT: vCPU 0: in the guest\npmemvm: SIGQ")
+            .unwrap();
+        assert_eq!(r.relay(), vec!["pmemvm: SIGQUIT: vCPU 0: in the guest"]);
+        f.write_all(b"UIT: the guest goes on (SIGINT or SIGTERM stops it)\n")
+            .unwrap();
+        assert_eq!(
+            r.relay(),
+            vec!["pmemvm: SIGQUIT: the guest goes on (SIGINT or SIGTERM stops it)"]
+        );
+        f.write_all(b"pmemvm: SIGQUIT: late\n").unwrap();
+        assert!(r.relay().is_empty(), "an answered request relays no more");
+        // The L1's command truncates the file after the request: read from the start.
+        r.ask();
+        fs::write(&stderr, "pmemvm: SIGQUIT: vCPU 1: in the guest\n").unwrap();
+        assert_eq!(r.relay(), vec!["pmemvm: SIGQUIT: vCPU 1: in the guest"]);
+        fs::remove_dir_all(&dir).unwrap();
     }
 }
