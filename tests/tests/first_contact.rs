@@ -416,6 +416,13 @@ fn bench_engine_auto_matches_the_host_kind() {
                     "64M",
                     "--size",
                     "16M",
+                    // Host placement reaches every boot (the report's machine line).
+                    "--pin",
+                    "0",
+                    "--host-node",
+                    "0",
+                    "--memory",
+                    "1G,thp",
                     "--out",
                     &report_s,
                 ],
@@ -431,6 +438,7 @@ fn bench_engine_auto_matches_the_host_kind() {
             assert!(out.stdout.contains("engine pmemvm"), "{}", out.dump());
             let text = std::fs::read_to_string(report.join("report.txt")).expect("report.txt");
             assert!(text.contains("runs: 6 of 6 produced figures"), "{text}");
+            assert!(text.contains("pinning [0], host node 0"), "{text}");
         }
     }
 }

@@ -183,12 +183,9 @@ fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
         let bad_steps: Vec<&str> = steps.lines().filter(|l| !l.ends_with(" 0")).collect();
         let status = report.as_ref().ok().and_then(|r| r.status);
         if !line.contains(" status=0 ") || status != Some(0) || !bad_steps.is_empty() {
-            let err = fs::read_to_string(out.path(&format!("pmemvm-{name}.err")))
-                .unwrap_or_default();
-            let why: Vec<&str> = err
-                .lines()
-                .filter(|l| l.starts_with("pmemvm: "))
-                .collect();
+            let err =
+                fs::read_to_string(out.path(&format!("pmemvm-{name}.err"))).unwrap_or_default();
+            let why: Vec<&str> = err.lines().filter(|l| l.starts_with("pmemvm: ")).collect();
             failures.push(format!(
                 "{line}: guest status {status:?}, failed steps {bad_steps:?}; pmemvm said: {}",
                 why.join(" | ")

@@ -20,7 +20,7 @@ pub(crate) fn bench_request(args: &BenchArgs) -> BenchRequest {
         experiment: args.experiment.clone(),
         runs: args.runs,
         cpus: args.cpus,
-        memory: args.memory,
+        memory: args.memory.map(|m| m.size),
         jobs: args.jobs,
         nvdimm: args.nvdimm,
         runtime: args.runtime,
@@ -36,6 +36,11 @@ pub(crate) fn bench_request(args: &BenchArgs) -> BenchRequest {
         only: args.only.clone(),
         // Every boot in a fresh process of this binary (lab::child).
         runner: std::env::current_exe().map_or(Runner::InProcess, Runner::Child),
+        ram_pages: args.memory.map(|m| m.pages).unwrap_or_default(),
+        placement: vmm::placement::Placement {
+            host_node: args.host_node,
+            ..args.pin.clone().unwrap_or_default()
+        },
     }
 }
 

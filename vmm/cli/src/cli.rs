@@ -460,9 +460,17 @@ pub struct BenchArgs {
     #[arg(long, value_parser = parse_cpus, value_name = "N")]
     pub cpus: Option<u8>,
     /// Guest RAM, raised to what the experiment needs (default: the experiment's minimum plus
-    /// 8 MiB per fio job, at least 1G).
-    #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
-    pub memory: Option<u64>,
+    /// 8 MiB per fio job, at least 1G); `,hugepages` backs it with 2 MiB hugetlb pages
+    /// (reserved up front), `,thp` asks for transparent huge pages. Every boot.
+    #[arg(long, value_parser = parse_memory, value_name = "SIZE[,hugepages|,thp]")]
+    pub memory: Option<vmm::hugepages::MemorySpec>,
+    /// Pin vCPU i to the i-th host CPU of this list (e.g. 2,3 or 4-7), every boot; the
+    /// list needs a CPU per guest vCPU.
+    #[arg(long, value_parser = parse_pin, value_name = "CPULIST")]
+    pub pin: Option<vmm::placement::Placement>,
+    /// Bind guest RAM and the NVDIMM mapping of every boot to this host NUMA node (strict).
+    #[arg(long, value_name = "N")]
+    pub host_node: Option<u32>,
     /// fio jobs of the many-job phases (default: the thread's 48, at most one per vCPU).
     #[arg(long, value_parser = parse_count, value_name = "N")]
     pub jobs: Option<u32>,

@@ -57,10 +57,20 @@ pub fn report(args: &ReportArgs) -> Result<u8, CommandError> {
 }
 
 /// `pmemvm bench EXP --slurm --out DIR`: checks the bench as `--plan` does (sides, experiment,
-/// scaling; the engine is the nodes' business) and that DIR can be made, and writes the
-/// scripts.
+/// scaling; the engine is the nodes' business, except that `--engine qemu|nested` with
+/// `--pin`/`--host-node`/huge pages is refused here) and that DIR can be made, and writes
+/// the scripts.
 pub fn slurm(args: &BenchArgs, req: &BenchRequest) -> Result<u8, CommandError> {
     let (_, plan) = lab::bench::plan(req)?;
+    // An engine named outright that cannot honour host placement would fail every task.
+    if matches!(
+        req.engine,
+        lab::run::Engine::Qemu | lab::run::Engine::Nested
+    ) {
+        if let Some(option) = lab::run::pmemvm_only_option(&req.placement, req.ram_pages, &[]) {
+            return Err(lab::run::RunError::PmemvmOnly(option).into());
+        }
+    }
     lab::preflight::output_dir(&req.out).map_err(lab::bench::BenchError::from)?;
     let sides: Vec<String> = plan.sides.iter().map(|s| s.label.clone()).collect();
     let job = lab::fleet::slurm::job_for(
@@ -102,7 +112,16 @@ fn forwarded_args(args: &BenchArgs) -> Vec<String> {
     };
     // Unset, each node sizes the guest by its own CPUs, as a bench run there would.
     opt("--cpus", args.cpus.map(|n| n.to_string()));
-    opt("--memory", args.memory.map(|n| n.to_string()));
+    opt(
+        "--memory",
+        args.memory.map(|m| match m.pages {
+            vmm::hugepages::RamPages::Default => m.size.to_string(),
+            vmm::hugepages::RamPages::Hugetlb => format!("{},hugepages", m.size),
+            vmm::hugepages::RamPages::Thp => format!("{},thp", m.size),
+        }),
+    );
+    opt("--pin", args.pin.as_ref().map(|p| p.pin_text.clone()));
+    opt("--host-node", args.host_node.map(|n| n.to_string()));
     opt("--jobs", args.jobs.map(|n| n.to_string()));
     opt("--nvdimm", args.nvdimm.map(|n| n.to_string()));
     opt("--runtime", args.runtime.map(|n| n.to_string()));

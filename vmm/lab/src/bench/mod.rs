@@ -122,6 +122,10 @@ pub struct BenchRequest {
     pub only: Option<Task>,
     /// Where each boot runs.
     pub runner: Runner,
+    /// Guest RAM's pages (`--memory SIZE,hugepages|thp`), every boot.
+    pub ram_pages: vmm::hugepages::RamPages,
+    /// vCPU pinning and host NUMA node (`--pin`, `--host-node`), every boot.
+    pub placement: vmm::placement::Placement,
 }
 
 /// Where a bench's boots run.
@@ -240,11 +244,29 @@ pub fn prepare(
         side_modules(side, req)?;
     }
     let engine = preflight::engine_on_this_host(req.engine, allow_install, needs)?;
+    if engine != Engine::Pmemvm {
+        if let Some(option) = run::pmemvm_only_option(&req.placement, req.ram_pages, &[]) {
+            return Err(RunError::PmemvmOnly(option).into());
+        }
+    }
     let memory = plan.guest_mem_mib << 20;
-    preflight::memory(
-        preflight::guest_memory_on_host(engine, memory),
-        preflight::mem_available(),
-    )?;
+    vmm::memory_placement::check_host_placement(
+        u8::try_from(plan.vcpus).unwrap_or(u8::MAX),
+        &vmm::hugepages::MemorySpec {
+            size: memory,
+            pages: req.ram_pages,
+        },
+        &req.placement,
+        &[],
+    )
+    .map_err(|e| RunError::from(vmm::vm::VmError::from(e)))?;
+    if req.ram_pages != vmm::hugepages::RamPages::Hugetlb {
+        // hugetlb RAM is not in MemAvailable; the check above counted free huge pages.
+        preflight::memory(
+            preflight::guest_memory_on_host(engine, memory),
+            preflight::mem_available(),
+        )?;
+    }
     if let Some(bytes) = plan.nvdimm_bytes {
         let tmp = std::env::temp_dir();
         preflight::dimm_disk(bytes, &tmp, preflight::free_bytes(&tmp))?;
@@ -449,8 +471,8 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 },
                 cpus,
                 memory,
-                ram_pages: Default::default(),
-                placement: Default::default(),
+                ram_pages: req.ram_pages,
+                placement: req.placement.clone(),
                 nvdimms: nvdimms.clone(),
                 disks: Vec::new(),
                 legacy_pmem: Vec::new(),
