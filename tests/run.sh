@@ -3,7 +3,8 @@
 #
 # The whole test suite, on a fresh Debian 12 machine (as root) or a prepared one:
 #   1. installs what every tier needs (apt: acpica-tools for iasl/acpiexec,
-#      qemu-system-x86 for the TCG and nested tiers, binutils for the tiny
+#      qemu-system-x86 10 for the TCG and nested tiers, from bookworm-backports
+#      on Debian 12 (guest-images/lib/qemu-install.sh), binutils for the tiny
 #      guests, fio for the fixture check, strace for the exit-path fdatasync
 #      check, ...) — skipped when already there;
 #   2. builds the guest image (guest-images/build.sh, cached by input hash in
@@ -89,7 +90,7 @@ bounded() {
 }
 
 need=""
-for p in acpica-tools qemu-system-x86 binutils fio strace cpio gzip xz-utils busybox-static zstd libxml2-utils librsvg2-bin munge slurmctld slurmd slurm-client; do
+for p in acpica-tools binutils fio strace cpio gzip xz-utils busybox-static zstd libxml2-utils librsvg2-bin munge slurmctld slurmd slurm-client; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need="$need $p"
 done
 if [ -n "$need" ]; then
@@ -97,6 +98,9 @@ if [ -n "$need" ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null
 fi
+# QEMU 10 or newer (bookworm-backports on Debian 12: its 7.2 loses nested guests' wake-ups).
+guest-images/lib/qemu-install.sh
+log "QEMU: $(qemu-system-x86_64 --version | head -n1)"
 
 log "guest image"
 bounded guest-images/build.sh

@@ -10,10 +10,11 @@
 //!    … -m devdax`, `daxctl reconfigure-device --mode=system-ram`;
 //! 2. **the same loop with the file on the L1's tmpfs** (a local file system),
 //!    and in the first run once more with four vCPUs;
-//! 3. **the swapped-order recipe** on two fresh DIMMs on the share: a first
-//!    boot makes a namespace on each, ext4 on one and XFS on the other, each
-//!    mounted `-o dax` and written; a second boot with the `--nvdimm` options
-//!    swapped mounts both `-o dax` again and reads the files back.
+//! 3. **the swapped-order recipe** on two fresh DIMMs on the share, as a
+//!    chain of N + 1 boots: the first makes a namespace on each, ext4 on one
+//!    and XFS on the other; every boot, with the `--nvdimm` options in the
+//!    other order than the boot before, mounts both `-o dax`, finds the
+//!    previous boot's file on each and writes its own (N swaps).
 //!
 //! Every pmemvm boot has `--timeout`, so a hang ends with pmemvm's
 //! description of each vCPU (kept in `pmemvm-*.err`) instead of the L1's
@@ -49,33 +50,40 @@ step 05-system-ram daxctl reconfigure-device --mode=system-ram "$dax"
 [ $failed = 0 ]
 "#;
 
-const SWAP_FIRST: &str = r#"
-step 01-ns-a ndctl create-namespace -r region0
-step 02-ns-b ndctl create-namespace -r region1
+/// One boot of the swapped-order chain (boot K of it, from `swapk=K` on the
+/// kernel command line): boot 0 makes a namespace on each DIMM, ext4 on the
+/// first and XFS on the second; every later boot, whose `--nvdimm` options are
+/// in the other order than the boot before, mounts each `-o dax`, must find
+/// the previous boot's file, and writes its own.
+const SWAP: &str = r#"
+K=$(sed -n 's/.*swapk=\([0-9]*\).*/\1/p' /proc/cmdline)
 mkdir -p /mnt/t
-i=0
-for out in $O/01-ns-a.out $O/02-ns-b.out; do
-    dev=/dev/$(field blockdev $out)
-    if [ $i = 0 ]; then step 03-mkfs-ext4 mkfs.ext4 -F -q $dev; fs=ext4
-    else step 04-mkfs-xfs mkfs.xfs -f -q -m reflink=0 $dev; fs=xfs; fi
-    step 05-mount-$fs mount -o dax $dev /mnt/t
-    echo "FILE-$fs" > /mnt/t/file
-    sync
-    step 06-umount-$fs umount /mnt/t
-    i=1
-done
-[ $failed = 0 ]
-"#;
-
-const SWAP_SECOND: &str = r#"
-mkdir -p /mnt/t
+if [ "$K" = 0 ]; then
+    step 01-ns-a ndctl create-namespace -r region0
+    step 02-ns-b ndctl create-namespace -r region1
+    step 03-mkfs-ext4 mkfs.ext4 -F -q /dev/$(field blockdev $O/01-ns-a.out)
+    step 04-mkfs-xfs mkfs.xfs -f -q -m reflink=0 /dev/$(field blockdev $O/02-ns-b.out)
+    for pair in "$O/01-ns-a.out ext4" "$O/02-ns-b.out xfs"; do
+        set -- $pair
+        mount -o dax /dev/$(field blockdev $1) /mnt/t && echo $2 > /mnt/t/fs && umount /mnt/t
+        echo "init-$2 $?" >> $O/steps.txt
+    done
+fi
 for b in /sys/block/pmem*; do
     dev=/dev/${b##*/}
     step mount-${b##*/} mount -o dax $dev /mnt/t
-    cat /mnt/t/file >> $O/files.txt
+    fs=$(cat /mnt/t/fs 2>/dev/null)
+    echo "$fs $(cat /mnt/t/file 2>/dev/null)" >> $O/found.txt
+    echo "FILE-$fs-$K" > /mnt/t/file
+    sync
     step umount-${b##*/} umount /mnt/t
 done
-grep -q FILE-ext4 $O/files.txt && grep -q FILE-xfs $O/files.txt
+if [ "$K" != 0 ]; then
+    prev=$((K - 1))
+    grep -qx "ext4 FILE-ext4-$prev" $O/found.txt; echo "found-ext4 $?" >> $O/steps.txt
+    grep -qx "xfs FILE-xfs-$prev" $O/found.txt; echo "found-xfs $?" >> $O/steps.txt
+fi
+! grep -qv ' 0$' $O/steps.txt
 "#;
 
 /// The L1's loop; `@RUNS@` and `@TIMEOUT@` are filled in.
@@ -94,7 +102,7 @@ pm() {
 mkdir -p /share/dimms /tmp/dimms
 i=1
 while [ $i -le @RUNS@ ]; do
-    rm -f /share/dimms/ns.img /tmp/dimms/ns.img /share/dimms/a.img /share/dimms/b.img
+    rm -f /share/dimms/ns.img /tmp/dimms/ns.img
     pm ns-share-$i ns.img 2 --nvdimm 1G,file=/share/dimms/ns.img
     pm ns-tmpfs-$i ns.img 2 --nvdimm 1G,file=/tmp/dimms/ns.img
     rm -f /tmp/dimms/ns.img
@@ -102,9 +110,15 @@ while [ $i -le @RUNS@ ]; do
         pm ns-4cpus-$i ns.img 4 --nvdimm 1G,file=/tmp/dimms/ns.img
         rm -f /tmp/dimms/ns.img
     fi
-    pm swap1-$i swap1.img 2 --nvdimm 1G,file=/share/dimms/a.img --nvdimm 1G,file=/share/dimms/b.img
-    pm swap2-$i swap2.img 2 --nvdimm 1G,file=/share/dimms/b.img --nvdimm 1G,file=/share/dimms/a.img
     i=$((i+1))
+done
+rm -f /share/dimms/ns.img /share/dimms/a.img /share/dimms/b.img
+k=0
+while [ $k -le @RUNS@ ]; do
+    if [ $((k % 2)) = 0 ]; then first=a; second=b; else first=b; second=a; fi
+    pm swap-$k swap.img 2 --append swapk=$k \
+        --nvdimm 1G,file=/share/dimms/$first.img --nvdimm 1G,file=/share/dimms/$second.img
+    k=$((k+1))
 done
 rm -f /share/dimms/*.img
 echo LOOPS-DONE
@@ -150,11 +164,10 @@ fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
     let out = vm
         .l1_cpus(2)
         .l1_memory_mib(2048)
-        .deadline(Duration::from_secs(600 + u64::from(runs) * 4 * 420))
+        .deadline(Duration::from_secs(900 + u64::from(runs) * 3 * 420))
         .file("vmlinux", kernel)
         .bytes("ns.img", job_initrd(&base, NAMESPACE_LOOP))
-        .bytes("swap1.img", job_initrd(&base, SWAP_FIRST))
-        .bytes("swap2.img", job_initrd(&base, SWAP_SECOND))
+        .bytes("swap.img", job_initrd(&base, SWAP))
         .run(&["sh", "-c", &script])
         .expect("the loops in the harness");
     let keep = workspace_root().join("target/nested-hang-loops");
@@ -199,7 +212,9 @@ fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
         keep.display()
     );
     assert!(out.stdout.contains("LOOPS-DONE"), "{}", out.dump());
-    assert_eq!(boots, 4 * runs + 1, "{}", out.dump());
+    // Per run two namespace loops, and one boot of the swap chain (which has
+    // one boot more than runs); one four-vCPU loop in all.
+    assert_eq!(boots, 3 * runs + 2, "{}", out.dump());
     assert!(
         failures.is_empty(),
         "{} of {boots} boots failed:\n{}\n{}",

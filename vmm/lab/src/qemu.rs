@@ -49,6 +49,48 @@ pub fn find_qemu() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The oldest QEMU this project has run nested guests on without losing their
+/// wake-ups: QEMU 7.2's TCG (Debian 12's) left 2-vCPU nested guests halted for
+/// good and needed key events to wake idle L1s (docs/testing.md, "QEMU 7.2 and
+/// nested guests").
+pub const NESTED_QEMU_MIN: (u32, u32) = (10, 0);
+
+/// `(major, minor)` from `qemu-system-x86_64 --version`'s first line
+/// ("QEMU emulator version 7.2.19 (Debian ...)").
+pub fn parse_version(text: &str) -> Option<(u32, u32)> {
+    let v = text
+        .lines()
+        .next()?
+        .split("version ")
+        .nth(1)?
+        .split_whitespace()
+        .next()?;
+    let mut parts = v.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// The warning for an L1 run by `qemu` when it is older than
+/// [`NESTED_QEMU_MIN`] (`None` when it is new enough or says no version).
+pub fn nested_qemu_warning(qemu: &Path) -> Option<String> {
+    let out = Command::new(qemu).arg("--version").output().ok()?;
+    let (major, minor) = parse_version(&String::from_utf8_lossy(&out.stdout))?;
+    warning_for((major, minor))
+}
+
+fn warning_for(version: (u32, u32)) -> Option<String> {
+    (version < NESTED_QEMU_MIN).then(|| {
+        format!(
+            "QEMU {}.{} runs the L1 VM: its TCG loses nested guests' wake-ups (a guest with \
+             2 or more vCPUs can stay halted until --timeout; an idle L1 needs key events); \
+             QEMU {}.{} or newer does not (Debian 12: apt-get install -t bookworm-backports \
+             qemu-system-x86)",
+            version.0, version.1, NESTED_QEMU_MIN.0, NESTED_QEMU_MIN.1
+        )
+    })
+}
+
 /// One `qemu-system-x86_64` command line: the options every use in pmemvm
 /// shares (accelerator, CPU model, no default devices, no user config, no
 /// display, no reboot), then what the caller adds. The peer engine
@@ -308,5 +350,27 @@ mod tests {
         assert!(joined.contains("-accel tcg -cpu max"), "{joined}");
         assert!(joined.contains("-nodefaults -no-user-config -display none -no-reboot"));
         assert_eq!(opt_escape("/tmp/a,b"), "/tmp/a,,b");
+    }
+
+    #[test]
+    fn qemu_versions_older_than_the_nested_minimum_are_warned_about() {
+        assert_eq!(
+            parse_version(
+                "QEMU emulator version 7.2.19 (Debian 1:7.2+dfsg-7+deb12u18+b3)\nCopyright"
+            ),
+            Some((7, 2))
+        );
+        assert_eq!(
+            parse_version("QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)"),
+            Some((10, 0))
+        );
+        assert_eq!(parse_version("something else"), None);
+        assert_eq!(parse_version(""), None);
+        let w = warning_for((7, 2)).expect("7.2 is warned about");
+        assert!(w.starts_with("QEMU 7.2 runs the L1 VM"), "{w}");
+        assert!(w.contains("bookworm-backports"), "{w}");
+        assert_eq!(warning_for((9, 2)).is_some(), true);
+        assert_eq!(warning_for((10, 0)), None);
+        assert_eq!(warning_for((11, 1)), None);
     }
 }

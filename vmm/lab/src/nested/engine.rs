@@ -296,6 +296,9 @@ impl NestedEngine {
         if m.ram_pages != vmm::hugepages::RamPages::Default {
             return Err(NestedError::Unsupported("--memory SIZE,hugepages/thp"));
         }
+        if let Some(w) = crate::qemu::nested_qemu_warning(&self.qemu) {
+            eprintln!("pmemvm: warning: --engine nested: {w}");
+        }
         let share = m.scratch;
         let (dimm_args, mounts, _locks) = place_dimms(share, m.nvdimms, m.legacy_pmem, m.disks)?;
         fs::copy(m.kernel, share.join("kernel")).map_err(io_err(format!(
@@ -460,6 +463,9 @@ impl Drop for SavedTerminal {
 /// off (or `Ctrl-A x`) ends both levels.
 pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, NestedError> {
     let l1_image = prepare_l1(&cache_dir())?;
+    if let Some(w) = crate::qemu::nested_qemu_warning(qemu) {
+        eprintln!("pmemvm: warning: --engine nested: {w}");
+    }
     let pmemvm = std::env::current_exe().map_err(io_err("find the pmemvm binary"))?;
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
