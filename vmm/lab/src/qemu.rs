@@ -369,7 +369,7 @@ mod tests {
         let w = warning_for((7, 2)).expect("7.2 is warned about");
         assert!(w.starts_with("QEMU 7.2 runs the L1 VM"), "{w}");
         assert!(w.contains("bookworm-backports"), "{w}");
-        assert_eq!(warning_for((9, 2)).is_some(), true);
+        assert!(warning_for((9, 2)).is_some());
         assert_eq!(warning_for((10, 0)), None);
         assert_eq!(warning_for((11, 1)), None);
     }
