@@ -273,6 +273,9 @@ pub fn guest_ram(
                 source: std::io::Error::other(e.to_string()),
             })?;
         if pages == RamPages::Thp {
+            if let Some(w) = thp_warning(pages).filter(|_| regions.is_empty()) {
+                log::warn!("{w}");
+            }
             // SAFETY: madvise only changes the paging advice of this live
             // mapping, owned by `region`.
             let rc = unsafe { libc::madvise(region.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
@@ -292,6 +295,39 @@ pub fn guest_ram(
         what: "placing guest RAM".into(),
         source: std::io::Error::other(e.to_string()),
     })
+}
+
+/// Where the host says whether transparent huge pages may be used.
+const THP_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+
+/// The warning for `--memory SIZE,thp` on a host whose THP setting
+/// (`enabled`, the text of [`THP_ENABLED`]) gives no huge pages to a
+/// `MADV_HUGEPAGE` mapping: `[never]`, or no THP at all.
+pub fn thp_warning_for(enabled: Option<&str>) -> Option<String> {
+    let selected = enabled.and_then(|t| {
+        let start = t.find('[')?;
+        let end = t[start..].find(']')?;
+        Some(t[start + 1..start + end].to_owned())
+    });
+    match selected.as_deref() {
+        Some("always" | "madvise") => None,
+        Some(other) => Some(format!(
+            "--memory SIZE,thp: transparent huge pages are '{other}' on this host ({THP_ENABLED}), \
+             so guest RAM gets 4 KiB pages; 'echo madvise > {THP_ENABLED}' allows them"
+        )),
+        None => Some(format!(
+            "--memory SIZE,thp: this host has no transparent huge pages ({THP_ENABLED} is \
+             missing or unreadable), so guest RAM gets 4 KiB pages"
+        )),
+    }
+}
+
+/// [`thp_warning_for`] this host, for `pages`.
+pub fn thp_warning(pages: RamPages) -> Option<String> {
+    if pages != RamPages::Thp {
+        return None;
+    }
+    thp_warning_for(std::fs::read_to_string(THP_ENABLED).ok().as_deref())
 }
 
 /// True when host address `host` and guest address `guest` are 2 MiB
@@ -393,5 +429,18 @@ mod tests {
             .find(|l| l.starts_with("VmFlags:"))
             .unwrap_or_default();
         assert!(flags.split_whitespace().any(|f| f == "hg"), "{flags}");
+    }
+
+    #[test]
+    fn thp_that_gives_no_huge_pages_is_warned_about() {
+        assert_eq!(thp_warning_for(Some("always [madvise] never\n")), None);
+        assert_eq!(thp_warning_for(Some("[always] madvise never\n")), None);
+        let never = thp_warning_for(Some("always madvise [never]\n")).expect("never warns");
+        assert!(never.contains("are 'never' on this host"), "{never}");
+        assert!(never.contains("4 KiB pages"), "{never}");
+        assert!(thp_warning_for(None).is_some_and(|w| w.contains("no transparent huge pages")));
+        assert!(thp_warning_for(Some("garbage")).is_some());
+        assert_eq!(thp_warning(RamPages::Default), None);
+        assert_eq!(thp_warning(RamPages::Hugetlb), None);
     }
 }
