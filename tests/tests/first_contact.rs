@@ -413,7 +413,7 @@ fn bench_engine_auto_matches_the_host_kind() {
                     "16M",
                     // Host placement reaches every boot (the report's machine line).
                     "--pin",
-                    "0",
+                    "0,1",
                     "--host-node",
                     "0",
                     "--memory",
@@ -433,7 +433,7 @@ fn bench_engine_auto_matches_the_host_kind() {
             assert!(out.stdout.contains("engine pmemvm"), "{}", out.dump());
             let text = std::fs::read_to_string(report.join("report.txt")).expect("report.txt");
             assert!(text.contains("runs: 6 of 6 produced figures"), "{text}");
-            assert!(text.contains("pinning [0], host node 0"), "{text}");
+            assert!(text.contains("pinning [0, 1], host node 0"), "{text}");
         }
     }
 }
