@@ -32,6 +32,31 @@ pub fn kick_signal() -> libc::c_int {
     vmm_sys_util::signal::SIGRTMIN()
 }
 
+extern "C" fn describe_before_a_vm(_: libc::c_int) {}
+
+/// Makes [`DESCRIBE_SIGNAL`] harmless while no VM runs: its default action
+/// would end the process (with a core dump), so a SIGQUIT that arrives before
+/// a run blocks it — at start-up, while the image or the L1 is prepared — would
+/// kill pmemvm instead of asking where its vCPUs are. A no-op handler with
+/// `SA_RESTART` (reset to the default in programs pmemvm executes, unlike an
+/// ignored disposition); once a run blocks the signal it is read from that
+/// run's signalfd as before. Call once at start-up.
+pub fn calm_describe_signal() -> std::io::Result<()> {
+    // SAFETY: a zeroed sigaction is a valid value; every field is set below.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = describe_before_a_vm as extern "C" fn(libc::c_int) as usize;
+    action.sa_flags = libc::SA_RESTART;
+    // SAFETY: `action.sa_mask` is a valid sigset owned by this frame.
+    unsafe { libc::sigemptyset(&mut action.sa_mask) };
+    // SAFETY: installs a handler that does nothing (async-signal-safe) for one
+    // valid signal number; the old action is not needed.
+    let rc = unsafe { libc::sigaction(DESCRIBE_SIGNAL, &action, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn stop_set() -> std::io::Result<libc::sigset_t> {
     let mut all = STOP_SIGNALS.to_vec();
     all.push(DESCRIBE_SIGNAL);
@@ -167,5 +192,13 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn sigquit_before_a_vm_does_not_end_the_process() {
+        calm_describe_signal().expect("install");
+        // SAFETY: raise(3) sends SIGQUIT to this thread; with the default
+        // action the whole test process would end here.
+        assert_eq!(unsafe { libc::raise(DESCRIBE_SIGNAL) }, 0);
     }
 }

@@ -96,6 +96,10 @@ fn nvdimm_badblocks(file: &std::path::Path) -> Result<u8, Failure> {
 
 fn main() -> ExitCode {
     vmm::stats::mark_process_start();
+    // SIGQUIT asks a running VM where its vCPUs are; before one runs it must not kill us.
+    if let Err(e) = vmm::signals::calm_describe_signal() {
+        eprintln!("pmemvm: warning: SIGQUIT could not be made harmless before the VM starts: {e}");
+    }
     let cli = Cli::parse();
     let level = match cli.verbose {
         0 => "warn",
