@@ -79,3 +79,21 @@ pub fn guest_image(name: &str) -> Result<PathBuf, Skip> {
     );
     Ok(path)
 }
+
+/// A fio job that does no I/O: what a guest job runs when its work is its
+/// setup script.
+pub const NULL_FIO_JOB: &str = "[null]\nioengine=null\nsize=1M\nbs=4k\nrw=write\n";
+
+/// The guest image's initramfs `base` with a job appended whose setup script
+/// is `setup` and whose fio job does nothing ([`NULL_FIO_JOB`]).
+pub fn setup_job_initrd(base: &[u8], setup: &str) -> Vec<u8> {
+    let job = lab::guest_job::GuestJob {
+        fio_job: NULL_FIO_JOB.into(),
+        setup: Some(setup.into()),
+        args: None,
+        ..lab::guest_job::GuestJob::default()
+    }
+    .archive()
+    .expect("job archive");
+    lab::guest_job::append_to_initrd(base, &job)
+}

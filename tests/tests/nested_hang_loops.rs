@@ -24,11 +24,10 @@
 use std::fs;
 use std::time::Duration;
 
-use lab::guest_job::{append_to_initrd, parse_channel, GuestJob};
+use lab::guest_job::parse_channel;
+use pmemvm_tests::image::setup_job_initrd;
 use pmemvm_tests::nested::{guest_image, workspace_root, NestedVm};
 use pmemvm_tests::require;
-
-const NULL_FIO_JOB: &str = "[null]\nioengine=null\nsize=1M\nbs=4k\nrw=write\n";
 
 /// Each guest script starts with these: steps record their status, and the
 /// setup fails when one did.
@@ -125,15 +124,7 @@ echo LOOPS-DONE
 "#;
 
 fn job_initrd(base: &[u8], script: &str) -> Vec<u8> {
-    let job = GuestJob {
-        fio_job: NULL_FIO_JOB.into(),
-        setup: Some(format!("{PRELUDE}{script}")),
-        args: None,
-        ..GuestJob::default()
-    }
-    .archive()
-    .expect("job archive");
-    append_to_initrd(base, &job)
+    setup_job_initrd(base, &format!("{PRELUDE}{script}"))
 }
 
 /// Runs of each case in a row (`PMEMVM_HANG_LOOP_RUNS`, 1 to 50).

@@ -35,11 +35,10 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use lab::guest_job::{append_to_initrd, parse_channel, GuestJob, GuestReport};
+use lab::guest_job::{parse_channel, GuestReport};
+use pmemvm_tests::image::setup_job_initrd;
 use pmemvm_tests::nested::{guest_image, workspace_root, NestedVm};
 use pmemvm_tests::require;
-
-const NULL_FIO_JOB: &str = "[null]\nioengine=null\nsize=1M\nbs=4k\nrw=write\n";
 
 const PRELUDE: &str = r#"set +e
 O=$PMEMVM_OUT
@@ -139,15 +138,7 @@ bb 3
 "#;
 
 fn job_initrd(base: &[u8], script: &str) -> Vec<u8> {
-    let job = GuestJob {
-        fio_job: NULL_FIO_JOB.into(),
-        setup: Some(format!("{PRELUDE}{script}")),
-        args: None,
-        ..GuestJob::default()
-    }
-    .archive()
-    .expect("job archive");
-    append_to_initrd(base, &job)
+    setup_job_initrd(base, &format!("{PRELUDE}{script}"))
 }
 
 fn text(r: &GuestReport, name: &str) -> String {

@@ -7,23 +7,15 @@
 use std::fs;
 use std::time::Duration;
 
-use lab::guest_job::{append_to_initrd, parse_channel, GuestJob, GuestReport};
+use lab::guest_job::{parse_channel, GuestReport};
+use pmemvm_tests::image::setup_job_initrd;
 use pmemvm_tests::nested::{guest_image, NestedVm};
 use pmemvm_tests::require;
 
-const NULL_FIO_JOB: &str = "[null]\nioengine=null\nsize=1M\nbs=4k\nrw=write\n";
 const DEEP_FLUSHES: u32 = 5;
 
 fn job_initrd(base: &[u8], setup: &str) -> Vec<u8> {
-    let job = GuestJob {
-        fio_job: NULL_FIO_JOB.into(),
-        setup: Some(setup.into()),
-        args: None,
-        ..GuestJob::default()
-    }
-    .archive()
-    .expect("job archive");
-    append_to_initrd(base, &job)
+    setup_job_initrd(base, setup)
 }
 
 const FIRST: &str = r#"

@@ -32,14 +32,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lab::guest_job::{append_to_initrd, parse_channel, GuestJob, GuestReport};
+use lab::guest_job::{parse_channel, GuestReport};
+use pmemvm_tests::image::setup_job_initrd;
 use pmemvm_tests::label_trace::label_writes_synced;
 use pmemvm_tests::nested::{guest_image, workspace_root, NestedVm};
 use pmemvm_tests::require;
 
 const GIB: u64 = 1 << 30;
 const LABELS: u64 = 128 << 10;
-const NULL_FIO_JOB: &str = "[null]\nioengine=null\nsize=1M\nbs=4k\nrw=write\n";
 
 /// Helpers every guest script starts with.
 const PRELUDE: &str = r#"set +e
@@ -166,16 +166,10 @@ fn image_has_builtin_index() -> bool {
 }
 
 fn job_initrd(base: &[u8], script: &str, token: &str) -> Vec<u8> {
-    let setup = format!("{PRELUDE}{}", script.replace("@TOKEN@", token));
-    let job = GuestJob {
-        fio_job: NULL_FIO_JOB.into(),
-        setup: Some(setup),
-        args: None,
-        ..GuestJob::default()
-    }
-    .archive()
-    .expect("job archive");
-    append_to_initrd(base, &job)
+    setup_job_initrd(
+        base,
+        &format!("{PRELUDE}{}", script.replace("@TOKEN@", token)),
+    )
 }
 
 fn text(r: &GuestReport, name: &str) -> String {
