@@ -89,10 +89,29 @@ impl Symbols {
 
     /// `name+0xOFF` for an address inside a function (or past one of size 0).
     pub fn name(&self, addr: u64) -> Option<String> {
+        if !self.funcs.is_empty() && LINUX_MODULES.contains(&addr) {
+            // A kernel's vmlinux has no symbols for its loadable modules (only a
+            // symbol that says how far it reaches can cover one); say at least
+            // that the address is in one.
+            return Some(self.function_at(addr, false).unwrap_or_else(|| {
+                "in a kernel module, whose symbols the vmlinux does not have".to_owned()
+            }));
+        }
+        self.function_at(addr, true)
+    }
+
+    /// The function at `addr`; a symbol without a size reaches to any later
+    /// address when `unsized_reaches` (as assembler labels do), else to none.
+    fn function_at(&self, addr: u64, unsized_reaches: bool) -> Option<String> {
         let i = self.funcs.partition_point(|f| f.0 <= addr).checked_sub(1)?;
         let (start, size, name) = &self.funcs[i];
         let off = addr - start;
-        (size == &0 || off < *size).then(|| format!("{name}+{off:#x}"))
+        let within = if *size == 0 {
+            unsized_reaches
+        } else {
+            off < *size
+        };
+        within.then(|| format!("{name}+{off:#x}"))
     }
 
     /// Number of function symbols.
@@ -105,6 +124,10 @@ impl Symbols {
         self.funcs.is_empty()
     }
 }
+
+/// x86-64 Linux's module area (`MODULES_VADDR`..`MODULES_END`: after the 1 GiB
+/// kernel image mapping, up to the fixmap).
+const LINUX_MODULES: std::ops::Range<u64> = 0xffff_ffff_c000_0000..0xffff_ffff_ff00_0000;
 
 #[cfg(test)]
 mod tests {
@@ -125,5 +148,17 @@ mod tests {
             let _ = Symbols::parse(&bytes[..cut]);
         }
         assert!(Symbols::load(Path::new("/nonexistent")).is_empty());
+    }
+
+    #[test]
+    fn an_address_in_the_module_area_is_said_to_be_in_a_module() {
+        let syms = Symbols::load(&std::env::current_exe().unwrap());
+        assert!(!syms.is_empty());
+        assert_eq!(
+            syms.name(0xffff_ffff_c03d_f20c).as_deref(),
+            Some("in a kernel module, whose symbols the vmlinux does not have")
+        );
+        let none = Symbols::load(std::path::Path::new("/nonexistent"));
+        assert_eq!(none.name(0xffff_ffff_c03d_f20c), None);
     }
 }
