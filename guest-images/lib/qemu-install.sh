@@ -5,7 +5,7 @@
 # engine on. Debian 12's own QEMU 7.2 loses nested guests' wake-ups under TCG
 # (a guest with two or more vCPUs under pmemvm in the L1 can stay halted for
 # good, and an idle L1 needs key events; docs/testing.md, "QEMU 7.2 and nested
-# guests"); QEMU 10 from bookworm-backports does not. On Debian 12 this adds a
+# guests"); QEMU 10 from bookworm-backports did not lose them in our runs. On Debian 12 this adds a
 # bookworm-backports source (default priority: nothing else is taken from it)
 # and installs qemu-system-x86 from there; elsewhere the distribution's own.
 # Usage: guest-images/lib/qemu-install.sh   (as root; quiet when QEMU >= 10 is there)
