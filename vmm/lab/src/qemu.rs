@@ -84,7 +84,7 @@ fn warning_for(version: (u32, u32)) -> Option<String> {
         format!(
             "QEMU {}.{} runs the L1 VM: its TCG loses nested guests' wake-ups (a guest with \
              2 or more vCPUs can stay halted until --timeout; an idle L1 needs key events); \
-             QEMU {}.{} or newer did not lose them in our runs (Debian 12: apt-get install -t bookworm-backports \
+             QEMU {}.{} or newer did not lose them in pmemvm's tests (Debian 12: apt-get install -t bookworm-backports \
              qemu-system-x86)",
             version.0, version.1, NESTED_QEMU_MIN.0, NESTED_QEMU_MIN.1
         )
