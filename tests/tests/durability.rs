@@ -304,8 +304,8 @@ fn a_vcpu_that_does_not_stop_is_named_and_pmemvm_still_exits() {
 }
 
 /// A vCPU held in pmemvm by a host call that hangs (a flush hint's fdatasync,
-/// made to stall by fault injection) is named at `--timeout` with what it
-/// handles and on which file, and the guest's data still reaches the file.
+/// made to stall by fault injection for 20 s) is named at `--timeout 5` with
+/// what it handles and on which file, and the guest's data still reaches the file.
 #[test]
 fn a_vcpu_stuck_in_a_flush_is_named_with_its_file_at_the_time_out() {
     let g = require!(durable_guest());
@@ -313,6 +313,9 @@ fn a_vcpu_stuck_in_a_flush_is_named_with_its_file_at_the_time_out() {
     let file = dir.join("pm0.img");
     let mut p = Params::new(End::HaltForever, 0x0f1a_5700);
     p.flush_hint = true;
+    // A short pattern, so the flush (after it) is reached long before the time
+    // limit also on a loaded host or in the nested L1.
+    p.len = 64 << 10;
     prepare_file(&file, 16 * MIB, LABELS, &p);
     let args: Vec<String> = [
         "boot",
@@ -321,7 +324,7 @@ fn a_vcpu_stuck_in_a_flush_is_named_with_its_file_at_the_time_out() {
         "--nvdimm",
         &format!("16M,file={}", file.display()),
         "--timeout",
-        "2",
+        "5",
     ]
     .iter()
     .map(ToString::to_string)
@@ -331,7 +334,7 @@ fn a_vcpu_stuck_in_a_flush_is_named_with_its_file_at_the_time_out() {
         &dir.0,
         Stdio::null(),
         None,
-        &[("PMEMVM_TEST_FAULT", "flush-stall=10")],
+        &[("PMEMVM_TEST_FAULT", "flush-stall=20")],
     );
     let out = run.finish();
     assert_eq!(out.status, Some(5), "{}", out.dump());
