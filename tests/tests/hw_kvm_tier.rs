@@ -31,8 +31,6 @@ struct TierBinary {
     asserts: &'static str,
     /// Runs in an L1 of its own (see `first_contact`).
     own_l1: bool,
-    /// vCPUs of that L1 (the shared L1 has one).
-    l1_cpus: u32,
 }
 
 const TIER: [TierBinary; 8] = [
@@ -44,7 +42,6 @@ const TIER: [TierBinary; 8] = [
                   flush hints, emulation failure (fldt from MMIO on hardware KVM), GDT, \
                   string I/O, console input, label counters, address width, several VMs",
         own_l1: false,
-        l1_cpus: 1,
     },
     TierBinary {
         name: "host_linux",
@@ -52,7 +49,6 @@ const TIER: [TierBinary; 8] = [
         at_least: 1,
         asserts: "the guest image boots to user space with 2 vCPUs and /dev/pmem0, status 7",
         own_l1: false,
-        l1_cpus: 1,
     },
     TierBinary {
         name: "kvm_host_placement",
@@ -61,7 +57,6 @@ const TIER: [TierBinary; 8] = [
         asserts: "huge=always tmpfs, hugetlb DIMM and RAM, --host-node bind, --pin, \
                   run --json machine fields, bad placement input",
         own_l1: false,
-        l1_cpus: 1,
     },
     TierBinary {
         name: "durability",
@@ -70,7 +65,6 @@ const TIER: [TierBinary; 8] = [
         asserts: "every byte kept on every exit path, fdatasync under strace, panics and \
                   stuck vCPUs",
         own_l1: false,
-        l1_cpus: 1,
     },
     TierBinary {
         name: "durability_host_files",
@@ -78,7 +72,6 @@ const TIER: [TierBinary; 8] = [
         at_least: 3,
         asserts: "full host file system, prealloc refusal, backing-file locks",
         own_l1: false,
-        l1_cpus: 1,
     },
     TierBinary {
         name: "durability_terminal",
@@ -86,7 +79,6 @@ const TIER: [TierBinary; 8] = [
         at_least: 1,
         asserts: "the terminal restored on every exit path",
         own_l1: false,
-        l1_cpus: 1,
     },
     TierBinary {
         name: "nested_harness",
@@ -95,7 +87,6 @@ const TIER: [TierBinary; 8] = [
         asserts: "the harness's direct mode: Debian's stock kernel boots under pmemvm and \
                   its pmem write is in the backing file",
         own_l1: false,
-        l1_cpus: 1,
     },
     TierBinary {
         name: "first_contact",
@@ -108,7 +99,6 @@ const TIER: [TierBinary; 8] = [
         // heartbeat for 150 s) in 3 of 3 CI runs on QEMU 7.2, and passed in 2 of 2
         // runs in a fresh L1: it keeps one.
         own_l1: true,
-        l1_cpus: 1,
     },
 ];
 
@@ -159,11 +149,9 @@ fn run_in_one_l1(
     image: &lab::guest_job::ImageDir,
 ) -> Vec<String> {
     let root = workspace_root();
-    let cpus = tier.iter().map(|b| b.l1_cpus).max().unwrap_or(1);
     let mut vm = NestedVm::new()
         .and_then(NestedVm::with_pmemvm)
         .unwrap_or_else(|e| panic!("{e}"))
-        .l1_cpus(cpus)
         .deadline(Duration::from_secs(2400))
         .mount_same_path(&root)
         .binary("strace", "/usr/bin/strace")
