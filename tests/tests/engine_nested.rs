@@ -303,22 +303,10 @@ fn a_guest_waiting_forever_is_described_per_vcpu_on_sigquit_and_at_the_time_out(
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("start pmemvm");
     let stderr = Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let mut pipe = child.stderr.take().expect("stderr pipe");
-        let stderr = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                stderr
-                    .lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        })
-    };
+    let reader = pmemvm_tests::durable::collect(
+        child.stderr.take().expect("stderr pipe"),
+        Arc::clone(&stderr),
+    );
     let pid = libc::pid_t::try_from(child.id()).expect("pid");
     let answered = |s: &str| s.contains("pmemvm: SIGQUIT: the guest goes on");
     // Ask every 15 s until pmemvm in the L1 answers (before it runs, the L1
