@@ -65,6 +65,43 @@ fn the_l1_command_line_has_the_monitor_beside_the_console() {
     assert_eq!(args[at + 1], stall::monitor_arg(&socket), "{args:?}");
 }
 
+/// A machine that resets itself ends QEMU with status 0 under `-no-reboot`,
+/// as a power-off does: the reset log (`QemuCommand::log_resets`, on every
+/// L1) tells them apart. The firmware here is 64 KiB whose reset vector loads
+/// an empty interrupt table and raises `int3`: #GP, double fault, triple fault.
+#[test]
+fn a_triple_fault_is_told_from_a_power_off_by_the_reset_log() {
+    let qemu = require!(find_qemu());
+    let _tcg = pmemvm_tests::tcg::lock().expect("take a TCG slot");
+    let dir = TempDir::new("l1-triple");
+    let mut bios = vec![0u8; 0x10000];
+    // lidt [0] (a zero limit from RAM), int3
+    bios[0xfff0..0xfff6].copy_from_slice(&[0x0f, 0x01, 0x1e, 0x00, 0x00, 0xcc]);
+    let firmware = dir.join("triple.bin");
+    std::fs::write(&firmware, &bios).expect("write the firmware");
+    let console = dir.join("console");
+    let log = lab::nested::l1::reset_log(&console);
+    let mut q = QemuCommand::new(&qemu, QemuAccel::Tcg, "max,vendor=AuthenticAMD");
+    q.memory("64M").serial_file(&console).log_resets(&log);
+    let mut cmd = q.into_command();
+    cmd.arg("-bios").arg(&firmware);
+    let status = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run QEMU");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "-no-reboot ends a reset with status 0"
+    );
+    let text = std::fs::read_to_string(&log).expect("the reset log");
+    let cause = lab::nested::l1::reset_cause(&text)
+        .unwrap_or_else(|| panic!("no triple fault in:\n{text}"));
+    assert!(cause.contains("triple fault"), "{cause}");
+}
+
 #[test]
 fn a_halted_machine_is_described_by_its_vcpus_and_qemus_threads() {
     let qemu = require!(find_qemu());

@@ -92,7 +92,7 @@ pub enum NestedError {
         run_dir.display()
     )]
     NoStatus {
-        /// QEMU's exit status.
+        /// QEMU's exit status, and what ended the L1 when QEMU logged it (a triple fault).
         qemu_status: String,
         /// QEMU's own stdout/stderr.
         qemu_log: String,

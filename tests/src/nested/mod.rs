@@ -173,6 +173,13 @@ impl NestedVm {
         self.mode
     }
 
+    /// The QEMU that runs this L1 (nested mode only; see [`l1::qemu_for_cpus`]).
+    pub fn l1_qemu(&self) -> Option<PathBuf> {
+        self.qemu
+            .as_deref()
+            .map(|q| l1::qemu_for_cpus(q, self.cpus))
+    }
+
     /// The L1 image (nested mode only).
     pub fn l1_image(&self) -> Option<&L1Image> {
         self.l1.as_ref()
@@ -373,7 +380,8 @@ impl NestedVm {
             mounts: self.mounts.clone(),
             interactive: false,
         };
-        let cmd = l1_command(qemu, l1, &opts, &console_path, &share);
+        let qemu = l1::qemu_for_cpus(qemu, self.cpus);
+        let cmd = l1_command(&qemu, l1, &opts, &console_path, &share);
         // An L1 with N vCPUs is N cores of TCG work: it holds N slots.
         let mut guard = crate::tcg::lock_n(usize::try_from(self.cpus).unwrap_or(1))
             .map_err(io_err("take the TCG lock"))?;
@@ -433,11 +441,12 @@ impl NestedVm {
             }
             Err(L1Failure::NoStatus {
                 qemu_status,
+                reset,
                 qemu_log,
                 console,
             }) => {
                 return Err(NestedError::NoStatus {
-                    qemu_status,
+                    qemu_status: format!("{qemu_status}{reset}"),
                     qemu_log,
                     console,
                     run_dir: run_dir.keep(),

@@ -196,6 +196,15 @@ impl QemuCommand {
         self.arg2("-device", spec)
     }
 
+    /// `-d cpu_reset -D PATH`: QEMU writes each CPU reset and each triple
+    /// fault (`Triple fault`) of the guest to `path`, so a guest that ended
+    /// by resetting itself (which `-no-reboot` turns into an exit with
+    /// status 0) can be told from one that powered off.
+    pub fn log_resets(&mut self, path: &Path) -> &mut Self {
+        self.cmd.args(["-d", "cpu_reset", "-D"]).arg(path);
+        self
+    }
+
     /// The command, to add stdio and spawn.
     pub fn into_command(self) -> Command {
         self.cmd

@@ -77,10 +77,28 @@ pub fn l1_command(
     }
     // The monitor a stall is diagnosed through, and thread names it reads (see `stall`).
     q.name_with_threads("pmemvm-l1");
+    // An L1 that resets itself ends QEMU with status 0 (`-no-reboot`): the
+    // reset log tells that from a power-off (see `reset_cause`).
+    q.log_resets(&reset_log(console));
     if let Some(socket) = stall::monitor_socket(console) {
         q.monitor(&stall::monitor_arg(&socket));
     }
     q.into_command()
+}
+
+/// QEMU's log of the L1's CPU resets, beside its console.
+pub fn reset_log(console: &Path) -> PathBuf {
+    console.with_file_name("l1-resets.log")
+}
+
+/// What the reset log (`-d cpu_reset`) says ended the L1: a triple fault of
+/// the L1 itself (not of a guest inside it, which KVM in the L1 sees as a
+/// shutdown exit). `None` when it logged none.
+pub fn reset_cause(log: &str) -> Option<String> {
+    let faults = log.lines().filter(|l| l.trim() == "Triple fault").count();
+    (faults > 0).then(|| {
+        format!("the L1's CPU took a triple fault (QEMU's reset log counted {faults}), which -no-reboot turned into QEMU's exit")
+    })
 }
 
 /// What a finished L1 run brought back.
@@ -140,10 +158,12 @@ pub enum L1Failure {
         console: String,
     },
     /// L1 stopped (panic, crash, QEMU error) without reporting a status.
-    #[error("the L1 VM stopped without reporting the command's exit status (QEMU {qemu_status}); QEMU said: {qemu_log}\nL1 console, last lines:\n{console}")]
+    #[error("the L1 VM stopped without reporting the command's exit status (QEMU {qemu_status}{reset}); QEMU said: {qemu_log}\nL1 console, last lines:\n{console}")]
     NoStatus {
         /// QEMU's exit status.
         qemu_status: String,
+        /// `; ` and what ended the L1 when QEMU logged it (a triple fault), or empty.
+        reset: String,
         /// QEMU's own output.
         qemu_log: String,
         /// Tail of the L1 console.
@@ -377,6 +397,9 @@ pub fn run_l1(
     let Some(status) = status else {
         return Err(L1Failure::NoStatus {
             qemu_status: qemu_status.to_string(),
+            reset: reset_cause(&fs::read_to_string(reset_log(console)).unwrap_or_default())
+                .map(|c| format!("; {c}"))
+                .unwrap_or_default(),
             qemu_log: fs::read_to_string(qemu_log).unwrap_or_default(),
             console: console_tail(),
         });
@@ -431,6 +454,22 @@ mod tests {
         ));
         assert!(joined.contains("local,path=/s/share,mount_tag=share,security_model=none"));
         assert!(joined.contains("local,path=/var/tmp,mount_tag=dimm0,security_model=none"));
+        assert!(joined.contains("-d cpu_reset -D /s/l1-resets.log"));
+    }
+
+    #[test]
+    fn a_triple_fault_in_the_reset_log_is_named_and_start_up_resets_are_not() {
+        // What QEMU 10 writes at start-up (a reset per CPU, with its registers).
+        let start =
+            "CPU Reset (CPU 0)\nEAX=00000000 EBX=00000000\nCPU Reset (CPU 1)\nEAX=00000000\n";
+        assert_eq!(reset_cause(start), None);
+        assert_eq!(reset_cause(""), None);
+        let fault = format!("{start}Triple fault\n");
+        let cause = reset_cause(&fault).expect("a triple fault");
+        assert!(
+            cause.contains("triple fault") && cause.contains("counted 1"),
+            "{cause}"
+        );
     }
 
     #[test]
