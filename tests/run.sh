@@ -57,7 +57,7 @@ summary() {
         pkill -TERM -P "$MODULAR_PID" 2>/dev/null || true
     fi
     n=$(grep -c . "$PMEMVM_L1_WAKEUP_LOG" 2>/dev/null || true)
-    echo "L1 wake-ups (a silent nested L1 sent a key event): ${n:-0}"
+    echo "L1 wake-ups and restarts (a silent nested L1 sent a key event; a stalled or triple-faulted L1 run again once): ${n:-0}"
     [ "${n:-0}" -eq 0 ] || sed 's/^/  wake-up: /; s/\t/: /' "$PMEMVM_L1_WAKEUP_LOG"
     n=$(grep -c . "$PMEMVM_SKIP_LOG" 2>/dev/null || true)
     echo "skips: ${n:-0}$([ "${PMEMVM_TEST_STRICT:-}" = 1 ] && echo ' (strict mode: each one failed its test)')"

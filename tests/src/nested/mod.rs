@@ -274,9 +274,17 @@ impl NestedVm {
         self.populate(&run_dir, argv)?;
         match self.mode {
             Mode::Direct => self.run_direct(run_dir),
+            // An L1 that stalled, or that took a triple fault itself (QEMU's TCG,
+            // not the guest: KVM in the L1 turns a guest's into a shutdown exit),
+            // is retried once in a fresh L1; the retry is counted in the summary
+            // of tests/run.sh.
             Mode::Nested => match self.run_nested(run_dir) {
-                Err(e @ NestedError::L1Stalled { .. }) => {
+                Err(e) if l1_broke(&e) => {
                     eprintln!("nested harness: {e}\nnested harness: retrying once in a fresh L1");
+                    note_wakeup(&format!(
+                        "the L1 was restarted: {}",
+                        e.to_string().lines().next().unwrap_or_default()
+                    ));
                     let run_dir = RunDir::create()?;
                     self.populate(&run_dir, argv)?;
                     self.run_nested(run_dir)
@@ -480,6 +488,16 @@ impl NestedVm {
     }
 }
 
+/// Whether a failed run is the L1's own breakdown rather than a result: a
+/// stall, or an end without status after QEMU logged the L1's triple fault.
+fn l1_broke(e: &NestedError) -> bool {
+    match e {
+        NestedError::L1Stalled { .. } => true,
+        NestedError::NoStatus { qemu_status, .. } => qemu_status.contains("triple fault"),
+        _ => false,
+    }
+}
+
 /// Appends `<test>\t<wake-up>` to `$PMEMVM_L1_WAKEUP_LOG` when it is set: libtest hides a
 /// passing test's stderr, and `tests/run.sh` prints this log at the end (how often CI's L1s
 /// needed a key event).
@@ -496,6 +514,22 @@ fn note_wakeup(wakeup: &str) {
 #[cfg(test)]
 mod tests {
     use super::l1::cpuinfo_has_hw_virt;
+    use super::{l1_broke, NestedError};
+
+    #[test]
+    fn only_a_triple_faulted_or_stalled_l1_is_run_again() {
+        let no_status = |qemu_status: &str| NestedError::NoStatus {
+            qemu_status: qemu_status.into(),
+            qemu_log: String::new(),
+            run_dir: "/tmp/x".into(),
+            console: String::new(),
+        };
+        let fault = lab::nested::l1::reset_cause("Triple fault\n").expect("a cause");
+        assert!(l1_broke(&no_status(&format!("exit status: 0; {fault}"))));
+        // A power-off or a QEMU error without a logged triple fault is a result.
+        assert!(!l1_broke(&no_status("exit status: 0")));
+        assert!(!l1_broke(&no_status("exit status: 1")));
+    }
 
     #[test]
     fn detects_hw_virt_flags() {
