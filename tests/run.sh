@@ -4,8 +4,8 @@
 # The whole test suite, on a fresh Debian 12 machine (as root) or a prepared one:
 #   1. installs what every tier needs (apt: acpica-tools for iasl/acpiexec,
 #      qemu-system-x86 for the TCG and nested tiers — the distribution's own,
-#      plus a QEMU 10 unpacked from bookworm-backports for the L1s with two or
-#      more vCPUs when that is Debian 12's 7.2 (guest-images/lib/qemu-install.sh
+#      plus a QEMU 10 unpacked from bookworm-backports for the tests that need
+#      one when that is Debian 12's 7.2 (guest-images/lib/qemu-install.sh
 #      --unpack; docs/testing.md, "Which QEMU runs the suite"), binutils for the
 #      tiny guests, fio for the fixture check, strace for the exit-path
 #      fdatasync check, ...) — skipped when already there;
@@ -100,12 +100,12 @@ if [ -n "$need" ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null
 fi
-# The distribution's QEMU runs the L1s with one vCPU (Debian 12's 7.2 runs nested
-# guests about 1.5 times as fast as QEMU 10); one of 10 or newer runs those with
-# two or more (7.2 loses wake-ups between an L1's vCPUs).
-PMEMVM_QEMU_SMP=$(guest-images/lib/qemu-install.sh --unpack "${XDG_CACHE_HOME:-$HOME/.cache}/pmemvm/qemu")
-export PMEMVM_QEMU_SMP
-log "QEMU: $(qemu-system-x86_64 --version | head -n1); L1s with 2 or more vCPUs: $("$PMEMVM_QEMU_SMP" --version | head -n1) ($PMEMVM_QEMU_SMP)"
+# The distribution's QEMU runs the suite (Debian 12's 7.2 runs nested guests about
+# 1.5 times as fast as QEMU 10); a QEMU 10 is named for the tests that need one
+# (nested_hang_loops, run on demand).
+PMEMVM_QEMU_10=$(guest-images/lib/qemu-install.sh --unpack "${XDG_CACHE_HOME:-$HOME/.cache}/pmemvm/qemu")
+export PMEMVM_QEMU_10
+log "QEMU: $(qemu-system-x86_64 --version | head -n1); PMEMVM_QEMU_10: $("$PMEMVM_QEMU_10" --version | head -n1) ($PMEMVM_QEMU_10)"
 
 log "guest image"
 bounded guest-images/build.sh

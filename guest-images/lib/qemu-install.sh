@@ -15,8 +15,9 @@
 #   the one on PATH if it is one, else bookworm-backports' packages unpacked
 #   into DIR/qemu-VERSION (once; a wrapper there points QEMU at its own modules
 #   and firmware). The test suite keeps Debian 12's QEMU 7.2 on PATH, whose TCG
-#   runs nested guests faster, and gives the L1s with two or more vCPUs this one
-#   (tests/run.sh, $PMEMVM_QEMU_SMP).
+#   runs nested guests faster, and names this one for the tests that need a
+#   QEMU 10
+#   (tests/run.sh, $PMEMVM_QEMU_10).
 set -eu -o pipefail
 
 min_major=10

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use lab::guest_job::parse_channel;
 use pmemvm_tests::image::setup_job_initrd;
-use pmemvm_tests::nested::{guest_image, workspace_root, NestedVm};
+use pmemvm_tests::nested::{find_qemu_10, guest_image, workspace_root, NestedVm};
 use pmemvm_tests::require;
 
 /// Each guest script starts with these: steps record their status, and the
@@ -140,6 +140,7 @@ fn runs() -> u32 {
 }
 
 #[test]
+#[ignore = "on demand (`-- --ignored`): QEMU 10 triple-faults this 2-vCPU L1 under CI's load, QEMU 7.2 hangs its guest; docs/testing.md"]
 fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
     let runs = runs();
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
@@ -152,14 +153,15 @@ fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
     let script = L1_SCRIPT
         .replace("@RUNS@", &runs.to_string())
         .replace("@TIMEOUT@", &timeout.to_string());
-    let vm = vm.l1_cpus(2);
     // The loops prove the QEMU pmemvm's wrapper installs (10 or newer); under
     // Debian 12's 7.2 the first boot hangs (docs/testing.md, "QEMU 7.2 and
-    // nested guests"). tests/run.sh gives 2-vCPU L1s a QEMU 10 ($PMEMVM_QEMU_SMP).
+    // nested guests"). tests/run.sh names a QEMU 10 in $PMEMVM_QEMU_10.
+    let qemu = require!(find_qemu_10());
+    let vm = vm.with_qemu(qemu).l1_cpus(2);
     if let Some(qemu) = vm.l1_qemu() {
-        if let Some(w) = lab::qemu::nested_qemu_warning(&qemu) {
+        if let Some(w) = lab::qemu::nested_qemu_warning(qemu) {
             panic!(
-                "{}: {w}; set PMEMVM_QEMU_SMP to a QEMU 10 (guest-images/lib/qemu-install.sh --unpack DIR prints one)",
+                "{}: {w}; set PMEMVM_QEMU_10 to a QEMU 10 (guest-images/lib/qemu-install.sh --unpack DIR prints one)",
                 qemu.display()
             );
         }

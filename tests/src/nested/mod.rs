@@ -62,7 +62,8 @@ pub use output::RunOutput;
 
 use l1::kvm_opens;
 pub use l1::{
-    cache_dir, find_pmemvm, find_qemu, guest_image, host_has_hw_virt, prepare_l1, L1Image,
+    cache_dir, find_pmemvm, find_qemu, find_qemu_10, guest_image, host_has_hw_virt, prepare_l1,
+    L1Image,
 };
 pub use lab::nested::share::tail;
 pub use lab::nested::{ALIVE_MARKER, ERROR_MARKER, INIT_MARKER, RUN_MARKER, STATUS_MARKER};
@@ -173,11 +174,18 @@ impl NestedVm {
         self.mode
     }
 
-    /// The QEMU that runs this L1 (nested mode only; see [`l1::qemu_for_cpus`]).
-    pub fn l1_qemu(&self) -> Option<PathBuf> {
-        self.qemu
-            .as_deref()
-            .map(|q| l1::qemu_for_cpus(q, self.cpus))
+    /// The QEMU that runs this L1 (nested mode only).
+    pub fn l1_qemu(&self) -> Option<&Path> {
+        self.qemu.as_deref()
+    }
+
+    /// Runs the L1 on `qemu` instead of the one [`NestedVm::new`] found
+    /// (nested mode only; see [`find_qemu_10`]).
+    pub fn with_qemu(mut self, qemu: PathBuf) -> Self {
+        if self.qemu.is_some() {
+            self.qemu = Some(qemu);
+        }
+        self
     }
 
     /// The L1 image (nested mode only).
@@ -388,8 +396,7 @@ impl NestedVm {
             mounts: self.mounts.clone(),
             interactive: false,
         };
-        let qemu = l1::qemu_for_cpus(qemu, self.cpus);
-        let cmd = l1_command(&qemu, l1, &opts, &console_path, &share);
+        let cmd = l1_command(qemu, l1, &opts, &console_path, &share);
         // An L1 with N vCPUs is N cores of TCG work: it holds N slots.
         let mut guard = crate::tcg::lock_n(usize::try_from(self.cpus).unwrap_or(1))
             .map_err(io_err("take the TCG lock"))?;

@@ -294,7 +294,21 @@ impl QemuMachine<'_> {
             ));
             q.device(&format!("virtio-blk-pci,drive=vd{i},serial=pmemvm-disk{i}"));
         }
-        q.kernel(self.kernel, self.initrd, self.cmdline)
+        // Under TCG on a busy host the guest's check that the IO-APIC routes
+        // the timer can miss its ticks and panic ("IO-APIC + timer doesn't
+        // work"); KVM guests skip that check by themselves, TCG ones are told to.
+        let cmdline = match self.accel {
+            QemuAccel::Tcg
+                if !self
+                    .cmdline
+                    .split_whitespace()
+                    .any(|w| w == "no_timer_check") =>
+            {
+                format!("{} no_timer_check", self.cmdline)
+            }
+            _ => self.cmdline.to_string(),
+        };
+        q.kernel(self.kernel, self.initrd, &cmdline)
             .serial_file(self.console)
             .serial_file(self.channel)
             .device("isa-debug-exit,iobase=0x501,iosize=1");
@@ -359,6 +373,28 @@ mod tests {
         assert!(joined.contains("-accel tcg -cpu max"), "{joined}");
         assert!(joined.contains("-nodefaults -no-user-config -display none -no-reboot"));
         assert_eq!(opt_escape("/tmp/a,b"), "/tmp/a,,b");
+        // TCG: the guest skips the IO-APIC timer check a busy host can fail; once.
+        let append = |m: &QemuMachine| {
+            let args: Vec<String> = m
+                .command()
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            let i = args.iter().position(|a| a == "-append").expect("-append");
+            args[i + 1].clone()
+        };
+        assert_eq!(append(&m), "console=ttyS0 no_timer_check");
+        let already = QemuMachine {
+            cmdline: "console=ttyS0 no_timer_check",
+            ..m
+        };
+        assert_eq!(append(&already), "console=ttyS0 no_timer_check");
+        let kvm = QemuMachine {
+            accel: QemuAccel::Kvm,
+            cmdline: "console=ttyS0",
+            ..already
+        };
+        assert_eq!(append(&kvm), "console=ttyS0");
     }
 
     #[test]
