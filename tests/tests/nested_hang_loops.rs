@@ -156,8 +156,11 @@ fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
     // The loops prove the QEMU pmemvm's wrapper installs (10 or newer); under
     // Debian 12's 7.2 the first boot hangs (docs/testing.md, "QEMU 7.2 and
     // nested guests"). tests/run.sh names a QEMU 10 in $PMEMVM_QEMU_10.
-    let qemu = require!(find_qemu_10());
-    let vm = vm.with_qemu(qemu).l1_cpus(2);
+    let vm = match vm.l1_qemu() {
+        Some(_) => vm.with_qemu(require!(find_qemu_10())),
+        None => vm, // direct mode: no L1, no QEMU
+    }
+    .l1_cpus(2);
     if let Some(qemu) = vm.l1_qemu() {
         if let Some(w) = lab::qemu::nested_qemu_warning(qemu) {
             panic!(
