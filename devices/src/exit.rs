@@ -16,7 +16,7 @@ pub enum ExitRequest {
     /// A byte written to the guest-exit port: becomes pmemvm's exit status.
     GuestExit(u8),
     /// Triple fault or other KVM shutdown exit.
-    TripleFault,
+    TripleFault(TripleFault),
     /// A host signal (SIGINT, SIGTERM, SIGHUP) asked for an orderly stop.
     Signal(i32),
     /// The watchdog (`--timeout`, in seconds) ran out before the guest ended.
@@ -25,6 +25,22 @@ pub enum ExitRequest {
     StorageFailure(String),
     /// An unrecoverable error in a vCPU or device; the text explains it.
     Fatal(String),
+}
+
+/// Where the vCPU that shut down was: its registers as KVM left them (the
+/// state of the fault the CPU could not deliver).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TripleFault {
+    /// The vCPU's index.
+    pub vcpu: usize,
+    /// Its RIP, when KVM gave the registers (named from the kernel's
+    /// symbols by the VMM).
+    pub rip: Option<u64>,
+    /// The function at `rip` ("native_write_msr+0x4"), when the VMM found it.
+    pub symbol: Option<String>,
+    /// The rest of its state, one phrase ("RSP 0x..., CR0 0x..., ...");
+    /// empty when KVM gave none.
+    pub state: String,
 }
 
 /// Collects the first exit request and wakes whoever waits for it.

@@ -52,6 +52,14 @@ fn triple_fault_ends_the_vm() {
     assert!(!out.timed_out, "{}", out.dump());
     assert_eq!(out.status, Some(4), "{}", out.dump());
     assert!(out.stderr.contains("triple"), "{}", out.dump());
+    // Where it happened: the vCPU, its RIP, and the empty IDT the guest loaded
+    // (the reason no handler ran).
+    assert!(
+        out.stderr.contains("(KVM shutdown exit) on vCPU 0 at RIP 0x"),
+        "{}",
+        out.dump()
+    );
+    assert!(out.stderr.contains("IDT 0x0 limit 0x0"), "{}", out.dump());
 }
 
 #[test]

@@ -30,7 +30,7 @@ pub fn for_request(r: &ExitRequest) -> u8 {
         ExitRequest::PowerOff => POWER_OFF,
         ExitRequest::GuestExit(n) => *n,
         ExitRequest::Reset => GUEST_RESET,
-        ExitRequest::TripleFault => TRIPLE_FAULT,
+        ExitRequest::TripleFault(_) => TRIPLE_FAULT,
         ExitRequest::Fatal(_) => VCPU_FAILURE,
         ExitRequest::StorageFailure(_) => STORAGE_FAILURE,
         ExitRequest::Timeout(_) => TIMED_OUT,
@@ -45,7 +45,22 @@ pub fn describe(r: &ExitRequest) -> String {
         ExitRequest::PowerOff => "the guest powered off".into(),
         ExitRequest::GuestExit(n) => format!("the guest wrote {n} to the guest-exit port"),
         ExitRequest::Reset => "the guest asked for a reset; pmemvm does not reboot guests".into(),
-        ExitRequest::TripleFault => "the guest triple-faulted (KVM shutdown exit)".into(),
+        ExitRequest::TripleFault(t) => {
+            let mut s = format!(
+                "the guest triple-faulted (KVM shutdown exit) on vCPU {}",
+                t.vcpu
+            );
+            if let Some(rip) = t.rip {
+                s.push_str(&format!(" at RIP {rip:#x}"));
+                if let Some(name) = &t.symbol {
+                    s.push_str(&format!(" ({name})"));
+                }
+            }
+            if !t.state.is_empty() {
+                s.push_str(&format!("; {}", t.state));
+            }
+            s
+        }
         ExitRequest::Fatal(m) => m.clone(),
         ExitRequest::StorageFailure(m) => m.clone(),
         ExitRequest::Timeout(secs) => {
@@ -64,7 +79,7 @@ mod tests {
         let all = [
             for_request(&ExitRequest::PowerOff),
             for_request(&ExitRequest::Reset),
-            for_request(&ExitRequest::TripleFault),
+            for_request(&ExitRequest::TripleFault(Default::default())),
             for_request(&ExitRequest::Fatal(String::new())),
             for_request(&ExitRequest::StorageFailure(String::new())),
             for_request(&ExitRequest::Timeout(1)),
@@ -78,5 +93,26 @@ mod tests {
         assert_eq!(for_request(&ExitRequest::GuestExit(77)), 77);
         assert_eq!(for_request(&ExitRequest::Signal(libc::SIGTERM)), 143);
         assert_eq!(for_request(&ExitRequest::Signal(libc::SIGINT)), 130);
+    }
+
+    #[test]
+    fn a_triple_fault_says_which_vcpu_and_where() {
+        use devices::exit::TripleFault;
+        let bare = ExitRequest::TripleFault(TripleFault::default());
+        assert_eq!(
+            describe(&bare),
+            "the guest triple-faulted (KVM shutdown exit) on vCPU 0"
+        );
+        let full = ExitRequest::TripleFault(TripleFault {
+            vcpu: 1,
+            rip: Some(0xffff_ffff_8100_2fad),
+            symbol: Some("native_write_msr+0x4".into()),
+            state: "CR2 0x0, IDT 0x0 limit 0x0".into(),
+        });
+        assert_eq!(
+            describe(&full),
+            "the guest triple-faulted (KVM shutdown exit) on vCPU 1 at RIP 0xffffffff81002fad \
+             (native_write_msr+0x4); CR2 0x0, IDT 0x0 limit 0x0"
+        );
     }
 }

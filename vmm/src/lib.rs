@@ -22,6 +22,7 @@ pub mod boot;
 pub mod config;
 pub mod console;
 pub mod cpu;
+pub mod cpu_state;
 pub mod dimm;
 pub mod disk;
 pub mod exit_owner;

@@ -461,6 +461,16 @@ impl Vm {
             (_, _, Some(e)) => ExitRequest::StorageFailure(e),
             (_, r, None) => r,
         };
+        // A triple fault: the function it happened in, from the kernel's symbols.
+        let reason = match reason {
+            ExitRequest::TripleFault(mut t) => {
+                if let Some(rip) = t.rip {
+                    t.symbol = crate::symbols::Symbols::load(&self.kernel).name(rip);
+                }
+                ExitRequest::TripleFault(t)
+            }
+            r => r,
+        };
         // A time-out: where each vCPU was (guest RIP named from the kernel's
         // symbols, a host call from its device and file), while the DIMMs are known.
         let vcpus = if timed_out {
@@ -469,7 +479,7 @@ impl Vm {
             Vec::new()
         };
         let host_hint = match &reason {
-            ExitRequest::Fatal(_) | ExitRequest::TripleFault => self.host.explanation(),
+            ExitRequest::Fatal(_) | ExitRequest::TripleFault(_) => self.host.explanation(),
             _ => None,
         };
         let nvdimms = self

@@ -462,7 +462,15 @@ impl VcpuContext {
                 ExitStats::bump(&stats.hlt);
                 None
             }
-            Ok(VcpuExit::Shutdown) => Some(ExitRequest::TripleFault),
+            Ok(VcpuExit::Shutdown) => {
+                let regs = self.vcpu.get_regs().ok();
+                let sregs = self.vcpu.get_sregs().ok();
+                Some(ExitRequest::TripleFault(crate::cpu_state::triple_fault(
+                    self.index,
+                    regs.as_ref(),
+                    sregs.as_ref(),
+                )))
+            }
             Ok(VcpuExit::SystemEvent(kind, _)) => Some(match kind {
                 kvm_bindings::KVM_SYSTEM_EVENT_SHUTDOWN => ExitRequest::PowerOff,
                 kvm_bindings::KVM_SYSTEM_EVENT_RESET => ExitRequest::Reset,

@@ -1,0 +1,73 @@
+//! The state of a vCPU that shut down (a triple fault), as one phrase for the
+//! user: what a guest kernel developer reads first when a guest dies without
+//! a word on its console.
+
+use devices::exit::TripleFault;
+use kvm_bindings::{kvm_regs, kvm_sregs};
+
+/// What KVM left in a vCPU after its shutdown exit: RIP apart (the VMM names
+/// it from the kernel's symbols), then RSP, RFLAGS, the control registers,
+/// EFER, CS and SS selectors, and the IDT and GDT a fault is delivered
+/// through. Either part may be missing when KVM could not give it.
+pub fn triple_fault(
+    vcpu: usize,
+    regs: Option<&kvm_regs>,
+    sregs: Option<&kvm_sregs>,
+) -> TripleFault {
+    let mut parts = Vec::new();
+    if let Some(r) = regs {
+        parts.push(format!("RSP {:#x}", r.rsp));
+        parts.push(format!("RFLAGS {:#x}", r.rflags));
+    }
+    if let Some(s) = sregs {
+        parts.push(format!("CR0 {:#x}", s.cr0));
+        parts.push(format!("CR2 {:#x}", s.cr2));
+        parts.push(format!("CR3 {:#x}", s.cr3));
+        parts.push(format!("CR4 {:#x}", s.cr4));
+        parts.push(format!("EFER {:#x}", s.efer));
+        parts.push(format!("CS {:#x}", s.cs.selector));
+        parts.push(format!("SS {:#x}", s.ss.selector));
+        parts.push(format!("IDT {:#x} limit {:#x}", s.idt.base, s.idt.limit));
+        parts.push(format!("GDT {:#x} limit {:#x}", s.gdt.base, s.gdt.limit));
+    }
+    TripleFault {
+        vcpu,
+        rip: regs.map(|r| r.rip),
+        symbol: None,
+        state: parts.join(", "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_read_as_one_phrase() {
+        let regs = kvm_regs {
+            rip: 0x1234,
+            rsp: 0x9_0000,
+            rflags: 0x2,
+            ..Default::default()
+        };
+        let mut sregs = kvm_sregs {
+            cr0: 0x11,
+            cr3: 0x5000,
+            ..Default::default()
+        };
+        sregs.cs.selector = 0x8;
+        sregs.idt.limit = 0;
+        sregs.gdt.base = 0x500;
+        sregs.gdt.limit = 0x17;
+        let t = triple_fault(2, Some(&regs), Some(&sregs));
+        assert_eq!(t.vcpu, 2);
+        assert_eq!(t.rip, Some(0x1234));
+        assert_eq!(
+            t.state,
+            "RSP 0x90000, RFLAGS 0x2, CR0 0x11, CR2 0x0, CR3 0x5000, CR4 0x0, EFER 0x0, \
+             CS 0x8, SS 0x0, IDT 0x0 limit 0x0, GDT 0x500 limit 0x17"
+        );
+        let none = triple_fault(0, None, None);
+        assert_eq!((none.rip, none.state.as_str()), (None, ""));
+    }
+}
