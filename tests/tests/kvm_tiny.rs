@@ -55,7 +55,8 @@ fn triple_fault_ends_the_vm() {
     // Where it happened: the vCPU, its RIP, and the empty IDT the guest loaded
     // (the reason no handler ran).
     assert!(
-        out.stderr.contains("(KVM shutdown exit) on vCPU 0 at RIP 0x"),
+        out.stderr
+            .contains("(KVM shutdown exit) on vCPU 0 at RIP 0x"),
         "{}",
         out.dump()
     );

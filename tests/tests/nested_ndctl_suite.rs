@@ -21,7 +21,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use pmemvm_tests::guest_inputs::rootfs_or_fail;
-use pmemvm_tests::pmemvm::{pmemvm_bin, run_cmd, workspace_root, TempDir};
+use pmemvm_tests::pmemvm::{pmemvm_bin, workspace_root, TempDir};
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
 use pmemvm_tests::tcg::TcgGuard;
@@ -228,10 +228,17 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms() {
     ];
     args.extend(TESTS);
     let started = Instant::now();
-    let out = run_cmd(
-        Command::new(pmemvm_bin())
-            .args(&args)
-            .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir()),
+    // A triple fault of the 2-vCPU L1 or of the guest in it (TCG's, seen in CI
+    // on both QEMUs) is run once more, counted in the run's summary.
+    let out = pmemvm_tests::nested::run_engine_nested(
+        || {
+            let _ = std::fs::remove_dir_all(&out_dir);
+            let _ = std::fs::remove_file(&record);
+            let mut c = Command::new(pmemvm_bin());
+            c.args(&args)
+                .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir());
+            c
+        },
         DEADLINE,
     );
     eprintln!(
