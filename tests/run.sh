@@ -57,8 +57,8 @@ summary() {
         pkill -TERM -P "$MODULAR_PID" 2>/dev/null || true
     fi
     n=$(grep -c . "$PMEMVM_L1_WAKEUP_LOG" 2>/dev/null || true)
-    echo "L1 wake-ups and restarts (a silent nested L1 sent a key event; a stalled or triple-faulted L1 run again once): ${n:-0}"
-    [ "${n:-0}" -eq 0 ] || sed 's/^/  wake-up: /; s/\t/: /' "$PMEMVM_L1_WAKEUP_LOG"
+    echo "L1 wake-ups and restarts (a silent nested L1 sent a key event; a stalled or triple-faulted L1, or a 2-vCPU nested run whose guest triple-faulted, run again once): ${n:-0}"
+    [ "${n:-0}" -eq 0 ] || sed 's/^/  - /; s/\t/: /' "$PMEMVM_L1_WAKEUP_LOG"
     n=$(grep -c . "$PMEMVM_SKIP_LOG" 2>/dev/null || true)
     echo "skips: ${n:-0}$([ "${PMEMVM_TEST_STRICT:-}" = 1 ] && echo ' (strict mode: each one failed its test)')"
     [ "${n:-0}" -eq 0 ] || sed 's/^/  skip: /; s/\t/: /' "$PMEMVM_SKIP_LOG"
