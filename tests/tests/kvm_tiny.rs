@@ -53,14 +53,34 @@ fn triple_fault_ends_the_vm() {
     assert_eq!(out.status, Some(4), "{}", out.dump());
     assert!(out.stderr.contains("triple"), "{}", out.dump());
     // Where it happened: the vCPU, its RIP, and the empty IDT the guest loaded
-    // (the reason no handler ran).
-    assert!(
-        out.stderr
-            .contains("(KVM shutdown exit) on vCPU 0 at RIP 0x"),
-        "{}",
-        out.dump()
-    );
-    assert!(out.stderr.contains("IDT 0x0 limit 0x0"), "{}", out.dump());
+    // (the reason no handler ran) — except on AMD SVM, whose KVM puts the vCPU
+    // through INIT on a shutdown before pmemvm can read it: then that is said.
+    let svm = std::fs::read_to_string("/proc/cpuinfo")
+        .map(|info| {
+            info.lines()
+                .filter(|l| l.starts_with("flags"))
+                .flat_map(str::split_whitespace)
+                .any(|f| f == "svm")
+        })
+        .unwrap_or(false);
+    if svm {
+        assert!(
+            out.stderr.contains(
+                "(KVM shutdown exit) on vCPU 0; its registers at the fault are lost: this \
+                 host's KVM put the vCPU through INIT"
+            ),
+            "{}",
+            out.dump()
+        );
+    } else {
+        assert!(
+            out.stderr
+                .contains("(KVM shutdown exit) on vCPU 0 at RIP 0x"),
+            "{}",
+            out.dump()
+        );
+        assert!(out.stderr.contains("IDT 0x0 limit 0x0"), "{}", out.dump());
+    }
 }
 
 #[test]
