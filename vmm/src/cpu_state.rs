@@ -94,8 +94,9 @@ pub fn shutdown_rip(tid: i32) -> Option<u64> {
 fn shutdown_rip_in(trace: &str, tid: i32) -> Option<u64> {
     trace
         .lines()
+        .rev()
         .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
+        .find_map(|l| {
             let (task, event) = l.split_once(" [")?;
             let (_, pid) = task.trim().rsplit_once('-')?;
             if pid.parse::<i32>().ok()? != tid {
@@ -110,7 +111,6 @@ fn shutdown_rip_in(trace: &str, tid: i32) -> Option<u64> {
             let rip = words.skip_while(|w| *w != "rip").nth(1)?;
             u64::from_str_radix(rip.trim_start_matches("0x"), 16).ok()
         })
-        .last()
 }
 
 /// Whether the registers are a vCPU's state after INIT (real mode, CS 0xf000 based
