@@ -67,6 +67,11 @@ fn triple_fault_ends_the_vm() {
         .unwrap_or(false);
     let traced = std::fs::read_to_string("/sys/kernel/tracing/events/kvm/kvm_exit/enable")
         .is_ok_and(|v| v.trim() == "1");
+    // In the nested L1 (hw_kvm_tier) its init turns the tracepoint on.
+    assert!(
+        traced || std::env::var_os("PMEMVM_L1").is_none(),
+        "in the L1 VM the kvm:kvm_exit tracepoint is off: the L1 init did not turn it on"
+    );
     let rip = out
         .stderr
         .split_once("(KVM shutdown exit) on vCPU 0 at RIP 0x")
