@@ -12,16 +12,18 @@ use kvm_bindings::{kvm_regs, kvm_sregs};
 /// EFER, CS and SS selectors, and the IDT and GDT a fault is delivered
 /// through. Either part may be missing when KVM could not give it.
 ///
-/// `trace_rip` is the RIP the `kvm:kvm_exit` tracepoint recorded for this
-/// vCPU's shutdown exit ([`shutdown_rip`]), used when KVM reset the vCPU.
+/// `trace_rip` gives the RIP the `kvm:kvm_exit` tracepoint recorded for this
+/// vCPU's shutdown exit ([`shutdown_rip`]); it is asked only when KVM reset
+/// the vCPU.
 pub fn triple_fault(
     vcpu: usize,
     regs: Option<&kvm_regs>,
     sregs: Option<&kvm_sregs>,
-    trace_rip: Option<u64>,
+    trace_rip: impl FnOnce() -> Option<u64>,
 ) -> TripleFault {
     if let (Some(r), Some(s)) = (regs, sregs) {
         if reset_by_kvm(r, s) {
+            let trace_rip = trace_rip();
             let state = match trace_rip {
                 Some(_) => format!(
                     "RIP from the kvm:kvm_exit tracepoint; {}",
@@ -141,7 +143,7 @@ mod tests {
         sregs.idt.limit = 0;
         sregs.gdt.base = 0x500;
         sregs.gdt.limit = 0x17;
-        let t = triple_fault(2, Some(&regs), Some(&sregs), None);
+        let t = triple_fault(2, Some(&regs), Some(&sregs), || None);
         assert_eq!(t.vcpu, 2);
         assert_eq!(t.rip, Some(0x1234));
         assert_eq!(
@@ -161,17 +163,14 @@ mod tests {
         };
         init_sregs.cs.selector = 0xf000;
         init_sregs.cs.base = 0xffff_0000;
-        let lost = triple_fault(0, Some(&init_regs), Some(&init_sregs), None);
+        let lost = triple_fault(0, Some(&init_regs), Some(&init_sregs), || None);
         assert_eq!(lost.rip, None);
         assert!(lost.state.starts_with(RESET_BY_KVM), "{}", lost.state);
         assert!(lost.state.contains("kvm_exit/enable"), "{}", lost.state);
         // The tracepoint kept the RIP: it is given, and said where it came from.
-        let traced = triple_fault(
-            0,
-            Some(&init_regs),
-            Some(&init_sregs),
-            Some(0xffff_ffff_8100_2fad),
-        );
+        let traced = triple_fault(0, Some(&init_regs), Some(&init_sregs), || {
+            Some(0xffff_ffff_8100_2fad)
+        });
         assert_eq!(traced.rip, Some(0xffff_ffff_8100_2fad));
         assert!(
             traced.state.starts_with(
@@ -182,9 +181,11 @@ mod tests {
         );
         // The same RIP in protected mode is a real fault there.
         init_sregs.cr0 = 0x11;
-        let kept = triple_fault(0, Some(&init_regs), Some(&init_sregs), None);
+        let kept = triple_fault(0, Some(&init_regs), Some(&init_sregs), || {
+            panic!("the trace is read only for a vCPU KVM reset")
+        });
         assert_eq!(kept.rip, Some(0xfff0));
-        let none = triple_fault(0, None, None, None);
+        let none = triple_fault(0, None, None, || None);
         assert_eq!((none.rip, none.state.as_str()), (None, ""));
     }
 

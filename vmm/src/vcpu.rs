@@ -465,13 +465,14 @@ impl VcpuContext {
             Ok(VcpuExit::Shutdown) => {
                 let regs = self.vcpu.get_regs().ok();
                 let sregs = self.vcpu.get_sregs().ok();
-                // SAFETY: gettid(2) has no arguments and cannot fail.
-                let tid = unsafe { libc::gettid() };
                 Some(ExitRequest::TripleFault(crate::cpu_state::triple_fault(
                     self.index,
                     regs.as_ref(),
                     sregs.as_ref(),
-                    crate::cpu_state::shutdown_rip(tid),
+                    || {
+                        // SAFETY: gettid(2) has no arguments and cannot fail.
+                        crate::cpu_state::shutdown_rip(unsafe { libc::gettid() })
+                    },
                 )))
             }
             Ok(VcpuExit::SystemEvent(kind, _)) => Some(match kind {
