@@ -129,6 +129,19 @@ fn run_command_writes_the_users_backing_file_on_the_host() {
     assert_eq!(v["nvdimms"][0]["file"], img.to_str().unwrap());
 }
 
+/// `run` of a 2-vCPU guest with a label-less 64 MiB DIMM under `--engine nested`.
+const TWO_VCPU_RUN: &[&str] = &[
+    "run",
+    "--engine",
+    "nested",
+    "--cmdline",
+    CMDLINE,
+    "--cpus",
+    "2",
+    "--nvdimm",
+    "64M,label-size=0",
+];
+
 /// `--cpus 2` under `--engine nested`: the L1 gets two vCPUs too (on one, a
 /// 2-vCPU guest's IPIs wait for a vCPU that cannot run and L1 soft-locks), and
 /// the guest sees both and runs work on both.
@@ -139,23 +152,20 @@ fn a_two_vcpu_guest_gets_a_two_vcpu_l1() {
     // A triple fault of the 2-vCPU L1 or of the guest in it (TCG's) is run once more.
     let out = pmemvm_tests::nested::run_engine_nested(
         || {
-            pmemvm(&[
-                "run",
-                "--engine",
-                "nested",
-                "--cmdline",
-                CMDLINE,
-                "--cpus",
-                "2",
-                "--nvdimm",
-                "64M,label-size=0",
-                "--",
-                "sh",
-                "-c",
-                "echo online $(cat /sys/devices/system/cpu/online); \
-                 for c in 0 1; do taskset -c $c dd if=/dev/pmem0 of=/dev/null bs=1M count=16 2>/dev/null & done; wait; \
-                 echo both-done",
-            ])
+            pmemvm(
+                &[
+                    TWO_VCPU_RUN,
+                    &[
+                        "--",
+                        "sh",
+                        "-c",
+                        "echo online $(cat /sys/devices/system/cpu/online); \
+                         for c in 0 1; do taskset -c $c dd if=/dev/pmem0 of=/dev/null bs=1M count=16 2>/dev/null & done; wait; \
+                         echo both-done",
+                    ],
+                ]
+                .concat(),
+            )
         },
         DEADLINE,
     );
@@ -279,27 +289,24 @@ fn a_guest_waiting_forever_is_described_per_vcpu_on_sigquit_and_at_the_time_out(
     let job = dir.join("verify.fio");
     std::fs::write(&job, VERIFY_JOB).unwrap();
     let record = dir.join("run.json");
-    let mut cmd = pmemvm(&[
-        "run",
-        "--engine",
-        "nested",
-        "--cmdline",
-        CMDLINE,
-        "--cpus",
-        "2",
-        "--nvdimm",
-        "64M,label-size=0",
-        "--setup",
-        "mkfifo /tmp/never; cat /tmp/never",
-        "--fio",
-        job.to_str().unwrap(),
-        // Long enough for the guest to reach its setup on a loaded host (one CI run
-        // saw `/init` up after 31.5 s, and 40 s caught it still in `ndctl list`).
-        "--timeout",
-        "150",
-        "--json",
-        record.to_str().unwrap(),
-    ]);
+    let mut cmd = pmemvm(
+        &[
+            TWO_VCPU_RUN,
+            &[
+                "--setup",
+                "mkfifo /tmp/never; cat /tmp/never",
+                "--fio",
+                job.to_str().unwrap(),
+                // Long enough for the guest to reach its setup on a loaded host (one CI run
+                // saw `/init` up after 31.5 s, and 40 s caught it still in `ndctl list`).
+                "--timeout",
+                "150",
+                "--json",
+                record.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    );
     cmd.env("TMPDIR", &dir.0)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

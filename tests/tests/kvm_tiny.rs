@@ -57,14 +57,10 @@ fn triple_fault_ends_the_vm() {
     // On AMD SVM, KVM puts the vCPU through INIT on a shutdown before pmemvm
     // can read it: the RIP then comes from the kvm:kvm_exit tracepoint when it
     // is on (the nested L1 turns it on), else the loss is said with the remedy.
-    let svm = std::fs::read_to_string("/proc/cpuinfo")
-        .map(|info| {
-            info.lines()
-                .filter(|l| l.starts_with("flags"))
-                .flat_map(str::split_whitespace)
-                .any(|f| f == "svm")
-        })
-        .unwrap_or(false);
+    let svm = vmm::host::cpu_flag(
+        &std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default(),
+        "svm",
+    );
     let traced = std::fs::read_to_string("/sys/kernel/tracing/events/kvm/kvm_exit/enable")
         .is_ok_and(|v| v.trim() == "1");
     // In the nested L1 (hw_kvm_tier) its init turns the tracepoint on.

@@ -28,10 +28,7 @@ pub fn host_has_hw_virt() -> bool {
 }
 
 pub(super) fn cpuinfo_has_hw_virt(info: &str) -> bool {
-    info.lines()
-        .filter(|l| l.starts_with("flags"))
-        .flat_map(|l| l.split_whitespace())
-        .any(|f| f == "vmx" || f == "svm")
+    vmm::host::HostKvm::from_sources(info, false).hw_virt
 }
 
 pub(super) fn kvm_opens() -> bool {

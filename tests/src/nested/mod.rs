@@ -509,7 +509,7 @@ fn l1_broke(e: &NestedError) -> bool {
 /// the emulated platform rather than with a result: the L1's own triple fault
 /// (QEMU's reset log), or a triple fault of the guest inside its TCG-run L1.
 /// Both were seen in CI only with two or more vCPUs in the L1 (docs/testing.md,
-/// "Which QEMU runs the suite"). `None` for any other end.
+/// "The ndctl suite's two-vCPU L1 on QEMU 7.2"). `None` for any other end.
 pub fn platform_breakdown(stderr: &str) -> Option<String> {
     stderr
         .lines()
@@ -522,8 +522,8 @@ pub fn platform_breakdown(stderr: &str) -> Option<String> {
 
 /// Runs `pmemvm … --engine nested` (the command made by `command` for each
 /// try) and, when it ended in a [`platform_breakdown`], runs it once more and
-/// notes the breakdown (with the vCPU's registers pmemvm printed) in the run's
-/// summary. A second breakdown is the test's result.
+/// notes the breakdown (the line pmemvm printed: the vCPU and, in the SVM L1,
+/// the RIP from the kvm:kvm_exit tracepoint) in the run's summary. A second breakdown is the test's result.
 pub fn run_engine_nested(
     command: impl Fn() -> Command,
     deadline: Duration,

@@ -9,6 +9,14 @@ use std::path::Path;
 pub mod machine;
 pub mod smaps;
 
+/// Whether the `flags` lines of /proc/cpuinfo's text list `flag` ("svm").
+pub fn cpu_flag(cpuinfo: &str, flag: &str) -> bool {
+    cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("flags"))
+        .any(|l| l.split_whitespace().any(|f| f == flag))
+}
+
 /// What pmemvm knows about the host's KVM.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostKvm {
@@ -27,10 +35,7 @@ impl HostKvm {
 
     /// Decides from the text of /proc/cpuinfo and whether kvm_pvm is loaded.
     pub fn from_sources(cpuinfo: &str, pvm_module: bool) -> Self {
-        let hw_virt = cpuinfo
-            .lines()
-            .filter(|l| l.starts_with("flags"))
-            .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
+        let hw_virt = cpu_flag(cpuinfo, "vmx") || cpu_flag(cpuinfo, "svm");
         Self {
             hw_virt,
             pvm: pvm_module,
