@@ -8,7 +8,8 @@
 #      one when that is Debian 12's 7.2 (guest-images/lib/qemu-install.sh
 #      --unpack; docs/testing.md, "Which QEMU runs the suite"), binutils for the
 #      tiny guests, fio for the fixture check, strace for the exit-path
-#      fdatasync check, ...) — skipped when already there;
+#      fdatasync check, gdb, crash and (from PyPI, in a venv) drgn for the
+#      debugging tests, ...) — skipped when already there;
 #   2. builds the guest image (guest-images/build.sh, cached by input hash in
 #      ~/.cache/pmemvm/image), the modular kernel of the --modules tests
 #      (build.sh --modular, cached too; in the background while the tests run,
@@ -57,7 +58,7 @@ summary() {
         pkill -TERM -P "$MODULAR_PID" 2>/dev/null || true
     fi
     n=$(grep -c . "$PMEMVM_L1_WAKEUP_LOG" 2>/dev/null || true)
-    echo "L1 wake-ups and restarts (a silent nested L1 sent a key event; a stalled or triple-faulted L1, or a 2-vCPU nested run whose guest triple-faulted, run again once): ${n:-0}"
+    echo "L1 wake-ups and restarts (a silent nested L1 sent a key event; a stalled or triple-faulted L1, or a 2-vCPU nested run whose guest triple-faulted, run again, up to 5 runs in all): ${n:-0}"
     [ "${n:-0}" -eq 0 ] || sed 's/^/  - /; s/\t/: /' "$PMEMVM_L1_WAKEUP_LOG"
     n=$(grep -c . "$PMEMVM_SKIP_LOG" 2>/dev/null || true)
     echo "skips: ${n:-0}$([ "${PMEMVM_TEST_STRICT:-}" = 1 ] && echo ' (strict mode: each one failed its test)')"
@@ -92,13 +93,32 @@ bounded() {
 }
 
 need=""
-for p in qemu-system-x86 acpica-tools binutils fio strace cpio gzip xz-utils busybox-static zstd libxml2-utils librsvg2-bin munge slurmctld slurmd slurm-client; do
+for p in qemu-system-x86 acpica-tools binutils fio strace gdb crash python3-venv cpio gzip xz-utils busybox-static zstd libxml2-utils librsvg2-bin munge slurmctld slurmd slurm-client; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need="$need $p"
 done
 if [ -n "$need" ]; then
     log "apt-get install:$need"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null
+    pins=""
+    case " $need " in
+    *" qemu-system-x86 "*)
+        # QEMU parts left by another source (qemu-utils and qemu-block-extra from
+        # bookworm-backports after that QEMU and its source were removed) break
+        # the distribution's qemu-system-x86: take every installed package built
+        # from QEMU's source at the version qemu-system-x86 comes in (its
+        # candidate; without a binNMU suffix for the architecture-independent ones).
+        qver=$(apt-cache policy qemu-system-x86 | awk '/Candidate:/ { print $2 }')
+        while read -r pkg src status ver; do
+            [ "$src" = qemu ] && [ "$status" = ii ] && [ -n "$qver" ] && [ "$qver" != "(none)" ] || continue
+            offered=$(apt-cache madison "$pkg" | awk -F' *[|] *' -v a="$qver" -v b="${qver%+b[0-9]*}" \
+                '$2 == a || $2 == b { print $2; exit }')
+            [ -z "$offered" ] || [ "$ver" = "$offered" ] || pins="$pins $pkg=$offered"
+        done < <(dpkg-query -W -f='${Package} ${source:Package} ${db:Status-Abbrev} ${Version}\n' 'qemu*' 2>/dev/null)
+        [ -z "$pins" ] || log "apt-get install: QEMU parts from another source, taken as the sources offer them:$pins"
+        ;;
+    esac
+    # shellcheck disable=SC2086 # one argument per package
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --allow-downgrades $need $pins >/dev/null
 fi
 # The distribution's QEMU runs the suite (Debian 12's 7.2 runs nested guests about
 # 1.5 times as fast as QEMU 10); a QEMU 10 is named for the tests that need one
@@ -106,6 +126,18 @@ fi
 PMEMVM_QEMU_10=$(guest-images/lib/qemu-install.sh --unpack "${XDG_CACHE_HOME:-$HOME/.cache}/pmemvm/qemu")
 export PMEMVM_QEMU_10
 log "QEMU: $(qemu-system-x86_64 --version | head -n1); PMEMVM_QEMU_10: $("$PMEMVM_QEMU_10" --version | head -n1) ($PMEMVM_QEMU_10)"
+
+# drgn, for the memory-dump tests (Debian 12 has no package): PyPI's wheel,
+# pinned, in a virtual environment of the cache.
+DRGN_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/pmemvm/drgn-0.3.0"
+if [ ! -x "$DRGN_VENV/bin/drgn" ]; then
+    log "drgn: pip install drgn==0.3.0 into $DRGN_VENV"
+    rm -rf "$DRGN_VENV"
+    python3 -m venv "$DRGN_VENV"
+    "$DRGN_VENV/bin/pip" install -q --disable-pip-version-check drgn==0.3.0
+fi
+export PMEMVM_DRGN="$DRGN_VENV/bin/drgn"
+log "drgn: $("$PMEMVM_DRGN" --version 2>&1 | head -n1)"
 
 log "guest image"
 bounded guest-images/build.sh
@@ -152,9 +184,9 @@ export PMEMVM_BIN="$PWD/target/debug/pmemvm"
 # named in TCG_A or TCG_B is in the third queue: no binary is left out.
 TCG_A="hw_kvm_tier nested_fio_suite nested_media_errors nested_run_command nested_nvdimm
     image_qemu qemu_tables nested_startup l1_stall nested_own_kernel nested_legacy_pmem
-    nested_hang_loops"
+    nested_hang_loops nested_dump"
 TCG_B="nested_pmemvm nested_harness engine_nested first_contact nested_nvdimm_defaults
-    nvdimm_labels run_qemu slurm nested_ndctl_suite"
+    nvdimm_labels run_qemu slurm nested_ndctl_suite nested_media_live"
 TCG_TESTS="$TCG_A $TCG_B"
 REST_TESTS=""
 for f in tests/tests/*.rs; do

@@ -38,11 +38,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         s5_slp_typ: 5,
         serial_ports: vec![(0x3f8, 4), (0x2f8, 3)],
         virtio_mmio: vec![],
+        pvpanic_port: None,
         ram: vec![(0, 512 << 20)],
         nvdimms: vec![dimm(0, false, 128 << 10), dimm(1, true, 0)],
         dsm: (!no_dsm).then_some(DsmTransport {
             page_addr: 0xf_f000,
             doorbell_port: 0x510,
+            event_port: 0x514,
+            event_gsi: 16,
         }),
     };
     let t = build_tables(&desc, 0xe_0000, 0xe_1000, 0x1_e000)?;

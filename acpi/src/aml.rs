@@ -29,6 +29,7 @@ const PARENT_PREFIX_CHAR: u8 = b'^';
 const LOCAL0_OP: u8 = 0x60;
 const ARG0_OP: u8 = 0x68;
 const STORE_OP: u8 = 0x70;
+const AND_OP: u8 = 0x7b;
 const DEREF_OF_OP: u8 = 0x83;
 const SIZE_OF_OP: u8 = 0x87;
 const INDEX_OP: u8 = 0x88;
@@ -282,6 +283,11 @@ pub fn else_(body: &[Vec<u8>]) -> Vec<u8> {
     with_pkg_length(&[ELSE_OP], &concat(body))
 }
 
+/// `And (a, b)` (bitwise; the result is not stored anywhere).
+pub fn and(a: &[u8], b: &[u8]) -> Vec<u8> {
+    concat(&[vec![AND_OP], a.to_vec(), b.to_vec(), vec![ZERO_OP]])
+}
+
 /// `LEqual (a, b)`.
 pub fn lequal(a: &[u8], b: &[u8]) -> Vec<u8> {
     concat(&[vec![LEQUAL_OP], a.to_vec(), b.to_vec()])
@@ -411,6 +417,16 @@ pub mod resource {
     pub fn irq_no_flags(irq: u8) -> Vec<u8> {
         let mask = (1u16 << (irq & 0xf)).to_le_bytes();
         vec![0x22, mask[0], mask[1]]
+    }
+
+    /// `Interrupt (ResourceConsumer, Edge, ActiveHigh, Exclusive) { gsi }`:
+    /// the extended interrupt descriptor, for a GSI past the ISA lines.
+    pub fn interrupt_edge_high(gsi: u32) -> Vec<u8> {
+        // Type 0x89, length 6; flags: consumer (bit 0), edge (bit 1); one
+        // interrupt.
+        let mut v = vec![0x89, 0x06, 0x00, 0x03, 0x01];
+        v.extend_from_slice(&gsi.to_le_bytes());
+        v
     }
 
     /// `Memory32Fixed (ReadWrite, base, len)`: a fixed 32-bit memory range.

@@ -29,6 +29,11 @@ const DSDT_REVISION: u8 = 2;
 ///             IRQNoFlags () { irq }
 ///         })
 ///     }
+///     Device (PEVT) {                       // with a pvpanic port
+///         Name (_HID, "QEMU0001")
+///         Name (_CRS, ResourceTemplate () { IO (Decode16, port, port, 1, 1) })
+///         Name (_STA, 0x0B)                 // present, enabled, not shown
+///     }
 /// }
 /// ```
 /// The caller has checked there are at most 9 serial ports, at most 100
@@ -79,11 +84,28 @@ pub fn build(desc: &MachineDescription) -> Vec<u8> {
             ],
         ));
     }
+    if let Some(port) = desc.pvpanic_port {
+        devices.push(aml::device(
+            "PEVT",
+            &[
+                aml::name("_HID", &aml::string(PVPANIC_HID)),
+                aml::name(
+                    "_CRS",
+                    &aml::resource::template(&[aml::resource::io16(port, 1)]),
+                ),
+                aml::name("_STA", &aml::integer(0x0b)),
+            ],
+        ));
+    }
     if !devices.is_empty() {
         t.append(&aml::scope("\\_SB", &devices));
     }
     t.finish()
 }
+
+/// The ACPI ID of QEMU's pvpanic device, which Linux's pvpanic-mmio driver
+/// matches (an I/O port or an MMIO register, from `_CRS`).
+const PVPANIC_HID: &str = "QEMU0001";
 
 /// The ACPI ID Linux's virtio_mmio driver matches (`virtio_mmio_acpi_match`).
 const VIRTIO_MMIO_HID: &str = "LNRO0005";
@@ -113,6 +135,7 @@ mod tests {
             s5_slp_typ: 5,
             serial_ports: vec![(0x3f8, 4)],
             virtio_mmio: vec![],
+            pvpanic_port: None,
             ram: vec![(0, 512 << 20)],
             nvdimms: vec![],
             dsm: None,
@@ -157,6 +180,7 @@ mod tests {
             s5_slp_typ: 5,
             serial_ports: vec![],
             virtio_mmio: vec![(0xd000_0000, 5), (0xd000_1000, 6)],
+            pvpanic_port: None,
             ram: vec![(0, 512 << 20)],
             nvdimms: vec![],
             dsm: None,

@@ -49,6 +49,9 @@ pub struct MachineDescription {
     /// virtio-mmio devices as (register base, ISA IRQ): `LNRO0005` devices
     /// (Linux's virtio_mmio driver binds them from ACPI), 4 KiB each.
     pub virtio_mmio: Vec<(u32, u8)>,
+    /// The pvpanic device's I/O port (`QEMU0001`, QEMU's ISA pvpanic):
+    /// where the guest kernel reports a panic.
+    pub pvpanic_port: Option<u16>,
     /// Guest RAM ranges as (base, length), all in proximity domain 0 (SRAT).
     pub ram: Vec<(u64, u64)>,
     /// NVDIMMs, in NFIT order.
@@ -86,6 +89,12 @@ pub struct DsmTransport {
     pub page_addr: u64,
     /// I/O port the AML writes the page address (u32) to, trapping to pmemvm.
     pub doorbell_port: u16,
+    /// The platform event register (u32, read-to-clear) of the Generic
+    /// Event Device that carries pmemvm's notifications while the guest
+    /// runs (`\_SB.NGED`, `ACPI0013`).
+    pub event_port: u16,
+    /// The GED's interrupt: a GSI of the I/O APIC, edge-triggered, active high.
+    pub event_gsi: u32,
 }
 
 /// One built table.
@@ -391,11 +400,14 @@ mod tests {
             s5_slp_typ: 5,
             serial_ports: vec![(0x3f8, 4), (0x2f8, 3)],
             virtio_mmio: vec![],
+            pvpanic_port: None,
             ram: vec![(0, 512 << 20)],
             nvdimms: (0..dimms).map(dimm).collect(),
             dsm: Some(DsmTransport {
                 page_addr: 0xf_f000,
                 doorbell_port: 0x510,
+                event_port: 0x514,
+                event_gsi: 16,
             }),
         }
     }
@@ -543,6 +555,8 @@ mod tests {
             d.dsm = Some(DsmTransport {
                 page_addr: page,
                 doorbell_port: 0x510,
+                event_port: 0x514,
+                event_gsi: 16,
             });
             assert_eq!(build(&d), Err(AcpiBuildError::BadDsmPage(page)));
         }

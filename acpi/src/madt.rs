@@ -54,6 +54,7 @@ mod tests {
             s5_slp_typ: 5,
             serial_ports: vec![],
             virtio_mmio: vec![],
+            pvpanic_port: None,
             ram: vec![(0, 512 << 20)],
             nvdimms: vec![],
             dsm: None,

@@ -56,6 +56,30 @@
 //!   }
 //! }
 //! ```
+//!
+//! With a transport there is also the Generic Event Device through which
+//! pmemvm notifies the guest while it runs (a media error injected through
+//! the control socket, a DIMM's health set): an edge-triggered GSI, and a
+//! read-to-clear event register whose bits `_EVT` turns into notifications:
+//!
+//! ```text
+//! Scope (\_SB) {
+//!   Device (NGED) {
+//!     Name (_HID, "ACPI0013")
+//!     Name (_UID, 0)
+//!     Name (_CRS, ResourceTemplate () {
+//!       Interrupt (ResourceConsumer, Edge, ActiveHigh, Exclusive) { event_gsi } })
+//!     OperationRegion (GEVR, SystemIO, event_port, 4)
+//!     Field (GEVR, DWordAcc, NoLock, Preserve) { GEVT, 32 }
+//!     Method (_EVT, 1, Serialized) {
+//!       Local0 = GEVT
+//!       If (Local0 & 1) { Notify (\_SB.NVDR, 0x81) }       // new media errors
+//!       If (Local0 & 2) { Notify (\_SB.NVDR, 0x80) }       // NFIT changed
+//!       If (Local0 & 4) { Notify (\_SB.NVDR.NV00, 0x81) }  // DIMM 0's health, ...
+//!     }
+//!   }
+//! }
+//! ```
 //! Without a transport only `_HID`, the children and their `_ADR` are
 //! emitted. `NCAL` is `Serialized`, so two CPUs never share the page.
 
@@ -230,8 +254,51 @@ pub fn build(dimms: &[NvdimmDescription], dsm: Option<&DsmTransport>) -> Vec<u8>
         }
         root.push(aml::device(&child_name(i), &body));
     }
-    t.append(&aml::scope("\\_SB", &[aml::device("NVDR", &root)]));
+    let mut sb = vec![aml::device("NVDR", &root)];
+    if let Some(tr) = dsm {
+        sb.push(ged(tr, dimms.len()));
+    }
+    t.append(&aml::scope("\\_SB", &sb));
     t.finish()
+}
+
+/// Event bit of the root's 0x81 (new media errors) in the GED register.
+pub const EVENT_MEDIA_ERRORS: u64 = 1;
+/// Event bit of the root's 0x80 (NFIT changed).
+pub const EVENT_NFIT_CHANGED: u64 = 2;
+/// First event bit of the DIMMs' health notifications (DIMM `i` at bit
+/// `EVENT_HEALTH_SHIFT + i`, for the first 30 DIMMs).
+pub const EVENT_HEALTH_SHIFT: usize = 2;
+
+/// `\_SB.NGED`: the Generic Event Device that carries pmemvm's
+/// notifications while the guest runs (see the module docs).
+fn ged(tr: &DsmTransport, dimms: usize) -> Vec<u8> {
+    let bit = |b: u64| aml::and(&aml::local(0), &aml::integer(b));
+    let mut evt = vec![
+        aml::store(&aml::path("GEVT"), &aml::local(0)),
+        aml::if_(&bit(EVENT_MEDIA_ERRORS), &[aml::notify("\\_SB.NVDR", 0x81)]),
+        aml::if_(&bit(EVENT_NFIT_CHANGED), &[aml::notify("\\_SB.NVDR", 0x80)]),
+    ];
+    for i in 0..dimms.min(32 - EVENT_HEALTH_SHIFT) {
+        evt.push(aml::if_(
+            &bit(1 << (EVENT_HEALTH_SHIFT + i)),
+            &[aml::notify(&format!("\\_SB.NVDR.{}", child_name(i)), 0x81)],
+        ));
+    }
+    aml::device(
+        "NGED",
+        &[
+            aml::name("_HID", &aml::string("ACPI0013")),
+            aml::name("_UID", &aml::integer(0)),
+            aml::name(
+                "_CRS",
+                &aml::resource::template(&[aml::resource::interrupt_edge_high(tr.event_gsi)]),
+            ),
+            aml::op_region("GEVR", RegionSpace::SystemIo, u64::from(tr.event_port), 4),
+            aml::field("GEVR", FieldAccess::DWord, &[("GEVT", 32)]),
+            aml::method("_EVT", 1, true, &evt),
+        ],
+    )
 }
 
 #[cfg(test)]
@@ -281,6 +348,8 @@ mod tests {
         let tr = DsmTransport {
             page_addr: 0xf_f000,
             doorbell_port: 0x510,
+            event_port: 0x514,
+            event_gsi: 16,
         };
         let t = build(&[dimm(1), dimm(2), dimm(0x100)], Some(&tr));
         assert_eq!(checksum(&t), 0);
@@ -312,9 +381,26 @@ mod tests {
         assert_eq!(count(&t, &[0x0c, 0xff, 0xff, 0xff, 0xff]), 2);
         // One _DSM per DIMM plus the root's; NCAL called with each handle.
         assert_eq!(count(&t, b"_DSM"), 4);
+        // Each DIMM's device, and the GED's notification of its health.
         for n in ["NV00", "NV01", "NV02"] {
-            assert_eq!(count(&t, n.as_bytes()), 1);
+            assert_eq!(count(&t, n.as_bytes()), 2);
         }
+        // The GED: its _HID, its GSI 16 (edge, active high), its register at
+        // 0x514, and _EVT (1 argument, Serialized).
+        assert_eq!(count(&t, b"ACPI0013\0"), 1);
+        assert_eq!(count(&t, &[0x89, 0x06, 0x00, 0x03, 0x01, 16, 0, 0, 0]), 1);
+        assert_eq!(
+            count(
+                &t,
+                &[0x5b, 0x80, b'G', b'E', b'V', b'R', 0x01, 0x0b, 0x14, 0x05, 0x0a, 0x04]
+            ),
+            1
+        );
+        assert_eq!(count(&t, &[b'_', b'E', b'V', b'T', 0x09]), 1);
+        // Notify (\_SB.NVDR, 0x81) in the root's _DSM and in _EVT; 0x80 in _EVT.
+        assert_eq!(count(&t, b"\\._SB_NVDR\x0a\x81"), 2);
+        assert_eq!(count(&t, b"\\._SB_NVDR\x0a\x80"), 1);
+        assert_eq!(count(&t, b"\\/\x03_SB_NVDRNV02\x0a\x81"), 1);
         // Name (_ADR, 0x0100) and the matching NCAL (..., 0x0100) call.
         assert_eq!(count(&t, &[0x0b, 0x00, 0x01]), 2);
     }

@@ -184,6 +184,7 @@ mod tests {
             s5_slp_typ: 5,
             serial_ports: vec![],
             virtio_mmio: vec![],
+            pvpanic_port: None,
             ram: vec![(0, 512 << 20)],
             // Listed out of domain order: the table sorts them.
             nvdimms: vec![dimm(0, Some(2)), dimm(1, Some(1)), dimm(2, None)],

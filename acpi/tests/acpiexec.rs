@@ -51,11 +51,14 @@ fn ssdt_file(tag: &str, handles: &[u32]) -> PathBuf {
         s5_slp_typ: 5,
         serial_ports: vec![],
         virtio_mmio: vec![],
+        pvpanic_port: None,
         ram: vec![(0, 512 << 20)],
         nvdimms,
         dsm: Some(DsmTransport {
             page_addr: 0xf_f000,
             doorbell_port: 0x510,
+            event_port: 0x514,
+            event_gsi: 16,
         }),
     };
     let t = build_tables(&desc, 0xe_0000, 0xe_1000, 0x1_e000).unwrap();
@@ -224,4 +227,74 @@ fn dsm_clamps_response_length_to_page() {
     assert_eq!(out[12], 0xee); // the input byte
     assert_eq!(r[1], Err(0x1_2345));
     assert_eq!(r[2], Err(1));
+}
+
+/// A test table beside the SSDT: `\TSET (v)` stores `v` into the GED's event
+/// register, as pmemvm's port does before it raises the line (acpiexec keeps
+/// what was stored in a simulated I/O region). Compiled by `iasl`.
+const TSET_ASL: &str = r#"DefinitionBlock ("", "SSDT", 2, "PMTEST", "TSET", 1)
+{
+    External (\_SB.NGED.GEVT, FieldUnitObj)
+    Method (\TSET, 1) { \_SB.NGED.GEVT = Arg0 }
+}
+"#;
+
+#[test]
+fn the_geds_evt_sends_the_notifications_its_register_names() {
+    if !acpiexec_available() {
+        pmemvm_skip::skip!("acpiexec not found (install acpica-tools)");
+    }
+    let ssdt = ssdt_file("ged", &[nfit_handle(0), nfit_handle(1)]);
+    let dir = ssdt.parent().unwrap().to_path_buf();
+    let asl = dir.join("tset.asl");
+    std::fs::write(&asl, TSET_ASL).unwrap();
+    let iasl = Command::new("iasl")
+        .arg("-p")
+        .arg(dir.join("tset"))
+        .arg(&asl)
+        .output()
+        .expect("iasl (acpica-tools, beside acpiexec)");
+    assert!(
+        iasl.status.success(),
+        "{}",
+        String::from_utf8_lossy(&iasl.stdout)
+    );
+    let notifies = |value: &str| {
+        let out = Command::new("timeout")
+            .arg("60")
+            .arg("acpiexec")
+            .arg("-b")
+            .arg(format!(
+                "execute \\TSET {value}; execute \\_SB.NGED._EVT 16"
+            ))
+            .arg(&ssdt)
+            .arg(dir.join("tset.aml"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "acpiexec failed:\n{text}");
+        assert!(!text.contains("ACPI Error"), "ACPICA error:\n{text}");
+        // acpiexec runs notify handlers on its own threads (AcpiOsExecute),
+        // so the order they print in is not the order the AML sent them.
+        let mut got: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.split_once("Received a Device Notify on ["))
+            .map(|(_, rest)| {
+                let dev = rest.split(']').next().unwrap_or("");
+                let value = rest.split("Value ").nth(1).unwrap_or("");
+                format!("{dev} {}", value.split_whitespace().next().unwrap_or(""))
+            })
+            .collect();
+        got.sort();
+        got
+    };
+    // Nothing pending: no notification.
+    assert!(notifies("0").is_empty());
+    // Bit 0: new media errors, 0x81 on the root.
+    assert_eq!(notifies("1"), ["NVDR 0x81"]);
+    // Bits 1 and 3: NFIT changed on the root, DIMM 1's health on NV01.
+    assert_eq!(notifies("0xA"), ["NV01 0x81", "NVDR 0x80"]);
+    // Bit 4 would be DIMM 2's, which this machine does not have.
+    assert!(notifies("0x10").is_empty());
 }

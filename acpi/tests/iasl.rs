@@ -34,11 +34,14 @@ fn machine(cpus: u32, nvdimms: Vec<NvdimmDescription>) -> MachineDescription {
         s5_slp_typ: 5,
         serial_ports: vec![(0x3f8, 4), (0x2f8, 3)],
         virtio_mmio: vec![],
+        pvpanic_port: Some(0x505),
         ram: vec![(0, 512 << 20)],
         nvdimms,
         dsm: Some(DsmTransport {
             page_addr: 0xf_f000,
             doorbell_port: 0x510,
+            event_port: 0x514,
+            event_gsi: 16,
         }),
     }
 }
@@ -211,6 +214,9 @@ fn one_cpu_no_dimms() {
     assert!(dsdt.contains("0x03F8"), "{dsdt}");
     assert!(dsdt.contains("IRQNoFlags ()"), "{dsdt}");
     assert!(dsdt.contains("Name (_S5, Package"), "{dsdt}");
+    // The pvpanic device as QEMU describes it, which Linux's pvpanic driver binds.
+    assert!(dsdt.contains("Name (_HID, \"QEMU0001\")"), "{dsdt}");
+    assert!(dsdt.contains("0x0505"), "{dsdt}");
 }
 
 #[test]

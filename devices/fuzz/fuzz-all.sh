@@ -13,11 +13,12 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 export RUSTC_BOOTSTRAP=1
 mkdir -p logs
 cargo fuzz build -O -a
-for target in dsm media_dsm pio_bus flush_hint config get_archive virtio_blk; do
+for target in dsm media_dsm pio_bus flush_hint config get_archive virtio_blk control; do
     max_len=4096
     [ "$target" = dsm ] && max_len=16400 # up to four request pages per input
     [ "$target" = get_archive ] && max_len=8192 # a few tar entries
     [ "$target" = virtio_blk ] && max_len=16384 # the rings and a few hundred operations
+    [ "$target" = control ] && max_len=70000 # past the longest request line
     start=$(date +%s)
     status=0
     cargo fuzz run -O -a "$target" -- -runs="$RUNS" -max_len="$max_len" -timeout=10 \

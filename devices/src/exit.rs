@@ -13,6 +13,8 @@ pub enum ExitRequest {
     PowerOff,
     /// Guest reset request (ACPI reset register, i8042 0xfe, or KVM system event).
     Reset,
+    /// The guest kernel panicked (it said so through the pvpanic device).
+    GuestPanic,
     /// A byte written to the guest-exit port: becomes pmemvm's exit status.
     GuestExit(u8),
     /// Triple fault or other KVM shutdown exit.

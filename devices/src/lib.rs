@@ -4,7 +4,8 @@
 //! transport ([`nvdimm_dsm`]), label storage ([`nvdimm_labels`]), the root
 //! device's scrub and error injection ([`nvdimm_ars`]), DIMM health
 //! ([`nvdimm_health`]), the media state both keep ([`nvdimm_media`]), and
-//! the [`virtio`] block disks that carry root file systems and transfers.
+//! the [`virtio`] block disks that carry root file systems and transfers, and
+//! the [`platform_events`] register of the ACPI Generic Event Device.
 //!
 //! Every guest-supplied value reaching these devices is treated as hostile:
 //! offsets and lengths are bound-checked and nothing here panics on them.
@@ -15,9 +16,11 @@ pub mod nvdimm;
 pub mod nvdimm_ars;
 pub mod nvdimm_dsm;
 pub mod nvdimm_health;
+pub mod nvdimm_health_set;
 pub mod nvdimm_labels;
 pub mod nvdimm_media;
 pub mod pci_host;
+pub mod platform_events;
 pub mod power;
 pub mod serial;
 pub mod virtio;

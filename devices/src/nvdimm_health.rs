@@ -20,8 +20,8 @@
 
 use crate::nvdimm_media::{
     DimmMedia, MediaError, MediaState, DEFAULT_CTEMP_THRESHOLD, DEFAULT_MTEMP_THRESHOLD,
-    DEFAULT_SPARES_THRESHOLD, FLAG_FATAL, FLAG_LAST_SHUTDOWN_DIRTY, FLAG_MTEMP_INJECTED,
-    FLAG_SPARES_INJECTED, FLAG_THRESHOLDS_SET,
+    DEFAULT_SPARES_THRESHOLD, FLAG_FATAL, FLAG_HEALTH_SET, FLAG_LAST_SHUTDOWN_DIRTY,
+    FLAG_MTEMP_INJECTED, FLAG_SPARES_INJECTED, FLAG_THRESHOLDS_SET,
 };
 
 /// Get SMART and health info.
@@ -59,6 +59,7 @@ pub const ALARM_MTEMP: u16 = 1 << 1;
 pub const ALARM_CTEMP: u16 = 1 << 2;
 
 const HEALTH_NON_CRITICAL: u8 = 1 << 0;
+const HEALTH_CRITICAL: u8 = 1 << 1;
 const HEALTH_FATAL: u8 = 1 << 2;
 
 // Injection flags of function 18.
@@ -124,8 +125,15 @@ pub fn smart(s: &MediaState) -> Vec<u8> {
     if control & ALARM_CTEMP != 0 && celsius16(CTRL_TEMPERATURE) > celsius16(t_ctemp) {
         alarms |= ALARM_CTEMP;
     }
+    let set = if s.has(FLAG_HEALTH_SET) {
+        s.health & (HEALTH_NON_CRITICAL | HEALTH_CRITICAL)
+    } else {
+        0
+    };
     let health = if s.has(FLAG_FATAL) {
         HEALTH_FATAL
+    } else if set != 0 {
+        set
     } else if alarms != 0 {
         HEALTH_NON_CRITICAL
     } else {

@@ -21,7 +21,8 @@
 //! | 32 | 2 | alarm control (bit 0 spares, 1 media temperature, 2 controller temperature) |
 //! | 34 | 2 | media temperature threshold |
 //! | 36 | 2 | controller temperature threshold |
-//! | 38 | 2 | zero |
+//! | 38 | 1 | health status set from outside (valid with `FLAG_HEALTH_SET`: 1 non-critical, 2 critical) |
+//! | 39 | 1 | zero |
 //! | 40 | 4 | number of bad ranges *n* ≤ [`MAX_BAD_RANGES`] |
 //! | 44 | 4 | zero |
 //! | 48 | 16·*n* | bad ranges: offset from the region start (u64), length (u64), bytes |
@@ -64,7 +65,9 @@ pub const FLAG_MTEMP_INJECTED: u32 = 1 << 3;
 pub const FLAG_SPARES_INJECTED: u32 = 1 << 4;
 /// Flag: the thresholds below were set (otherwise the defaults apply).
 pub const FLAG_THRESHOLDS_SET: u32 = 1 << 5;
-const KNOWN_FLAGS: u32 = (1 << 6) - 1;
+/// Flag: a health status was set through the control socket (`health set`).
+pub const FLAG_HEALTH_SET: u32 = 1 << 6;
+const KNOWN_FLAGS: u32 = (1 << 7) - 1;
 
 /// Default media temperature threshold: 85 °C in 1/16 °C.
 pub const DEFAULT_MTEMP_THRESHOLD: u16 = 85 * 16;
@@ -126,6 +129,8 @@ pub struct MediaState {
     pub mtemp_threshold: u16,
     /// Controller temperature threshold (valid with [`FLAG_THRESHOLDS_SET`]).
     pub ctemp_threshold: u16,
+    /// Health status bits set from outside (valid with [`FLAG_HEALTH_SET`]).
+    pub health: u8,
     /// Bad ranges, sorted, merged, none empty.
     pub bad_ranges: Vec<BadRange>,
 }
@@ -164,6 +169,7 @@ impl MediaState {
         b[32..34].copy_from_slice(&self.alarm_control.to_le_bytes());
         b[34..36].copy_from_slice(&self.mtemp_threshold.to_le_bytes());
         b[36..38].copy_from_slice(&self.ctemp_threshold.to_le_bytes());
+        b[38] = self.health;
         let n = self.bad_ranges.len().min(MAX_BAD_RANGES);
         b[40..44].copy_from_slice(&u32::try_from(n).unwrap_or(0).to_le_bytes());
         for (i, r) in self.bad_ranges.iter().take(n).enumerate() {
@@ -221,6 +227,7 @@ impl MediaState {
             alarm_control: u16_at(b, 32),
             mtemp_threshold: u16_at(b, 34),
             ctemp_threshold: u16_at(b, 36),
+            health: b[38],
             bad_ranges: ranges,
         }))
     }
@@ -465,15 +472,17 @@ mod tests {
     fn encode_decode_round_trip_and_damage() {
         assert_eq!(MediaState::decode(&[0; MEDIA_BLOCK_SIZE]), Ok(None));
         let mut s = MediaState {
-            flags: FLAG_DIRTY | FLAG_FATAL,
+            flags: FLAG_DIRTY | FLAG_FATAL | FLAG_HEALTH_SET,
             shutdown_count: 7,
             media_temperature: 52 * 16,
+            health: 2,
             ..MediaState::default()
         };
         s.add_bad(1 << 20, 4096, REGION).unwrap();
         s.add_bad(0, 512, REGION).unwrap();
         let b = s.encode();
         assert_eq!(&b[0..16], b"PMEMVM-NVDIMM-MS");
+        assert_eq!(b[38], 2, "the health set from outside");
         assert_eq!(b[40..44], [2, 0, 0, 0]);
         assert_eq!(b[48..56], [0; 8]);
         assert_eq!(b[56..64], [0, 2, 0, 0, 0, 0, 0, 0]);

@@ -4,6 +4,7 @@
 //! (KVM, QEMU, a built guest image) is missing on the machine.
 
 pub mod durable;
+pub mod gdb;
 pub mod guest_inputs;
 pub mod host_kind;
 pub mod image;
@@ -13,6 +14,7 @@ pub mod nested;
 pub mod own_kernel;
 pub mod pmemvm;
 pub mod process;
+pub mod rng;
 pub mod skip_lint;
 pub mod slurm_cluster;
 pub mod stock_kernel;

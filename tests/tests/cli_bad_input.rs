@@ -554,3 +554,43 @@ fn a_cold_image_build_without_space_is_refused_before_any_install() {
     let r = check();
     assert_eq!(r.status, Some(0), "{}", r.dump());
 }
+
+#[test]
+fn a_busy_gdb_port_is_refused_before_the_guest_starts_on_every_engine() {
+    let kernel = require!(guest("hello"));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port to hold");
+    let port = taken.local_addr().expect("its address").port();
+    let addr = format!("127.0.0.1:{port}");
+    for (command, engine) in [
+        ("boot", "pmemvm"),
+        ("boot", "nested"),
+        ("run", "pmemvm"),
+        ("run", "qemu"),
+        ("run", "nested"),
+    ] {
+        let mut cmd = Command::new(pmemvm_bin());
+        cmd.args([command, "--engine", engine, "--kernel"])
+            .arg(&kernel)
+            .args(["--gdb", &addr]);
+        if command == "run" {
+            cmd.args(["--", "true"]);
+        }
+        let out = run_cmd(&mut cmd, DEADLINE);
+        let lines: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect();
+        assert_eq!(out.status, Some(2), "{engine}: {}", out.stderr);
+        assert_eq!(lines.len(), 1, "{engine}: one sentence: {}", out.stderr);
+        assert!(
+            lines[0].contains(&format!("--gdb {addr}: cannot listen there")),
+            "{engine}: {}",
+            out.stderr
+        );
+        assert!(
+            !out.stdout.contains("hello"),
+            "{engine}: the guest did not start"
+        );
+    }
+}

@@ -149,7 +149,8 @@ const TWO_VCPU_RUN: &[&str] = &[
 fn a_two_vcpu_guest_gets_a_two_vcpu_l1() {
     let _tcg = require!(ready_n(2));
     let started = Instant::now();
-    // A triple fault of the 2-vCPU L1 or of the guest in it (TCG's) is run once more.
+    // A triple fault of the 2-vCPU L1 or of the guest in it (TCG's) is run again
+    // (up to `BREAKDOWN_TRIES` runs).
     let out = pmemvm_tests::nested::run_engine_nested(
         || {
             pmemvm(

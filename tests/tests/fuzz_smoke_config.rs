@@ -6,22 +6,7 @@
 #[path = "../../devices/fuzz/src/config.rs"]
 mod config;
 
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
-        from[usize::try_from(self.next() % from.len() as u64).unwrap_or(0)]
-    }
-}
+use pmemvm_tests::rng::Rng;
 
 const NUMBERS: &[&str] = &[
     "0",
@@ -73,10 +58,10 @@ fn config_parsers_survive_hostile_text() {
     let mut accepted = 0u32;
     for i in 0..10_000 {
         let mut text = String::new();
-        if rng.next() & 7 == 0 {
+        if rng.next_u64() & 7 == 0 {
             // Raw bytes, lossily decoded by the target.
-            let n = rng.next() % 24;
-            let bytes: Vec<u8> = (0..n).map(|_| rng.next().to_le_bytes()[0]).collect();
+            let n = rng.next_u64() % 24;
+            let bytes: Vec<u8> = (0..n).map(|_| rng.next_u64().to_le_bytes()[0]).collect();
             let r = std::panic::catch_unwind(|| config::run(&bytes));
             assert!(
                 r.is_ok(),
@@ -86,7 +71,7 @@ fn config_parsers_survive_hostile_text() {
         }
         text.push_str(rng.pick(NUMBERS));
         text.push_str(rng.pick(SUFFIXES));
-        for _ in 0..rng.next() % 4 {
+        for _ in 0..rng.next_u64() % 4 {
             text.push(',');
             let opt = rng.pick(OPTIONS);
             text.push_str(opt);

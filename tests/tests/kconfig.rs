@@ -36,6 +36,17 @@ fn the_guest_image_has_everything_and_a_stripped_config_names_what_is_missing() 
             "{}",
             out.dump()
         );
+        assert!(
+            out.stdout.contains("for --gdb: DWARF debug information"),
+            "the image's kernel has what gdb needs: {}",
+            out.dump()
+        );
+        assert!(
+            out.stdout
+                .contains("for dumps: VMCOREINFO (CONFIG_CRASH_CORE) and the pvpanic driver"),
+            "the image's kernel has what crash, drgn and --dump-on-panic need: {}",
+            out.dump()
+        );
     }
     let kernel = require!(guest_image("bzImage"));
     let extracted = kconfig(&["--extract", &path(&kernel)]);
@@ -52,6 +63,8 @@ fn the_guest_image_has_everything_and_a_stripped_config_names_what_is_missing() 
         .stdout
         .lines()
         .filter(|l| !l.starts_with("CONFIG_ACPI_NFIT=") && !l.starts_with("CONFIG_IO_URING="))
+        .filter(|l| !l.starts_with("CONFIG_DEBUG_INFO_DWARF_TOOLCHAIN_DEFAULT="))
+        .filter(|l| !l.starts_with("CONFIG_CRASH_CORE="))
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(&stripped, text).expect("write stripped config");
@@ -72,6 +85,17 @@ fn the_guest_image_has_everything_and_a_stripped_config_names_what_is_missing() 
     assert!(
         out.stderr.contains("CONFIG_IO_URING (not set)"),
         "{}",
+        out.dump()
+    );
+    assert!(
+        out.stderr
+            .contains("for --gdb: CONFIG_DEBUG_INFO_DWARF_TOOLCHAIN_DEFAULT (not set"),
+        "what gdb misses is named beside the check: {}",
+        out.dump()
+    );
+    assert!(
+        out.stderr.contains("for dumps: CONFIG_CRASH_CORE (not set"),
+        "what crash and drgn miss is named beside the check: {}",
         out.dump()
     );
 }

@@ -229,7 +229,8 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms() {
     args.extend(TESTS);
     let started = Instant::now();
     // A triple fault of the 2-vCPU L1 or of the guest in it (TCG's, seen in CI
-    // on both QEMUs) is run once more, counted in the run's summary.
+    // on both QEMUs) is run again (up to `BREAKDOWN_TRIES` runs), counted in the
+    // run's summary.
     let out = pmemvm_tests::nested::run_engine_nested(
         || {
             let _ = std::fs::remove_dir_all(&out_dir);

@@ -186,6 +186,7 @@ fn machine(nvdimms: Vec<NvdimmDescription>, dsm: Option<DsmTransport>) -> Machin
         s5_slp_typ: 5,
         serial_ports: vec![],
         virtio_mmio: vec![],
+        pvpanic_port: None,
         ram: vec![(0, 512 << 20)],
         nvdimms,
         dsm,
@@ -373,6 +374,8 @@ fn linux_runs_our_dsm_aml() {
         Some(DsmTransport {
             page_addr: DSM_PAGE,
             doorbell_port: 0x510,
+            event_port: 0x514,
+            event_gsi: 16,
         }),
     );
     let b = boot("dsm", &image, &desc, &format!("memmap=4K${DSM_PAGE:#x}"));

@@ -633,3 +633,48 @@ fn a_stop_signal_ends_the_running_qemu_boot_and_the_bench() {
         );
     }
 }
+
+#[test]
+fn run_gdb_on_qemu_is_qemus_own_gdbstub_and_it_stops_in_pmem_submit_bio() {
+    use pmemvm_tests::gdb::{free_port, gdb_available, gdb_batch, Debugged};
+    require!(gdb_available());
+    let _tcg = require!(ready());
+    let image = require!(pmemvm_tests::image::image_dir());
+    let target = format!("127.0.0.1:{}", free_port());
+    let mut cmd = std::process::Command::new(pmemvm_tests::pmemvm::pmemvm_bin());
+    cmd.args([
+        "run",
+        "--engine",
+        "qemu",
+        "--cpus",
+        "2",
+        "--nvdimm",
+        "64M,label-size=0",
+    ])
+    .args(["--gdb", &target, "--gdb-wait", "--", "true"]);
+    let mut vm = Debugged::start(cmd);
+    assert!(
+        vm.wait_for("--gdb is QEMU's own gdbstub", Duration::from_secs(60)),
+        "pmemvm says whose stub it is:\n{}",
+        vm.output()
+    );
+    // QEMU listens once it has started; it holds the guest (-S) until gdb continues.
+    std::thread::sleep(Duration::from_secs(3));
+    let out = gdb_batch(
+        &image.vmlinux,
+        &target,
+        &[
+            "break pmem_submit_bio",
+            "continue",
+            "bt",
+            "delete",
+            "continue",
+        ],
+        DEADLINE,
+    );
+    let (status, pmemvm) = vm.finish(DEADLINE);
+    let all = format!("{out}\n--- pmemvm (status {status:?}) ---\n{pmemvm}");
+    assert!(out.contains("Breakpoint 1, pmem_submit_bio"), "{all}");
+    assert!(out.contains("nvdimm_bus_probe"), "{all}");
+    assert_eq!(status, Some(0), "the job ran on to its end:\n{all}");
+}

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use acpi::{AcpiTables, DsmTransport, MachineDescription, NvdimmDescription};
 use devices::bus::{Bus, BusDevice};
 use devices::nvdimm_dsm::{DsmHandler, FileLabels, DSM_PAGE_SIZE};
+use devices::platform_events::{PlatformEventPort, PlatformEvents};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::config::NvdimmSpec;
@@ -85,6 +86,8 @@ pub fn describe(
     let dsm = (!nvdimms.is_empty()).then_some(DsmTransport {
         page_addr: layout::NVDIMM_DSM_PAGE_START.0,
         doorbell_port: layout::NVDIMM_DSM_PORT,
+        event_port: layout::PLATFORM_EVENT_PORT,
+        event_gsi: layout::PLATFORM_EVENT_GSI,
     });
     MachineDescription {
         cpus: u32::from(cpus),
@@ -115,6 +118,7 @@ pub fn describe(
                 )
             })
             .collect(),
+        pvpanic_port: Some(layout::PVPANIC_PORT),
         ram: ram.to_vec(),
         nvdimms,
         dsm,
@@ -167,13 +171,14 @@ impl BusDevice for DsmDoorbell {
     }
 }
 
-/// Writes the tables into guest memory and puts the DSM doorbell on the bus.
+/// Writes the tables into guest memory and puts the DSM doorbell and the
+/// GED's event register (`events`, given with DIMMs) on the bus.
 /// Returns the DSM handler (for its counters) when there is any DIMM.
 pub fn install(
     cpus: u8,
     ram: &[(u64, u64)],
     mem: &GuestMemoryMmap,
-    nvdimms: &[Nvdimm],
+    (nvdimms, events): (&[Nvdimm], Option<Arc<PlatformEvents>>),
     disks: usize,
     pio: &mut Bus,
 ) -> Result<Option<Arc<DsmHandler>>, AcpiSetupError> {
@@ -233,5 +238,12 @@ pub fn install(
         layout::NVDIMM_DSM_PORT.into(),
         4,
     )?;
+    if let Some(events) = events {
+        pio.insert(
+            Arc::new(std::sync::Mutex::new(PlatformEventPort(events))),
+            layout::PLATFORM_EVENT_PORT.into(),
+            4,
+        )?;
+    }
     Ok(Some(handler))
 }

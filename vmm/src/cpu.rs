@@ -31,11 +31,11 @@ pub enum CpuSetupError {
 }
 
 const EFER_LME: u64 = 1 << 8;
-const EFER_LMA: u64 = 1 << 10;
+pub(crate) const EFER_LMA: u64 = 1 << 10;
 const CR0_PE: u64 = 1 << 0;
 const CR0_ET: u64 = 1 << 4;
-const CR0_PG: u64 = 1 << 31;
-const CR4_PAE: u64 = 1 << 5;
+pub(crate) const CR0_PG: u64 = 1 << 31;
+pub(crate) const CR4_PAE: u64 = 1 << 5;
 
 const MSR_IA32_SYSENTER_CS: u32 = 0x174;
 const MSR_IA32_SYSENTER_ESP: u32 = 0x175;

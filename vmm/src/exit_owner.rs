@@ -43,6 +43,13 @@ impl ExitOwners {
                     dimm_files.join(", ")
                 ),
             ));
+            ports.push((
+                u64::from(layout::PLATFORM_EVENT_PORT),
+                4,
+                "the platform event register: the guest's ACPI reads which notification the \
+                 control socket sent (media errors, a DIMM's health)"
+                    .to_owned(),
+            ));
         }
         let mut mmio = Vec::new();
         for (i, file) in (0u64..).zip(dimm_files) {
@@ -67,7 +74,7 @@ impl ExitOwners {
         let ranges = match exit {
             Exit::PortIn | Exit::PortOut => &self.ports,
             Exit::MmioRead | Exit::MmioWrite => &self.mmio,
-            Exit::Other => return None,
+            Exit::Other | Exit::Parked => return None,
         };
         ranges
             .iter()

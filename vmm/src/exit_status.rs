@@ -23,6 +23,8 @@ pub const VCPU_FAILURE: u8 = 5;
 pub const TIMED_OUT: u8 = 124;
 /// A backing file could not store the guest's data (e.g. host disk full, fdatasync failure).
 pub const STORAGE_FAILURE: u8 = 6;
+/// The guest kernel panicked (pvpanic), whether it then asked for a reset or not.
+pub const GUEST_PANIC: u8 = 7;
 
 /// The process exit status for an exit request.
 pub fn for_request(r: &ExitRequest) -> u8 {
@@ -30,6 +32,7 @@ pub fn for_request(r: &ExitRequest) -> u8 {
         ExitRequest::PowerOff => POWER_OFF,
         ExitRequest::GuestExit(n) => *n,
         ExitRequest::Reset => GUEST_RESET,
+        ExitRequest::GuestPanic => GUEST_PANIC,
         ExitRequest::TripleFault(_) => TRIPLE_FAULT,
         ExitRequest::Fatal(_) => VCPU_FAILURE,
         ExitRequest::StorageFailure(_) => STORAGE_FAILURE,
@@ -45,6 +48,9 @@ pub fn describe(r: &ExitRequest) -> String {
         ExitRequest::PowerOff => "the guest powered off".into(),
         ExitRequest::GuestExit(n) => format!("the guest wrote {n} to the guest-exit port"),
         ExitRequest::Reset => "the guest asked for a reset; pmemvm does not reboot guests".into(),
+        ExitRequest::GuestPanic => {
+            "the guest kernel panicked (its pvpanic device said so; the console shows why)".into()
+        }
         ExitRequest::TripleFault(t) => {
             let mut s = format!(
                 "the guest triple-faulted (KVM shutdown exit) on vCPU {}",
@@ -79,6 +85,7 @@ mod tests {
         let all = [
             for_request(&ExitRequest::PowerOff),
             for_request(&ExitRequest::Reset),
+            for_request(&ExitRequest::GuestPanic),
             for_request(&ExitRequest::TripleFault(Default::default())),
             for_request(&ExitRequest::Fatal(String::new())),
             for_request(&ExitRequest::StorageFailure(String::new())),

@@ -190,8 +190,17 @@ pub const COM2_IRQ: u32 = 3;
 /// Guest-exit port (like QEMU's isa-debug-exit): a byte written here ends the
 /// VM and becomes pmemvm's exit status.
 pub const GUEST_EXIT_PORT: u16 = 0x501;
+/// The pvpanic device (QEMU's ISA port, `QEMU0001` in the DSDT): the guest
+/// kernel writes 1 here when it panics.
+pub const PVPANIC_PORT: u16 = 0x505;
 /// NVDIMM `_DSM` doorbell: the guest writes the DSM page address (u32) here.
 pub const NVDIMM_DSM_PORT: u16 = 0x510;
+/// The platform event register of the ACPI Generic Event Device (u32,
+/// read-to-clear): which notifications the GED's `_EVT` sends.
+pub const PLATFORM_EVENT_PORT: u16 = 0x514;
+/// The GED's interrupt: the I/O APIC's first pin past the ISA lines (edge,
+/// active high), so no legacy line changes meaning.
+pub const PLATFORM_EVENT_GSI: u32 = 16;
 /// ACPI sleep control register (FADT `SLEEP_CONTROL_REG`, 8 bit).
 pub const ACPI_SLEEP_CONTROL_PORT: u16 = 0x600;
 /// ACPI sleep status register (FADT `SLEEP_STATUS_REG`, 8 bit).

@@ -17,6 +17,7 @@
 //! shows the boundary: no lab crate and no report/CLI dependency appears in it.
 
 pub mod acpi_setup;
+pub mod api;
 pub mod backing;
 pub mod boot;
 pub mod config;
@@ -25,9 +26,11 @@ pub mod cpu;
 pub mod cpu_state;
 pub mod dimm;
 pub mod disk;
+pub mod dump;
 pub mod exit_owner;
 pub mod exit_status;
 pub mod fault;
+pub mod gdb;
 pub mod host;
 pub mod hugepages;
 pub mod identity;
@@ -37,7 +40,9 @@ pub mod media;
 pub mod memory;
 pub mod memory_placement;
 pub mod placement;
+pub mod pvpanic;
 pub mod run_loop;
+pub(crate) mod services;
 pub mod signals;
 pub mod stats;
 pub mod symbols;

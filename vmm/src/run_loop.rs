@@ -31,7 +31,6 @@ use crate::console::{ConsoleInput, RawTerminal};
 use crate::exit_status;
 use crate::fault::Faults;
 use crate::signals::StopSignals;
-use crate::stats::NvdimmCounts;
 use crate::vcpu::{DimmRange, VcpuContext, VcpuSet, STOP_DEADLINE};
 use crate::vm::{RunOutcome, Vm, VmError};
 
@@ -268,7 +267,13 @@ impl Vm {
         let statuses: Vec<Arc<crate::vcpu_status::VcpuStatus>> = (0..self.vcpus.len())
             .map(|_| Arc::new(crate::vcpu_status::VcpuStatus::new()))
             .collect();
-        let started = self.start_vcpus(&mut vcpus, opts.faults, &statuses);
+        let hub = self.debug_hub();
+        let dumper = self.arm_dumps(hub.as_ref());
+        let started = self.start_vcpus(&mut vcpus, opts.faults, &statuses, hub.as_ref());
+        let services = match &started {
+            Ok(()) => self.start_services(hub, dumper, &exit),
+            Err(_) => crate::services::Services::default(),
+        };
         if started.is_ok() {
             while exit.get().is_none() {
                 if let Err(e) = events.run() {
@@ -285,6 +290,7 @@ impl Vm {
             }
         }
         let stopped = vcpus.stop_and_join(STOP_DEADLINE);
+        services.join();
         unwind_sync.0 = None;
         drop(terminal);
         let outcome = self.finish(exit.get(), stopped, &statuses);
@@ -352,6 +358,7 @@ impl Vm {
         vcpus: &mut VcpuSet,
         faults: Faults,
         statuses: &[Arc<crate::vcpu_status::VcpuStatus>],
+        debug: Option<&Arc<crate::gdb::hub::DebugHub>>,
     ) -> Result<(), VmError> {
         let dimms: Arc<Vec<DimmRange>> = Arc::new(
             self.nvdimms
@@ -385,6 +392,8 @@ impl Vm {
                 mem: self.mem.clone(),
                 faults,
                 status: statuses[index].clone(),
+                debug: debug.cloned(),
+                pvpanic: self.pvpanic.clone(),
             };
             let pin: Vec<u32> = self.placement.pin.get(index).copied().into_iter().collect();
             let node = self.placement.host_node;
@@ -461,6 +470,11 @@ impl Vm {
             (_, _, Some(e)) => ExitRequest::StorageFailure(e),
             (_, r, None) => r,
         };
+        // A kernel that panicked and then reset (panic=N) ended in its panic.
+        let reason = match reason {
+            ExitRequest::Reset if self.pvpanic.panicked() => ExitRequest::GuestPanic,
+            r => r,
+        };
         // A triple fault: the function it happened in, from the kernel's symbols.
         let reason = match reason {
             ExitRequest::TripleFault(mut t) => {
@@ -482,24 +496,7 @@ impl Vm {
             ExitRequest::Fatal(_) | ExitRequest::TripleFault(_) => self.host.explanation(),
             _ => None,
         };
-        let nvdimms = self
-            .nvdimms
-            .iter()
-            .map(|n| NvdimmCounts {
-                file: n.backing.display.clone(),
-                base: n.base,
-                size: n.size(),
-                flushes: n
-                    .flush_stats
-                    .flushes
-                    .load(std::sync::atomic::Ordering::Relaxed),
-                flush_failures: n
-                    .flush_stats
-                    .failures
-                    .load(std::sync::atomic::Ordering::Relaxed),
-                label_calls: self.dsm.as_ref().map_or(0, |d| d.calls_for(n.handle)),
-            })
-            .collect();
+        let nvdimms = self.counters().nvdimms();
         if stopped.is_err() {
             // A vCPU may still be in KVM_RUN on these mappings.
             std::mem::forget(self.mem.clone());

@@ -296,6 +296,11 @@ pub struct VcpuContext {
     pub faults: Faults,
     /// What this thread is doing, for a report when the VM is stopped.
     pub status: Arc<crate::vcpu_status::VcpuStatus>,
+    /// Where the debugger meets this vCPU (`--gdb`, and the control
+    /// socket's pause and dump).
+    pub debug: Option<Arc<crate::gdb::hub::DebugHub>>,
+    /// The pvpanic device (the guest kernel reports its panic there).
+    pub pvpanic: Arc<crate::pvpanic::PvPanic>,
 }
 
 /// A panic payload as text.
@@ -331,6 +336,8 @@ impl VcpuContext {
         let status = self.status.clone();
         let _done = Done(&status);
         let _registered = KvmRunRegistration::new(&mut self.vcpu);
+        let hub = self.debug.clone();
+        let _debugged = hub.as_deref().map(|h| h.enter(self.index));
         if self.index == 0 {
             if let Some(us) = crate::stats::micros_since_start() {
                 log::info!("startup: first KVM_RUN {us} us after main");
@@ -345,6 +352,14 @@ impl VcpuContext {
                     }
                 }
                 return;
+            }
+            if let Some(h) = hub.as_deref() {
+                if h.held(self.index) {
+                    self.status.in_exit(crate::vcpu_status::Exit::Parked, 0);
+                    let cause = crate::gdb::hub::StopCause::Held;
+                    crate::gdb::vcpu_side::park(h, self.index, &self.vcpu, cause, &self.stop);
+                    continue;
+                }
             }
             if let Some(request) = self.run_once() {
                 self.exit.request(request);
@@ -394,6 +409,10 @@ impl VcpuContext {
                 // checked it lies beyond the `kvm_run` struct, the only part
                 // a reference was taken to since, and that reference is gone.
                 let data = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+                if port == crate::layout::PVPANIC_PORT {
+                    data.chunks_mut(width).for_each(|e| self.pvpanic.read(e));
+                    return None;
+                }
                 for element in data.chunks_mut(width) {
                     if self.pio.read(port.into(), element).is_err() {
                         stats.unclaimed_access(self.index, "port-read", port.into());
@@ -412,6 +431,10 @@ impl VcpuContext {
                 let data = unsafe { std::slice::from_raw_parts(ptr, len) };
                 if self.faults.vcpu_panics && port == crate::layout::GUEST_EXIT_PORT {
                     panic!("fault injection: vCPU {} panics", self.index);
+                }
+                if port == crate::layout::PVPANIC_PORT {
+                    self.pvpanic.write(self.index, &self.vcpu, data);
+                    return None;
                 }
                 for element in data.chunks(width) {
                     if self.pio.write(port.into(), element).is_err() {
@@ -483,6 +506,7 @@ impl VcpuContext {
                     self.index
                 )),
             }),
+            Ok(VcpuExit::Debug(arch)) => self.debug_exit(&arch),
             Ok(VcpuExit::MemoryFault { gpa, size, .. }) => {
                 Some(memory_fault(self.index, &self.dimms, gpa, size))
             }
@@ -526,6 +550,26 @@ impl VcpuContext {
                 "vCPU {} KVM_RUN failed: {e}",
                 self.index
             ))),
+        }
+    }
+
+    /// A `KVM_EXIT_DEBUG`: parks for the debugger, or gives the guest its
+    /// own exception back.
+    fn debug_exit(&mut self, arch: &kvm_bindings::kvm_debug_exit_arch) -> Option<ExitRequest> {
+        let Some(hub) = self.debug.clone() else {
+            return Some(ExitRequest::Fatal(format!(
+                "vCPU {} stopped on a debug exit with no debugger attached",
+                self.index
+            )));
+        };
+        match crate::gdb::vcpu_side::debug_exit(&hub, &self.vcpu, self.index, arch) {
+            Ok(Some(cause)) => {
+                self.status.in_exit(crate::vcpu_status::Exit::Parked, 0);
+                crate::gdb::vcpu_side::park(&hub, self.index, &self.vcpu, cause, &self.stop);
+                None
+            }
+            Ok(None) => None,
+            Err(e) => Some(ExitRequest::Fatal(format!("vCPU {}: {e}", self.index))),
         }
     }
 

@@ -34,6 +34,9 @@ pub enum Exit {
     MmioWrite = 4,
     /// Anything else.
     Other = 5,
+    /// Parked: held by the debugger (`--gdb`) or the control socket's
+    /// `pause`, or a dump in progress.
+    Parked = 6,
 }
 
 impl Exit {
@@ -43,6 +46,7 @@ impl Exit {
             2 => Self::PortOut,
             3 => Self::MmioRead,
             4 => Self::MmioWrite,
+            6 => Self::Parked,
             _ => Self::Other,
         }
     }
@@ -54,6 +58,7 @@ impl Exit {
             Self::MmioRead => "an MMIO read at",
             Self::MmioWrite => "an MMIO write at",
             Self::Other => "an exit at",
+            Self::Parked => "a stop at",
         }
     }
 }
@@ -174,6 +179,12 @@ impl VcpuStatus {
                 let secs =
                     now_us().saturating_sub(self.since_us.load(Ordering::Relaxed)) as f64 / 1e6;
                 let exit = Exit::from_u8(self.exit.load(Ordering::Relaxed));
+                if exit == Exit::Parked {
+                    return format!(
+                        "vCPU {index}: stopped for {secs:.1} s, held by gdb (--gdb), the \
+                         control socket's pause, or a dump being written"
+                    );
+                }
                 let addr = self.addr.load(Ordering::Relaxed);
                 let what = owner(exit, addr).unwrap_or_else(|| {
                     "no device claims it; a device's host call would be a flush hint's \
@@ -219,6 +230,18 @@ mod tests {
 
     fn no_owner(_: Exit, _: u64) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn a_parked_vcpu_says_who_may_hold_it() {
+        let s = VcpuStatus::new();
+        s.in_exit(Exit::Parked, 0);
+        let d = s.describe(1, &|_| None, &no_owner);
+        assert!(d.starts_with("vCPU 1: stopped for "), "{d}");
+        assert!(
+            d.ends_with("held by gdb (--gdb), the control socket's pause, or a dump being written"),
+            "{d}"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use devices::bus::{Bus, BusError};
 use devices::exit::{ExitNotifier, ExitRequest};
 use devices::nvdimm::{FlushHintDevice, FlushStats, FlushTarget};
+use devices::platform_events::PlatformEvents;
 use devices::power::{AcpiPowerDevice, GuestExitDevice, I8042Device};
 use devices::serial::SerialDevice;
 use kvm_bindings::{
@@ -216,6 +217,9 @@ pub struct Vm {
     pub(crate) console_in: Option<Arc<Mutex<SerialDevice>>>,
     pub(crate) host: HostKvm,
     pub(crate) dsm: Option<Arc<devices::nvdimm_dsm::DsmHandler>>,
+    /// The platform event register and line (with a DIMM): the control
+    /// socket's notifications to the guest.
+    pub(crate) events: Option<Arc<PlatformEvents>>,
     pub(crate) placement: Placement,
     /// The kernel file (its symbols name a stuck vCPU's RIP).
     pub(crate) kernel: std::path::PathBuf,
@@ -223,6 +227,14 @@ pub struct Vm {
     pub(crate) disks: Vec<crate::disk::AttachedDisk>,
     /// The memory policy vCPU 0's thread runs with (for the run's record).
     pub(crate) vcpu_policy: Arc<Mutex<String>>,
+    /// The debugger's endpoint (`--gdb`), served while the VM runs.
+    pub(crate) gdb: Option<crate::gdb::GdbListener>,
+    /// The control socket (`--api`), served while the VM runs.
+    pub(crate) api: Option<crate::api::ApiListener>,
+    /// Where a guest panic's dump goes (`--dump-on-panic`).
+    pub(crate) dump_on_panic: Option<std::path::PathBuf>,
+    /// The pvpanic device.
+    pub(crate) pvpanic: Arc<crate::pvpanic::PvPanic>,
 }
 
 impl std::fmt::Debug for Vm {
@@ -566,8 +578,21 @@ impl Vm {
         let disks = crate::disk::attach_all(open_disks, &mem, &mut mmio, |gsi| {
             irq(gsi).map_err(|e| e.to_string())
         })?;
-        let dsm =
-            crate::acpi_setup::install(config.cpus, &ram, &mem, &nvdimms, disks.len(), &mut pio)?;
+        // The GED's line and register, when there is a DIMM to notify about.
+        let events = match nvdimms.is_empty() {
+            true => None,
+            false => Some(Arc::new(PlatformEvents::new(irq(
+                layout::PLATFORM_EVENT_GSI,
+            )?))),
+        };
+        let dsm = crate::acpi_setup::install(
+            config.cpus,
+            &ram,
+            &mem,
+            (&nvdimms, events.clone()),
+            disks.len(),
+            &mut pio,
+        )?;
 
         let mut vcpus = Vec::with_capacity(config.cpus.into());
         for i in 0..config.cpus {
@@ -585,6 +610,7 @@ impl Vm {
         }
         media_started.disarm();
         let console_in = config.console.uses_terminal().then_some(com1);
+        let pvpanic = Arc::new(crate::pvpanic::PvPanic::new(exit.clone()));
         Ok(Self {
             vm_fd,
             mem,
@@ -598,10 +624,15 @@ impl Vm {
             console_in,
             host,
             dsm,
+            events,
             placement: config.placement.clone(),
             kernel: config.kernel.clone(),
             disks,
             vcpu_policy: Arc::default(),
+            gdb: None,
+            api: None,
+            dump_on_panic: None,
+            pvpanic,
         })
     }
 
@@ -624,6 +655,28 @@ impl Vm {
     /// The legacy persistent-memory ranges (E820 type 12).
     pub fn legacy_pmem(&self) -> &[LegacyPmem] {
         &self.legacy_pmem
+    }
+
+    /// Serves a debugger at `listener` while the VM runs (`--gdb`).
+    pub fn attach_gdb(&mut self, listener: crate::gdb::GdbListener) {
+        self.gdb = Some(listener);
+    }
+
+    /// Serves the control socket at `listener` while the VM runs (`--api`).
+    pub fn attach_api(&mut self, listener: crate::api::ApiListener) {
+        self.api = Some(listener);
+    }
+
+    /// Writes the guest's memory to `path` when the guest kernel panics
+    /// (`--dump-on-panic`); `path` must not exist (checked now and again at
+    /// the panic).
+    pub fn dump_on_panic(
+        &mut self,
+        path: std::path::PathBuf,
+    ) -> Result<(), crate::dump::DumpError> {
+        crate::dump::check_new_file(&path)?;
+        self.dump_on_panic = Some(path);
+        Ok(())
     }
 
     /// Guest RAM.

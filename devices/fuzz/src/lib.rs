@@ -9,6 +9,7 @@
 //! or breaks one of its documented invariants.
 
 pub mod config;
+pub mod control;
 pub mod dsm;
 pub mod flush_hint;
 pub mod get_archive;

@@ -455,6 +455,59 @@ pub(crate) fn cases() -> Vec<Case> {
             ],
             "--side a: modules {D}/notelf is not a directory",
         ),
+        // --gdb: addresses (refused while parsing) and an existing path (before the VM)
+        case(
+            &["boot", KERNEL, "{K}", "--gdb", "1234"],
+            "--gdb '1234' is not an address: use HOST:PORT",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--gdb", "127.0.0.1:99999"],
+            "--gdb '127.0.0.1:99999' is not an address",
+        ),
+        case(&["boot", KERNEL, "{K}", "--gdb-wait"], "--gdb <ADDR>"),
+        case(
+            &["boot", KERNEL, "{K}", "--gdb", "{D}/notelf"],
+            "--gdb {D}/notelf: the path exists; pmemvm creates the socket and does not replace a file it did not create",
+        ),
+        case(
+            &["boot", "--engine", "nested", KERNEL, "{K}", "--gdb", "{D}/notelf"],
+            "--gdb {D}/notelf: the path exists",
+        ),
+        // --api and --dump-on-panic: existing paths (before the VM), engines without them,
+        // and ctl on what is no control socket
+        case(
+            &["boot", KERNEL, "{K}", "--api", "{D}/notelf"],
+            "--api {D}/notelf: the path exists; pmemvm creates the socket itself and replaces nothing",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--api", "{D}/nodir/api.sock"],
+            "--api {D}/nodir/api.sock: cannot listen there",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--dump-on-panic", "{D}/notelf"],
+            "dump file {D}/notelf exists; pmemvm does not overwrite files",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--dump-on-panic", "{D}/nodir/x.core"],
+            "dump file {D}/nodir/x.core: its directory does not exist",
+        ),
+        case(
+            &["run", "--engine", "pmemvm", KERNEL, "{K}", "--dump-on-panic", "{D}/notelf", "--", "true"],
+            "dump file {D}/notelf exists",
+        ),
+        case(
+            &["boot", "--engine", "nested", KERNEL, "{K}", "--api", "{D}/api.sock"],
+            "--api and --dump-on-panic is not available with --engine nested",
+        ),
+        case(
+            &["run", "--engine", "qemu", "--api", "{D}/api.sock", "--", "true"],
+            "--api and --dump-on-panic apply to --engine pmemvm only, and this run's engine is qemu",
+        ),
+        case(
+            &["ctl", "{D}/notelf", "stats"],
+            "{D}/notelf is not a control socket",
+        ),
+        case(&["ctl", "{D}/notelf", "dmup", "x"], "unrecognized subcommand 'dmup'"),
         // --pmem-legacy: sizes and options (refused while parsing)
         case(
             &["boot", KERNEL, "{K}", "--pmem-legacy", "100M"],

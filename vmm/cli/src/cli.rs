@@ -38,6 +38,9 @@ pub enum Command {
     /// Look at NVDIMM backing files.
     #[command(subcommand)]
     Nvdimm(NvdimmCommand),
+    /// Talk to a running VM's control socket (`--api PATH`): its counters,
+    /// pause and resume, a dump of its memory.
+    Ctl(CtlArgs),
     /// Check what a command needs on this host, without running it: prints
     /// `install PACKAGE` and `image` lines (used by the ./pmemvm wrapper).
     Preflight(PreflightArgs),
@@ -46,6 +49,8 @@ pub enum Command {
     #[command(name = "__run-job", hide = true)]
     RunJob(RunJobArgs),
 }
+
+pub use crate::ctl::CtlArgs;
 
 /// `pmemvm __run-job SPEC OUTCOME` (internal, see `lab::child`).
 #[derive(Debug, Args)]
@@ -258,6 +263,36 @@ pub struct BootArgs {
     /// virtualization).
     #[arg(long, value_enum, default_value = "pmemvm")]
     pub engine: BootEngineArg,
+    /// The debugger: serve gdb's remote protocol at ADDR (`target remote
+    /// ADDR` in gdb): HOST:PORT (127.0.0.1:1234, :1234), a Unix socket path,
+    /// or a serial device under /dev.
+    #[arg(long, value_name = "ADDR", value_parser = parse_gdb)]
+    pub gdb: Option<vmm::gdb::GdbAddr>,
+    /// With --gdb: hold the vCPUs until a debugger attaches (QEMU's -S).
+    #[arg(long, requires = "gdb")]
+    pub gdb_wait: bool,
+    /// The control socket and the panic dump.
+    #[command(flatten)]
+    pub control: ControlArgs,
+}
+
+/// `--api` and `--dump-on-panic` (boot and run).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ControlArgs {
+    /// Serve the control socket at PATH (a new Unix socket, owner-only,
+    /// removed at the end): `pmemvm ctl PATH stats|pause|resume|dump FILE`
+    /// (docs/api.md).
+    #[arg(long, value_name = "PATH")]
+    pub api: Option<PathBuf>,
+    /// When the guest kernel panics (it says so through the pvpanic
+    /// device), write its memory and vCPU registers to FILE, a new file:
+    /// an ELF core for `crash vmlinux FILE` and `drgn -c FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub dump_on_panic: Option<PathBuf>,
+}
+
+fn parse_gdb(s: &str) -> Result<vmm::gdb::GdbAddr, String> {
+    vmm::gdb::GdbAddr::parse(s).map_err(|e| e.to_string())
 }
 
 /// `pmemvm acpi`.
@@ -416,6 +451,15 @@ pub struct RunArgs {
     /// The machine.
     #[command(flatten)]
     pub machine: MachineArgs,
+    /// The debugger, as for `boot` (on --engine qemu: QEMU's own gdbstub).
+    #[arg(long, value_name = "ADDR", value_parser = parse_gdb)]
+    pub gdb: Option<vmm::gdb::GdbAddr>,
+    /// With --gdb: hold the vCPUs until a debugger attaches.
+    #[arg(long, requires = "gdb")]
+    pub gdb_wait: bool,
+    /// The control socket and the panic dump, as for `boot` (engine pmemvm).
+    #[command(flatten)]
+    pub control: ControlArgs,
 }
 
 fn parse_put(s: &str) -> Result<lab::transfer::PutSpec, String> {

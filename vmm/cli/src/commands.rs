@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::cli::{AcpiArgs, BootArgs, Command, RunArgs};
+use crate::cli::{AcpiArgs, Command, RunArgs};
 use lab::bench::BenchError;
 use lab::guest_job::{find_image_dir, ImageDir};
 use lab::preflight::{self, Needs};
@@ -10,7 +10,7 @@ use lab::run::{self, RunError, RunSpec};
 use vmm::acpi_setup::{self, PlacedNvdimm};
 use vmm::exit_status;
 use vmm::memory;
-use vmm::vm::{Vm, VmError};
+use vmm::vm::VmError;
 
 /// Errors of a subcommand.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +42,15 @@ pub enum CommandError {
     /// Reading a backing file's media state.
     #[error(transparent)]
     Media(#[from] vmm::media::MediaSetupError),
+    /// The debugger's endpoint.
+    #[error(transparent)]
+    Gdb(#[from] vmm::gdb::GdbError),
+    /// `--api`.
+    #[error(transparent)]
+    Api(#[from] vmm::api::ApiError),
+    /// `--dump-on-panic`.
+    #[error(transparent)]
+    Dump(#[from] vmm::dump::DumpError),
     /// A job input file.
     #[error("cannot read {what} {path}: {source}")]
     Input {
@@ -75,6 +84,9 @@ impl CommandError {
             Self::Merge(e) => e.is_usage(),
             Self::Slurm(e) => e.is_usage(),
             Self::Media(e) => e.is_usage(),
+            Self::Gdb(e) => e.is_usage(),
+            Self::Api(e) => e.is_usage(),
+            Self::Dump(e) => e.is_usage(),
             Self::NoImage(_)
             | Self::ModulesNoInitrd(_)
             | Self::Output { .. }
@@ -106,151 +118,6 @@ pub fn warn_if_host_cannot_run(kernel: &std::path::Path) {
             eprintln!("pmemvm: warning: {why}; expect this Linux guest to stop early (exit status 5) or to crawl");
         }
     }
-}
-
-/// `pmemvm boot --engine nested`: the guest under pmemvm inside the L1, its
-/// console on this terminal.
-fn boot_nested(args: &BootArgs) -> Result<u8, CommandError> {
-    use lab::nested::NestedError;
-    let refuse = |what| {
-        Err(
-            RunError::from(lab::engine::EngineError::from(NestedError::Unsupported(
-                what,
-            )))
-            .into(),
-        )
-    };
-    let m = &args.machine;
-    if m.pin.is_some() {
-        return refuse("--pin");
-    }
-    if m.host_node.is_some() {
-        return refuse("--host-node");
-    }
-    if m.memory.pages != vmm::hugepages::RamPages::Default {
-        return refuse("--memory SIZE,hugepages/thp");
-    }
-    if args.console.console_log.is_some() || args.channel.is_some() {
-        return refuse("--console-log/--channel of boot");
-    }
-    if args.modules.is_some() {
-        return refuse("--modules of boot");
-    }
-    let (kernel, initrd, _) = resolve_kernel(args.kernel.as_ref(), args.initrd.as_ref())?;
-    run::check_inputs(&RunSpec {
-        kernel: Some(kernel.clone()),
-        initrd: initrd.clone(),
-        ..nested_probe_spec()
-    })?;
-    preflight::memory(
-        preflight::guest_memory_on_host(lab::run::Engine::Nested, m.memory.size),
-        preflight::mem_available(),
-    )
-    .map_err(RunError::from)?;
-    let qemu = lab::qemu::find_qemu().ok_or(RunError::from(preflight::PreflightError::NoQemu {
-        engine: "nested",
-    }))?;
-    let config = args.to_config(kernel, initrd);
-    let boot = lab::nested::InteractiveBoot {
-        kernel: &config.kernel,
-        initrd: config.initrd.as_deref(),
-        cmdline: &config.cmdline,
-        cpus: config.cpus,
-        memory: config.memory,
-        nvdimms: &config.nvdimms,
-        disks: &config.disks,
-        legacy_pmem: &config.legacy_pmem,
-    };
-    lab::nested::boot_interactive(&boot, &qemu)
-        .map_err(lab::engine::EngineError::from)
-        .map_err(RunError::from)
-        .map_err(CommandError::from)
-}
-
-/// A run spec that only carries the files [`run::check_inputs`] looks at.
-fn nested_probe_spec() -> RunSpec {
-    RunSpec {
-        engine: lab::run::Engine::Nested,
-        kernel: None,
-        initrd: None,
-        modules: None,
-        cmdline: None,
-        extra_cmdline: Vec::new(),
-        cpus: 1,
-        memory: 0,
-        ram_pages: vmm::hugepages::RamPages::Default,
-        placement: vmm::placement::Placement::default(),
-        nvdimms: Vec::new(),
-        disks: Vec::new(),
-        legacy_pmem: Vec::new(),
-        job: lab::guest_job::GuestJob::default(),
-        command: None,
-        stream_console: false,
-        console_log: None,
-        timeout: std::time::Duration::from_secs(1),
-    }
-}
-
-/// `pmemvm boot`: returns the exit status.
-pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
-    if args.engine == crate::cli::BootEngineArg::Nested {
-        return boot_nested(args);
-    }
-    let (kernel, mut initrd, _) = resolve_kernel(args.kernel.as_ref(), args.initrd.as_ref())?;
-    let mut modules = Vec::new();
-    if let Some(dir) = &args.modules {
-        let files = lab::modules::ModuleTree::open(dir, &kernel)
-            .and_then(|t| t.pack())
-            .map_err(RunError::from)?;
-        // The modules need an init that loads them: the guest image's, unless --initrd.
-        if initrd.is_none() {
-            let image =
-                find_image_dir().map_err(|e| CommandError::ModulesNoInitrd(e.to_string()))?;
-            initrd = Some(image.initramfs.clone());
-        }
-        let list: Vec<(&str, &[u8], u32)> = files
-            .iter()
-            .map(|(p, d, m)| (p.as_str(), d.as_slice(), *m))
-            .collect();
-        modules = lab::guest_job::job_archive(&list).map_err(RunError::from)?;
-    }
-    let mut config = args.to_config(kernel, initrd);
-    config.initrd_append = modules;
-    let vm = Vm::build(&config)?;
-    warn_if_host_cannot_run(&config.kernel);
-    // The terminal is raw for the run when the console uses it (run_loop).
-    let outcome = vm.run_with(vmm::run_loop::RunOptions {
-        timeout: args.timeout.map(std::time::Duration::from_secs),
-        ..vmm::run_loop::RunOptions::default()
-    })?;
-    let status = exit_status::for_request(&outcome.reason);
-    log::info!("VM exits: {:?}", outcome.exits);
-    for n in &outcome.nvdimms {
-        log::info!(
-            "NVDIMM {}: {} flushes, {} label calls",
-            n.file,
-            n.flushes,
-            n.label_calls
-        );
-    }
-    match &outcome.reason {
-        devices::exit::ExitRequest::PowerOff | devices::exit::ExitRequest::GuestExit(_) => {
-            log::info!("{}", exit_status::describe(&outcome.reason));
-        }
-        other => {
-            eprintln!(
-                "pmemvm: {} (exit status {status})",
-                exit_status::describe(other)
-            );
-            if let Some(hint) = &outcome.host_hint {
-                eprintln!("pmemvm: {hint}");
-            }
-            for v in &outcome.vcpus {
-                eprintln!("pmemvm: {v}");
-            }
-        }
-    }
-    Ok(status)
 }
 
 /// `pmemvm acpi`: writes `<NAME>.aml` for every table and `RSDP.aml`.
@@ -438,6 +305,12 @@ fn run_spec_with(args: &RunArgs, build_rootfs: bool) -> Result<RunSpec, CommandE
         .map_err(RunError::from)?;
     }
     let spec = RunSpec {
+        gdb: args.gdb.as_ref().map(ToString::to_string),
+        gdb_wait: args.gdb_wait,
+        control: lab::run::RunControl {
+            api: args.control.api.clone(),
+            dump_on_panic: args.control.dump_on_panic.clone(),
+        },
         engine: args.engine.into(),
         kernel: args.kernel.clone(),
         initrd: args.initrd.clone(),
@@ -597,6 +470,12 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
         Command::Boot(a) => {
             check_host(&a.machine)?;
             if a.engine == crate::cli::BootEngineArg::Nested {
+                if a.control.api.is_some() || a.control.dump_on_panic.is_some() {
+                    return Err(RunError::from(lab::engine::EngineError::from(
+                        lab::nested::NestedError::Unsupported("--api and --dump-on-panic"),
+                    ))
+                    .into());
+                }
                 preflight::engine_on_this_host(lab::run::Engine::Nested, true, &mut needs)
                     .map_err(RunError::from)?;
                 preflight::memory(
@@ -639,6 +518,7 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
             lab::bench::prepare(&crate::bench_commands::bench_request(a), true, &mut needs)?;
         }
         Command::Acpi(_)
+        | Command::Ctl(_)
         | Command::Preflight(_)
         | Command::Kconfig(_)
         | Command::Nvdimm(_)
@@ -660,7 +540,8 @@ pub fn kconfig(args: &crate::cli::KconfigArgs) -> Result<u8, CommandError> {
     };
     let config = lab::kconfig::read(path)?;
     let result = lab::kconfig::check(&config);
-    let text = lab::kconfig::render_check(path, &config, &result);
+    let mut text = lab::kconfig::render_check(path, &config, &result);
+    text.push_str(&lab::kconfig::debugging::render(&config));
     if result.missing.is_empty() {
         print!("{text}");
         Ok(0)

@@ -3,8 +3,10 @@
 //! core (the VMM itself).
 
 mod bench_commands;
+mod boot_commands;
 mod cli;
 mod commands;
+mod ctl;
 mod fleet_commands;
 
 use std::process::ExitCode;
@@ -54,7 +56,7 @@ fn report(error: &dyn std::error::Error) {
 }
 
 fn boot(args: &BootArgs) -> Result<u8, Failure> {
-    Ok(crate::commands::boot(args)?)
+    Ok(crate::boot_commands::boot(args)?)
 }
 
 fn run(args: &RunArgs) -> Result<u8, Failure> {
@@ -78,6 +80,23 @@ fn preflight(args: &PreflightArgs) -> Result<u8, Failure> {
         println!("{line}");
     }
     Ok(0)
+}
+
+fn ctl(args: &crate::cli::CtlArgs) -> Result<u8, Failure> {
+    match crate::ctl::ctl(args) {
+        Ok(answer) => {
+            println!("{answer}");
+            Ok(0)
+        }
+        Err(e) => Err(Failure {
+            status: if e.is_usage() {
+                exit_status::USAGE
+            } else {
+                exit_status::RUNTIME_ERROR
+            },
+            error: Box::new(e),
+        }),
+    }
 }
 
 fn kconfig(args: &KconfigArgs) -> Result<u8, Failure> {
@@ -118,6 +137,7 @@ fn main() -> ExitCode {
         Command::Acpi(a) => acpi(a),
         Command::Preflight(a) => preflight(a),
         Command::Kconfig(a) => kconfig(a),
+        Command::Ctl(a) => ctl(a),
         Command::Nvdimm(NvdimmCommand::Badblocks { file }) => nvdimm_badblocks(file),
         Command::RunJob(a) => Ok(lab::child::serve(&a.spec, &a.outcome)),
     };

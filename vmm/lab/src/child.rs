@@ -292,6 +292,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("child-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let spec = RunSpec {
+            gdb: None,
+            gdb_wait: false,
+            control: Default::default(),
             command: None,
             engine: run::Engine::Pmemvm,
             kernel: None,

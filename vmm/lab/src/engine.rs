@@ -28,6 +28,15 @@ pub enum EngineError {
     /// Building pmemvm's VM.
     #[error(transparent)]
     Vm(#[from] VmError),
+    /// `--gdb`'s endpoint.
+    #[error(transparent)]
+    Gdb(#[from] vmm::gdb::GdbError),
+    /// `--api`'s socket.
+    #[error(transparent)]
+    Api(#[from] vmm::api::ApiError),
+    /// `--dump-on-panic`'s file.
+    #[error(transparent)]
+    Dump(#[from] vmm::dump::DumpError),
     /// The engine is not usable here (e.g. QEMU missing).
     #[error(transparent)]
     Preflight(#[from] PreflightError),
@@ -64,6 +73,9 @@ impl EngineError {
     pub fn is_usage(&self) -> bool {
         match self {
             Self::Vm(e) => e.is_usage(),
+            Self::Gdb(e) => e.is_usage(),
+            Self::Api(e) => e.is_usage(),
+            Self::Dump(e) => e.is_usage(),
             Self::Preflight(_) | Self::Input { .. } | Self::LegacyPmemOnQemu(_) => true,
             Self::Nested(e) => e.is_usage(),
             Self::Io { .. } => false,
@@ -74,6 +86,10 @@ impl EngineError {
 /// One guest boot, as the engines see it.
 #[derive(Debug)]
 pub struct Machine<'a> {
+    /// `--gdb ADDR` and `--gdb-wait`.
+    pub gdb: Option<(&'a vmm::gdb::GdbAddr, bool)>,
+    /// `--api` and `--dump-on-panic` (engine pmemvm).
+    pub control: &'a crate::run::RunControl,
     /// Kernel file.
     pub kernel: &'a Path,
     /// Initrd file, without the job.
@@ -160,6 +176,15 @@ pub fn for_engine(engine: Engine, kvm: &HostKvm) -> Result<Box<dyn GuestEngine>,
     })
 }
 
+/// QEMU's `-gdb` device for the user's `--gdb` address.
+fn qemu_gdb_device(addr: &vmm::gdb::GdbAddr) -> String {
+    match addr {
+        vmm::gdb::GdbAddr::Tcp(a) => format!("tcp:{}:{}", a.ip(), a.port()),
+        vmm::gdb::GdbAddr::Unix(p) => format!("unix:{},server=on,wait=off", p.display()),
+        vmm::gdb::GdbAddr::Serial(p) => p.display().to_string(),
+    }
+}
+
 /// pmemvm's own VMM core, in this process.
 #[derive(Debug)]
 pub struct Pmemvm {
@@ -188,7 +213,26 @@ impl GuestEngine for Pmemvm {
             console: ConsoleMode::from_choice(m.stream_console, Some(m.console.to_path_buf())),
             channel: Some(m.channel.to_path_buf()),
         };
-        let vm = Vm::build(&config)?;
+        let gdb = m
+            .gdb
+            .map(|(addr, wait)| vmm::gdb::GdbListener::bind(addr, wait))
+            .transpose()?;
+        let api = m
+            .control
+            .api
+            .as_deref()
+            .map(vmm::api::ApiListener::bind)
+            .transpose()?;
+        let mut vm = Vm::build(&config)?;
+        if let Some(listener) = gdb {
+            vm.attach_gdb(listener);
+        }
+        if let Some(listener) = api {
+            vm.attach_api(listener);
+        }
+        if let Some(f) = &m.control.dump_on_panic {
+            vm.dump_on_panic(f.clone())?;
+        }
         let outcome = vm.run_with(RunOptions {
             timeout: Some(m.timeout),
             ..RunOptions::default()
@@ -306,6 +350,14 @@ impl GuestEngine for Qemu {
             channel: m.channel,
         };
         let mut cmd = machine.command();
+        if let Some((addr, wait)) = m.gdb {
+            let dev = qemu_gdb_device(addr);
+            eprintln!("pmemvm: --engine qemu: --gdb is QEMU's own gdbstub (-gdb {dev}{}): gdb attaches the same way; pmemvm's monitor commands are not there", if wait { " -S" } else { "" });
+            cmd.args(["-gdb", &dev]);
+            if wait {
+                cmd.arg("-S");
+            }
+        }
         log::info!("running {cmd:?}");
         let end = run_with_deadline(
             &mut cmd,

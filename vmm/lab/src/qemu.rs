@@ -71,12 +71,32 @@ pub fn parse_version(text: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
+/// `qemu --version` as `(major, minor)`; `None` when it cannot be run or
+/// says no version.
+pub fn version_of(qemu: &Path) -> Option<(u32, u32)> {
+    let out = Command::new(qemu).arg("--version").output().ok()?;
+    parse_version(&String::from_utf8_lossy(&out.stdout))
+}
+
 /// The warning for an L1 run by `qemu` when it is older than
 /// [`NESTED_QEMU_MIN`] (`None` when it is new enough or says no version).
 pub fn nested_qemu_warning(qemu: &Path) -> Option<String> {
-    let out = Command::new(qemu).arg("--version").output().ok()?;
-    let (major, minor) = parse_version(&String::from_utf8_lossy(&out.stdout))?;
-    warning_for((major, minor))
+    warning_for(version_of(qemu)?)
+}
+
+/// What `--gdb` through the nested engine cannot do on QEMU `version`:
+/// QEMU 7.2's TCG did not stop a nested guest on its debug registers in
+/// pmemvm's tests (QEMU 10.0 did), and pmemvm puts breakpoints there in an
+/// L1 under TCG (docs/debugging.md).
+pub fn nested_gdb_warning(version: (u32, u32)) -> Option<String> {
+    (version < NESTED_QEMU_MIN).then(|| {
+        format!(
+            "--gdb: QEMU {}.{} runs the L1 VM and its TCG does not stop a nested guest on \
+             breakpoints or watchpoints; single step, registers and memory work (QEMU {}.{} \
+             or newer: all of them)",
+            version.0, version.1, NESTED_QEMU_MIN.0, NESTED_QEMU_MIN.1
+        )
+    })
 }
 
 fn warning_for(version: (u32, u32)) -> Option<String> {
@@ -417,5 +437,9 @@ mod tests {
         assert!(warning_for((9, 2)).is_some());
         assert_eq!(warning_for((10, 0)), None);
         assert_eq!(warning_for((11, 1)), None);
+        let g = nested_gdb_warning((7, 2)).expect("7.2 is warned about for --gdb");
+        assert!(g.starts_with("--gdb: QEMU 7.2 runs the L1 VM"), "{g}");
+        assert!(!g.contains("  "), "one sentence, single spaces: {g}");
+        assert_eq!(nested_gdb_warning((10, 0)), None);
     }
 }

@@ -23,6 +23,15 @@ pub enum RunError {
     /// Building the VM.
     #[error(transparent)]
     Vm(#[from] VmError),
+    /// `--gdb`.
+    #[error(transparent)]
+    Gdb(#[from] vmm::gdb::GdbError),
+    /// `--api`.
+    #[error(transparent)]
+    Api(#[from] vmm::api::ApiError),
+    /// `--dump-on-panic`.
+    #[error(transparent)]
+    Dump(#[from] vmm::dump::DumpError),
     /// The engine failed before or while booting.
     #[error(transparent)]
     Engine(#[from] engine::EngineError),
@@ -63,6 +72,9 @@ pub enum RunError {
     /// `--pin`, `--host-node` or huge pages with the QEMU engine.
     #[error("{0} applies to --engine pmemvm only (QEMU places its guest itself); drop it or use --engine pmemvm")]
     PmemvmOnly(&'static str),
+    /// `--api`/`--dump-on-panic` with an engine other than pmemvm.
+    #[error("--api and --dump-on-panic apply to --engine pmemvm only, and this run's engine is {0}: QEMU has its own (QMP's dump-guest-memory, -device pvpanic); with --engine nested, run pmemvm in the L1 yourself")]
+    ControlPmemvmOnly(&'static str),
 
     /// Host I/O.
     #[error("{what}: {source}")]
@@ -80,13 +92,16 @@ impl RunError {
     pub fn is_usage(&self) -> bool {
         match self {
             Self::Vm(e) => e.is_usage(),
+            Self::Gdb(e) => e.is_usage(),
             Self::Engine(e) => e.is_usage(),
             Self::Input { .. } | Self::Preflight(_) | Self::NoImage(_) | Self::NoInitrd { .. } => {
                 true
             }
             Self::Transfer(e) => e.is_usage(),
             Self::Modules(e) => e.is_usage(),
-            Self::PmemvmOnly(_) => true,
+            Self::PmemvmOnly(_) | Self::ControlPmemvmOnly(_) => true,
+            Self::Api(e) => e.is_usage(),
+            Self::Dump(e) => e.is_usage(),
             Self::Job(_) | Self::Io { .. } => false,
         }
     }
@@ -138,6 +153,43 @@ pub struct RunSpec {
     pub console_log: Option<PathBuf>,
     /// Give up after this long.
     pub timeout: Duration,
+    /// `--gdb ADDR`: serve gdb there while the guest runs.
+    #[serde(default)]
+    pub gdb: Option<String>,
+    /// `--gdb-wait`: hold the vCPUs until a debugger attaches.
+    #[serde(default)]
+    pub gdb_wait: bool,
+    /// `--api` and `--dump-on-panic`.
+    #[serde(default)]
+    pub control: RunControl,
+}
+
+/// The control socket and the panic dump of a run (engine pmemvm).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RunControl {
+    /// `--api PATH`: serve the control socket there.
+    pub api: Option<PathBuf>,
+    /// `--dump-on-panic FILE`: write the guest's memory there when it panics.
+    pub dump_on_panic: Option<PathBuf>,
+}
+
+impl RunControl {
+    /// True when neither is asked for.
+    pub fn is_empty(&self) -> bool {
+        self.api.is_none() && self.dump_on_panic.is_none()
+    }
+
+    /// Refuses paths that exist (and a socket that cannot be made), before
+    /// anything boots; nothing is left behind.
+    pub fn check(&self) -> Result<(), RunError> {
+        if let Some(p) = &self.api {
+            drop(vmm::api::ApiListener::bind(p)?);
+        }
+        if let Some(f) = &self.dump_on_panic {
+            vmm::dump::check_new_file(f)?;
+        }
+        Ok(())
+    }
 }
 
 /// A file's path and SHA-256.
@@ -322,6 +374,12 @@ pub fn engine_for(spec: &RunSpec) -> Result<Engine, RunError> {
         other => other?,
     };
     // (The nested engine names what it cannot honour itself.)
+    if engine != Engine::Pmemvm && !spec.control.is_empty() {
+        return Err(RunError::ControlPmemvmOnly(match engine {
+            Engine::Qemu => "qemu",
+            _ => "nested",
+        }));
+    }
     if engine == Engine::Qemu {
         if let Some(option) = pmemvm_only_option(&spec.placement, spec.ram_pages, &spec.nvdimms) {
             return Err(RunError::PmemvmOnly(option));
@@ -442,7 +500,19 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         console_tail: String::new(),
     };
 
+    let gdb = match &spec.gdb {
+        Some(a) => {
+            let addr = vmm::gdb::GdbAddr::parse(a)?;
+            // A busy port or an existing path stops here, before anything boots.
+            drop(vmm::gdb::GdbListener::bind(&addr, false)?);
+            Some(addr)
+        }
+        None => None,
+    };
+    spec.control.check()?;
     let machine = Machine {
+        gdb: gdb.as_ref().map(|a| (a, spec.gdb_wait)),
+        control: &spec.control,
         kernel: &kernel,
         initrd: initrd.as_deref(),
         job_archive: &archive,

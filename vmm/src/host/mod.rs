@@ -17,6 +17,35 @@ pub fn cpu_flag(cpuinfo: &str, flag: &str) -> bool {
         .any(|l| l.split_whitespace().any(|f| f == flag))
 }
 
+/// The hypervisor's CPUID signature (leaf 0x4000_0000: "KVMKVMKVM",
+/// "TCGTCGTCGTCG", ...) when this machine is itself a guest.
+pub fn hypervisor_signature() -> Option<String> {
+    use std::arch::x86_64::__cpuid;
+    #[allow(unused_unsafe)]
+    // SAFETY: CPUID exists on every x86-64 CPU and only reads; leaf 1 and
+    // the hypervisor leaf have no side effects.
+    let (hv, sig) = unsafe { (__cpuid(1).ecx & (1 << 31) != 0, __cpuid(0x4000_0000)) };
+    if !hv {
+        return None;
+    }
+    let bytes: Vec<u8> = [sig.ebx, sig.ecx, sig.edx]
+        .iter()
+        .flat_map(|r| r.to_le_bytes())
+        .collect();
+    Some(
+        String::from_utf8_lossy(&bytes)
+            .trim_end_matches('\0')
+            .to_string(),
+    )
+}
+
+/// True when this machine is a QEMU TCG guest (the nested tier's L1):
+/// its emulated SVM gives a nested guest's `int3` to the guest even when
+/// KVM intercepts #BP, so the gdb stub uses debug registers for breakpoints.
+pub fn under_tcg() -> bool {
+    hypervisor_signature().is_some_and(|s| s.starts_with("TCGTCG"))
+}
+
 /// What pmemvm knows about the host's KVM.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostKvm {

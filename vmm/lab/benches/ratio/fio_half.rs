@@ -54,6 +54,9 @@ fn host_fio(file: &Path, rw: &str) -> Result<f64, String> {
 
 fn guest_fio(file: &Path, rw: &str) -> Result<(f64, MachineDescription), String> {
     let spec = RunSpec {
+        gdb: None,
+        gdb_wait: false,
+        control: Default::default(),
         command: None,
         engine: Engine::Pmemvm,
         kernel: None,

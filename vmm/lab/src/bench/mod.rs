@@ -458,6 +458,9 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 started.elapsed().as_secs_f64()
             ));
             let spec = RunSpec {
+                gdb: None,
+                gdb_wait: false,
+                control: Default::default(),
                 command: None,
                 engine,
                 kernel: inputs.kernel.clone(),

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+pub mod debugging;
 mod requirements;
 
 pub use requirements::{Requirement, MODULE_NEEDS, REQUIREMENTS};

@@ -319,6 +319,9 @@ impl NestedEngine {
             m.memory,
             dimm_args,
         );
+        if let Some((addr, wait)) = m.gdb {
+            argv.extend(super::gdb::l1_args(&self.qemu, addr, wait));
+        }
         argv.extend([
             "--console-log".to_string(),
             in_share(share, m.console)?,
@@ -337,11 +340,15 @@ impl NestedEngine {
             cpus: l1_cpus(m.cpus, host_cpus()),
             mounts,
             interactive: false,
+            gdb: m.gdb.map(|(addr, _)| super::l1::gdb_chardev(addr)),
         };
         let l1 = l1_dir(share);
         let console = l1.join("l1-console.log");
         let cmd = l1_command(&self.qemu, &self.l1, &opts, &console, share);
         log::info!("running the L1: {cmd:?}");
+        let announcer = m
+            .gdb
+            .map(|(addr, _)| super::gdb::GdbAnnouncer::start(l1.join("stderr"), addr.to_string()));
         let run = run_l1(
             cmd,
             false,
@@ -351,6 +358,7 @@ impl NestedEngine {
             Some(m.timeout + L1_BOOT_ALLOWANCE),
             m.stream_console.then_some(m.console),
         );
+        drop(announcer);
         let mut ended = Ended {
             accelerator: ACCELERATOR.into(),
             functional_only: true,
@@ -418,6 +426,9 @@ pub struct InteractiveBoot<'a> {
     pub disks: &'a [DiskSpec],
     /// The user's legacy persistent-memory ranges.
     pub legacy_pmem: &'a [LegacyPmemSpec],
+    /// `--gdb ADDR` and `--gdb-wait`: QEMU listens at ADDR on this host and
+    /// pmemvm in the L1 serves gdb through the L1's third serial port.
+    pub gdb: Option<(&'a vmm::gdb::GdbAddr, bool)>,
 }
 
 /// A temporary share, removed on drop.
@@ -484,7 +495,7 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
         fs::copy(i, share.0.join("initrd"))
             .map_err(io_err(format!("copy {} into the share", i.display())))?;
     }
-    let argv = boot_argv(
+    let mut argv = boot_argv(
         "kernel",
         b.initrd.map(|_| "initrd"),
         b.cmdline,
@@ -492,6 +503,9 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
         b.memory,
         dimm_args,
     );
+    if let Some((addr, wait)) = b.gdb {
+        argv.extend(super::gdb::l1_args(qemu, addr, wait));
+    }
     install_binary(&share.0, "pmemvm", &pmemvm, true)?;
     let words: Vec<&str> = argv.iter().map(String::as_str).collect();
     write_command(&share.0, &[], &words, &mounts, Some(INTERACTIVE_TTY))?;
@@ -500,6 +514,7 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
         cpus: l1_cpus(b.cpus, host_cpus()),
         mounts,
         interactive: true,
+        gdb: b.gdb.map(|(addr, _)| super::l1::gdb_chardev(addr)),
     };
     let l1 = l1_dir(&share.0);
     let console = l1.join("l1-console.log");

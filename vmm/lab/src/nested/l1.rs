@@ -42,6 +42,27 @@ pub struct L1Options {
     /// The command runs on L1's second serial port, relayed to this
     /// process's stdin and stdout (`pmemvm boot --engine nested`).
     pub interactive: bool,
+    /// QEMU's chardev for the L1's third serial port ([`GDB_TTY`]), where
+    /// pmemvm in the L1 serves gdb (`--gdb`): QEMU listens for the debugger
+    /// on this host (see [`gdb_chardev`]).
+    pub gdb: Option<String>,
+}
+
+/// The L1 serial port pmemvm serves gdb on, as the L1 sees it.
+pub const GDB_TTY: &str = "/dev/ttyS2";
+
+/// QEMU's chardev (without its id) that listens at the user's `--gdb`
+/// address and carries the bytes to the L1's [`GDB_TTY`].
+pub fn gdb_chardev(addr: &vmm::gdb::GdbAddr) -> String {
+    match addr {
+        vmm::gdb::GdbAddr::Tcp(a) => format!(
+            "socket,host={},port={},server=on,wait=off,nodelay=on",
+            a.ip(),
+            a.port()
+        ),
+        vmm::gdb::GdbAddr::Unix(p) => format!("socket,path={},server=on,wait=off", p.display()),
+        vmm::gdb::GdbAddr::Serial(p) => format!("tty,path={}", p.display()),
+    }
 }
 
 /// The second serial port of an interactive L1, as the L1 init sees it.
@@ -65,6 +86,13 @@ pub fn l1_command(
         .serial_file(console);
     if opts.interactive {
         q.chardev("stdio,id=user,signal=off").serial("chardev:user");
+    }
+    if let Some(gdb) = &opts.gdb {
+        if !opts.interactive {
+            // The gdb port is the third: the second exists, unconnected.
+            q.serial("null");
+        }
+        q.chardev(&format!("{gdb},id=gdb")).serial("chardev:gdb");
     }
     q.kernel(
         &l1.vmlinuz,
@@ -434,6 +462,7 @@ mod tests {
                 l1_dir: "/host/dimm0".into(),
             }],
             interactive: true,
+            gdb: None,
         };
         let cmd = l1_command(
             Path::new("qemu"),

@@ -27,6 +27,7 @@
 use std::path::PathBuf;
 
 pub mod engine;
+mod gdb;
 pub mod heartbeat;
 pub mod l1;
 pub mod prepare;

@@ -1,0 +1,66 @@
+//! `--gdb` through `--engine nested`: pmemvm's arguments in the L1, what
+//! the user is told, and when the L1's stub listens.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Says where QEMU (`qemu`) listens for gdb and what it cannot do there,
+/// and returns the words pmemvm in the L1 gets: `--gdb` on the L1's gdb
+/// port ([`super::l1::GDB_TTY`]), and `--gdb-wait` with `wait`.
+pub(super) fn l1_args(qemu: &Path, addr: &vmm::gdb::GdbAddr, wait: bool) -> Vec<String> {
+    if let Some(w) = crate::qemu::version_of(qemu).and_then(crate::qemu::nested_gdb_warning) {
+        eprintln!("pmemvm: warning: --engine nested: {w}");
+    }
+    eprintln!("pmemvm: --engine nested: QEMU listens for gdb at {addr} (target remote {addr})");
+    let mut args = vec!["--gdb".to_string(), super::l1::GDB_TTY.to_string()];
+    if wait {
+        args.push("--gdb-wait".to_string());
+    }
+    args
+}
+
+/// Says on this terminal when pmemvm in the L1 listens for gdb: its
+/// stderr (the L1's `.l1/stderr` in the share) is not shown while a job
+/// runs, and gdb attached before the stub opens its serial port loses its
+/// first packets.
+pub(super) struct GdbAnnouncer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GdbAnnouncer {
+    pub(super) fn start(stderr: PathBuf, addr: String) -> Self {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("gdb-announce".into())
+            .spawn(move || {
+                let mut said = false;
+                while !said && !flag.load(Ordering::Relaxed) {
+                    let text = fs::read_to_string(&stderr).unwrap_or_default();
+                    said = text.contains(vmm::gdb::server::LISTENING);
+                    if said {
+                        eprintln!(
+                            "pmemvm: --engine nested: {} {addr} (through the L1)",
+                            vmm::gdb::server::LISTENING
+                        );
+                    } else {
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                }
+            })
+            .ok();
+        Self { stop, thread }
+    }
+}
+
+impl Drop for GdbAnnouncer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

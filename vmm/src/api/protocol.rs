@@ -1,0 +1,498 @@
+//! The control socket's protocol, version 1 (docs/api.md): JSON lines. A
+//! client writes one request, a JSON object on one line of at most
+//! [`MAX_LINE`] bytes; pmemvm answers each with one line, in order:
+//!
+//! ```text
+//! → {"command": "dump", "file": "/tmp/guest.core", "id": 7}
+//! ← {"ok": true, "id": 7, "result": {"file": "/tmp/guest.core", ...}}
+//! → {"command": "pasue"}
+//! ← {"ok": false, "error": "unknown command 'pasue': use version, stats, pause, resume or dump"}
+//! ```
+//!
+//! Lines, not HTTP: the client (`pmemvm ctl`) and a shell (`socat -
+//! UNIX-CONNECT:PATH`) need no HTTP stack, requests are naturally
+//! serialized per connection, and the same stream can later carry events.
+//! Unknown keys are refused, so a misspelt argument is an error, not a
+//! default.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The protocol's version (in `version`'s answer; a client checks it).
+pub const PROTOCOL: u32 = 1;
+/// The longest request line, newline included.
+pub const MAX_LINE: usize = 64 << 10;
+/// The commands, for messages.
+pub const COMMANDS: &str = "version, stats, pause, resume, dump, media or health";
+
+/// One request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// pmemvm's and the protocol's versions.
+    Version,
+    /// pmemvm's counters, as JSON.
+    Stats,
+    /// Stop the vCPUs (the guest's clocks run on).
+    Pause,
+    /// Let them run again.
+    Resume,
+    /// Write an ELF core of guest RAM and vCPU registers to `file` (an
+    /// absolute path that does not exist).
+    Dump {
+        /// Where.
+        file: std::path::PathBuf,
+    },
+    /// A DIMM's media errors, changed or listed while the guest runs.
+    Media {
+        /// What to do.
+        action: MediaAction,
+        /// The DIMM, by its place among the `--nvdimm` options (from 0);
+        /// `None` for `list` means every DIMM.
+        dimm: Option<u32>,
+        /// `OFFSET+LEN[:OFFSET+LEN...]` in bytes from the region's start
+        /// (inject and clear).
+        range: Option<String>,
+    },
+    /// A DIMM's health, changed or read while the guest runs.
+    Health {
+        /// The DIMM, by its place among the `--nvdimm` options (from 0).
+        dimm: u32,
+        /// What to do.
+        action: HealthAction,
+    },
+}
+
+/// `health`'s request: set (with the change) or get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthAction {
+    /// Change the DIMM's SMART values and notify its device (0x81).
+    Set(devices::nvdimm_health_set::HealthChange),
+    /// The DIMM's SMART values now.
+    Get,
+}
+
+/// What `media` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MediaAction {
+    /// The range joins the DIMM's error list, and the guest is notified
+    /// (0x81 on the NVDIMM root device: Linux scrubs and adds it to badblocks).
+    Inject,
+    /// The range leaves the list (as the guest's clear-error call does).
+    Clear,
+    /// The list.
+    List,
+}
+
+/// A request and the client's `id` to echo.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// What to do.
+    pub command: Command,
+    /// Echoed in the reply (any JSON number or string).
+    pub id: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    command: String,
+    #[serde(default)]
+    file: Option<String>,
+    #[serde(default)]
+    action: Option<String>,
+    #[serde(default)]
+    dimm: Option<u32>,
+    #[serde(default)]
+    range: Option<String>,
+    #[serde(default)]
+    set: Option<String>,
+    #[serde(default)]
+    id: Option<Value>,
+}
+
+impl Wire {
+    /// Refuses the arguments `command` does not take (`takes` lists those it does).
+    fn only(&self, command: &str, takes: &[&str]) -> Result<(), ProtocolError> {
+        let given = [
+            ("file", self.file.is_some()),
+            ("action", self.action.is_some()),
+            ("dimm", self.dimm.is_some()),
+            ("range", self.range.is_some()),
+            ("set", self.set.is_some()),
+        ];
+        match given.iter().find(|(k, set)| *set && !takes.contains(k)) {
+            Some((k, _)) => Err(ProtocolError::Argument(format!(
+                "'{command}' takes no '{k}'"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Why a request line is refused; the text is the reply's `error`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// Longer than [`MAX_LINE`].
+    #[error("request longer than {MAX_LINE} bytes; one request is one line of JSON")]
+    TooLong,
+    /// Not UTF-8 or not JSON, or not an object of known keys.
+    #[error("request is not a JSON object of the protocol ({0}); e.g. {{\"command\": \"stats\"}}")]
+    Malformed(String),
+    /// A command pmemvm does not have.
+    #[error("unknown command '{0}': use {COMMANDS}")]
+    Unknown(String),
+    /// A command's argument is missing or wrong.
+    #[error("{0}")]
+    Argument(String),
+}
+
+fn id_ok(id: &Option<Value>) -> bool {
+    matches!(id, None | Some(Value::Number(_) | Value::String(_)))
+}
+
+/// Parses one request line (without its newline).
+pub fn parse(line: &[u8]) -> Result<Request, ProtocolError> {
+    if line.len() >= MAX_LINE {
+        return Err(ProtocolError::TooLong);
+    }
+    let text =
+        std::str::from_utf8(line).map_err(|_| ProtocolError::Malformed("not UTF-8".into()))?;
+    let wire: Wire = serde_json::from_str(text).map_err(|e| {
+        // serde's message names the key or the column; keep it short.
+        let m = e.to_string();
+        ProtocolError::Malformed(m.chars().take(160).collect())
+    })?;
+    if !id_ok(&wire.id) {
+        return Err(ProtocolError::Argument(
+            "'id' must be a number or a string".into(),
+        ));
+    }
+    let command = match wire.command.as_str() {
+        "version" => wire.only("version", &[]).map(|()| Command::Version)?,
+        "stats" => wire.only("stats", &[]).map(|()| Command::Stats)?,
+        "pause" => wire.only("pause", &[]).map(|()| Command::Pause)?,
+        "resume" => wire.only("resume", &[]).map(|()| Command::Resume)?,
+        "dump" => {
+            wire.only("dump", &["file"])?;
+            let file = wire.file.as_deref().ok_or_else(|| {
+                ProtocolError::Argument(
+                    "'dump' needs 'file': the absolute path of a new file".into(),
+                )
+            })?;
+            let path = std::path::PathBuf::from(file);
+            if !path.is_absolute() || file.contains('\0') {
+                return Err(ProtocolError::Argument(format!(
+                    "dump file '{file}' is not an absolute path (pmemvm ctl makes relative paths absolute)"
+                )));
+            }
+            Command::Dump { file: path }
+        }
+        "media" => media(&wire)?,
+        "health" => health(&wire)?,
+        other => return Err(ProtocolError::Unknown(other.chars().take(64).collect())),
+    };
+    Ok(Request {
+        command,
+        id: wire.id,
+    })
+}
+
+/// `media`'s arguments.
+fn media(wire: &Wire) -> Result<Command, ProtocolError> {
+    wire.only("media", &["action", "dimm", "range"])?;
+    let action = match wire.action.as_deref() {
+        Some("inject") => MediaAction::Inject,
+        Some("clear") => MediaAction::Clear,
+        Some("list") => MediaAction::List,
+        Some(other) => {
+            return Err(ProtocolError::Argument(format!(
+                "media action '{}' is not known; use inject, clear or list",
+                other.chars().take(32).collect::<String>()
+            )))
+        }
+        None => {
+            return Err(ProtocolError::Argument(
+                "'media' needs 'action': inject, clear or list".into(),
+            ))
+        }
+    };
+    if action == MediaAction::List {
+        if wire.range.is_some() {
+            return Err(ProtocolError::Argument(
+                "'media list' takes no 'range'".into(),
+            ));
+        }
+    } else {
+        if wire.dimm.is_none() {
+            return Err(ProtocolError::Argument(
+                "'media' inject and clear need 'dimm': the DIMM's place among the --nvdimm options, from 0".into(),
+            ));
+        }
+        match wire.range.as_deref() {
+            None => {
+                return Err(ProtocolError::Argument(
+                    "'media' inject and clear need 'range': OFFSET+LEN in bytes from the region's start (e.g. 1M+4K)".into(),
+                ))
+            }
+            Some(r) if r.len() > 4096 => {
+                return Err(ProtocolError::Argument(
+                    "media range is longer than 4096 characters".into(),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(Command::Media {
+        action,
+        dimm: wire.dimm,
+        range: wire.range.clone(),
+    })
+}
+
+/// `health`'s arguments.
+fn health(wire: &Wire) -> Result<Command, ProtocolError> {
+    wire.only("health", &["action", "dimm", "set"])?;
+    let dimm = wire.dimm.ok_or_else(|| {
+        ProtocolError::Argument(
+            "'health' needs 'dimm': the DIMM's place among the --nvdimm options, from 0".into(),
+        )
+    })?;
+    let action = match (wire.action.as_deref(), wire.set.as_deref()) {
+        (Some("set"), Some(text)) if text.len() <= 4096 => HealthAction::Set(
+            devices::nvdimm_health_set::HealthChange::parse(text)
+                .map_err(ProtocolError::Argument)?,
+        ),
+        (Some("set"), Some(_)) => {
+            return Err(ProtocolError::Argument(
+                "'set' is longer than 4096 characters".into(),
+            ))
+        }
+        (Some("set"), None) => {
+            return Err(ProtocolError::Argument(format!(
+                "'health' set needs 'set': {}",
+                devices::nvdimm_health_set::ACCEPTED
+            )))
+        }
+        (Some("get"), None) => HealthAction::Get,
+        (Some("get"), Some(_)) => {
+            return Err(ProtocolError::Argument(
+                "'health get' takes no 'set'".into(),
+            ))
+        }
+        (Some(other), _) => {
+            return Err(ProtocolError::Argument(format!(
+                "health action '{}' is not known; use set or get",
+                other.chars().take(32).collect::<String>()
+            )))
+        }
+        (None, _) => {
+            return Err(ProtocolError::Argument(
+                "'health' needs 'action': set or get".into(),
+            ))
+        }
+    };
+    Ok(Command::Health { dimm, action })
+}
+
+/// One reply line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    /// True when the command was done.
+    pub ok: bool,
+    /// The request's `id`, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Value>,
+    /// The command's answer (`ok`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// One sentence: what was wrong (not `ok`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// True when the request was wrong (the client exits 2), false when
+    /// pmemvm could not do a correct one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub usage: bool,
+}
+
+impl Reply {
+    /// A done command's reply.
+    pub fn ok(id: Option<Value>, result: Value) -> Self {
+        Self {
+            ok: true,
+            id,
+            result: Some(result),
+            error: None,
+            usage: false,
+        }
+    }
+
+    /// A refusal.
+    pub fn error(id: Option<Value>, error: String, usage: bool) -> Self {
+        Self {
+            ok: false,
+            id,
+            result: None,
+            error: Some(error),
+            usage,
+        }
+    }
+
+    /// The reply as one line, newline included.
+    pub fn line(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec(self).unwrap_or_else(|_| {
+            br#"{"ok":false,"error":"pmemvm could not encode its reply"}"#.to_vec()
+        });
+        v.push(b'\n');
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_as_documented() {
+        let r = parse(br#"{"command": "dump", "file": "/tmp/x.core", "id": 7}"#).unwrap();
+        assert_eq!(
+            r.command,
+            Command::Dump {
+                file: "/tmp/x.core".into()
+            }
+        );
+        assert_eq!(r.id, Some(Value::from(7)));
+        assert_eq!(
+            parse(br#"{"command":"stats"}"#).unwrap().command,
+            Command::Stats
+        );
+        assert_eq!(
+            parse(br#"{"command":"pause","id":"a"}"#).unwrap().command,
+            Command::Pause
+        );
+        assert_eq!(
+            parse(br#"{"command":"resume"}"#).unwrap().command,
+            Command::Resume
+        );
+        assert_eq!(
+            parse(br#"{"command":"version"}"#).unwrap().command,
+            Command::Version
+        );
+    }
+
+    #[test]
+    fn media_requests_parse_with_their_arguments() {
+        let r =
+            parse(br#"{"command":"media","action":"inject","dimm":1,"range":"1M+4K"}"#).unwrap();
+        assert_eq!(
+            r.command,
+            Command::Media {
+                action: MediaAction::Inject,
+                dimm: Some(1),
+                range: Some("1M+4K".into())
+            }
+        );
+        let r = parse(br#"{"command":"media","action":"list"}"#).unwrap();
+        assert_eq!(
+            r.command,
+            Command::Media {
+                action: MediaAction::List,
+                dimm: None,
+                range: None
+            }
+        );
+        let err = |l: &[u8]| parse(l).unwrap_err().to_string();
+        assert!(err(br#"{"command":"media"}"#).contains("needs 'action'"));
+        assert!(err(br#"{"command":"media","action":"zap"}"#).contains("'zap' is not known"));
+        assert!(
+            err(br#"{"command":"media","action":"clear","range":"0+512"}"#).contains("need 'dimm'")
+        );
+        assert!(err(br#"{"command":"media","action":"inject","dimm":0}"#).contains("need 'range'"));
+        assert!(
+            err(br#"{"command":"media","action":"inject","dimm":-1,"range":"0+512"}"#)
+                .contains("not a JSON object")
+        );
+        assert!(
+            err(br#"{"command":"media","action":"list","range":"0+512"}"#)
+                .contains("takes no 'range'")
+        );
+        assert!(err(br#"{"command":"media","action":"list","file":"/x"}"#)
+            .contains("'media' takes no 'file'"));
+        assert!(err(br#"{"command":"stats","dimm":0}"#).contains("'stats' takes no 'dimm'"));
+    }
+
+    #[test]
+    fn health_requests_parse_their_settings() {
+        let r = parse(
+            br#"{"command":"health","action":"set","dimm":0,"set":"health=fatal,temperature=90"}"#,
+        )
+        .unwrap();
+        let Command::Health {
+            dimm: 0,
+            action: HealthAction::Set(c),
+        } = r.command
+        else {
+            panic!("{r:?}")
+        };
+        assert_eq!(c.temperature, Some(90));
+        assert_eq!(
+            parse(br#"{"command":"health","action":"get","dimm":1}"#)
+                .unwrap()
+                .command,
+            Command::Health {
+                dimm: 1,
+                action: HealthAction::Get
+            }
+        );
+        let err = |l: &[u8]| parse(l).unwrap_err().to_string();
+        assert!(err(br#"{"command":"health","action":"get"}"#).contains("needs 'dimm'"));
+        assert!(err(br#"{"command":"health","action":"set","dimm":0}"#).contains("needs 'set'"));
+        assert!(
+            err(br#"{"command":"health","action":"set","dimm":0,"set":"health=dead"}"#)
+                .contains("'health=dead' is not valid")
+        );
+        assert!(err(br#"{"command":"health","dimm":0}"#).contains("needs 'action'"));
+        assert!(
+            err(br#"{"command":"health","action":"get","dimm":0,"range":"0+512"}"#)
+                .contains("takes no 'range'")
+        );
+    }
+
+    #[test]
+    fn bad_requests_get_one_sentence_that_names_what_was_wrong() {
+        let err = |l: &[u8]| parse(l).unwrap_err().to_string();
+        assert!(err(b"{\"command\":\"pasue\"}").contains("unknown command 'pasue': use version"));
+        assert!(err(b"stats").contains("not a JSON object"));
+        assert!(err(b"{\"command\":\"stats\",\"fiel\":1}").contains("unknown field `fiel`"));
+        assert!(err(b"{\"command\":\"dump\"}").contains("needs 'file'"));
+        assert!(err(b"{\"command\":\"dump\",\"file\":\"x.core\"}")
+            .contains("'x.core' is not an absolute path"));
+        assert!(err(b"{\"command\":\"stats\",\"file\":\"/x\"}").contains("'stats' takes no 'file'"));
+        assert!(err(b"{\"command\":\"stats\",\"id\":[1]}").contains("'id' must be"));
+        assert!(err(b"\xff\xfe").contains("not UTF-8"));
+        assert_eq!(
+            parse(&vec![b' '; MAX_LINE]).unwrap_err(),
+            ProtocolError::TooLong
+        );
+        let long = format!("{{\"command\":\"{}\"}}", "x".repeat(1000));
+        assert!(
+            err(long.as_bytes()).len() < 200,
+            "an echoed command is cut short"
+        );
+    }
+
+    #[test]
+    fn replies_are_one_line_each() {
+        let ok = Reply::ok(Some(Value::from(1)), serde_json::json!({"paused": true}));
+        assert_eq!(
+            ok.line(),
+            b"{\"ok\":true,\"id\":1,\"result\":{\"paused\":true}}\n"
+        );
+        let e = Reply::error(None, "no".into(), true);
+        assert_eq!(
+            e.line(),
+            b"{\"ok\":false,\"error\":\"no\",\"usage\":true}\n"
+        );
+        let back: Reply = serde_json::from_slice(&e.line()).unwrap();
+        assert_eq!(back, e);
+    }
+}

@@ -1,0 +1,402 @@
+//! The control socket's thread: accepts connections (at most
+//! [`MAX_CLIENTS`] at once, each on its own thread, from this user or
+//! root only), reads request lines, and runs the commands one at a time
+//! against the VM ([`Control`]). Ends when the VM does.
+
+use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use devices::exit::ExitNotifier;
+use devices::nvdimm::FlushStats;
+use serde_json::{json, Value};
+
+use super::protocol::{self, Command, Reply, MAX_LINE};
+use super::ApiListener;
+use crate::dump::Dumper;
+use crate::stats::{ExitStats, NvdimmCounts};
+
+/// Connections served at once; more are told so and closed.
+pub const MAX_CLIENTS: usize = 4;
+/// How often the threads look at whether the VM ended.
+const POLL: Duration = Duration::from_millis(100);
+/// How long `pause` waits for the vCPUs to stop.
+const PAUSE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// One DIMM's counters, as the VM keeps them.
+#[derive(Debug, Clone)]
+pub struct DimmCounters {
+    /// The backing file, as the user named it.
+    pub file: String,
+    /// Guest base address.
+    pub base: u64,
+    /// Bytes the guest sees.
+    pub size: u64,
+    /// NFIT handle (for its `_DSM` calls).
+    pub handle: u32,
+    /// Its flush counters.
+    pub flush: Arc<FlushStats>,
+}
+
+/// Where pmemvm's counters are, read while the VM runs and at its end.
+#[derive(Debug, Clone)]
+pub struct Counters {
+    /// VM exits.
+    pub exits: Arc<ExitStats>,
+    /// The DIMMs'.
+    pub dimms: Vec<DimmCounters>,
+    /// `_DSM` calls.
+    pub dsm: Option<Arc<devices::nvdimm_dsm::DsmHandler>>,
+}
+
+impl Counters {
+    /// Each DIMM's counters now.
+    pub fn nvdimms(&self) -> Vec<NvdimmCounts> {
+        self.dimms
+            .iter()
+            .map(|d| NvdimmCounts {
+                file: d.file.clone(),
+                base: d.base,
+                size: d.size,
+                flushes: d.flush.flushes.load(Ordering::Relaxed),
+                flush_failures: d.flush.failures.load(Ordering::Relaxed),
+                label_calls: self.dsm.as_ref().map_or(0, |h| h.calls_for(d.handle)),
+            })
+            .collect()
+    }
+}
+
+/// What the commands act on.
+#[derive(Debug)]
+pub struct Control {
+    /// Dumps (and, through its hub, the vCPUs' pause).
+    pub dumper: Arc<Dumper>,
+    /// Counters.
+    pub counters: Counters,
+    /// The VM runs under `--gdb`, which owns pausing.
+    pub under_gdb: bool,
+    /// The pvpanic device (for `stats`).
+    pub pvpanic: Arc<crate::pvpanic::PvPanic>,
+    /// When the VM started.
+    pub started: Instant,
+    /// True while the vCPUs are paused by `pause`; also the lock that makes
+    /// commands one at a time.
+    pub paused: Mutex<bool>,
+    /// The DIMMs' media errors (`media`).
+    pub media: super::media::MediaControl,
+}
+
+impl Control {
+    fn gdb_refusal(&self, what: &str) -> Option<Reply> {
+        self.under_gdb.then(|| {
+            Reply::error(
+                None,
+                format!("'{what}' is refused: this VM runs under gdb (--gdb), which stops and resumes its vCPUs; use gdb's interrupt and continue, and its 'dump memory'"),
+                true,
+            )
+        })
+    }
+
+    /// Runs one request.
+    pub fn run(&self, request: protocol::Request) -> Reply {
+        let id = request.id.clone();
+        let mut paused = self.paused.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reply = match request.command {
+            Command::Version => Reply::ok(
+                None,
+                json!({"pmemvm": env!("CARGO_PKG_VERSION"), "protocol": protocol::PROTOCOL,
+                       "vcpus": self.dumper.hub().vcpus()}),
+            ),
+            Command::Stats => Reply::ok(None, self.stats(*paused)),
+            Command::Pause => self.gdb_refusal("pause").unwrap_or_else(|| {
+                let hub = self.dumper.hub();
+                match hub.hold_all(crate::signals::kick_signal(), PAUSE_DEADLINE) {
+                    Ok(()) => {
+                        hub.drain_stops();
+                        *paused = true;
+                        Reply::ok(None, json!({"paused": true}))
+                    }
+                    Err(running) => {
+                        hub.release_all();
+                        Reply::error(
+                            None,
+                            format!(
+                                "vCPU(s) {running:?} did not stop within {} s; the guest runs on",
+                                PAUSE_DEADLINE.as_secs()
+                            ),
+                            false,
+                        )
+                    }
+                }
+            }),
+            Command::Resume => self.gdb_refusal("resume").unwrap_or_else(|| {
+                let hub = self.dumper.hub();
+                hub.release_all();
+                *paused = false;
+                Reply::ok(None, json!({"paused": false}))
+            }),
+            Command::Dump { file } => {
+                self.gdb_refusal("dump")
+                    .unwrap_or_else(|| match self.dumper.dump(&file, None) {
+                        Ok(info) => {
+                            Reply::ok(None, serde_json::to_value(info).unwrap_or(Value::Null))
+                        }
+                        Err(e) => Reply::error(None, e.to_string(), e.is_usage()),
+                    })
+            }
+            Command::Media {
+                action,
+                dimm,
+                range,
+            } => match self.media.run(action, dimm, range.as_deref()) {
+                Ok(v) => Reply::ok(None, v),
+                Err((e, usage)) => Reply::error(None, e, usage),
+            },
+            Command::Health { dimm, action } => match self.media.health(dimm, action) {
+                Ok(v) => Reply::ok(None, v),
+                Err((e, usage)) => Reply::error(None, e, usage),
+            },
+        };
+        reply.id = id;
+        reply
+    }
+
+    fn stats(&self, paused: bool) -> Value {
+        json!({
+            "uptime_ms": u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "paused": paused,
+            "guest_panicked": self.pvpanic.panicked(),
+            "exits": self.counters.exits.snapshot(),
+            "platform_events": self.media.events.as_ref().map(|e| {
+                let (raised, read) = e.counts();
+                json!({"raised": raised, "read_by_guest": read})
+            }),
+            "nvdimms": self.counters.nvdimms(),
+            "dsm": self.counters.dsm.as_ref().map(|d| {
+                let s = d.stats();
+                let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+                json!({
+                    "calls": g(&s.calls),
+                    "errors": g(&s.errors),
+                    "label_bytes_read": g(&s.label_bytes_read),
+                    "label_bytes_written": g(&s.label_bytes_written),
+                    "label_syncs": g(&s.label_syncs),
+                })
+            }),
+        })
+    }
+}
+
+/// The uid of the process at the other end of `stream`.
+fn peer_uid(stream: &UnixStream) -> Option<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::ucred>()).ok()?;
+    // SAFETY: the fd is a connected Unix socket owned by `stream`; `cred`
+    // and `len` are valid for writes of the sizes given.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            std::ptr::from_mut(&mut cred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(cred.uid)
+}
+
+/// Serves `listener` with `control` until `exit` has a request.
+pub fn spawn(
+    listener: ApiListener,
+    control: Arc<Control>,
+    exit: Arc<ExitNotifier>,
+) -> std::io::Result<JoinHandle<()>> {
+    listener.listener.set_nonblocking(true)?;
+    std::thread::Builder::new()
+        .name("api".into())
+        .spawn(move || accept_loop(&listener, &control, &exit))
+}
+
+fn accept_loop(listener: &ApiListener, control: &Arc<Control>, exit: &Arc<ExitNotifier>) {
+    let clients = Arc::new(AtomicUsize::new(0));
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    while exit.get().is_none() {
+        let mut stream = match listener.listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::thread::sleep(POLL);
+                continue;
+            }
+            Err(e) => {
+                log::warn!("--api {}: accept failed: {e}", listener.path().display());
+                std::thread::sleep(POLL);
+                continue;
+            }
+        };
+        let _ = stream.set_nonblocking(false);
+        if !peer_uid(&stream).is_some_and(|u| u == me || u == 0) {
+            let e = Reply::error(
+                None,
+                "this control socket takes connections from its owner only".into(),
+                false,
+            );
+            let _ = stream.write_all(&e.line());
+            continue;
+        }
+        if clients.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
+            clients.fetch_sub(1, Ordering::SeqCst);
+            let e = Reply::error(
+                None,
+                format!("{MAX_CLIENTS} clients are connected already; try again"),
+                false,
+            );
+            let _ = stream.write_all(&e.line());
+            continue;
+        }
+        let (control, exit, count) = (control.clone(), exit.clone(), clients.clone());
+        let spawned = std::thread::Builder::new()
+            .name("api-client".into())
+            .spawn(move || {
+                serve(stream, &control, &exit);
+                count.fetch_sub(1, Ordering::SeqCst);
+            });
+        if let Err(e) = spawned {
+            clients.fetch_sub(1, Ordering::SeqCst);
+            log::warn!("--api: cannot start a client thread: {e}");
+        }
+    }
+}
+
+/// Reads one line of at most [`MAX_LINE`] bytes into `line`; Ok(false) at
+/// the end of the stream. A longer line is consumed up to its newline and
+/// reported as too long.
+fn read_line(
+    reader: &mut BufReader<UnixStream>,
+    line: &mut Vec<u8>,
+    exit: &ExitNotifier,
+) -> std::io::Result<Option<bool>> {
+    line.clear();
+    let mut too_long = false;
+    loop {
+        if exit.get().is_some() {
+            return Ok(None);
+        }
+        let buf = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok(if line.is_empty() && !too_long {
+                None
+            } else {
+                Some(too_long)
+            });
+        }
+        let (chunk, done) = match memchr::memchr(b'\n', buf) {
+            Some(i) => (&buf[..i], i + 1),
+            None => (buf, buf.len()),
+        };
+        if !too_long {
+            if line.len() + chunk.len() >= MAX_LINE {
+                too_long = true;
+                line.clear();
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        let ended = done > chunk.len();
+        reader.consume(done);
+        if ended {
+            return Ok(Some(too_long));
+        }
+    }
+}
+
+fn serve(stream: UnixStream, control: &Control, exit: &ExitNotifier) {
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let _ = stream.set_read_timeout(Some(POLL));
+    let mut reader = BufReader::with_capacity(8192, stream);
+    let mut line = Vec::new();
+    loop {
+        let reply = match read_line(&mut reader, &mut line, exit) {
+            Ok(None) | Err(_) => return,
+            Ok(Some(true)) => {
+                Reply::error(None, protocol::ProtocolError::TooLong.to_string(), true)
+            }
+            Ok(Some(false)) if line.iter().all(u8::is_ascii_whitespace) => continue,
+            Ok(Some(false)) => match protocol::parse(&line) {
+                Ok(request) => control.run(request),
+                Err(e) => Reply::error(None, e.to_string(), true),
+            },
+        };
+        if writer.write_all(&reply.line()).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (BufReader<UnixStream>, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_read_timeout(Some(POLL)).unwrap();
+        (BufReader::with_capacity(16, a), b)
+    }
+
+    #[test]
+    fn lines_are_read_whole_and_an_overlong_one_is_refused_and_skipped() {
+        let exit = ExitNotifier::new().unwrap();
+        let (mut r, mut w) = pair();
+        let mut long = vec![b'x'; MAX_LINE + 10];
+        long.push(b'\n');
+        w.write_all(b"{\"command\":\"stats\"}\n").unwrap();
+        w.write_all(&long).unwrap();
+        w.write_all(b"tail").unwrap();
+        drop(w);
+        let mut line = Vec::new();
+        assert_eq!(read_line(&mut r, &mut line, &exit).unwrap(), Some(false));
+        assert_eq!(line, b"{\"command\":\"stats\"}");
+        assert_eq!(read_line(&mut r, &mut line, &exit).unwrap(), Some(true));
+        assert!(line.is_empty(), "an overlong line is not kept");
+        assert_eq!(read_line(&mut r, &mut line, &exit).unwrap(), Some(false));
+        assert_eq!(line, b"tail", "a last line without newline counts");
+        assert_eq!(read_line(&mut r, &mut line, &exit).unwrap(), None);
+    }
+
+    #[test]
+    fn a_reader_leaves_when_the_vm_ends() {
+        let exit = ExitNotifier::new().unwrap();
+        let (mut r, _w) = pair();
+        exit.request(devices::exit::ExitRequest::PowerOff);
+        let mut line = Vec::new();
+        assert_eq!(read_line(&mut r, &mut line, &exit).unwrap(), None);
+    }
+
+    #[test]
+    fn the_peer_is_this_user() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        // SAFETY: geteuid has no arguments and cannot fail.
+        assert_eq!(peer_uid(&a), Some(unsafe { libc::geteuid() }));
+    }
+}
