@@ -2,7 +2,8 @@
 //! after its fence when it flushes the region (REQ_PREFLUSH, FUA, shutdown,
 //! `deep_flush`); the write exits to pmemvm, which fdatasyncs that DIMM's
 //! backing file before the vCPU continues — so a guest flush means the data
-//! is on the host's stable storage.
+//! is on the host's stable storage. A [`FlushObserver`] (the flush recorder
+//! of `record=`) sees each flush first.
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +21,13 @@ pub struct FlushStats {
     pub failures: AtomicU64,
 }
 
+/// Something that must see every guest flush of one DIMM before the
+/// vCPU continues (pmemvm's flush recorder).
+pub trait FlushObserver: Send + Sync + std::fmt::Debug {
+    /// Called on the flushing vCPU's thread; an error ends the VM with it.
+    fn flushed(&self) -> Result<(), String>;
+}
+
 /// One DIMM's backing file as seen by the flush-hint device.
 #[derive(Debug)]
 pub struct FlushTarget {
@@ -29,6 +37,8 @@ pub struct FlushTarget {
     pub path: String,
     /// Counters of this DIMM.
     pub stats: Arc<FlushStats>,
+    /// Sees each flush before the file is synced (`None`: nothing extra).
+    pub observer: Option<Arc<dyn FlushObserver>>,
 }
 
 /// Flush-hint pages of all DIMMs, `page_size` bytes each, in DIMM order.
@@ -73,6 +83,16 @@ impl BusDevice for FlushHintDevice {
         else {
             return;
         };
+        if let Some(observer) = &target.observer {
+            if let Err(e) = observer.flushed() {
+                target.stats.failures.fetch_add(1, Ordering::Relaxed);
+                self.exit.request(ExitRequest::StorageFailure(format!(
+                    "recording a guest flush of NVDIMM {} failed: {e}",
+                    target.path
+                )));
+                return;
+            }
+        }
         match target.file.sync_data() {
             Ok(()) => {
                 target.stats.flushes.fetch_add(1, Ordering::Relaxed);
@@ -103,6 +123,7 @@ mod tests {
                 file: Arc::new(f),
                 path: n.to_string(),
                 stats: Arc::new(FlushStats::default()),
+                observer: None,
             }
         };
         let (a, b) = (mk("a"), mk("b"));

@@ -28,6 +28,8 @@ use cli_cases::*;
 /// Files the cases refer to, created before the first snapshot.
 fn populate(d: &Path) {
     std::fs::create_dir(d.join("adir")).expect("adir");
+    std::fs::create_dir(d.join("recfull")).expect("recfull");
+    std::fs::write(d.join("recfull/mine"), b"keep").expect("recfull/mine");
     std::fs::create_dir(d.join("tmp")).expect("tmp");
     std::fs::write(d.join("notelf"), b"this is no kernel\n").expect("notelf");
     std::fs::write(d.join("empty"), b"").expect("empty");

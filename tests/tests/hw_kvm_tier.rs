@@ -33,7 +33,7 @@ struct TierBinary {
     own_l1: bool,
 }
 
-const TIER: [TierBinary; 8] = [
+const TIER: [TierBinary; 9] = [
     TierBinary {
         name: "kvm_tiny",
         filter: &[],
@@ -78,6 +78,14 @@ const TIER: [TierBinary; 8] = [
         filter: &[],
         at_least: 1,
         asserts: "the terminal restored on every exit path",
+        own_l1: false,
+    },
+    TierBinary {
+        name: "record_flushes",
+        filter: &[],
+        at_least: 2,
+        asserts: "record=: one epoch per guest flush from the dirty log of SVM's KVM, \
+                  crash images after each flush, reproducible torn variants, bad logs refused",
         own_l1: false,
     },
     TierBinary {

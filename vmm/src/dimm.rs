@@ -26,6 +26,8 @@ pub struct Nvdimm {
     pub handle: u32,
     /// Bad ranges, health and unsafe shutdown count ([`crate::media`]).
     pub media: Arc<devices::nvdimm_media::DimmMedia>,
+    /// The flush recorder of `record=`.
+    pub recorder: Option<Arc<crate::record::FlushRecorder>>,
 }
 
 impl Nvdimm {

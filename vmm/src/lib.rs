@@ -41,6 +41,7 @@ pub mod memory;
 pub mod memory_placement;
 pub mod placement;
 pub mod pvpanic;
+pub mod record;
 pub mod run_loop;
 pub(crate) mod services;
 pub mod signals;

@@ -17,8 +17,8 @@ use devices::platform_events::PlatformEvents;
 use devices::power::{AcpiPowerDevice, GuestExitDevice, I8042Device};
 use devices::serial::SerialDevice;
 use kvm_bindings::{
-    kvm_pit_config, kvm_userspace_memory_region, KVM_MAX_CPUID_ENTRIES, KVM_MEM_READONLY,
-    KVM_PIT_SPEAKER_DUMMY,
+    kvm_pit_config, kvm_userspace_memory_region, KVM_MAX_CPUID_ENTRIES, KVM_MEM_LOG_DIRTY_PAGES,
+    KVM_MEM_READONLY, KVM_PIT_SPEAKER_DUMMY,
 };
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use vm_memory::{Address, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
@@ -84,6 +84,9 @@ pub enum VmError {
     /// A DIMM's media state (bad ranges, health, unsafe shutdown count).
     #[error(transparent)]
     Media(#[from] crate::media::MediaSetupError),
+    /// A DIMM's flush recording (`record=`).
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
     /// A KVM call failed.
     #[error("KVM {step} failed: {source}")]
     Kvm {
@@ -143,6 +146,7 @@ impl VmError {
             Self::Media(e) => e.is_usage(),
             Self::Disk(e) => e.is_usage(),
             Self::Huge(e) => e.is_usage(),
+            Self::Record(e) => e.is_usage(),
             Self::Placement(e) => !matches!(
                 e,
                 PlacementError::Bind { .. } | PlacementError::Affinity { .. }
@@ -205,7 +209,7 @@ pub struct RunOutcome {
 
 /// A VM ready to run.
 pub struct Vm {
-    pub(crate) vm_fd: VmFd,
+    pub(crate) vm_fd: Arc<VmFd>,
     pub(crate) mem: GuestMemoryMmap,
     pub(crate) nvdimms: Vec<Nvdimm>,
     pub(crate) legacy_pmem: Vec<LegacyPmem>,
@@ -257,6 +261,14 @@ fn open_kvm() -> Result<Kvm, VmError> {
     })
 }
 
+/// `KVM_MEM_READONLY` for a read-only mapping.
+fn readonly_flag(readonly: bool) -> u32 {
+    match readonly {
+        true => KVM_MEM_READONLY,
+        false => 0,
+    }
+}
+
 /// Registers a host mapping as guest memory.
 fn add_memslot(
     vm: &VmFd,
@@ -264,11 +276,11 @@ fn add_memslot(
     guest: u64,
     host: *mut u8,
     size: u64,
-    readonly: bool,
+    flags: u32,
 ) -> Result<(), VmError> {
     let region = kvm_userspace_memory_region {
         slot,
-        flags: if readonly { KVM_MEM_READONLY } else { 0 },
+        flags,
         guest_phys_addr: guest,
         memory_size: size,
         userspace_addr: host as u64,
@@ -390,7 +402,7 @@ impl Vm {
         )?;
         boot::detect_format(&config.kernel)?;
 
-        let vm_fd = kvm.create_vm().map_err(kvm_err("VM creation"))?;
+        let vm_fd = Arc::new(kvm.create_vm().map_err(kvm_err("VM creation"))?);
         vm_fd
             .set_tss_address(0xfffb_d000)
             .map_err(kvm_err("TSS address"))?;
@@ -424,7 +436,7 @@ impl Vm {
                 region.start_addr().raw_value(),
                 host,
                 region.len(),
-                false,
+                0,
             )?;
             slot += 1;
         }
@@ -449,6 +461,9 @@ impl Vm {
         if let Some(p) = &config.channel {
             check_output("channel file", p)?;
         }
+        for dir in config.nvdimms.iter().filter_map(|n| n.record.as_deref()) {
+            crate::record::check_dir(dir)?;
+        }
         // Disks are only opened (never created): before any DIMM file is.
         let open_disks = crate::disk::open_all(&config.disks)?;
         // From here on the user's files may be created.
@@ -463,7 +478,14 @@ impl Vm {
                 placement::bind_memory(mapping.as_ptr() as usize, mapping.size(), node, &what)?;
             }
             let size = mapping.size() as u64;
-            add_memslot(&vm_fd, slot, base, mapping.as_ptr(), size, b.spec.readonly)?;
+            add_memslot(
+                &vm_fd,
+                slot,
+                base,
+                mapping.as_ptr(),
+                size,
+                readonly_flag(b.spec.readonly),
+            )?;
             slot += 1;
             legacy_pmem.push(LegacyPmem {
                 backing: b,
@@ -477,17 +499,34 @@ impl Vm {
         for (i, (b, base)) in backings.into_iter().zip(bases).enumerate() {
             let mapping = b.map()?;
             crate::memory_placement::place_dimm(&b, &mapping, base, config.placement.host_node)?;
+            // A recorded DIMM's slot keeps KVM's dirty log: each flush takes
+            // the pages stored to since the one before.
+            let dirty_log = match b.spec.record.is_some() {
+                true => KVM_MEM_LOG_DIRTY_PAGES,
+                false => 0,
+            };
             add_memslot(
                 &vm_fd,
                 slot,
                 base,
                 mapping.as_ptr(),
                 mapping.size() as u64,
-                b.spec.readonly,
+                readonly_flag(b.spec.readonly) | dirty_log,
             )?;
-            slot += 1;
             let handle = acpi::nfit_handle(u32::try_from(i).unwrap_or(u32::MAX));
             let media = crate::media::start(&b, handle, base, &mut media_started)?;
+            let recorder = match &b.spec.record {
+                Some(dir) => Some(Arc::new(crate::record::FlushRecorder::start(
+                    dir,
+                    vm_fd.clone(),
+                    slot,
+                    b.file.clone(),
+                    &b.display,
+                    mapping.size() as u64,
+                )?)),
+                None => None,
+            };
+            slot += 1;
             nvdimms.push(Nvdimm {
                 backing: b,
                 mapping,
@@ -495,6 +534,7 @@ impl Vm {
                 flush_stats: Arc::new(FlushStats::default()),
                 handle,
                 media,
+                recorder,
             });
         }
 
@@ -565,6 +605,10 @@ impl Vm {
                     file: n.backing.file.clone(),
                     path: n.backing.display.clone(),
                     stats: n.flush_stats.clone(),
+                    observer: n
+                        .recorder
+                        .clone()
+                        .map(|r| r as Arc<dyn devices::nvdimm::FlushObserver>),
                 })
                 .collect();
             let dev = FlushHintDevice::new(targets, layout::NVDIMM_FLUSH_HINT_SIZE, exit.clone());

@@ -48,6 +48,7 @@ pub fn run(data: &[u8]) {
             file: file.clone(),
             path: format!("dimm{i}"),
             stats: s.clone(),
+            observer: None,
         })
         .collect();
     let exit = Arc::new(ExitNotifier::new().expect("eventfd"));

@@ -123,6 +123,35 @@ pub(crate) fn cases() -> Vec<Case> {
             &["boot", KERNEL, "{K}", "--nvdimm", "16M,badblocks=4096"],
             "badblocks=4096",
         ),
+        // record=: the directory, the DIMM, the engine; crash-images' inputs.
+        case(&["boot", KERNEL, "{K}", "--nvdimm", "16M,record="], "record= needs a directory"),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/ro.img,readonly,record={D}/r"],
+            "record= needs a writable DIMM",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/new.img,record={D}/recfull"],
+            "recfull is not empty",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/new.img,record={D}/notelf"],
+            "notelf is not a directory",
+        ),
+        kvm(
+            &["boot", KERNEL, "{K}", "--nvdimm", "16M,file={D}/new.img,record={D}/no/such"],
+            "its parent",
+        ),
+        case(
+            &["run", "--engine", "qemu", "--nvdimm", "16M,record={D}/r", "--fio", "{D}/job.fio"],
+            "QEMU's NVDIMM has no flush hints",
+        ),
+        case(&["crash-images", "{D}/adir", "--out", "{D}/o"], "is not a pmemvm flush log"),
+        case(&["crash-images", "{D}/recfull", "--out", "{D}/o"], "is not a pmemvm flush log"),
+        case(&["crash-images", "{D}/adir", "--out", "{D}/o", "--every", "0"], "--every 0"),
+        case(
+            &["crash-images", "{D}/adir", "--out", "{D}/o", "--at", "1", "--every", "2"],
+            "cannot be used with",
+        ),
         case(&["nvdimm", "badblocks", "{D}/missing.img"], "missing.img does not exist"),
         case(&["nvdimm", "badblocks", "{D}"], "is not a pmemvm NVDIMM backing file"),
         case(

@@ -41,6 +41,9 @@ pub enum Command {
     /// Talk to a running VM's control socket (`--api PATH`): its counters,
     /// pause and resume, a dump of its memory.
     Ctl(CtlArgs),
+    /// Write the DIMM file as power loss after each recorded flush would
+    /// leave it (`--nvdimm ...,record=DIR`), with torn variants on request.
+    CrashImages(crate::crash_commands::CrashImagesArgs),
     /// Check what a command needs on this host, without running it: prints
     /// `install PACKAGE` and `image` lines (used by the ./pmemvm wrapper).
     Preflight(PreflightArgs),

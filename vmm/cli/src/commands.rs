@@ -519,6 +519,7 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
         }
         Command::Acpi(_)
         | Command::Ctl(_)
+        | Command::CrashImages(_)
         | Command::Preflight(_)
         | Command::Kconfig(_)
         | Command::Nvdimm(_)

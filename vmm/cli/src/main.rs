@@ -6,6 +6,7 @@ mod bench_commands;
 mod boot_commands;
 mod cli;
 mod commands;
+mod crash_commands;
 mod ctl;
 mod fleet_commands;
 
@@ -99,6 +100,22 @@ fn ctl(args: &crate::cli::CtlArgs) -> Result<u8, Failure> {
     }
 }
 
+fn crash_images(args: &crate::crash_commands::CrashImagesArgs) -> Result<u8, Failure> {
+    match crate::crash_commands::crash_images(args) {
+        Ok(text) => {
+            println!("{text}");
+            Ok(0)
+        }
+        Err(e) => Err(Failure {
+            status: match crate::crash_commands::is_usage(&e) {
+                true => exit_status::USAGE,
+                false => exit_status::RUNTIME_ERROR,
+            },
+            error: Box::new(e),
+        }),
+    }
+}
+
 fn kconfig(args: &KconfigArgs) -> Result<u8, Failure> {
     Ok(crate::commands::kconfig(args)?)
 }
@@ -138,6 +155,7 @@ fn main() -> ExitCode {
         Command::Preflight(a) => preflight(a),
         Command::Kconfig(a) => kconfig(a),
         Command::Ctl(a) => ctl(a),
+        Command::CrashImages(a) => crash_images(a),
         Command::Nvdimm(NvdimmCommand::Badblocks { file }) => nvdimm_badblocks(file),
         Command::RunJob(a) => Ok(lab::child::serve(&a.spec, &a.outcome)),
     };

@@ -75,6 +75,9 @@ pub enum RunError {
     /// `--api`/`--dump-on-panic` with an engine other than pmemvm.
     #[error("--api and --dump-on-panic apply to --engine pmemvm only, and this run's engine is {0}: QEMU has its own (QMP's dump-guest-memory, -device pvpanic); with --engine nested, run pmemvm in the L1 yourself")]
     ControlPmemvmOnly(&'static str),
+    /// `record=` with the QEMU engine.
+    #[error("--nvdimm ...,record={0} needs pmemvm's NVDIMM (--engine pmemvm or nested): QEMU's NVDIMM has no flush hints, so a guest on it makes no flush pmemvm could record")]
+    RecordOnQemu(String),
 
     /// Host I/O.
     #[error("{what}: {source}")]
@@ -99,7 +102,7 @@ impl RunError {
             }
             Self::Transfer(e) => e.is_usage(),
             Self::Modules(e) => e.is_usage(),
-            Self::PmemvmOnly(_) | Self::ControlPmemvmOnly(_) => true,
+            Self::PmemvmOnly(_) | Self::ControlPmemvmOnly(_) | Self::RecordOnQemu(_) => true,
             Self::Api(e) => e.is_usage(),
             Self::Dump(e) => e.is_usage(),
             Self::Job(_) | Self::Io { .. } => false,
@@ -386,6 +389,9 @@ pub fn engine_for(spec: &RunSpec) -> Result<Engine, RunError> {
         }
         if let Some(l) = spec.legacy_pmem.first() {
             return Err(engine::EngineError::LegacyPmemOnQemu(l.to_string()).into());
+        }
+        if let Some(dir) = spec.nvdimms.iter().find_map(|n| n.record.as_deref()) {
+            return Err(RunError::RecordOnQemu(dir.display().to_string()));
         }
     }
     Ok(engine)

@@ -33,7 +33,7 @@ pub enum ConfigError {
         nearest: String,
     },
     /// An `--nvdimm` option this version does not know.
-    #[error("--nvdimm option '{0}' is not known; accepted: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,hugepages][,node=N][,badblocks=OFFSET+LEN[:OFFSET+LEN...]]")]
+    #[error("--nvdimm option '{0}' is not known; accepted: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,hugepages][,node=N][,badblocks=OFFSET+LEN[:OFFSET+LEN...]][,record=DIR]")]
     NvdimmOption(String),
     /// An `--nvdimm` option given twice.
     #[error("--nvdimm option '{0}' is given more than once")]
@@ -41,6 +41,12 @@ pub enum ConfigError {
     /// An `--nvdimm` `file=` with an empty path.
     #[error("--nvdimm file= needs a path, got an empty one")]
     EmptyPath,
+    /// An `--nvdimm` `record=` with an empty path.
+    #[error("--nvdimm record= needs a directory, got an empty path")]
+    EmptyRecord,
+    /// `record=` on a read-only DIMM.
+    #[error("--nvdimm record= needs a writable DIMM: with readonly the guest can store nothing to record; drop one of them")]
+    RecordReadOnly,
     /// A label area that does not fit or is misaligned.
     #[error("--nvdimm label-size={value} is not valid: {why}")]
     LabelSize {
@@ -147,6 +153,9 @@ pub struct NvdimmSpec {
     pub node: Option<u32>,
     /// Bad ranges to add with `badblocks=`: (offset from the region start, length).
     pub badblocks: Vec<(u64, u64)>,
+    /// Record every guest flush into this directory (`record=`; [`crate::record`]).
+    #[serde(default)]
+    pub record: Option<PathBuf>,
 }
 
 impl NvdimmSpec {
@@ -162,6 +171,7 @@ impl NvdimmSpec {
             hugepages: false,
             node: None,
             badblocks: Vec::new(),
+            record: None,
         }
     }
 
@@ -243,6 +253,7 @@ impl std::str::FromStr for NvdimmSpec {
             hugepages: false,
             node: None,
             badblocks: Vec::new(),
+            record: None,
         };
         let options =
             spec_options(parts).map_err(|key| ConfigError::NvdimmDuplicate(key.to_string()))?;
@@ -256,11 +267,16 @@ impl std::str::FromStr for NvdimmSpec {
                 ("label-size", Some(v)) => out.label_size = parse_label_size(v)?,
                 ("node", Some(v)) => out.node = Some(parse_node(v)?),
                 ("badblocks", Some(v)) => out.badblocks = badblocks::parse_badblocks(v, size)?,
+                ("record", Some("")) => return Err(ConfigError::EmptyRecord),
+                ("record", Some(v)) => out.record = Some(PathBuf::from(v)),
                 _ => return Err(ConfigError::NvdimmOption(part.to_string())),
             }
         }
         if out.hugepages && out.file.is_some() {
             return Err(ConfigError::HugepagesWithFile);
+        }
+        if out.readonly && out.record.is_some() {
+            return Err(ConfigError::RecordReadOnly);
         }
         if size
             .checked_add(out.label_size + layout::NVDIMM_IDENTITY_SIZE)

@@ -34,7 +34,7 @@ pub fn l1_memory_mib(guest_bytes: u64) -> u32 {
 
 /// The `--nvdimm` option of `spec` with its backing file at `path` (as the
 /// L1 sees it).
-fn nvdimm_arg(spec: &NvdimmSpec, path: &str) -> String {
+fn nvdimm_arg(spec: &NvdimmSpec, path: &str, record: Option<&str>) -> String {
     let mut s = format!("{},file={path}", spec.size);
     if spec.readonly {
         s.push_str(",readonly");
@@ -54,7 +54,46 @@ fn nvdimm_arg(spec: &NvdimmSpec, path: &str) -> String {
             .collect();
         s.push_str(&format!(",badblocks={}", ranges.join(":")));
     }
+    if let Some(dir) = record {
+        s.push_str(&format!(",record={dir}"));
+    }
     s
+}
+
+/// Where a `record=` directory is in L1: its parent (which must exist)
+/// shared like a backing file's directory, the directory by its name there.
+fn place_record_dir(dir: &Path, mounts: &mut Vec<Mount>) -> Result<String, NestedError> {
+    let bad = |why: String| NestedError::BackingFile {
+        file: dir.to_path_buf(),
+        why,
+    };
+    vmm::record::check_dir(dir).map_err(|e| bad(e.to_string()))?;
+    let name = dir
+        .file_name()
+        .ok_or_else(|| bad("it names no directory".into()))?
+        .to_string_lossy()
+        .into_owned();
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let host_dir = parent
+        .canonicalize()
+        .map_err(|e| bad(format!("its parent cannot be shared into the L1 VM ({e})")))?;
+    let mount = match mounts.iter().find(|m| m.host_dir == host_dir) {
+        Some(m) => m.clone(),
+        None => {
+            let n = mounts.len();
+            let m = Mount {
+                tag: format!("dimm{n}"),
+                host_dir,
+                l1_dir: format!("/host/dimm{n}"),
+            };
+            mounts.push(m.clone());
+            m
+        }
+    };
+    Ok(format!("{}/{name}", mount.l1_dir))
 }
 
 /// vCPUs of the L1 VM for a guest of `guest_cpus`: as many as the guest has
@@ -176,8 +215,12 @@ fn place_dimms(
             &mut mounts,
             &mut locks,
         )?;
+        let record = match &spec.record {
+            Some(dir) => Some(place_record_dir(dir, &mut mounts)?),
+            None => None,
+        };
         args.push("--nvdimm".to_string());
-        args.push(nvdimm_arg(spec, &path));
+        args.push(nvdimm_arg(spec, &path, record.as_deref()));
     }
     for (i, spec) in legacy.iter().enumerate() {
         let temp = format!("legacy{i}.img");

@@ -1,0 +1,71 @@
+//! `pmemvm crash-images`: the DIMM file after power loss at each recorded
+//! flush (`--nvdimm ...,record=DIR`; docs/crash-consistency.md).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use vmm::record::images::{self, ImageError, Request, Selection};
+
+/// `pmemvm crash-images DIR --out OUT [--at N|--every K|--all] [--torn SEED]`.
+#[derive(Debug, Args)]
+pub struct CrashImagesArgs {
+    /// The directory a run recorded into (`--nvdimm ...,record=DIR`).
+    pub dir: PathBuf,
+    /// Where the images and images.json go: a new or empty directory.
+    #[arg(long, value_name = "OUT")]
+    pub out: PathBuf,
+    /// Only the image after flush N (0: before the first flush).
+    #[arg(long, value_name = "N", group = "which")]
+    pub at: Option<u64>,
+    /// The images after flushes 0, K, 2K, ... and the last.
+    #[arg(long, value_name = "K", group = "which")]
+    pub every: Option<u64>,
+    /// Every flush's image (the default).
+    #[arg(long, group = "which")]
+    pub all: bool,
+    /// Also a torn variant of each image: a random subset, drawn with SEED,
+    /// of the 64-byte lines stored after that flush (the same SEED gives the
+    /// same bytes).
+    #[arg(long, value_name = "SEED")]
+    pub torn: Option<u64>,
+    /// Use a log that ends without its end record (pmemvm was killed while
+    /// recording): its complete flushes only.
+    #[arg(long)]
+    pub partial: bool,
+}
+
+/// Bad input (exit status 2) or a failure while writing (1).
+pub fn is_usage(e: &ImageError) -> bool {
+    !matches!(e, ImageError::Io { .. })
+}
+
+/// Writes the images and prints what was written.
+pub fn crash_images(a: &CrashImagesArgs) -> Result<String, ImageError> {
+    let select = match (a.at, a.every) {
+        (Some(n), _) => Selection::At(n),
+        (_, Some(k)) => Selection::Every(k),
+        _ => Selection::All,
+    };
+    let m = images::write(&Request {
+        dir: a.dir.clone(),
+        out: a.out.clone(),
+        select,
+        torn: a.torn,
+        partial: a.partial,
+    })?;
+    let torn = m.images.iter().filter(|i| i.torn.is_some()).count();
+    let first = m.images.first().map_or(0, |i| i.flush);
+    let last = m.images.last().map_or(0, |i| i.flush);
+    Ok(format!(
+        "{} crash image{} of {} (after flush {first}{}; the log recorded flushes 1 to {}{}){} in {}; what each holds: {}",
+        m.images.len(),
+        if m.images.len() == 1 { "" } else { "s" },
+        m.dimm,
+        if first == last { String::new() } else { format!(" to {last}") },
+        m.last_flush,
+        if m.complete { "" } else { ", cut short" },
+        if torn > 0 { format!(", {torn} torn variant{}", if torn == 1 { "" } else { "s" }) } else { String::new() },
+        a.out.display(),
+        a.out.join(images::MANIFEST).display()
+    ))
+}

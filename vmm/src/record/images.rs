@@ -1,0 +1,496 @@
+//! Crash images from a flush log (`pmemvm crash-images`): the DIMM file as
+//! power loss right after flush N would leave it — base.img with epochs
+//! 1..=N applied — and, with a seed, a torn variant of each that also holds
+//! a random subset of the 64-byte lines stored after flush N (what reaches
+//! the media of a platform whose caches drain in no promised order before
+//! the next flush). The same log and seed give the same bytes.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::log::{EpochEntry, FlushLog, LogError, LINE, PAGE};
+use super::sparse;
+
+/// Which flushes get an image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selection {
+    /// Every flush, and flush 0 (power lost before the first flush).
+    All,
+    /// Only flush N.
+    At(u64),
+    /// Flushes 0, K, 2K, ... and the last.
+    Every(u64),
+}
+
+impl Selection {
+    fn wants(self, n: u64, last: u64) -> bool {
+        match self {
+            Selection::All => true,
+            Selection::At(at) => n == at,
+            Selection::Every(k) => n.is_multiple_of(k.max(1)) || n == last,
+        }
+    }
+}
+
+/// Errors making images. Each names the value or file.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// The log cannot be used.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// OUT exists and holds files.
+    #[error("--out {0} is not empty; crash images go into a new or empty directory (pmemvm never overwrites files it did not write)")]
+    OutNotEmpty(PathBuf),
+    /// OUT cannot be created.
+    #[error("--out {path} cannot be used: {why}; give a directory pmemvm can create and write")]
+    OutUnusable {
+        /// The directory.
+        path: PathBuf,
+        /// What failed.
+        why: String,
+    },
+    /// `--at` past the log's last flush.
+    #[error("--at {at} is past the last flush of {log}, which recorded flushes 1 to {last} (0 is the state before the first); give --at from 0 to {last}")]
+    AtPastEnd {
+        /// What was asked.
+        at: u64,
+        /// The log.
+        log: PathBuf,
+        /// Its last flush.
+        last: u64,
+    },
+    /// `--every 0`.
+    #[error("--every 0 is not valid; give a number of flushes from 1 up")]
+    EveryZero,
+    /// Reading or writing failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// One image in the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageInfo {
+    /// The flush after which power was lost (0: before the first).
+    pub flush: u64,
+    /// Its file, in OUT.
+    pub file: String,
+    /// Nanoseconds from the recording's start to that flush.
+    pub time_ns: u64,
+    /// The vCPU that flushed (`None` for flush 0 or an unknown thread).
+    pub vcpu: Option<u32>,
+    /// The torn variant, with `--torn`.
+    pub torn: Option<TornInfo>,
+}
+
+/// A torn variant: which later lines it holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TornInfo {
+    /// Its file, in OUT.
+    pub file: String,
+    /// The seed it was drawn with.
+    pub seed: u64,
+    /// Where the later stores come from: "flush N+1" or "tail".
+    pub from: String,
+    /// 64-byte lines stored after the flush (different from the image).
+    pub lines_after: u64,
+    /// Byte offsets in the region of the lines this variant holds.
+    pub lines_applied: Vec<u64>,
+}
+
+/// What `crash-images` wrote (OUT/images.json).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Manifest {
+    /// The recorded DIMM.
+    pub dimm: String,
+    /// Bytes of its region.
+    pub region_size: u64,
+    /// Its last recorded flush.
+    pub last_flush: u64,
+    /// False when the log was used with --partial.
+    pub complete: bool,
+    /// The images.
+    pub images: Vec<ImageInfo>,
+}
+
+/// The manifest's file name in OUT.
+pub const MANIFEST: &str = "images.json";
+
+/// What to make.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The record directory.
+    pub dir: PathBuf,
+    /// Where images go (new or empty).
+    pub out: PathBuf,
+    /// Which flushes.
+    pub select: Selection,
+    /// Torn variants with this seed.
+    pub torn: Option<u64>,
+    /// Accept a log without its end record.
+    pub partial: bool,
+}
+
+/// Writes the images `req` asks for and their manifest; returns the manifest.
+pub fn write(req: &Request) -> Result<Manifest, ImageError> {
+    if req.select == Selection::Every(0) {
+        return Err(ImageError::EveryZero);
+    }
+    let mut log = FlushLog::open(&req.dir, req.partial)?;
+    let last = log.last();
+    if let Selection::At(at) = req.select {
+        if at > last {
+            return Err(ImageError::AtPastEnd {
+                at,
+                log: log.path.clone(),
+                last,
+            });
+        }
+    }
+    let created = prepare_out(&req.out)?;
+    let mut guard = OutGuard {
+        out: req.out.clone(),
+        created,
+        files: Vec::new(),
+        armed: true,
+    };
+    let io = |what: String| move |source| ImageError::Io { what, source };
+    let work_path = req.out.join(".work.img");
+    let work = new_file(&work_path).map_err(io(format!("creating {}", work_path.display())))?;
+    guard.files.push(work_path.clone());
+    let base = File::open(&log.base).map_err(io(format!("opening {}", log.base.display())))?;
+    let size = log.header.file_size;
+    sparse::copy(&base, &work, size).map_err(io(format!("copying {}", log.base.display())))?;
+    let mut images = Vec::new();
+    let epochs = log.epochs.clone();
+    for n in 0..=last {
+        let entry = match n {
+            0 => None,
+            _ => epochs.get(usize::try_from(n - 1).unwrap_or(usize::MAX)),
+        };
+        if let Some(e) = entry {
+            apply(&mut log, e, &work)?;
+        }
+        if !req.select.wants(n, last) {
+            continue;
+        }
+        let name = format!("flush-{n:06}.img");
+        let path = req.out.join(&name);
+        copy_to(&work, &path, size, &mut guard)?;
+        let torn = match req.torn {
+            None => None,
+            Some(seed) => {
+                let next = epochs
+                    .get(usize::try_from(n).unwrap_or(usize::MAX))
+                    .map(|e| (e.clone(), format!("flush {}", n + 1)))
+                    .or_else(|| log.tail.clone().map(|t| (t, "tail".to_string())));
+                let torn_name = format!("flush-{n:06}-torn.img");
+                let torn_path = req.out.join(&torn_name);
+                let torn_file = copy_to(&work, &torn_path, size, &mut guard)?;
+                let (lines_after, lines_applied) = match &next {
+                    Some((e, _)) => tear(
+                        &mut log,
+                        e,
+                        &work,
+                        &torn_file,
+                        seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    )?,
+                    None => (0, Vec::new()),
+                };
+                Some(TornInfo {
+                    file: torn_name,
+                    seed,
+                    from: next.map_or_else(
+                        || "nothing (no stores after it were recorded)".into(),
+                        |(_, f)| f,
+                    ),
+                    lines_after,
+                    lines_applied,
+                })
+            }
+        };
+        images.push(ImageInfo {
+            flush: n,
+            file: name,
+            time_ns: entry.map_or(0, |e| e.head.time_ns),
+            vcpu: entry.and_then(|e| (e.head.vcpu != u32::MAX).then_some(e.head.vcpu)),
+            torn,
+        });
+    }
+    drop(work);
+    std::fs::remove_file(&work_path).map_err(io(format!("removing {}", work_path.display())))?;
+    guard.files.retain(|p| p != &work_path);
+    let manifest = Manifest {
+        dimm: log.header.dimm.clone(),
+        region_size: log.header.region_size,
+        last_flush: last,
+        complete: log.complete,
+        images,
+    };
+    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| ImageError::Io {
+        what: "writing the manifest".into(),
+        source: std::io::Error::other(e),
+    })?;
+    let mpath = req.out.join(MANIFEST);
+    std::fs::write(&mpath, json).map_err(io(format!("writing {}", mpath.display())))?;
+    guard.armed = false;
+    Ok(manifest)
+}
+
+/// Applies epoch `e`'s pages and label-area bytes to `work`.
+fn apply(log: &mut FlushLog, e: &EpochEntry, work: &File) -> Result<(), ImageError> {
+    let io = |what: &str| {
+        let what = what.to_string();
+        move |source| ImageError::Io { what, source }
+    };
+    let indexes = log.indexes(e)?;
+    let mut page = vec![0u8; PAGE];
+    for (i, &idx) in indexes.iter().enumerate() {
+        log.page(e, i, &mut page)?;
+        work.write_all_at(&page, idx * PAGE as u64)
+            .map_err(io("writing a crash image"))?;
+    }
+    let meta = log.meta(e)?;
+    if !meta.is_empty() {
+        work.write_all_at(&meta, log.header.region_size)
+            .map_err(io("writing a crash image's label area"))?;
+    }
+    Ok(())
+}
+
+/// Writes into `torn` a seeded subset of the lines `next` stores that
+/// differ from `work` (the state the image shows); returns how many lines
+/// differ and the offsets of those written.
+fn tear(
+    log: &mut FlushLog,
+    next: &EpochEntry,
+    work: &File,
+    torn: &File,
+    seed: u64,
+) -> Result<(u64, Vec<u64>), ImageError> {
+    let io = |source| ImageError::Io {
+        what: "writing a torn crash image".into(),
+        source,
+    };
+    let mut rng = SplitMix(seed);
+    let indexes = log.indexes(next)?;
+    let (mut now, mut later) = (vec![0u8; PAGE], vec![0u8; PAGE]);
+    let mut after = 0u64;
+    let mut applied = Vec::new();
+    for (i, &idx) in indexes.iter().enumerate() {
+        log.page(next, i, &mut later)?;
+        work.read_exact_at(&mut now, idx * PAGE as u64)
+            .map_err(io)?;
+        for l in 0..PAGE / LINE {
+            let r = l * LINE..(l + 1) * LINE;
+            if now[r.clone()] == later[r.clone()] {
+                continue;
+            }
+            after += 1;
+            if rng.next() & 1 == 1 {
+                let at = idx * PAGE as u64 + r.start as u64;
+                torn.write_all_at(&later[r], at).map_err(io)?;
+                applied.push(at);
+            }
+        }
+    }
+    Ok((after, applied))
+}
+
+/// SplitMix64: small, fast, and the same everywhere for a seed.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+fn new_file(p: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(p)
+}
+
+/// A sparse copy of `work` at `path`, remembered for removal on failure.
+fn copy_to(work: &File, path: &Path, size: u64, guard: &mut OutGuard) -> Result<File, ImageError> {
+    let f = new_file(path).map_err(|source| ImageError::Io {
+        what: format!("creating {}", path.display()),
+        source,
+    })?;
+    guard.files.push(path.to_path_buf());
+    sparse::copy(work, &f, size).map_err(|source| ImageError::Io {
+        what: format!("writing {}", path.display()),
+        source,
+    })?;
+    Ok(f)
+}
+
+/// OUT must be new (its parent existing) or empty; true when it was created.
+fn prepare_out(out: &Path) -> Result<bool, ImageError> {
+    let unusable = |why: String| ImageError::OutUnusable {
+        path: out.to_path_buf(),
+        why,
+    };
+    match std::fs::read_dir(out) {
+        Ok(mut entries) => match entries.next() {
+            None => Ok(false),
+            Some(_) => Err(ImageError::OutNotEmpty(out.to_path_buf())),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(out)
+            .map(|()| true)
+            .map_err(|e| unusable(e.to_string())),
+        Err(_) if out.exists() && !out.is_dir() => Err(unusable("it is not a directory".into())),
+        Err(e) => Err(unusable(e.to_string())),
+    }
+}
+
+/// Removes what a failed run wrote into OUT (and OUT, when it made it).
+struct OutGuard {
+    out: PathBuf,
+    created: bool,
+    files: Vec<PathBuf>,
+    armed: bool,
+}
+
+impl Drop for OutGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+        if self.created {
+            let _ = std::fs::remove_dir(&self.out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::log::tests::write_log;
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("pmemvm-img-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn req(dir: &Path, out: &Path, select: Selection, torn: Option<u64>) -> Request {
+        Request {
+            dir: dir.to_path_buf(),
+            out: out.to_path_buf(),
+            select,
+            torn,
+            partial: false,
+        }
+    }
+
+    #[test]
+    fn the_image_after_flush_n_holds_epochs_one_to_n() {
+        let d = tmp("at");
+        write_log(&d, &[(vec![1, 2], 0x11), (vec![2], 0x22)], true);
+        let out = d.join("out");
+        let m = write(&req(&d, &out, Selection::All, None)).unwrap();
+        assert_eq!(
+            m.images.iter().map(|i| i.flush).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        let page = |n: u64, p: usize| {
+            let img = std::fs::read(out.join(format!("flush-{n:06}.img"))).unwrap();
+            img[p * PAGE]
+        };
+        assert_eq!((page(0, 1), page(0, 2)), (0, 0));
+        assert_eq!((page(1, 1), page(1, 2)), (0x11, 0x11));
+        assert_eq!((page(2, 1), page(2, 2)), (0x11, 0x22));
+        assert!(!out.join(".work.img").exists());
+        let again: Manifest =
+            serde_json::from_slice(&std::fs::read(out.join(MANIFEST)).unwrap()).unwrap();
+        assert_eq!(again, m);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn torn_variants_hold_a_seeded_subset_of_the_next_lines() {
+        let d = tmp("torn");
+        write_log(&d, &[(vec![1], 0x11), (vec![1, 5], 0x22)], true);
+        let (a, b) = (d.join("a"), d.join("b"));
+        let ma = write(&req(&d, &a, Selection::At(1), Some(7))).unwrap();
+        let mb = write(&req(&d, &b, Selection::At(1), Some(7))).unwrap();
+        assert_eq!(ma, mb);
+        let t = ma.images[0].torn.clone().unwrap();
+        assert_eq!(
+            t.lines_after,
+            2 * 64,
+            "two pages of new lines after flush 1"
+        );
+        assert!(!t.lines_applied.is_empty() && t.lines_applied.len() < 128);
+        let ta = std::fs::read(a.join(&t.file)).unwrap();
+        assert_eq!(ta, std::fs::read(b.join(&t.file)).unwrap());
+        for l in 0..128u64 {
+            let at = if l < 64 {
+                PAGE as u64 + l * 64
+            } else {
+                5 * PAGE as u64 + (l - 64) * 64
+            };
+            let want = if t.lines_applied.contains(&at) {
+                0x22
+            } else if at < 2 * PAGE as u64 {
+                0x11
+            } else {
+                0
+            };
+            assert_eq!(ta[usize::try_from(at).unwrap()], want, "line at {at}");
+        }
+        let c = d.join("c");
+        let mc = write(&req(&d, &c, Selection::At(1), Some(8))).unwrap();
+        assert_ne!(
+            mc.images[0].torn.as_ref().unwrap().lines_applied,
+            t.lines_applied
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn bad_requests_name_the_value_and_leave_out_alone() {
+        let d = tmp("bad");
+        write_log(&d, &[(vec![1], 1)], true);
+        let out = d.join("out");
+        let e = write(&req(&d, &out, Selection::At(2), None))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--at 2 is past the last flush") && e.contains("from 0 to 1"),
+            "{e}"
+        );
+        assert!(!out.exists());
+        let e = write(&req(&d, &out, Selection::Every(0), None))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--every 0"), "{e}");
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(out.join("mine"), b"keep").unwrap();
+        let e = write(&req(&d, &out, Selection::All, None))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not empty"), "{e}");
+        assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1);
+        let m = write(&req(&d, &d.join("every"), Selection::Every(5), None)).unwrap();
+        assert_eq!(m.images.iter().map(|i| i.flush).collect::<Vec<_>>(), [0, 1]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

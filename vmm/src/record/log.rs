@@ -1,0 +1,613 @@
+//! The flush log's file format: what `record=` writes and `crash-images`
+//! reads (docs/crash-consistency.md, "The log").
+//!
+//! `flush.log` starts with the 8 bytes `PMEMVMFL`, then frames:
+//!
+//! ```text
+//! kind u32 | payload length u64 | payload | CRC-32 of kind, length and payload (u32)
+//! ```
+//!
+//! all little-endian. Kinds: 1 the header (JSON: format, version, DIMM,
+//! sizes), 2 an epoch (what one guest flush made durable), 3 the tail (the
+//! stores after the last flush, taken at exit), 4 the end (JSON: the epoch
+//! count). An epoch or tail payload is
+//!
+//! ```text
+//! number u64 | time ns u64 | vCPU u32 | pages u32 | meta bytes u32 | 0 u32
+//! page indexes (u64 each) | page contents (4 KiB each) | meta bytes
+//! ```
+//!
+//! where "meta" is the backing file's bytes after the region (label area
+//! and identity block), present only when they changed since the previous
+//! epoch. A frame is written whole or not at all as far as a reader can
+//! tell: one cut short or with a wrong CRC is where the log ends.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// The bytes a flush log starts with.
+pub const MAGIC: &[u8; 8] = b"PMEMVMFL";
+/// Page granularity of the dirty log and of epochs.
+pub const PAGE: usize = 4096;
+/// Cache-line granularity of torn images.
+pub const LINE: usize = 64;
+/// Version of the format written here.
+pub const VERSION: u32 = 1;
+/// The log's file name inside the record directory.
+pub const LOG_FILE: &str = "flush.log";
+/// The DIMM file as it was when recording started.
+pub const BASE_FILE: &str = "base.img";
+
+/// Frame kinds.
+pub const KIND_HEADER: u32 = 1;
+/// An epoch frame.
+pub const KIND_EPOCH: u32 = 2;
+/// The tail frame.
+pub const KIND_TAIL: u32 = 3;
+/// The end frame.
+pub const KIND_END: u32 = 4;
+
+const FRAME_HEAD: usize = 12;
+const EPOCH_HEAD: usize = 32;
+/// Largest payload a reader accepts (a hostile length must not make it
+/// allocate without bound): 64 GiB of pages.
+const MAX_PAYLOAD: u64 = 64 << 30;
+
+/// Errors reading a flush log. Each names the file and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// The directory has no log or the file is not one.
+    #[error("{0} is not a pmemvm flush log (record=DIR writes DIR/flush.log and DIR/base.img); give the directory a recording wrote")]
+    NotALog(PathBuf),
+    /// A frame whose CRC or fields are wrong before the log's end.
+    #[error("flush log {path} is corrupted at byte {offset}: {why}; it cannot be used (record the run again)")]
+    Corrupt {
+        /// The log.
+        path: PathBuf,
+        /// Where the bad frame starts.
+        offset: u64,
+        /// What is wrong.
+        why: String,
+    },
+    /// The log stops before its end record.
+    #[error("flush log {path} ends after flush {epochs} without pmemvm's end record (pmemvm was killed while recording, or the file was cut short); give --partial to use its {epochs} complete flushes")]
+    Truncated {
+        /// The log.
+        path: PathBuf,
+        /// Complete epochs before the cut.
+        epochs: u64,
+    },
+    /// The header does not match the base image beside it.
+    #[error("flush log {path} is of a DIMM file of {logged} bytes but {base} is {actual} bytes; the log and its base image are from different DIMMs")]
+    SizeMismatch {
+        /// The log.
+        path: PathBuf,
+        /// The base image.
+        base: PathBuf,
+        /// File size the header names.
+        logged: u64,
+        /// The base image's size.
+        actual: u64,
+    },
+    /// Reading failed.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// The log's self-description (the header frame's JSON).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Header {
+    /// Always "pmemvm flush log".
+    pub format: String,
+    /// [`VERSION`].
+    pub version: u32,
+    /// The DIMM's backing file as the user named it.
+    pub dimm: String,
+    /// Bytes of the guest's region (offset 0 of the file).
+    pub region_size: u64,
+    /// Bytes of the whole backing file (region, label area, identity block).
+    pub file_size: u64,
+    /// [`PAGE`].
+    pub page_size: u64,
+    /// [`LINE`].
+    pub line_size: u64,
+}
+
+impl Header {
+    /// The header of a recording of a DIMM file of these sizes.
+    pub fn new(dimm: String, region_size: u64, file_size: u64) -> Self {
+        Self {
+            format: "pmemvm flush log".into(),
+            version: VERSION,
+            dimm,
+            region_size,
+            file_size,
+            page_size: PAGE as u64,
+            line_size: LINE as u64,
+        }
+    }
+}
+
+/// The fixed fields of an epoch or tail frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochHead {
+    /// Flush number, from 1 (the tail: the last flush's + 1).
+    pub number: u64,
+    /// Nanoseconds since recording started.
+    pub time_ns: u64,
+    /// The flushing vCPU (`u32::MAX`: not a vCPU, e.g. the tail).
+    pub vcpu: u32,
+    /// Pages in the frame.
+    pub pages: u32,
+    /// Bytes of the file after the region carried (0: unchanged).
+    pub meta_len: u32,
+}
+
+/// One frame's bytes, ready to append.
+pub fn frame(kind: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FRAME_HEAD + payload.len() + 4);
+    out.extend_from_slice(&kind.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(payload);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// An epoch payload: `pages` are (index, contents) pairs, contents [`PAGE`] bytes.
+pub fn epoch_payload(head: &EpochHead, indexes: &[u64], contents: &[u8], meta: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(EPOCH_HEAD + indexes.len() * 8 + contents.len() + meta.len());
+    out.extend_from_slice(&head.number.to_le_bytes());
+    out.extend_from_slice(&head.time_ns.to_le_bytes());
+    out.extend_from_slice(&head.vcpu.to_le_bytes());
+    out.extend_from_slice(&head.pages.to_le_bytes());
+    out.extend_from_slice(&head.meta_len.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    for i in indexes {
+        out.extend_from_slice(&i.to_le_bytes());
+    }
+    out.extend_from_slice(contents);
+    out.extend_from_slice(meta);
+    out
+}
+
+/// Where one epoch (or the tail) sits in the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpochEntry {
+    /// Its fixed fields.
+    pub head: EpochHead,
+    /// Byte offset of its payload in the log.
+    pub payload_at: u64,
+}
+
+impl EpochEntry {
+    fn indexes_at(&self) -> u64 {
+        self.payload_at + EPOCH_HEAD as u64
+    }
+
+    fn contents_at(&self) -> u64 {
+        self.indexes_at() + 8 * u64::from(self.head.pages)
+    }
+
+    fn meta_at(&self) -> u64 {
+        self.contents_at() + PAGE as u64 * u64::from(self.head.pages)
+    }
+}
+
+/// A flush log, checked end to end and indexed.
+#[derive(Debug)]
+pub struct FlushLog {
+    /// The log file.
+    pub path: PathBuf,
+    /// The base image beside it.
+    pub base: PathBuf,
+    /// Its header.
+    pub header: Header,
+    /// Epochs 1..=N in order.
+    pub epochs: Vec<EpochEntry>,
+    /// The stores after the last flush, when pmemvm ended in order.
+    pub tail: Option<EpochEntry>,
+    /// True when the end record was read.
+    pub complete: bool,
+    file: File,
+}
+
+impl FlushLog {
+    /// Opens and checks `dir`'s log. A log without its end record is
+    /// refused unless `partial`, then its complete epochs are used.
+    pub fn open(dir: &Path, partial: bool) -> Result<Self, LogError> {
+        let path = dir.join(LOG_FILE);
+        let base = dir.join(BASE_FILE);
+        let io = |p: &Path| {
+            let p = p.to_path_buf();
+            move |source| LogError::Io { path: p, source }
+        };
+        if !path.is_file() || !base.is_file() {
+            return Err(LogError::NotALog(dir.to_path_buf()));
+        }
+        let mut file = File::open(&path).map_err(io(&path))?;
+        let len = file.metadata().map_err(io(&path))?.len();
+        let mut magic = [0u8; 8];
+        if len < 8 || file.read_exact(&mut magic).is_err() || &magic != MAGIC {
+            return Err(LogError::NotALog(path));
+        }
+        let corrupt = |offset: u64, why: String| LogError::Corrupt {
+            path: path.clone(),
+            offset,
+            why,
+        };
+        let mut at = 8u64;
+        let mut header: Option<Header> = None;
+        let mut epochs: Vec<EpochEntry> = Vec::new();
+        let mut tail = None;
+        let mut complete = false;
+        while let Some((kind, payload)) = read_frame(&mut file, at, len).map_err(io(&path))? {
+            let payload_at = at + FRAME_HEAD as u64;
+            match kind {
+                Frame::Bad(why) => return Err(corrupt(at, why)),
+                Frame::Ok(KIND_HEADER) if header.is_none() && at == 8 => {
+                    let h: Header = serde_json::from_slice(&payload)
+                        .map_err(|e| corrupt(at, format!("its header is not readable ({e})")))?;
+                    if h.version != VERSION || h.page_size != PAGE as u64 {
+                        let (v, p) = (h.version, h.page_size);
+                        let why = format!(
+                            "it is format version {v} with {p}-byte pages; \
+                             this pmemvm reads version {VERSION} with {PAGE}-byte pages"
+                        );
+                        return Err(corrupt(at, why));
+                    }
+                    header = Some(h);
+                }
+                Frame::Ok(k @ (KIND_EPOCH | KIND_TAIL))
+                    if header.is_some() && tail.is_none() && !complete =>
+                {
+                    let next = epochs.len() as u64 + 1;
+                    let head = header
+                        .as_ref()
+                        .map_or(Err(String::new()), |h| check_epoch(h, next, &payload))
+                        .map_err(|why| corrupt(at, why))?;
+                    let entry = EpochEntry { head, payload_at };
+                    if k == KIND_EPOCH {
+                        epochs.push(entry);
+                    } else {
+                        tail = Some(entry);
+                    }
+                }
+                Frame::Ok(KIND_END) if header.is_some() => {
+                    complete = true;
+                }
+                Frame::Ok(k) => {
+                    return Err(corrupt(
+                        at,
+                        format!("a frame of kind {k} where it cannot be"),
+                    ))
+                }
+            }
+            at = payload_at + payload.len() as u64 + 4;
+        }
+        let Some(header) = header else {
+            return Err(LogError::NotALog(path));
+        };
+        if !complete && !partial {
+            return Err(LogError::Truncated {
+                path,
+                epochs: epochs.len() as u64,
+            });
+        }
+        let actual = std::fs::metadata(&base).map_err(io(&base))?.len();
+        if actual != header.file_size || header.region_size > header.file_size {
+            return Err(LogError::SizeMismatch {
+                path,
+                base,
+                logged: header.file_size,
+                actual,
+            });
+        }
+        Ok(Self {
+            path,
+            base,
+            header,
+            epochs,
+            tail,
+            complete,
+            file,
+        })
+    }
+
+    /// The number of the last flush.
+    pub fn last(&self) -> u64 {
+        self.epochs.len() as u64
+    }
+
+    /// An epoch's page indexes.
+    pub fn indexes(&mut self, e: &EpochEntry) -> Result<Vec<u64>, LogError> {
+        let mut raw = vec![0u8; 8 * e.head.pages as usize];
+        self.read_at(e.indexes_at(), &mut raw)?;
+        Ok(raw.chunks_exact(8).map(le_u64).collect())
+    }
+
+    /// Page `i` (in the epoch's order) of an epoch, into `buf` ([`PAGE`] bytes).
+    pub fn page(&mut self, e: &EpochEntry, i: usize, buf: &mut [u8]) -> Result<(), LogError> {
+        self.read_at(e.contents_at() + (i * PAGE) as u64, buf)
+    }
+
+    /// The bytes after the region an epoch carries (empty: unchanged).
+    pub fn meta(&mut self, e: &EpochEntry) -> Result<Vec<u8>, LogError> {
+        let mut buf = vec![0u8; e.head.meta_len as usize];
+        self.read_at(e.meta_at(), &mut buf)?;
+        Ok(buf)
+    }
+
+    fn read_at(&mut self, at: u64, buf: &mut [u8]) -> Result<(), LogError> {
+        let path = self.path.clone();
+        self.file
+            .seek(SeekFrom::Start(at))
+            .and_then(|_| self.file.read_exact(buf))
+            .map_err(|source| LogError::Io { path, source })
+    }
+}
+
+enum Frame {
+    Ok(u32),
+    Bad(String),
+}
+
+/// The frame at `at`: `None` when the file ends there or the frame is cut
+/// short (the log ends), its kind and payload, or why it is bad.
+fn read_frame(file: &mut File, at: u64, len: u64) -> std::io::Result<Option<(Frame, Vec<u8>)>> {
+    if len.saturating_sub(at) < FRAME_HEAD as u64 {
+        return Ok(None);
+    }
+    file.seek(SeekFrom::Start(at))?;
+    let mut head = [0u8; FRAME_HEAD];
+    file.read_exact(&mut head)?;
+    let kind = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    let size = le_u64(&head[4..12]);
+    if size > MAX_PAYLOAD {
+        return Ok(Some((
+            Frame::Bad(format!("a frame claims {size} bytes")),
+            Vec::new(),
+        )));
+    }
+    if (len - at - FRAME_HEAD as u64) < size + 4 {
+        return Ok(None);
+    }
+    let Ok(size_bytes) = usize::try_from(size) else {
+        return Ok(Some((
+            Frame::Bad(format!("a frame claims {size} bytes")),
+            Vec::new(),
+        )));
+    };
+    let mut payload = vec![0u8; size_bytes];
+    file.read_exact(&mut payload)?;
+    let mut crc = [0u8; 4];
+    file.read_exact(&mut crc)?;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&head);
+    h.update(&payload);
+    if h.finalize() != u32::from_le_bytes(crc) {
+        return Ok(Some((
+            Frame::Bad("a frame's checksum does not match its bytes".into()),
+            payload,
+        )));
+    }
+    Ok(Some((Frame::Ok(kind), payload)))
+}
+
+/// The fields of epoch frame `payload`, checked against the header: its
+/// length, its number (`next`), its pages inside the region, its meta size.
+fn check_epoch(h: &Header, next: u64, payload: &[u8]) -> Result<EpochHead, String> {
+    let head = parse_head(payload).ok_or("an epoch frame is too short")?;
+    let n = head.number;
+    let want =
+        EPOCH_HEAD as u64 + u64::from(head.pages) * (8 + PAGE as u64) + u64::from(head.meta_len);
+    if want != payload.len() as u64 {
+        let got = payload.len();
+        return Err(format!(
+            "flush {n}'s frame holds {got} bytes where its fields need {want}"
+        ));
+    }
+    if n != next {
+        return Err(format!("flush {n} follows flush {}", next - 1));
+    }
+    let region_pages = h.region_size / PAGE as u64;
+    let end = EPOCH_HEAD + 8 * usize::try_from(head.pages).unwrap_or(usize::MAX);
+    let indexes = payload.get(EPOCH_HEAD..end).unwrap_or_default();
+    if let Some(bad) = indexes
+        .chunks_exact(8)
+        .map(le_u64)
+        .find(|&i| i >= region_pages)
+    {
+        return Err(format!(
+            "flush {n} names page {bad}, beyond the region's {region_pages} pages"
+        ));
+    }
+    let meta_max = h.file_size.saturating_sub(h.region_size);
+    if head.meta_len != 0 && u64::from(head.meta_len) != meta_max {
+        let m = head.meta_len;
+        return Err(format!(
+            "flush {n} carries {m} bytes after the region, not the file's {meta_max}"
+        ));
+    }
+    Ok(head)
+}
+
+fn parse_head(p: &[u8]) -> Option<EpochHead> {
+    if p.len() < EPOCH_HEAD {
+        return None;
+    }
+    let u32_at = |o: usize| u32::from_le_bytes([p[o], p[o + 1], p[o + 2], p[o + 3]]);
+    Some(EpochHead {
+        number: le_u64(&p[0..8]),
+        time_ns: le_u64(&p[8..16]),
+        vcpu: u32_at(16),
+        pages: u32_at(20),
+        meta_len: u32_at(24),
+    })
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::io::Write;
+
+    pub(crate) fn write_log(dir: &Path, epochs: &[(Vec<u64>, u8)], end: bool) -> PathBuf {
+        let region = 16 * PAGE as u64;
+        let file_size = region + PAGE as u64;
+        std::fs::write(
+            dir.join(BASE_FILE),
+            vec![0u8; usize::try_from(file_size).unwrap()],
+        )
+        .unwrap();
+        let path = dir.join(LOG_FILE);
+        let mut f = File::create(&path).unwrap();
+        f.write_all(MAGIC).unwrap();
+        let h = Header::new("pm0.img".into(), region, file_size);
+        f.write_all(&frame(KIND_HEADER, &serde_json::to_vec(&h).unwrap()))
+            .unwrap();
+        for (n, (pages, fill)) in epochs.iter().enumerate() {
+            let head = EpochHead {
+                number: n as u64 + 1,
+                time_ns: 10 * n as u64,
+                vcpu: 0,
+                pages: u32::try_from(pages.len()).unwrap(),
+                meta_len: 0,
+            };
+            let contents = vec![*fill; PAGE * pages.len()];
+            f.write_all(&frame(
+                KIND_EPOCH,
+                &epoch_payload(&head, pages, &contents, &[]),
+            ))
+            .unwrap();
+        }
+        if end {
+            f.write_all(&frame(KIND_END, b"{}")).unwrap();
+        }
+        path
+    }
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("pmemvm-log-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_written_log_reads_back_with_its_pages() {
+        let d = tmp("roundtrip");
+        write_log(&d, &[(vec![1, 3], 0xaa), (vec![3], 0xbb)], true);
+        let mut log = FlushLog::open(&d, false).unwrap();
+        assert!(log.complete);
+        assert_eq!(log.last(), 2);
+        let e2 = log.epochs[1].clone();
+        assert_eq!(log.indexes(&e2).unwrap(), [3]);
+        let mut page = vec![0u8; PAGE];
+        log.page(&e2, 0, &mut page).unwrap();
+        assert!(page.iter().all(|&b| b == 0xbb));
+        assert!(log.meta(&e2).unwrap().is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_log_cut_short_is_refused_unless_partial() {
+        let d = tmp("cut");
+        let path = write_log(&d, &[(vec![1], 1), (vec![2], 2)], false);
+        let e = FlushLog::open(&d, false).unwrap_err().to_string();
+        assert!(
+            e.contains("ends after flush 2") && e.contains("--partial"),
+            "{e}"
+        );
+        // Cut inside the second epoch: one complete epoch is left.
+        let len = std::fs::metadata(&path).unwrap().len();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(len - 100).unwrap();
+        let log = FlushLog::open(&d, true).unwrap();
+        assert_eq!(log.last(), 1);
+        assert!(!log.complete);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_flipped_byte_or_a_foreign_file_is_named() {
+        let d = tmp("flip");
+        let path = write_log(&d, &[(vec![1], 1), (vec![2], 2)], true);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = bytes.len() - 200;
+        bytes[at] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let e = FlushLog::open(&d, true).unwrap_err().to_string();
+        assert!(
+            e.contains("corrupted at byte") && e.contains("checksum"),
+            "{e}"
+        );
+        std::fs::write(&path, b"not a log at all").unwrap();
+        let e = FlushLog::open(&d, true).unwrap_err().to_string();
+        assert!(e.contains("is not a pmemvm flush log"), "{e}");
+        let e = FlushLog::open(&d.join("absent"), true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not a pmemvm flush log"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn mangled_logs_are_refused_or_read_never_a_panic() {
+        let d = tmp("mangle");
+        let path = write_log(&d, &[(vec![1, 2], 1), (vec![2], 2)], true);
+        let good = std::fs::read(&path).unwrap();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..400 {
+            let mut bytes = good.clone();
+            for _ in 0..1 + round % 4 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let at = usize::try_from(x % bytes.len() as u64).unwrap();
+                bytes[at] = x.to_le_bytes()[4];
+            }
+            if round % 5 == 0 {
+                bytes.truncate(usize::try_from(x % bytes.len() as u64).unwrap());
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            if let Ok(mut log) = FlushLog::open(&d, true) {
+                for e in log.epochs.clone() {
+                    let n = log.indexes(&e).unwrap().len();
+                    let mut page = vec![0u8; PAGE];
+                    for i in 0..n {
+                        log.page(&e, i, &mut page).unwrap();
+                    }
+                }
+            }
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_base_of_another_size_or_a_page_past_the_region_is_refused() {
+        let d = tmp("size");
+        write_log(&d, &[(vec![1], 1)], true);
+        std::fs::write(d.join(BASE_FILE), vec![0u8; 3 * PAGE]).unwrap();
+        let e = FlushLog::open(&d, false).unwrap_err().to_string();
+        assert!(e.contains("different DIMMs"), "{e}");
+        write_log(&d, &[(vec![16], 1)], true);
+        let e = FlushLog::open(&d, false).unwrap_err().to_string();
+        assert!(
+            e.contains("names page 16, beyond the region's 16 pages"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
