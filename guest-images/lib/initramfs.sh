@@ -10,7 +10,7 @@
 # Dynamic binaries copied from the Debian packages (with their libraries).
 INITRAMFS_BINARIES="/usr/bin/ndctl /usr/bin/daxctl /usr/sbin/mkfs.xfs /usr/sbin/xfs_io
     /usr/sbin/make-bcache /usr/sbin/bcache-super-show /usr/sbin/mke2fs /usr/sbin/e2fsck
-    /usr/sbin/tune2fs"
+    /usr/sbin/tune2fs /usr/sbin/xfs_repair"
 # Every file in the archive gets this mtime (reproducible archive).
 INITRAMFS_EPOCH=1704067200 # 2024-01-01 00:00:00 UTC
 

@@ -44,6 +44,10 @@ pub enum Command {
     /// Write the DIMM file as power loss after each recorded flush would
     /// leave it (`--nvdimm ...,record=DIR`), with torn variants on request.
     CrashImages(crate::crash_commands::CrashImagesArgs),
+    /// Boot a fresh guest on each crash image of a recording and run a check
+    /// there (e.g. `-- xfs_repair -n /dev/pmem0`); status 1 names the first
+    /// image that failed it.
+    CrashCheck(Box<crate::crash_commands::CrashCheckArgs>),
     /// Check what a command needs on this host, without running it: prints
     /// `install PACKAGE` and `image` lines (used by the ./pmemvm wrapper).
     Preflight(PreflightArgs),

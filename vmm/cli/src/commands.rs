@@ -51,6 +51,9 @@ pub enum CommandError {
     /// `--dump-on-panic`.
     #[error(transparent)]
     Dump(#[from] vmm::dump::DumpError),
+    /// `crash-check`'s inputs.
+    #[error(transparent)]
+    CrashCheck(#[from] lab::crash_check::CrashCheckError),
     /// A job input file.
     #[error("cannot read {what} {path}: {source}")]
     Input {
@@ -87,6 +90,7 @@ impl CommandError {
             Self::Gdb(e) => e.is_usage(),
             Self::Api(e) => e.is_usage(),
             Self::Dump(e) => e.is_usage(),
+            Self::CrashCheck(e) => e.is_usage(),
             Self::NoImage(_)
             | Self::ModulesNoInitrd(_)
             | Self::Output { .. }
@@ -219,7 +223,7 @@ fn open_output(path: &std::path::Path) -> Result<std::fs::File, CommandError> {
 /// The job spec of `pmemvm run`, its inputs read and its outputs and
 /// prerequisites checked; creates nothing but the Debian root file system of
 /// `--rootfs debian` (built or found in its cache).
-fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
+pub(crate) fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
     run_spec_with(args, true)
 }
 
@@ -462,6 +466,22 @@ fn check_host(m: &crate::cli::MachineArgs) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// Preflight of a `run` (and of each boot of `crash-check`).
+fn preflight_run(a: &RunArgs, needs: &mut Needs) -> Result<(), CommandError> {
+    let spec = run_spec_with(a, false)?;
+    if spec
+        .kernel
+        .as_deref()
+        .is_none_or(vmm::boot::looks_like_linux)
+    {
+        preflight::engine_on_this_host(a.engine.into(), true, needs).map_err(RunError::from)?;
+    }
+    // The options the resolved engine cannot honour, before any install or build.
+    lab::run::engine_for(&spec)?;
+    needs.image = a.kernel.is_none();
+    Ok(())
+}
+
 /// `pmemvm preflight COMMAND...`: what `command` needs on this host that an
 /// install can provide; an error for anything it cannot (see [`lab::preflight`]).
 pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
@@ -490,20 +510,8 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
             // --modules without --initrd boots the image's initramfs (its init loads them).
             needs.image = a.kernel.is_none() || a.modules.is_some() && a.initrd.is_none();
         }
-        Command::Run(a) => {
-            let spec = run_spec_with(a, false)?;
-            if spec
-                .kernel
-                .as_deref()
-                .is_none_or(vmm::boot::looks_like_linux)
-            {
-                preflight::engine_on_this_host(a.engine.into(), true, &mut needs)
-                    .map_err(RunError::from)?;
-            }
-            // The options the resolved engine cannot honour, before any install or build.
-            lab::run::engine_for(&spec)?;
-            needs.image = a.kernel.is_none();
-        }
+        Command::Run(a) => preflight_run(a, &mut needs)?,
+        Command::CrashCheck(a) => preflight_run(&a.run, &mut needs)?,
         Command::Bench(a) if a.plan => {
             lab::bench::plan(&crate::bench_commands::bench_request(a))?;
         }

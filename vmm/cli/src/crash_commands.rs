@@ -69,3 +69,97 @@ pub fn crash_images(a: &CrashImagesArgs) -> Result<String, ImageError> {
         a.out.join(images::MANIFEST).display()
     ))
 }
+
+/// `pmemvm crash-check DIR [--at N|--every K|--all] [--torn SEED] [RUN OPTIONS] -- CMD`.
+#[derive(Debug, Args)]
+pub struct CrashCheckArgs {
+    /// The directory a run recorded into (`--nvdimm ...,record=DIR`).
+    pub dir: PathBuf,
+    /// Keep the images (and images.json) in this new or empty directory;
+    /// by default they go to a temporary one, removed at the end.
+    #[arg(long, value_name = "DIR")]
+    pub images: Option<PathBuf>,
+    /// Only the image after flush N (0: before the first flush).
+    #[arg(long, value_name = "N", group = "which")]
+    pub at: Option<u64>,
+    /// The images after flushes 0, K, 2K, ... and the last.
+    #[arg(long, value_name = "K", group = "which")]
+    pub every: Option<u64>,
+    /// Every flush's image (the default).
+    #[arg(long, group = "which")]
+    pub all: bool,
+    /// Also check a torn variant of each image (see crash-images --torn).
+    #[arg(long, value_name = "SEED")]
+    pub torn: Option<u64>,
+    /// Use a log that ends without its end record (its complete flushes).
+    #[arg(long)]
+    pub partial: bool,
+    /// How each image is booted and checked: the options of `pmemvm run`;
+    /// the image is the guest's first DIMM (nmem0, /dev/pmem0 on a label-less
+    /// DIMM), any --nvdimm given here come after it; --json writes the
+    /// summary (every image's status, output and time).
+    #[command(flatten)]
+    pub run: crate::cli::RunArgs,
+}
+
+/// A temporary images directory, removed on drop.
+struct TempImages(Option<PathBuf>);
+
+impl Drop for TempImages {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// Runs the check; the exit status is 0 when every image passed, 1 when one failed.
+pub fn crash_check(a: &CrashCheckArgs) -> Result<u8, crate::commands::CommandError> {
+    let template = crate::commands::run_spec(&a.run)?;
+    // Refusals of the engine, before any image is written.
+    lab::run::engine_for(&template)?;
+    let (out, _temp) = match &a.images {
+        Some(d) => (d.clone(), TempImages(None)),
+        None => {
+            let d = std::env::temp_dir().join(format!("pmemvm-crash-check-{}", std::process::id()));
+            (d.clone(), TempImages(Some(d)))
+        }
+    };
+    let select = match (a.at, a.every) {
+        (Some(n), _) => Selection::At(n),
+        (_, Some(k)) => Selection::Every(k),
+        _ => Selection::All,
+    };
+    let req = Request {
+        dir: a.dir.clone(),
+        out,
+        select,
+        torn: a.torn,
+        partial: a.partial,
+    };
+    let report =
+        lab::crash_check::check(&template, &req, &a.run.command, lab::run::run_job, |c| {
+            eprintln!(
+                "pmemvm: crash-check: the image after {}: status {}{} in {:.1} s",
+                c.name(),
+                c.status,
+                c.error
+                    .as_deref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default(),
+                c.seconds
+            );
+        })?;
+    if let Some(path) = &a.run.json {
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        std::fs::write(path, text).map_err(|source| crate::commands::CommandError::Output {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    print!("{}", report.table());
+    Ok(match report.first_failure() {
+        None => 0,
+        Some(_) => 1,
+    })
+}

@@ -116,6 +116,10 @@ fn crash_images(args: &crate::crash_commands::CrashImagesArgs) -> Result<u8, Fai
     }
 }
 
+fn crash_check(args: &crate::crash_commands::CrashCheckArgs) -> Result<u8, Failure> {
+    Ok(crate::crash_commands::crash_check(args)?)
+}
+
 fn kconfig(args: &KconfigArgs) -> Result<u8, Failure> {
     Ok(crate::commands::kconfig(args)?)
 }
@@ -156,6 +160,7 @@ fn main() -> ExitCode {
         Command::Kconfig(a) => kconfig(a),
         Command::Ctl(a) => ctl(a),
         Command::CrashImages(a) => crash_images(a),
+        Command::CrashCheck(a) => crash_check(a),
         Command::Nvdimm(NvdimmCommand::Badblocks { file }) => nvdimm_badblocks(file),
         Command::RunJob(a) => Ok(lab::child::serve(&a.spec, &a.outcome)),
     };

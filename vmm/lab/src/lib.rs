@@ -27,6 +27,7 @@
 
 pub mod bench;
 pub mod child;
+pub mod crash_check;
 pub mod engine;
 pub mod experiments;
 pub mod fio;

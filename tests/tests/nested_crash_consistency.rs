@@ -1,0 +1,291 @@
+//! Power loss at every flush under pmemvm (nested tier): `record=` while a
+//! program appends records with fsync on ext4 `-o dax` and XFS `-o dax`,
+//! then `pmemvm crash-check` boots a fresh guest on crash images of the
+//! recording and runs the file system's repair tool and the program's own
+//! check; and a deliberately broken program is caught by a torn variant.
+//!
+//! One L1 (QEMU 10, 2 vCPUs), in it with pmemvm and the guest image:
+//! 1. per file system: a first run makes an fsdax namespace on a labelled
+//!    DIMM, the file system and a zeroed file of 101 blocks; a second run,
+//!    recorded, with 2 vCPUs, mounts it with `-o dax` and writes record i
+//!    (block i, 4 KiB of `recNNNNN` text) with an fsync, then the commit
+//!    marker i (8 digits at offset 0) with an fsync, for i = 1..100;
+//!    `crash-check --every K --torn 5` (K a quarter of the flushes) checks
+//!    each chosen image and its torn variant: it mounts (the journal or log
+//!    recovers), `e2fsck -fn` / `xfs_repair -n` report it clean, and every
+//!    record up to the durable commit marker is whole — the records the
+//!    program had seen flushed (it writes marker i only after record i's
+//!    fsync returned). The test then wants the markers never to go back
+//!    from one flush to a later one, and all 100 at the last flush.
+//! 2. the broken program on a label-less DIMM's raw `/dev/pmem0`: record
+//!    i and marker i with one fsync for both, i = 1..6. Each flush is then
+//!    one record's epoch (data block and marker, nothing orders them); with
+//!    seed `BROKEN_SEED` the torn variant of the image after flush 0 holds
+//!    the marker of record 1 without all of its data (the manifest says
+//!    so), and `crash-check` exits 1 naming that image.
+
+use std::fs;
+use std::time::Duration;
+
+use pmemvm_tests::nested::{guest_image, NestedVm};
+use pmemvm_tests::require;
+
+/// Records the good program writes.
+const RECORDS: u32 = 100;
+/// A seed whose torn image after flush 0 applies the broken program's
+/// commit line and not all of record 1's lines (checked from the manifest).
+const BROKEN_SEED: u64 = 3;
+
+/// Guest: the namespace, the file system, the file (`sh -c SETUP fs`).
+const SETUP: &str = r#"set -e
+ndctl create-namespace -m fsdax -M mem > /dev/null
+i=0; while [ ! -e /dev/pmem0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+case $1 in
+  ext4) mkfs.ext4 -q -F -b 4096 /dev/pmem0 ;;
+  xfs) mkfs.xfs -q -f -m reflink=0 /dev/pmem0 ;;
+esac
+mkdir -p /mnt
+mount -o dax /dev/pmem0 /mnt
+dd if=/dev/zero of=/mnt/f bs=4096 count=101 conv=fsync 2> /dev/null
+umount /mnt
+echo setup-done
+"#;
+
+/// Guest: the program (`sh -c PROGRAM DEV MOUNT? good|broken N`).
+const PROGRAM: &str = r#"set -e
+i=0; while [ ! -e /dev/pmem0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+dev=$1; mode=$2; n=$3
+if [ "$dev" = /dev/pmem0 ] && [ "$4" = mount ]; then
+  mkdir -p /mnt; mount -o dax /dev/pmem0 /mnt
+  grep -q ' /mnt .*dax' /proc/mounts || { echo "not mounted with dax"; exit 3; }
+  f=/mnt/f
+else
+  f=$dev
+fi
+i=1
+while [ $i -le $n ]; do
+  rec=$(printf 'rec%05d' $i)
+  if [ $mode = good ]; then
+    yes "$rec" | head -c 4096 | dd of=$f bs=4096 seek=$i count=1 conv=notrunc,fsync 2> /dev/null
+  else
+    yes "$rec" | head -c 4096 | dd of=$f bs=4096 seek=$i count=1 conv=notrunc 2> /dev/null
+  fi
+  printf '%08d' $i | dd of=$f bs=8 count=1 conv=notrunc,fsync 2> /dev/null
+  i=$((i+1))
+done
+[ "$f" = /mnt/f ] && umount /mnt
+echo "program-done $n"
+"#;
+
+/// Guest: the check of one crash image (`sh -c CHECK ext4|xfs|raw`).
+const CHECK: &str = r#"
+fs=$1
+i=0; while [ ! -e /dev/pmem0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+if [ $fs = raw ]; then
+  f=/dev/pmem0
+else
+  mkdir -p /mnt
+  mount -o dax /dev/pmem0 /mnt || { echo "mount failed"; exit 1; }
+  umount /mnt
+  if [ $fs = ext4 ]; then
+    e2fsck -fn /dev/pmem0 > /tmp/repair.txt 2>&1 || { tail -5 /tmp/repair.txt; echo "e2fsck -fn: not clean"; exit 1; }
+  else
+    xfs_repair -n /dev/pmem0 > /tmp/repair.txt 2>&1 || { tail -5 /tmp/repair.txt; echo "xfs_repair -n: not clean"; exit 1; }
+  fi
+  mount -o dax,ro /dev/pmem0 /mnt || { echo "read-only mount failed"; exit 1; }
+  f=/mnt/f
+fi
+c=$(dd if=$f bs=8 count=1 2> /dev/null | tr -d '\000' | sed 's/^0*//')
+c=${c:-0}
+i=1
+while [ $i -le $c ]; do
+  want=$(yes "$(printf 'rec%05d' $i)" | head -c 4096 | md5sum | cut -d' ' -f1)
+  got=$(dd if=$f bs=4096 skip=$i count=1 2> /dev/null | md5sum | cut -d' ' -f1)
+  if [ "$want" != "$got" ]; then
+    echo "commit marker $c but record $i is not all there"
+    exit 1
+  fi
+  i=$((i+1))
+done
+[ $fs = raw ] || umount /mnt
+echo "records $c"
+"#;
+
+/// In L1 (cwd = the share): the runs, each status to steps.txt.
+const L1_SCRIPT: &str = r#"
+# DIMM files, logs and images on a tmpfs of the L1 (holes kept, no 9p
+# round trips); what the test reads goes to the share ($S).
+S=$(pwd)
+mkdir -p /w && mount -t tmpfs -o size=2500M tmpfs /w && cd /w || exit 1
+RUN="--kernel $S/vmlinux --initrd $S/initramfs.cpio.gz --memory 512M --timeout 900"
+CMDLINE='console=ttyS0 reboot=acpi panic=-1 quiet'
+# Runs "$@" (output to $S/NAME.out and .err, status to steps.txt); after a
+# platform breakdown (docs/testing.md §6b) runs $before and "$@" again, up
+# to $TRIES runs in all.
+tried() {
+  name=$1; shift; try=1
+  while :; do
+    eval "$before"
+    "$@" > $S/$name.out 2> $S/$name.err; st=$?
+    if [ $try -lt $TRIES ] && breakdown $S/$name.err > /dev/null; then
+      echo "$(breakdown $S/$name.err)" >> $S/once-more.txt; try=$((try+1)); continue
+    fi
+    echo "$name $st" >> $S/steps.txt; break
+  done
+}
+for fs in ext4 xfs; do
+  case $fs in ext4) size=64M ;; xfs) size=384M ;; esac
+  before="rm -f $fs-setup.img"
+  tried $fs-setup pmemvm run $RUN --cmdline "$CMDLINE" --nvdimm "$size,file=$fs-setup.img" \
+    -- sh -c "$SETUP" setup $fs
+  # The recorded run has 2 vCPUs.
+  before="rm -rf $fs-rec; cp $fs-setup.img $fs.img"
+  tried $fs-program pmemvm run $RUN --cmdline "$CMDLINE" --cpus 2 \
+    --nvdimm "$size,file=$fs.img,record=$fs-rec" -- sh -c "$PROGRAM" program /dev/pmem0 good $RECORDS mount
+  last=$(pmemvm crash-images $fs-rec --out $fs-probe --at 0 | sed -n 's/.*recorded flushes 1 to \([0-9]*\).*/\1/p')
+  rm -rf $fs-probe
+  echo "$fs-flushes ${last:-0}" >> $S/steps.txt
+  k=$(( (${last:-4} + 3) / 4 ))
+  before="rm -rf $fs-images"
+  tried $fs-check pmemvm crash-check $fs-rec --every $k --torn 5 --images $fs-images --json $S/$fs-check.json \
+    $RUN --cmdline "$CMDLINE" -- sh -c "$CHECK" check $fs
+done
+# The broken program on a raw, label-less DIMM, 2 vCPUs.
+before="rm -rf raw-rec; rm -f raw.img; truncate -s $((64 * 1048576 + 4096)) raw.img"
+tried raw-program pmemvm run $RUN --cmdline "$CMDLINE" --cpus 2 \
+  --nvdimm "64M,file=raw.img,label-size=0,record=raw-rec" -- sh -c "$PROGRAM" program /dev/pmem0 broken 6
+before="rm -rf raw-images"
+tried raw-check pmemvm crash-check raw-rec --at 0 --torn $BROKEN_SEED --images raw-images --json $S/raw-check.json \
+  $RUN --cmdline "$CMDLINE" -- sh -c "$CHECK" check raw
+mkdir -p $S/raw-images
+cp raw-images/images.json $S/raw-images/
+"#;
+
+#[test]
+fn every_checked_image_recovers_with_the_flushed_records_and_a_broken_program_is_caught_torn() {
+    let qemu = require!(pmemvm_tests::nested::find_qemu_10());
+    let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm)).with_qemu(qemu);
+    let kernel = require!(guest_image("vmlinux"));
+    let initrd = require!(guest_image("initramfs.cpio.gz"));
+    let out = vm
+        .l1_cpus(2)
+        .l1_memory_mib(3072)
+        .deadline(Duration::from_secs(3000))
+        .file("vmlinux", kernel)
+        .file("initramfs.cpio.gz", initrd)
+        .env("SETUP", SETUP)
+        .env("PROGRAM", PROGRAM)
+        .env("CHECK", CHECK)
+        .env("RECORDS", &RECORDS.to_string())
+        .env("BROKEN_SEED", &BROKEN_SEED.to_string())
+        .run(&[
+            "sh",
+            "-c",
+            &pmemvm_tests::nested::l1_script_with_retries(L1_SCRIPT),
+        ])
+        .expect("the L1 script");
+    pmemvm_tests::nested::note_l1_restarts("nested_crash_consistency", &out);
+    let read = |f: &str| fs::read_to_string(out.path(f)).unwrap_or_default();
+    let steps = read("steps.txt");
+    let ctx = |what: &str| {
+        format!(
+            "{}\n--- steps ---\n{steps}\n--- {what} ---\n{}",
+            out.dump(),
+            read(what)
+        )
+    };
+    for fs_name in ["ext4", "xfs"] {
+        for step in ["setup", "program", "check"] {
+            let line = format!("{fs_name}-{step} 0");
+            let file = match step {
+                "check" => format!("{fs_name}-check.out"),
+                s => format!("{fs_name}-{s}.out"),
+            };
+            assert!(steps.lines().any(|l| l == line), "{line}\n{}", ctx(&file));
+        }
+        let flushes: u64 = steps
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{fs_name}-flushes ")))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(
+            flushes >= u64::from(RECORDS),
+            "{fs_name}: {flushes} flushes for {RECORDS} fsyncs\n{}",
+            ctx(&format!("{fs_name}-program.err"))
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&read(&format!("{fs_name}-check.json"))).unwrap_or_else(|e| {
+                panic!(
+                    "{fs_name}-check.json: {e}\n{}",
+                    ctx(&format!("{fs_name}-check.err"))
+                )
+            });
+        let checks = report["checks"].as_array().cloned().unwrap_or_default();
+        assert!(
+            checks.len() >= 8,
+            "{fs_name}: {} images checked\n{report}",
+            checks.len()
+        );
+        // The durable marker never goes back, and all records are there at the end.
+        let mut last = 0u64;
+        let mut plain = 0;
+        for c in &checks {
+            let stdout = c["stdout"].as_str().unwrap_or_default();
+            let n: u64 = stdout
+                .lines()
+                .find_map(|l| l.strip_prefix("records "))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or_else(|| panic!("{fs_name}: no records line: {c}"));
+            assert_eq!(c["status"], 0, "{fs_name}: {c}");
+            if c["torn"] == false {
+                assert!(n >= last, "{fs_name}: marker {n} after {last}: {c}");
+                last = n;
+                plain += 1;
+            }
+        }
+        assert!(plain >= 4, "{fs_name}: {plain} plain images");
+        assert_eq!(
+            last,
+            u64::from(RECORDS),
+            "{fs_name}: the last image's marker"
+        );
+        println!(
+            "{fs_name}: {flushes} flushes; {} images checked clean",
+            checks.len()
+        );
+    }
+    // The broken program: the torn image after flush 0 has the marker of
+    // record 1 (line at offset 0) without all of record 1's lines.
+    assert!(
+        steps.lines().any(|l| l == "raw-program 0"),
+        "{}",
+        ctx("raw-program.out")
+    );
+    let manifest: serde_json::Value = serde_json::from_str(&read("raw-images/images.json"))
+        .unwrap_or_else(|e| panic!("raw manifest: {e}\n{}", ctx("raw-check.err")));
+    let torn = &manifest["images"][0]["torn"];
+    let applied: Vec<u64> = torn["lines_applied"]
+        .as_array()
+        .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        torn["lines_after"], 65,
+        "record 1 (64 lines) and its marker: {torn}"
+    );
+    assert!(
+        applied.contains(&0) && applied.len() < 65,
+        "seed {BROKEN_SEED} no longer tears the marker from its record at flush 0 (pick another seed): {torn}"
+    );
+    assert!(
+        steps.lines().any(|l| l == "raw-check 1"),
+        "{}",
+        ctx("raw-check.out")
+    );
+    let table = read("raw-check.out");
+    assert!(
+        table.contains("the first: the image after flush 0 (torn)")
+            && table.contains("commit marker 1 but record 1 is not all there"),
+        "{}",
+        ctx("raw-check.out")
+    );
+}
