@@ -81,7 +81,13 @@ fn run_command_writes_the_users_backing_file_on_the_host() {
     let _tcg = require!(ready());
     let dir = TempDir::new("nested-run-cmd");
     let img = dir.join("user.img");
-    let spec = format!("64M,label-size=0,file={}", img.display());
+    // Recorded too: the record directory is shared into the L1 like the file's.
+    let rec = dir.join("rec");
+    let spec = format!(
+        "64M,label-size=0,file={},record={}",
+        img.display(),
+        rec.display()
+    );
     let record = dir.join("run.json");
     let mark = format!("NESTED-ENGINE-{}", std::process::id());
     let script = format!(
@@ -127,6 +133,27 @@ fn run_command_writes_the_users_backing_file_on_the_host() {
     assert_nested_record(&v, &out);
     assert_eq!(v["status"], 7);
     assert_eq!(v["nvdimms"][0]["file"], img.to_str().unwrap());
+    // The recording, read on the host: the fsync's flush made the mark durable.
+    let images = dir.join("images");
+    let out = run_cmd(
+        &mut pmemvm(&[
+            "crash-images",
+            rec.to_str().unwrap(),
+            "--out",
+            images.to_str().unwrap(),
+        ]),
+        DEADLINE,
+    );
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    let manifest = json(&images.join("images.json"));
+    let last = manifest["last_flush"].as_u64().unwrap_or(0);
+    assert!(last >= 1, "no flush recorded: {manifest}");
+    let at = |n: u64| {
+        let b = std::fs::read(images.join(format!("flush-{n:06}.img"))).expect("image");
+        b[12288..12288 + mark.len()].to_vec()
+    };
+    assert_eq!(at(0), vec![0u8; mark.len()], "before the first flush");
+    assert_eq!(at(last), mark.as_bytes(), "after the last flush");
 }
 
 /// `run` of a 2-vCPU guest with a label-less 64 MiB DIMM under `--engine nested`.
