@@ -1,0 +1,189 @@
+//! What `record=` costs: fio randwrite with `fsync=32` on a DIMM's
+//! `/dev/pmem0`, recorded and not, alternating in one run, as a ratio of
+//! IOPS (docs/crash-consistency.md, "Cost").
+//!
+//! `cargo bench -p pmemvm-lab --bench record_overhead -- [--engine pmemvm|nested] [--rounds N] [--seconds S]`
+//!
+//! The engine defaults to pmemvm; on a host whose KVM cannot run Linux
+//! (PVM, or no hardware virtualization) give `--engine nested`, whose
+//! figures are functional only (everything runs under TCG) and say so.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lab::guest_job::GuestJob;
+use lab::run::{run_job, Engine, RunSpec};
+
+struct Args {
+    engine: Engine,
+    rounds: u32,
+    seconds: u32,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        engine: Engine::Pmemvm,
+        rounds: 3,
+        seconds: 10,
+    };
+    let mut it = std::env::args().skip(1).filter(|s| s != "--bench");
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--engine" => {
+                a.engine = match value()?.as_str() {
+                    "pmemvm" => Engine::Pmemvm,
+                    "nested" => Engine::Nested,
+                    v => return Err(format!("--engine {v} is not pmemvm or nested")),
+                }
+            }
+            "--rounds" => {
+                let v = value()?;
+                a.rounds = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or(format!("--rounds {v} is not a number from 1 up"))?;
+            }
+            "--seconds" => {
+                let v = value()?;
+                a.seconds = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or(format!("--seconds {v} is not a number from 1 up"))?;
+            }
+            f => {
+                return Err(format!(
+                    "{f} is not an option of this bench (--engine, --rounds, --seconds)"
+                ))
+            }
+        }
+    }
+    Ok(a)
+}
+
+fn job(seconds: u32) -> String {
+    format!(
+        "[randwrite-fsync]\nfilename=/dev/pmem0\nrw=randwrite\nbs=4k\nsize=64M\nfsync=32\n\
+         ioengine=psync\ntime_based=1\nruntime={seconds}\nnumjobs=1\n"
+    )
+}
+
+/// One boot: IOPS, guest flushes, bytes of log (0 when not recorded).
+fn one(a: &Args, work: &std::path::Path, n: u32, record: bool) -> Result<(f64, u64, u64), String> {
+    let dimm = work.join(format!("pm-{n}-{record}.img"));
+    let rec = work.join(format!("rec-{n}"));
+    let mut spec = format!("256M,label-size=0,file={}", dimm.display());
+    if record {
+        spec.push_str(&format!(",record={}", rec.display()));
+    }
+    let r = run_job(&RunSpec {
+        gdb: None,
+        gdb_wait: false,
+        control: Default::default(),
+        command: None,
+        engine: a.engine,
+        kernel: None,
+        initrd: None,
+        modules: None,
+        cmdline: None,
+        extra_cmdline: Vec::new(),
+        cpus: 1,
+        memory: 1 << 30,
+        ram_pages: vmm::hugepages::RamPages::Default,
+        placement: vmm::placement::Placement::default(),
+        nvdimms: vec![spec
+            .parse()
+            .map_err(|e: vmm::config::ConfigError| e.to_string())?],
+        disks: Vec::new(),
+        legacy_pmem: Vec::new(),
+        job: GuestJob {
+            fio_job: job(a.seconds),
+            ..GuestJob::default()
+        },
+        stream_console: false,
+        console_log: None,
+        timeout: Duration::from_secs(900),
+    })
+    .map_err(|e| e.to_string())?;
+    if let Some(e) = r.error {
+        return Err(e);
+    }
+    let fio = r.fio.ok_or("the guest sent no fio results")?;
+    let iops = fio["jobs"][0]["write"]["iops"]
+        .as_f64()
+        .ok_or("fio reported no write IOPS")?;
+    let flushes = r.nvdimm_stats.first().map_or(0, |s| s.flushes);
+    let log = std::fs::metadata(rec.join("flush.log")).map_or(0, |m| m.len());
+    let _ = std::fs::remove_file(&dimm);
+    let _ = std::fs::remove_dir_all(&rec);
+    Ok((iops, flushes, log))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let a = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("record_overhead: {e}");
+            std::process::exit(2);
+        }
+    };
+    let work: PathBuf =
+        std::env::temp_dir().join(format!("pmemvm-record-bench-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir_all(&work) {
+        eprintln!("record_overhead: {}: {e}", work.display());
+        std::process::exit(1);
+    }
+    let functional = a.engine == Engine::Nested;
+    println!(
+        "record= overhead: fio randwrite 4k fsync=32 on /dev/pmem0 (256M label-less DIMM), {} s a boot, {} rounds of (plain, recorded), engine {}{}",
+        a.seconds,
+        a.rounds,
+        if functional { "nested" } else { "pmemvm" },
+        if functional { " — functional only: the guest runs under TCG, the figures say nothing of performance" } else { "" }
+    );
+    let (mut plain, mut recorded, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for n in 0..a.rounds {
+        let p = one(&a, &work, n, false);
+        let r = one(&a, &work, n, true);
+        match (p, r) {
+            (Ok(p), Ok(r)) => {
+                println!(
+                    "round {n}: plain {:.0} IOPS ({} flushes); recorded {:.0} IOPS ({} flushes, {} KiB of log); ratio {:.3}",
+                    p.0,
+                    p.1,
+                    r.0,
+                    r.1,
+                    r.2 >> 10,
+                    r.0 / p.0
+                );
+                plain.push(p.0);
+                recorded.push(r.0);
+                ratios.push(r.0 / p.0);
+            }
+            (p, r) => {
+                eprintln!("record_overhead: round {n}: plain {p:?}, recorded {r:?}");
+                let _ = std::fs::remove_dir_all(&work);
+                std::process::exit(1);
+            }
+        }
+    }
+    println!(
+        "median: plain {:.0} IOPS, recorded {:.0} IOPS; recorded/plain {:.3} (per round: {})",
+        median(plain),
+        median(recorded),
+        median(ratios.clone()),
+        ratios
+            .iter()
+            .map(|r| format!("{r:.3}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}
