@@ -144,21 +144,28 @@ impl CrashCheck {
             ));
         }
         let failed = self.checks.iter().filter(|c| !c.passed()).count();
+        let command = self.command_text();
         t.push_str(&match self.first_failure() {
-            None => format!(
-                "all {} images passed `{}`\n",
-                self.checks.len(),
-                self.command.join(" ")
-            ),
+            None => format!("all {} images passed `{command}`\n", self.checks.len()),
             Some(f) => format!(
-                "{failed} of {} images failed `{}`; the first: the image after {} ({})\n",
+                "{failed} of {} images failed `{command}`; the first: the image after {} ({})\n",
                 self.checks.len(),
-                self.command.join(" "),
                 f.name(),
                 f.image
             ),
         });
         t
+    }
+
+    /// The check as one short line: a script given to `sh -c` is cut at its
+    /// first line or 60 characters (the JSON keeps it whole).
+    fn command_text(&self) -> String {
+        let whole = self.command.join(" ");
+        let line = whole.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        match line.chars().count() > 60 || line.len() < whole.trim().len() {
+            true => format!("{} …", line.chars().take(60).collect::<String>().trim_end()),
+            false => whole,
+        }
     }
 }
 
@@ -311,6 +318,16 @@ mod tests {
         assert!(t.contains("records 1"), "{t}");
         r.checks.truncate(2);
         assert!(r.first_failure().is_none());
-        assert!(r.table().contains("all 2 images passed"));
+        assert!(r.table().contains("all 2 images passed `check`"));
+        r.command = vec![
+            "sh".into(),
+            "-c".into(),
+            "\nfs=$1\nmount /dev/pmem0 /mnt\n".into(),
+        ];
+        assert!(
+            r.table().contains("all 2 images passed `sh -c …`"),
+            "{}",
+            r.table()
+        );
     }
 }
