@@ -14,6 +14,14 @@ pub struct CrashImagesArgs {
     /// Where the images and images.json go: a new or empty directory.
     #[arg(long, value_name = "OUT")]
     pub out: PathBuf,
+    /// Which images.
+    #[command(flatten)]
+    pub which: ImageSelection,
+}
+
+/// Which crash images, for `crash-images` and `crash-check`.
+#[derive(Debug, Args)]
+pub struct ImageSelection {
     /// Only the image after flush N (0: before the first flush).
     #[arg(long, value_name = "N", group = "which")]
     pub at: Option<u64>,
@@ -34,6 +42,24 @@ pub struct CrashImagesArgs {
     pub partial: bool,
 }
 
+impl ImageSelection {
+    /// The request for the log in `dir`, images into `out`.
+    fn request(&self, dir: &std::path::Path, out: PathBuf) -> Request {
+        let select = match (self.at, self.every) {
+            (Some(n), _) => Selection::At(n),
+            (_, Some(k)) => Selection::Every(k),
+            _ => Selection::All,
+        };
+        Request {
+            dir: dir.to_path_buf(),
+            out,
+            select,
+            torn: self.torn,
+            partial: self.partial,
+        }
+    }
+}
+
 /// Bad input (exit status 2) or a failure while writing (1).
 pub fn is_usage(e: &ImageError) -> bool {
     !matches!(e, ImageError::Io { .. })
@@ -41,18 +67,7 @@ pub fn is_usage(e: &ImageError) -> bool {
 
 /// Writes the images and prints what was written.
 pub fn crash_images(a: &CrashImagesArgs) -> Result<String, ImageError> {
-    let select = match (a.at, a.every) {
-        (Some(n), _) => Selection::At(n),
-        (_, Some(k)) => Selection::Every(k),
-        _ => Selection::All,
-    };
-    let m = images::write(&Request {
-        dir: a.dir.clone(),
-        out: a.out.clone(),
-        select,
-        torn: a.torn,
-        partial: a.partial,
-    })?;
+    let m = images::write(&a.which.request(&a.dir, a.out.clone()))?;
     let torn = m.images.iter().filter(|i| i.torn.is_some()).count();
     let first = m.images.first().map_or(0, |i| i.flush);
     let last = m.images.last().map_or(0, |i| i.flush);
@@ -79,21 +94,9 @@ pub struct CrashCheckArgs {
     /// by default they go to a temporary one, removed at the end.
     #[arg(long, value_name = "DIR")]
     pub images: Option<PathBuf>,
-    /// Only the image after flush N (0: before the first flush).
-    #[arg(long, value_name = "N", group = "which")]
-    pub at: Option<u64>,
-    /// The images after flushes 0, K, 2K, ... and the last.
-    #[arg(long, value_name = "K", group = "which")]
-    pub every: Option<u64>,
-    /// Every flush's image (the default).
-    #[arg(long, group = "which")]
-    pub all: bool,
-    /// Also check a torn variant of each image (see crash-images --torn).
-    #[arg(long, value_name = "SEED")]
-    pub torn: Option<u64>,
-    /// Use a log that ends without its end record (its complete flushes).
-    #[arg(long)]
-    pub partial: bool,
+    /// Which images (as for crash-images).
+    #[command(flatten)]
+    pub which: ImageSelection,
     /// How each image is booted and checked: the options of `pmemvm run`;
     /// the image is the guest's first DIMM (nmem0, /dev/pmem0 on a label-less
     /// DIMM), any --nvdimm given here come after it; --json writes the
@@ -125,18 +128,7 @@ pub fn crash_check(a: &CrashCheckArgs) -> Result<u8, crate::commands::CommandErr
             (d.clone(), TempImages(Some(d)))
         }
     };
-    let select = match (a.at, a.every) {
-        (Some(n), _) => Selection::At(n),
-        (_, Some(k)) => Selection::Every(k),
-        _ => Selection::All,
-    };
-    let req = Request {
-        dir: a.dir.clone(),
-        out,
-        select,
-        torn: a.torn,
-        partial: a.partial,
-    };
+    let req = a.which.request(&a.dir, out);
     let report =
         lab::crash_check::check(&template, &req, &a.run.command, lab::run::run_job, |c| {
             eprintln!(
