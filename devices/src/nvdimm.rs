@@ -3,7 +3,7 @@
 //! `deep_flush`); the write exits to pmemvm, which fdatasyncs that DIMM's
 //! backing file before the vCPU continues — so a guest flush means the data
 //! is on the host's stable storage. A [`FlushObserver`] (the flush recorder
-//! of `record=`) sees each flush first.
+//! of `record=`) sees each flush after the sync, before the vCPU goes on.
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,7 +37,7 @@ pub struct FlushTarget {
     pub path: String,
     /// Counters of this DIMM.
     pub stats: Arc<FlushStats>,
-    /// Sees each flush before the file is synced (`None`: nothing extra).
+    /// Sees each flush once the file is synced (`None`: nothing extra).
     pub observer: Option<Arc<dyn FlushObserver>>,
 }
 
@@ -83,19 +83,20 @@ impl BusDevice for FlushHintDevice {
         else {
             return;
         };
-        if let Some(observer) = &target.observer {
-            if let Err(e) = observer.flushed() {
-                target.stats.failures.fetch_add(1, Ordering::Relaxed);
-                self.exit.request(ExitRequest::StorageFailure(format!(
-                    "recording a guest flush of NVDIMM {} failed: {e}",
-                    target.path
-                )));
-                return;
-            }
-        }
         match target.file.sync_data() {
             Ok(()) => {
                 target.stats.flushes.fetch_add(1, Ordering::Relaxed);
+                // After the sync: a file shared into an L1 by 9p (cache=mmap)
+                // shows the guest's stores to read(2) only once they are written back.
+                if let Some(observer) = &target.observer {
+                    if let Err(e) = observer.flushed() {
+                        target.stats.failures.fetch_add(1, Ordering::Relaxed);
+                        self.exit.request(ExitRequest::StorageFailure(format!(
+                            "recording a guest flush of NVDIMM {} failed: {e}",
+                            target.path
+                        )));
+                    }
+                }
             }
             Err(e) => {
                 target.stats.failures.fetch_add(1, Ordering::Relaxed);
@@ -139,5 +140,66 @@ mod tests {
         assert_eq!(sa.flushes.load(Ordering::Relaxed), 1);
         assert_eq!(sb.flushes.load(Ordering::Relaxed), 2);
         assert_eq!(exit.get(), None);
+    }
+
+    #[derive(Debug, Default)]
+    struct Counting {
+        calls: AtomicU64,
+        fail: bool,
+    }
+
+    impl FlushObserver for Counting {
+        fn flushed(&self) -> Result<(), String> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            match self.fail {
+                true => Err("the log's disk is full".into()),
+                false => Ok(()),
+            }
+        }
+    }
+
+    #[test]
+    fn the_observer_sees_each_flush_and_its_failure_ends_the_vm() {
+        let f = |n: &str| {
+            let p =
+                std::env::temp_dir().join(format!("pmemvm-flush-obs-{}-{n}", std::process::id()));
+            let f = File::create(&p).unwrap();
+            std::fs::remove_file(&p).unwrap();
+            Arc::new(f)
+        };
+        let ok = Arc::new(Counting::default());
+        let bad = Arc::new(Counting {
+            fail: true,
+            ..Counting::default()
+        });
+        let target = |name: &str, o: &Arc<Counting>| FlushTarget {
+            file: f(name),
+            path: name.to_string(),
+            stats: Arc::new(FlushStats::default()),
+            observer: Some(o.clone() as Arc<dyn FlushObserver>),
+        };
+        let exit = Arc::new(ExitNotifier::new().unwrap());
+        let mut d = FlushHintDevice::new(
+            vec![target("a", &ok), target("b", &bad)],
+            4096,
+            exit.clone(),
+        );
+        d.write(0, &[1]);
+        d.write(0, &[1]);
+        assert_eq!(ok.calls.load(Ordering::Relaxed), 2);
+        assert_eq!(exit.get(), None);
+        d.write(4096, &[1]);
+        assert_eq!(bad.calls.load(Ordering::Relaxed), 1);
+        match exit.get() {
+            Some(ExitRequest::StorageFailure(m)) => {
+                assert!(
+                    m.contains(
+                        "recording a guest flush of NVDIMM b failed: the log's disk is full"
+                    ),
+                    "{m}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -436,14 +436,16 @@ impl Vm {
         stopped: Result<(), Vec<usize>>,
         statuses: &[Arc<crate::vcpu_status::VcpuStatus>],
     ) -> RunOutcome {
-        // The stores after the last flush, and each recording's end record.
+        let sync_error = sync_all(self.writable_files(), SYNC_DEADLINE);
+        // The stores after the last flush (read after the sync, as at each
+        // flush), and each recording's end record.
         let record_error = self
             .nvdimms
             .iter()
             .filter_map(|n| n.recorder.as_ref())
             .find_map(|r| r.finish().err())
             .map(|e| format!("ending the flush recording failed: {e}"));
-        let sync_error = sync_all(self.writable_files(), SYNC_DEADLINE).or(record_error);
+        let sync_error = sync_error.or(record_error);
         if sync_error.is_none() && stopped.is_ok() {
             // An orderly end: the data is on stable storage, so the next
             // start counts no unsafe shutdown.
