@@ -197,7 +197,7 @@ mod tests {
                         "recording a guest flush of NVDIMM b failed: the log's disk is full"
                     ),
                     "{m}"
-                )
+                );
             }
             other => panic!("{other:?}"),
         }
