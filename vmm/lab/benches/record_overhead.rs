@@ -9,20 +9,17 @@
 //! figures are functional only (everything runs under TCG) and say so.
 
 use std::path::PathBuf;
-use std::time::Duration;
-
-use lab::guest_job::GuestJob;
-use lab::run::{run_job, Engine, RunSpec};
+use std::process::Command;
 
 struct Args {
-    engine: Engine,
+    engine: &'static str,
     rounds: u32,
     seconds: u32,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
-        engine: Engine::Pmemvm,
+        engine: "pmemvm",
         rounds: 3,
         seconds: 10,
     };
@@ -32,8 +29,8 @@ fn parse_args() -> Result<Args, String> {
         match flag.as_str() {
             "--engine" => {
                 a.engine = match value()?.as_str() {
-                    "pmemvm" => Engine::Pmemvm,
-                    "nested" => Engine::Nested,
+                    "pmemvm" => "pmemvm",
+                    "nested" => "nested",
                     v => return Err(format!("--engine {v} is not pmemvm or nested")),
                 }
             }
@@ -70,51 +67,61 @@ fn job(seconds: u32) -> String {
     )
 }
 
-/// One boot: IOPS, guest flushes, bytes of log (0 when not recorded).
+/// The pmemvm binary: `$PMEMVM_BIN`, else `target/release/pmemvm` or
+/// `target/debug/pmemvm` beside this bench (build it first).
+fn pmemvm_bin() -> Result<PathBuf, String> {
+    if let Some(b) = std::env::var_os("PMEMVM_BIN").filter(|b| !b.is_empty()) {
+        return Ok(PathBuf::from(b));
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // target/<profile>/deps/record_overhead-HASH
+    let target = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .and_then(|d| d.parent())
+        .ok_or("no target directory above the bench")?;
+    ["release", "debug"]
+        .iter()
+        .map(|p| target.join(p).join("pmemvm"))
+        .find(|p| p.exists())
+        .ok_or_else(|| "no pmemvm binary: run `cargo build` first or set PMEMVM_BIN".to_string())
+}
+
+/// One boot, as a user types it (`pmemvm run --fio JOB --json OUT`): IOPS,
+/// guest flushes, bytes of log (0 when not recorded).
 fn one(a: &Args, work: &std::path::Path, n: u32, record: bool) -> Result<(f64, u64, u64), String> {
     let dimm = work.join(format!("pm-{n}-{record}.img"));
     let rec = work.join(format!("rec-{n}"));
+    let jobfile = work.join("job.fio");
+    let json = work.join(format!("run-{n}-{record}.json"));
+    std::fs::write(&jobfile, job(a.seconds)).map_err(|e| e.to_string())?;
     let mut spec = format!("256M,label-size=0,file={}", dimm.display());
     if record {
         spec.push_str(&format!(",record={}", rec.display()));
     }
-    let r = run_job(&RunSpec {
-        gdb: None,
-        gdb_wait: false,
-        control: Default::default(),
-        command: None,
-        engine: a.engine,
-        kernel: None,
-        initrd: None,
-        modules: None,
-        cmdline: None,
-        extra_cmdline: Vec::new(),
-        cpus: 1,
-        memory: 1 << 30,
-        ram_pages: vmm::hugepages::RamPages::Default,
-        placement: vmm::placement::Placement::default(),
-        nvdimms: vec![spec
-            .parse()
-            .map_err(|e: vmm::config::ConfigError| e.to_string())?],
-        disks: Vec::new(),
-        legacy_pmem: Vec::new(),
-        job: GuestJob {
-            fio_job: job(a.seconds),
-            ..GuestJob::default()
-        },
-        stream_console: false,
-        console_log: None,
-        timeout: Duration::from_secs(900),
-    })
-    .map_err(|e| e.to_string())?;
-    if let Some(e) = r.error {
-        return Err(e);
+    let out = Command::new(pmemvm_bin()?)
+        .args([
+            "run", "--engine", a.engine, "--memory", "1G", "--nvdimm", &spec, "--fio",
+        ])
+        .arg(&jobfile)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "pmemvm run: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
     }
-    let fio = r.fio.ok_or("the guest sent no fio results")?;
-    let iops = fio["jobs"][0]["write"]["iops"]
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    let iops = r["fio"]["jobs"][0]["write"]["iops"]
         .as_f64()
         .ok_or("fio reported no write IOPS")?;
-    let flushes = r.nvdimm_stats.first().map_or(0, |s| s.flushes);
+    let flushes = r["nvdimm_stats"][0]["flushes"].as_u64().unwrap_or(0);
     let log = std::fs::metadata(rec.join("flush.log")).map_or(0, |m| m.len());
     let _ = std::fs::remove_file(&dimm);
     let _ = std::fs::remove_dir_all(&rec);
@@ -140,12 +147,12 @@ fn main() {
         eprintln!("record_overhead: {}: {e}", work.display());
         std::process::exit(1);
     }
-    let functional = a.engine == Engine::Nested;
+    let functional = a.engine == "nested";
     println!(
         "record= overhead: fio randwrite 4k fsync=32 on /dev/pmem0 (256M label-less DIMM), {} s a boot, {} rounds of (plain, recorded), engine {}{}",
         a.seconds,
         a.rounds,
-        if functional { "nested" } else { "pmemvm" },
+        a.engine,
         if functional { " — functional only: the guest runs under TCG, the figures say nothing of performance" } else { "" }
     );
     let (mut plain, mut recorded, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
@@ -154,12 +161,16 @@ fn main() {
         let r = one(&a, &work, n, true);
         match (p, r) {
             (Ok(p), Ok(r)) => {
+                let flushes = |f: u64| match f {
+                    0 => "guest flushes not reported by this engine".to_string(),
+                    f => format!("{f} guest flushes"),
+                };
                 println!(
-                    "round {n}: plain {:.0} IOPS ({} flushes); recorded {:.0} IOPS ({} flushes, {} KiB of log); ratio {:.3}",
+                    "round {n}: plain {:.0} IOPS ({}); recorded {:.0} IOPS ({}, {} KiB of log); ratio {:.3}",
                     p.0,
-                    p.1,
+                    flushes(p.1),
                     r.0,
-                    r.1,
+                    flushes(r.1),
                     r.2 >> 10,
                     r.0 / p.0
                 );
