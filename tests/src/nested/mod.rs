@@ -520,15 +520,25 @@ fn l1_broke(e: &NestedError) -> bool {
     }
 }
 
+/// What the nested engine says when the L1's kernel stopped running (its
+/// init's heartbeat ceased; seen in CI as an L1 CPU spinning with interrupts
+/// off after the guest's job had reported its status).
+const L1_STALLED: &str = "the L1 VM stopped running (no heartbeat";
+
 /// The line that says a `pmemvm … --engine nested` run ended in a breakdown of
 /// the emulated platform rather than with a result: the L1's own triple fault
-/// (QEMU's reset log), or a triple fault of the guest inside its TCG-run L1.
+/// (QEMU's reset log), a triple fault of the guest inside its TCG-run L1, or
+/// the L1's kernel that stopped running (no heartbeat) or panicked.
 /// Both were seen in CI only with two or more vCPUs in the L1 (docs/testing.md,
 /// "The ndctl suite's two-vCPU L1 on QEMU 7.2"). `None` for any other end.
 pub fn platform_breakdown(stderr: &str) -> Option<String> {
     let fault = stderr
         .lines()
-        .find(|l| l.contains("the L1's CPU took a triple fault") || l.contains(GUEST_TRIPLE_FAULT))
+        .find(|l| {
+            l.contains("the L1's CPU took a triple fault")
+                || l.contains(GUEST_TRIPLE_FAULT)
+                || l.contains(L1_STALLED)
+        })
         .map(|l| l.trim().to_owned());
     fault.or_else(|| {
         // The L1's own kernel panicked (its console, as the nested engine
@@ -755,7 +765,7 @@ mod tests {
     }
 
     #[test]
-    fn only_triple_faults_of_the_platform_are_breakdowns() {
+    fn triple_faults_and_stalls_of_the_platform_are_breakdowns() {
         use super::platform_breakdown;
         let l1 = "pmemvm: --engine nested: the L1 VM stopped without reporting the command's \
                   exit status (QEMU exit status: 0; the L1's CPU took a triple fault (QEMU's \
@@ -764,6 +774,10 @@ mod tests {
                   exit) on vCPU 1 at RIP 0xffffffff81002fad; CR2 0x0 (exit status 4)";
         assert!(platform_breakdown(&format!("warning\n{l1}\nL1 console")).is_some());
         assert_eq!(platform_breakdown(l2).as_deref(), Some(l2));
+        let stall = "pmemvm: --engine nested: the L1 VM stopped running (no heartbeat from the \
+                     L1 init for 150 s after 3 heartbeats; it prints one every 10 s) and was \
+                     killed; what it was doing:";
+        assert_eq!(platform_breakdown(stall).as_deref(), Some(stall));
         assert_eq!(platform_breakdown("pmemvm: the guest powered off"), None);
         assert_eq!(
             platform_breakdown("pmemvm: the guest did not finish within 90 s"),
