@@ -80,20 +80,7 @@ fn place_record_dir(dir: &Path, mounts: &mut Vec<Mount>) -> Result<String, Neste
     let host_dir = parent
         .canonicalize()
         .map_err(|e| bad(format!("its parent cannot be shared into the L1 VM ({e})")))?;
-    let mount = match mounts.iter().find(|m| m.host_dir == host_dir) {
-        Some(m) => m.clone(),
-        None => {
-            let n = mounts.len();
-            let m = Mount {
-                tag: format!("dimm{n}"),
-                host_dir,
-                l1_dir: format!("/host/dimm{n}"),
-            };
-            mounts.push(m.clone());
-            m
-        }
-    };
-    Ok(format!("{}/{name}", mount.l1_dir))
+    Ok(format!("{}/{name}", mount_of(host_dir, mounts).l1_dir))
 }
 
 /// vCPUs of the L1 VM for a guest of `guest_cpus`: as many as the guest has
@@ -173,20 +160,23 @@ fn place_file(
             "its directory cannot be shared into the L1 VM ({e})"
         ))
     })?;
-    let mount = match mounts.iter().find(|m| m.host_dir == dir) {
-        Some(m) => m.clone(),
-        None => {
-            let n = mounts.len();
-            let m = Mount {
-                tag: format!("dimm{n}"),
-                host_dir: dir,
-                l1_dir: format!("/host/dimm{n}"),
-            };
-            mounts.push(m.clone());
-            m
-        }
+    Ok(format!("{}/{name}", mount_of(dir, mounts).l1_dir))
+}
+
+/// The 9p mount of host directory `host_dir` in L1 (`/host/dimmN`): the one
+/// already in `mounts`, or a new one added there.
+fn mount_of(host_dir: PathBuf, mounts: &mut Vec<Mount>) -> Mount {
+    if let Some(m) = mounts.iter().find(|m| m.host_dir == host_dir) {
+        return m.clone();
+    }
+    let n = mounts.len();
+    let m = Mount {
+        tag: format!("dimm{n}"),
+        host_dir,
+        l1_dir: format!("/host/dimm{n}"),
     };
-    Ok(format!("{}/{name}", mount.l1_dir))
+    mounts.push(m.clone());
+    m
 }
 
 /// The `--nvdimm`, `--pmem-legacy` and `--disk` options of `pmemvm boot` in
