@@ -16,6 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use pmemvm_tests::nested::run_engine_nested;
 use pmemvm_tests::pmemvm::{path_without, pmemvm_bin, run_cmd, Output, TempDir, VERIFY_JOB};
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
@@ -96,22 +97,27 @@ fn run_command_writes_the_users_backing_file_on_the_host() {
         12288 + mark.len()
     );
     let started = Instant::now();
-    let out = run_cmd(
-        &mut pmemvm(&[
-            "run",
-            "--engine",
-            "nested",
-            "--cmdline",
-            CMDLINE,
-            "--nvdimm",
-            &spec,
-            "--json",
-            record.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ]),
+    let out = run_engine_nested(
+        || {
+            // A run again after a breakdown starts from no file and no recording.
+            let _ = std::fs::remove_file(&img);
+            let _ = std::fs::remove_dir_all(&rec);
+            pmemvm(&[
+                "run",
+                "--engine",
+                "nested",
+                "--cmdline",
+                CMDLINE,
+                "--nvdimm",
+                &spec,
+                "--json",
+                record.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+        },
         DEADLINE,
     );
     eprintln!(
@@ -178,7 +184,7 @@ fn a_two_vcpu_guest_gets_a_two_vcpu_l1() {
     let started = Instant::now();
     // A triple fault of the 2-vCPU L1 or of the guest in it (TCG's) is run again
     // (up to `BREAKDOWN_TRIES` runs).
-    let out = pmemvm_tests::nested::run_engine_nested(
+    let out = run_engine_nested(
         || {
             pmemvm(
                 &[
@@ -215,20 +221,22 @@ fn run_fio_on_nested_returns_fio_json_labelled_nested() {
     std::fs::write(&job, VERIFY_JOB).unwrap();
     let record = dir.join("fio.json");
     let started = Instant::now();
-    let out = run_cmd(
-        &mut pmemvm(&[
-            "run",
-            "--engine",
-            "nested",
-            "--cmdline",
-            CMDLINE,
-            "--nvdimm",
-            "64M,label-size=0",
-            "--fio",
-            job.to_str().unwrap(),
-            "--json",
-            record.to_str().unwrap(),
-        ]),
+    let out = run_engine_nested(
+        || {
+            pmemvm(&[
+                "run",
+                "--engine",
+                "nested",
+                "--cmdline",
+                CMDLINE,
+                "--nvdimm",
+                "64M,label-size=0",
+                "--fio",
+                job.to_str().unwrap(),
+                "--json",
+                record.to_str().unwrap(),
+            ])
+        },
         DEADLINE,
     );
     eprintln!(
@@ -271,7 +279,7 @@ fn a_job_on_pmem0_of_a_new_labelled_dimm_is_stopped_with_the_reason() {
         if let Some(s) = setup {
             args.extend(["--setup", s]);
         }
-        run_cmd(&mut pmemvm(&args), DEADLINE)
+        run_engine_nested(|| pmemvm(&args), DEADLINE)
     };
     let out = run(None);
     assert_eq!(out.status, Some(1), "{}", out.dump());
@@ -396,29 +404,31 @@ fn bench_on_nested_reports_functional_only() {
     let out_dir = dir.join("report");
     let started = Instant::now();
     // One boot of one side (--only): one L1 boot; the report is the same kind.
-    let out = run_cmd(
-        &mut pmemvm(&[
-            "bench",
-            "pmem-nowait",
-            "--engine",
-            "nested",
-            "--runs",
-            "1",
-            "--runtime",
-            "1",
-            "--size",
-            "16M",
-            "--nvdimm",
-            "64M",
-            "--cpus",
-            "1",
-            "--timeout",
-            "400",
-            "--only",
-            "on:1",
-            "--out",
-            out_dir.to_str().unwrap(),
-        ]),
+    let out = run_engine_nested(
+        || {
+            pmemvm(&[
+                "bench",
+                "pmem-nowait",
+                "--engine",
+                "nested",
+                "--runs",
+                "1",
+                "--runtime",
+                "1",
+                "--size",
+                "16M",
+                "--nvdimm",
+                "64M",
+                "--cpus",
+                "1",
+                "--timeout",
+                "400",
+                "--only",
+                "on:1",
+                "--out",
+                out_dir.to_str().unwrap(),
+            ])
+        },
         DEADLINE,
     );
     eprintln!(
