@@ -256,3 +256,96 @@ fn bad_logs_and_requests_are_refused_with_status_2_and_nothing_changed() {
     assert!(!d.join("pm1.img").exists(), "the DIMM file was created");
     assert_eq!(contents(&rec), before);
 }
+
+/// `crash-check --slurm SHARED` on the recording: the scripts name one task per selected
+/// flush and run the user's command again, as typed; a task number past the array is refused
+/// (status 2, one sentence), and the report of an array whose tasks left no results fails,
+/// naming each task. (The array on a real cluster: `slurm.rs`.)
+#[test]
+fn crash_check_slurm_writes_one_task_per_flush_and_its_report_names_missing_results() {
+    require!(kvm_available());
+    require!(guest("epochs"));
+    let d = TempDir::new("record-slurm");
+    let rec = record(&d);
+    let shared = d.join("shared");
+    let with = |mode: &[&str]| {
+        let mut a: Vec<String> = vec!["crash-check".into()];
+        a.extend(mode.iter().map(ToString::to_string));
+        a.extend(
+            [
+                rec.to_str().unwrap(),
+                "--all",
+                "--engine",
+                "qemu",
+                "--slurm",
+                shared.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                "fsck -n /dev/pmem0 && echo \"it's clean\"",
+            ]
+            .map(String::from),
+        );
+        a
+    };
+    let go = |a: &[String]| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        run(&a, DEADLINE)
+    };
+    let out = go(&with(&[]));
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    assert!(
+        out.stdout
+            .contains("3 array task(s), one per flush (0, 1, 2)"),
+        "{}",
+        out.dump()
+    );
+    let script = std::fs::read_to_string(shared.join("check.sbatch")).expect("check.sbatch");
+    assert!(script.contains("#SBATCH --array=0-2\n"), "{script}");
+    // The task line, read back by sh, is the command as typed plus --slurm-task.
+    let line = script
+        .lines()
+        .find(|l| l.starts_with("exec "))
+        .expect("the exec line");
+    let words = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &line.replacen("exec \"$PMEMVM\"", "printf '%s\\n'", 1),
+        ])
+        .env("SLURM_ARRAY_TASK_ID", "1")
+        .output()
+        .expect("sh");
+    let mut want = with(&["--slurm-task", "1"]);
+    assert_eq!(
+        String::from_utf8_lossy(&words.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        want.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    want[2] = "3".into();
+    let o = go(&want);
+    assert_eq!(o.status, Some(2), "{}", o.dump());
+    assert!(
+        o.stderr
+            .contains("--slurm-task 3 is not a task of this array, whose 3 task(s)"),
+        "{}",
+        o.dump()
+    );
+    assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.dump());
+    let o = go(&with(&["--slurm-report"]));
+    assert_eq!(o.status, Some(1), "{}", o.dump());
+    for task in 0..3 {
+        assert!(
+            o.stdout
+                .contains(&format!("array task {task} left no result")),
+            "{}",
+            o.dump()
+        );
+    }
+    assert!(
+        o.stdout
+            .contains("3 of 3 images failed `sh -c fsck -n /dev/pmem0 && echo \"it's clean\"`; the first: the image after flush 0"),
+        "{}",
+        o.dump()
+    );
+}

@@ -2,9 +2,13 @@
 //! slurmd on this machine, see `pmemvm_tests::slurm_cluster`): the generated job array runs
 //! one `pmemvm bench --only SIDE:BOOT` per task under QEMU TCG, one task at a time (`%1`: two
 //! cores), the dependent report job merges them, and the merged report holds every (side, boot)
-//! exactly once with figures. Also what `--slurm` and `--only` refuse.
+//! exactly once with figures. Also what `--slurm` and `--only` refuse, and `crash-check
+//! --slurm`: one task per flush of a recording, the report job's table naming the first image
+//! that failed.
 
+use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pmemvm_tests::pmemvm::{run, run_cmd, TempDir};
@@ -14,6 +18,9 @@ use pmemvm_tests::slurm_cluster::SlurmCluster;
 use pmemvm_tests::tcg::TcgGuard;
 
 const DEADLINE: Duration = Duration::from_secs(60);
+
+/// One cluster at a time: the tests of this file each start one on this machine.
+static CLUSTER: Mutex<()> = Mutex::new(());
 
 /// QEMU and the guest image are there; the guard holds the machine's TCG lock while the
 /// array's guests run.
@@ -47,6 +54,9 @@ fn json(path: &Path) -> serde_json::Value {
 
 #[test]
 fn bench_array_on_a_real_slurm_cluster_merges_every_side_and_boot_once() {
+    let _one = CLUSTER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let started = Instant::now();
     let dir = TempDir::new("slurm");
     // The TCG lock first: the cluster runs only while this test may boot guests.
@@ -309,4 +319,206 @@ fn slurm_scripts_refuse_to_overwrite_and_only_refuses_unknown_tasks() {
     let mut no_out: Vec<&str> = BENCH.to_vec();
     no_out.push("--slurm");
     assert_eq!(run(&no_out, DEADLINE).status, Some(2));
+}
+
+/// The array and report job ids `submit.sh` printed ("submitted array job A (N tasks) and
+/// report job R; ...").
+fn submitted(out: &pmemvm_tests::pmemvm::Output) -> (String, String) {
+    let words: Vec<&str> = out.stdout.split_whitespace().collect();
+    let id = |first: &str| {
+        words
+            .windows(3)
+            .find(|p| p[0] == first && p[1] == "job")
+            .map(|p| p[2].trim_end_matches(';').to_owned())
+            .unwrap_or_else(|| panic!("no '{first} job ID' in {}", out.dump()))
+    };
+    (id("array"), id("report"))
+}
+
+/// `crash-check --slurm` on the real cluster. The recording is the tiny `epochs` guest's on
+/// this host's KVM (a label-less 16 MiB DIMM: page 1 ← A, page 2 ← B, flush 1; page 1 ← C,
+/// flush 2; page 3 ← D, the tail); `--every 2` selects flushes 0 and 2, so the array has two
+/// tasks, each booting the guest image under QEMU TCG on its flush's image (and torn variant)
+/// to check that page 2 holds B. The image after flush 0 cannot (B was not flushed yet), the
+/// one after flush 2 does: the report job ends with status 1 and names flush 0.
+#[test]
+fn crash_check_array_on_a_real_slurm_cluster_checks_each_flush_and_names_the_first_failure() {
+    pmemvm_tests::require!(pmemvm_tests::tiny::kvm_available());
+    let epochs = pmemvm_tests::require!(pmemvm_tests::tiny::guest("epochs"));
+    let _one = CLUSTER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let started = Instant::now();
+    let dir = TempDir::new("slurm-crash");
+    let _tcg = require!(ready());
+    let cluster = require!(SlurmCluster::start(&dir.join("cluster")));
+
+    // The recording (the guest's parameter block at the start of its region).
+    const REGION: u64 = 16 << 20;
+    const PAGE: u64 = 4096;
+    let dimm = dir.join("pm0.img");
+    let f = std::fs::File::create(&dimm).expect("DIMM file");
+    f.set_len(REGION + 4096).expect("size");
+    let steps: [(u64, u32, bool); 4] = [
+        (PAGE, 0xaaaa_0001, false),
+        (2 * PAGE, 0xbbbb_0002, true),
+        (PAGE, 0xcccc_0003, true),
+        (3 * PAGE, 0xdddd_0004, false),
+    ];
+    let mut block = b"EPOCHS01".to_vec();
+    block.extend_from_slice(&4u32.to_le_bytes());
+    block.extend_from_slice(&[0; 4]);
+    for (off, value, flush) in steps {
+        block.extend_from_slice(&off.to_le_bytes());
+        block.extend_from_slice(&value.to_le_bytes());
+        block.extend_from_slice(&u32::from(flush).to_le_bytes());
+    }
+    f.write_all_at(&block, 0).expect("parameter block");
+    drop(f);
+    let rec = dir.join("rec");
+    let spec = format!(
+        "16M,label-size=0,file={},record={}",
+        dimm.display(),
+        rec.display()
+    );
+    let out = run(
+        &[
+            "boot",
+            "--kernel",
+            &epochs.to_string_lossy(),
+            "--nvdimm",
+            &spec,
+        ],
+        DEADLINE,
+    );
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+
+    // What a user types: the check, with --slurm SHARED.
+    let shared = dir.join("shared");
+    let summary_path = dir.join("summary.json");
+    let check = "v=$(dd if=/dev/pmem0 bs=4096 skip=2 count=1 2>/dev/null | head -c 4 | od -An -tx1 | tr -d ' \\n'); \
+                 echo \"page 2: $v\"; test \"$v\" = 0200bbbb";
+    let args = [
+        "crash-check",
+        rec.to_str().unwrap(),
+        "--every",
+        "2",
+        "--torn",
+        "5",
+        "--engine",
+        "qemu",
+        "--cpus",
+        "1",
+        "--timeout",
+        "500",
+        "--slurm",
+        shared.to_str().unwrap(),
+        "--json",
+        summary_path.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        check,
+    ];
+    let out = run(&args, DEADLINE);
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    assert!(
+        out.stdout
+            .contains("2 array task(s), one per flush (0, 2); submit with: sh"),
+        "{}",
+        out.dump()
+    );
+    assert!(
+        std::fs::read_dir(shared.join("results"))
+            .expect("results/")
+            .next()
+            .is_none(),
+        "--slurm must run nothing"
+    );
+    // Writing the scripts again is refused; nothing of the first is changed.
+    let script = std::fs::read_to_string(shared.join("check.sbatch")).expect("check.sbatch");
+    let again = run(&args, DEADLINE);
+    assert_eq!(again.status, Some(2), "{}", again.dump());
+    assert!(again.stderr.contains("already exists"), "{}", again.dump());
+    assert_eq!(
+        std::fs::read_to_string(shared.join("check.sbatch")).unwrap(),
+        script
+    );
+
+    let submit = run_cmd(
+        cluster
+            .command("sh")
+            .arg(shared.join("submit.sh"))
+            .arg("--array=0-1%1"),
+        DEADLINE,
+    );
+    assert_eq!(submit.status, Some(0), "{}", submit.dump());
+    let (array, report_job) = submitted(&submit);
+    let state = cluster.wait(&report_job, Duration::from_secs(1500));
+    let logs = || {
+        let mut all = String::new();
+        for e in std::fs::read_dir(shared.join("logs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            all.push_str(&format!("--- {} ---\n{text}\n", e.path().display()));
+        }
+        all
+    };
+    // A failed image is the report's result: its job ends with status 1.
+    assert_eq!(
+        state,
+        "FAILED",
+        "report job {report_job}\n{}\n{}",
+        logs(),
+        cluster.logs()
+    );
+    let tasks = run_cmd(
+        cluster
+            .command("scontrol")
+            .args(["show", "job", "-o", &array]),
+        DEADLINE,
+    );
+    let states: Vec<&str> = tasks
+        .stdout
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("JobState="))
+        .collect();
+    assert_eq!(states, ["COMPLETED"; 2], "{}\n{}", tasks.dump(), logs());
+    let report_log = std::fs::read_to_string(shared.join(format!("logs/report-{report_job}.out")))
+        .unwrap_or_else(|e| panic!("the report's log: {e}\n{}", logs()));
+    assert!(
+        report_log.contains("the first: the image after flush 0 ("),
+        "{report_log}"
+    );
+    let summary = json(&summary_path);
+    let checks = summary["checks"].as_array().expect("checks");
+    let plain: Vec<(u64, u64)> = checks
+        .iter()
+        .filter(|c| c["torn"] == false)
+        .map(|c| (c["flush"].as_u64().unwrap(), c["status"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(plain, [(0, 1), (2, 0)], "{summary:#}");
+    assert_eq!(
+        checks.len(),
+        4,
+        "each flush's torn variant too: {summary:#}"
+    );
+    for c in checks {
+        assert!(
+            c["stdout"].as_str().unwrap_or("").contains("page 2: "),
+            "the check ran in the guest: {c:#}"
+        );
+    }
+    assert_eq!(
+        summary["manifest"]["images"].as_array().map(Vec::len),
+        Some(2)
+    );
+    drop(cluster);
+    eprintln!(
+        "slurm crash-check test: {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
 }

@@ -97,6 +97,20 @@ pub struct CrashCheckArgs {
     /// Which images (as for crash-images).
     #[command(flatten)]
     pub which: ImageSelection,
+    /// Run nothing here: write SHARED/check.sbatch (a Slurm job array, one task
+    /// per selected flush, each running this command for its flush on any
+    /// node), SHARED/report.sbatch (the table of every image) and
+    /// SHARED/submit.sh. DIR and SHARED must be on a file system every node
+    /// shares.
+    #[arg(long, value_name = "SHARED", conflicts_with = "images")]
+    pub slurm: Option<PathBuf>,
+    /// What one array task of --slurm runs: the I-th selected flush only, its
+    /// result into SHARED/results (written into check.sbatch).
+    #[arg(long, value_name = "I", requires = "slurm", hide = true)]
+    pub slurm_task: Option<usize>,
+    /// What the report job of --slurm runs: the table of SHARED/results.
+    #[arg(long, requires = "slurm", conflicts_with = "slurm_task", hide = true)]
+    pub slurm_report: bool,
     /// How each image is booted and checked: the options of `pmemvm run`;
     /// the image is the guest's first DIMM (nmem0, /dev/pmem0 on a label-less
     /// DIMM), any --nvdimm given here come after it; --json writes the
@@ -121,6 +135,9 @@ pub fn crash_check(a: &CrashCheckArgs) -> Result<u8, crate::commands::CommandErr
     let template = crate::commands::run_spec(&a.run)?;
     // Refusals of the engine, before any image is written.
     lab::run::engine_for(&template)?;
+    if let Some(shared) = &a.slurm {
+        return slurm(a, shared, &template);
+    }
     let (out, _temp) = match &a.images {
         Some(d) => (d.clone(), TempImages(None)),
         None => {
@@ -129,21 +146,101 @@ pub fn crash_check(a: &CrashCheckArgs) -> Result<u8, crate::commands::CommandErr
         }
     };
     let req = a.which.request(&a.dir, out);
-    let report =
-        lab::crash_check::check(&template, &req, &a.run.command, lab::run::run_job, |c| {
-            eprintln!(
-                "pmemvm: crash-check: the image after {}: status {}{} in {:.1} s",
-                c.name(),
-                c.status,
-                c.error
-                    .as_deref()
-                    .map(|e| format!(" ({e})"))
-                    .unwrap_or_default(),
-                c.seconds
-            );
+    let report = check(&template, &req, &a.run.command)?;
+    finish(a, &report)
+}
+
+/// Boots and checks the images of `req`, saying how each went.
+fn check(
+    template: &lab::run::RunSpec,
+    req: &images::Request,
+    command: &[String],
+) -> Result<lab::crash_check::CrashCheck, lab::crash_check::CrashCheckError> {
+    lab::crash_check::check(template, req, command, lab::run::run_job, |c| {
+        eprintln!(
+            "pmemvm: crash-check: the image after {}: status {}{} in {:.1} s",
+            c.name(),
+            c.status,
+            c.error
+                .as_deref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default(),
+            c.seconds
+        );
+    })
+}
+
+/// `--slurm SHARED`: writes the array's scripts (no `--slurm-task`/`--slurm-report`), runs
+/// one task's flush, or merges the results.
+fn slurm(
+    a: &CrashCheckArgs,
+    shared: &std::path::Path,
+    template: &lab::run::RunSpec,
+) -> Result<u8, crate::commands::CommandError> {
+    use lab::crash_check::CrashCheckError;
+    use lab::fleet::crash_array;
+    let flushes =
+        images::plan(&a.which.request(&a.dir, PathBuf::new())).map_err(CrashCheckError::from)?;
+    if a.slurm_report {
+        return finish(a, &crash_array::merge(shared, &flushes, &a.run.command));
+    }
+    if let Some(task) = a.slurm_task {
+        let flush = *flushes.get(task).ok_or(CrashCheckError::NoSuchTask {
+            task,
+            tasks: flushes.len(),
         })?;
+        let work =
+            std::env::temp_dir().join(format!("pmemvm-crash-task-{}-{task}", std::process::id()));
+        let _temp = TempImages(Some(work.clone()));
+        let mut req = a.which.request(&a.dir, work);
+        req.select = images::Selection::At(flush);
+        let report = check(template, &req, &a.run.command)?;
+        let path = crash_array::result_path(shared, flush);
+        let text = serde_json::to_vec_pretty(&report).unwrap_or_default();
+        // Whole or absent: the report job must not read half a result.
+        let part = path.with_extension("json.part");
+        std::fs::write(&part, text)
+            .and_then(|()| std::fs::rename(&part, &path))
+            .map_err(|source| crate::commands::CommandError::Output {
+                path: path.clone(),
+                source,
+            })?;
+        print!("{}", report.table());
+        println!("result: {}", path.display());
+        return Ok(0);
+    }
+    // The command as typed (after `crash-check`): what every task runs again.
+    let mut args = Vec::new();
+    for arg in std::env::args_os()
+        .skip_while(|a| a != "crash-check")
+        .skip(1)
+    {
+        args.push(
+            arg.into_string()
+                .map_err(|a| CrashCheckError::NotText(a.to_string_lossy().into_owned()))?,
+        );
+    }
+    let array = crash_array::CrashArray::new(flushes, args, shared)?;
+    for f in array.write()? {
+        println!("wrote {}", f.display());
+    }
+    let list: Vec<String> = array.flushes.iter().map(u64::to_string).collect();
+    println!(
+        "{} array task(s), one per flush ({}); submit with: sh {}",
+        array.flushes.len(),
+        list.join(", "),
+        array.out.join("submit.sh").display()
+    );
+    Ok(0)
+}
+
+/// Writes `--json`, prints the table; status 1 when an image failed.
+fn finish(
+    a: &CrashCheckArgs,
+    report: &lab::crash_check::CrashCheck,
+) -> Result<u8, crate::commands::CommandError> {
     if let Some(path) = &a.run.json {
-        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        let text = serde_json::to_string_pretty(report).unwrap_or_default();
         std::fs::write(path, text).map_err(|source| crate::commands::CommandError::Output {
             path: path.clone(),
             source,

@@ -40,6 +40,17 @@ pub enum CrashCheckError {
         /// Why.
         why: String,
     },
+    /// A Slurm array task number past the array's end.
+    #[error("--slurm-task {task} is not a task of this array, whose {tasks} task(s) are numbered from 0 (one per selected flush)")]
+    NoSuchTask {
+        /// The task asked for.
+        task: usize,
+        /// How many there are.
+        tasks: usize,
+    },
+    /// An argument the Slurm scripts cannot carry.
+    #[error("the argument {0:?} is not valid UTF-8; the Slurm scripts carry text only")]
+    NotText(String),
     /// Host I/O.
     #[error("{what}: {source}")]
     Io {
@@ -57,7 +68,7 @@ impl CrashCheckError {
         match self {
             Self::Images(e) => !matches!(e, ImageError::Io { .. }),
             Self::Run { source, .. } => source.is_usage(),
-            Self::Geometry { .. } => true,
+            Self::Geometry { .. } | Self::NoSuchTask { .. } | Self::NotText(_) => true,
             Self::Io { .. } => false,
         }
     }

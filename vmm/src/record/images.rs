@@ -136,12 +136,12 @@ pub struct Request {
     pub partial: bool,
 }
 
-/// Writes the images `req` asks for and their manifest; returns the manifest.
-pub fn write(req: &Request) -> Result<Manifest, ImageError> {
+/// Opens the log of `req` and checks its selection against it.
+fn open_checked(req: &Request) -> Result<FlushLog, ImageError> {
     if req.select == Selection::Every(0) {
         return Err(ImageError::EveryZero);
     }
-    let mut log = FlushLog::open(&req.dir, req.partial)?;
+    let log = FlushLog::open(&req.dir, req.partial)?;
     let last = log.last();
     if let Selection::At(at) = req.select {
         if at > last {
@@ -152,6 +152,20 @@ pub fn write(req: &Request) -> Result<Manifest, ImageError> {
             });
         }
     }
+    Ok(log)
+}
+
+/// The flushes `req` selects, in order, as [`write`] would make their
+/// images; writes nothing (`crash-check --slurm` gives each its own task).
+pub fn plan(req: &Request) -> Result<Vec<u64>, ImageError> {
+    let last = open_checked(req)?.last();
+    Ok((0..=last).filter(|&n| req.select.wants(n, last)).collect())
+}
+
+/// Writes the images `req` asks for and their manifest; returns the manifest.
+pub fn write(req: &Request) -> Result<Manifest, ImageError> {
+    let mut log = open_checked(req)?;
+    let last = log.last();
     let created = prepare_out(&req.out)?;
     let mut guard = OutGuard {
         out: req.out.clone(),
@@ -491,6 +505,34 @@ mod tests {
         assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1);
         let m = write(&req(&d, &d.join("every"), Selection::Every(5), None)).unwrap();
         assert_eq!(m.images.iter().map(|i| i.flush).collect::<Vec<_>>(), [0, 1]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn the_plan_names_the_flushes_write_makes_and_writes_nothing() {
+        let d = tmp("plan");
+        let epochs: Vec<(Vec<u64>, u8)> = (1..=7u8).map(|i| (vec![1], i)).collect();
+        write_log(&d, &epochs, true);
+        let out = d.join("out");
+        for select in [
+            Selection::All,
+            Selection::At(4),
+            Selection::Every(3),
+            Selection::Every(10),
+        ] {
+            let planned = plan(&req(&d, &out, select, Some(1))).unwrap();
+            assert!(!out.exists(), "plan wrote {}", out.display());
+            let m = write(&req(&d, &out, select, None)).unwrap();
+            let made: Vec<u64> = m.images.iter().map(|i| i.flush).collect();
+            assert_eq!(planned, made, "{select:?}");
+            std::fs::remove_dir_all(&out).unwrap();
+        }
+        assert_eq!(
+            plan(&req(&d, &out, Selection::Every(3), None)).unwrap(),
+            [0, 3, 6, 7]
+        );
+        let e = plan(&req(&d, &out, Selection::At(8), None)).unwrap_err();
+        assert!(e.to_string().contains("--at 8 is past"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -10,11 +10,13 @@
 //! - [`merge`]: reading result directories and merging them;
 //! - [`select`]: which boot of which result goes in, renumbered or left out;
 //! - [`merge_text`]: the merge's own section of the text report (inputs, hosts, left out);
+//! - [`crash_array`]: `crash-check --slurm`, one task per flush, and the merge of its results;
 //! - [`slurm`]: the `sbatch` scripts (the command line is in the `pmemvm` crate:
 //!   `vmm/cli/src/fleet_commands.rs`).
 //!
 //! pmemvm schedules nothing itself: Slurm runs the array, `pmemvm report` merges what came back.
 
+pub mod crash_array;
 pub mod inputs;
 pub mod merge;
 // Kept here by name too: the result record and the bench task live in crate::results.

@@ -132,7 +132,7 @@ pub fn pattern_escape(path: &Path) -> String {
 /// Refuses a path that no quoting carries into the scripts: a control character (a newline
 /// ends an `#SBATCH` line) or a backslash (in a filename pattern it turns off every `%`
 /// replacement, so every task would write one log).
-fn check_path(what: &'static str, path: &Path) -> Result<(), SlurmError> {
+pub(crate) fn check_path(what: &'static str, path: &Path) -> Result<(), SlurmError> {
     let text = path.display().to_string();
     let why = if text.chars().any(char::is_control) {
         Some("a control character (such as a newline)")
@@ -298,35 +298,57 @@ impl SlurmJob {
     /// [`SlurmJob::check`] fails.
     pub fn write(&self) -> Result<Vec<PathBuf>, SlurmError> {
         self.check()?;
-        let files = [
-            ("bench.sbatch", self.bench_script()),
-            ("report.sbatch", self.report_script()),
-            ("submit.sh", self.submit_script()),
-        ];
-        if let Some(p) = files
-            .iter()
-            .map(|(n, _)| self.out.join(n))
-            .find(|p| p.exists())
-        {
-            return Err(SlurmError::Exists(p));
-        }
-        for d in [self.out.join("logs"), self.out.join("runs")] {
-            std::fs::create_dir_all(&d).map_err(|source| SlurmError::Write {
-                path: d.clone(),
-                source,
-            })?;
-        }
-        let mut written = Vec::new();
-        for (name, text) in files {
-            let path = self.out.join(name);
-            std::fs::write(&path, text).map_err(|source| SlurmError::Write {
-                path: path.clone(),
-                source,
-            })?;
-            written.push(path);
-        }
-        Ok(written)
+        write_files(
+            &self.out,
+            &[
+                ("bench.sbatch", self.bench_script()),
+                ("report.sbatch", self.report_script()),
+                ("submit.sh", self.submit_script()),
+            ],
+            &["logs", "runs"],
+        )
     }
+}
+
+/// Writes `files` (name, text) into `out` and makes its directories `dirs`; refuses, before
+/// writing anything, when one of the files exists.
+pub(crate) fn write_files(
+    out: &Path,
+    files: &[(&str, String)],
+    dirs: &[&str],
+) -> Result<Vec<PathBuf>, SlurmError> {
+    if let Some(p) = files.iter().map(|(n, _)| out.join(n)).find(|p| p.exists()) {
+        return Err(SlurmError::Exists(p));
+    }
+    for d in dirs.iter().map(|d| out.join(d)) {
+        std::fs::create_dir_all(&d).map_err(|source| SlurmError::Write {
+            path: d.clone(),
+            source,
+        })?;
+    }
+    let mut written = Vec::new();
+    for (name, text) in files {
+        let path = out.join(name);
+        std::fs::write(&path, text).map_err(|source| SlurmError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// The working directory and this pmemvm's path, which the scripts start from.
+pub(crate) fn here() -> Result<(PathBuf, PathBuf), SlurmError> {
+    let workdir = std::env::current_dir().map_err(|source| SlurmError::Where {
+        what: "the working directory",
+        source,
+    })?;
+    let pmemvm = std::env::current_exe().map_err(|source| SlurmError::Where {
+        what: "where this pmemvm is",
+        source,
+    })?;
+    Ok((workdir, pmemvm))
 }
 
 /// The job of `experiment` with `sides` and `runs` boots per side, its tasks passing on
@@ -338,14 +360,7 @@ pub fn job_for(
     bench_args: Vec<String>,
     out: &Path,
 ) -> Result<SlurmJob, SlurmError> {
-    let workdir = std::env::current_dir().map_err(|source| SlurmError::Where {
-        what: "the working directory",
-        source,
-    })?;
-    let pmemvm = std::env::current_exe().map_err(|source| SlurmError::Where {
-        what: "where this pmemvm is",
-        source,
-    })?;
+    let (workdir, pmemvm) = here()?;
     let job = SlurmJob {
         experiment: experiment.to_owned(),
         tasks: Task::all(sides, runs),
