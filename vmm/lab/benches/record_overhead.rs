@@ -2,7 +2,12 @@
 //! `/dev/pmem0`, recorded and not, alternating in one run, as a ratio of
 //! IOPS (docs/crash-consistency.md, "Cost").
 //!
-//! `cargo bench -p pmemvm-lab --bench record_overhead -- [--engine pmemvm|nested] [--rounds N] [--seconds S]`
+//! `cargo bench -p pmemvm-lab --bench record_overhead -- [--engine pmemvm|nested] [--rounds N] [--seconds S] [--baseline PMEMVM]`
+//!
+//! `--baseline` names another pmemvm binary (one built from before `record=`
+//! existed): each round then also boots the plain run on it, and the bench
+//! prints plain/baseline — what a DIMM without `record=` pays for the
+//! recorder's being there.
 //!
 //! The engine defaults to pmemvm; on a host whose KVM cannot run Linux
 //! (PVM, or no hardware virtualization) give `--engine nested`, whose
@@ -15,6 +20,7 @@ struct Args {
     engine: &'static str,
     rounds: u32,
     seconds: u32,
+    baseline: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -22,6 +28,7 @@ fn parse_args() -> Result<Args, String> {
         engine: "pmemvm",
         rounds: 3,
         seconds: 10,
+        baseline: None,
     };
     let mut it = std::env::args().skip(1).filter(|s| s != "--bench");
     while let Some(flag) = it.next() {
@@ -50,9 +57,19 @@ fn parse_args() -> Result<Args, String> {
                     .filter(|&n| n > 0)
                     .ok_or(format!("--seconds {v} is not a number from 1 up"))?;
             }
+            "--baseline" => {
+                let v = PathBuf::from(value()?);
+                if !v.is_file() {
+                    return Err(format!(
+                        "--baseline {} is not a file; give the path of a pmemvm binary",
+                        v.display()
+                    ));
+                }
+                a.baseline = Some(v);
+            }
             f => {
                 return Err(format!(
-                    "{f} is not an option of this bench (--engine, --rounds, --seconds)"
+                    "{f} is not an option of this bench (--engine, --rounds, --seconds, --baseline)"
                 ))
             }
         }
@@ -89,7 +106,13 @@ fn pmemvm_bin() -> Result<PathBuf, String> {
 
 /// One boot, as a user types it (`pmemvm run --fio JOB --json OUT`): IOPS,
 /// guest flushes, bytes of log (0 when not recorded).
-fn one(a: &Args, work: &std::path::Path, n: u32, record: bool) -> Result<(f64, u64, u64), String> {
+fn one(
+    a: &Args,
+    bin: &std::path::Path,
+    work: &std::path::Path,
+    n: u32,
+    record: bool,
+) -> Result<(f64, u64, u64), String> {
     let dimm = work.join(format!("pm-{n}-{record}.img"));
     let rec = work.join(format!("rec-{n}"));
     let jobfile = work.join("job.fio");
@@ -99,7 +122,7 @@ fn one(a: &Args, work: &std::path::Path, n: u32, record: bool) -> Result<(f64, u
     if record {
         spec.push_str(&format!(",record={}", rec.display()));
     }
-    let out = Command::new(pmemvm_bin()?)
+    let out = Command::new(bin)
         .args([
             "run", "--engine", a.engine, "--memory", "1G", "--nvdimm", &spec, "--fio",
         ])
@@ -155,10 +178,36 @@ fn main() {
         a.engine,
         if functional { " — functional only: the guest runs under TCG, the figures say nothing of performance" } else { "" }
     );
+    let bin = match pmemvm_bin() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("record_overhead: {e}");
+            std::process::exit(2);
+        }
+    };
     let (mut plain, mut recorded, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut against_baseline = Vec::new();
     for n in 0..a.rounds {
-        let p = one(&a, &work, n, false);
-        let r = one(&a, &work, n, true);
+        let p = one(&a, &bin, &work, n, false);
+        let r = one(&a, &bin, &work, n, true);
+        if let (Some(base), Ok(p)) = (&a.baseline, &p) {
+            match one(&a, base, &work, n, false) {
+                Ok(b) => {
+                    println!(
+                        "round {n}: baseline {} {:.0} IOPS; plain/baseline {:.3}",
+                        base.display(),
+                        b.0,
+                        p.0 / b.0
+                    );
+                    against_baseline.push(p.0 / b.0);
+                }
+                Err(e) => {
+                    eprintln!("record_overhead: round {n}: baseline: {e}");
+                    let _ = std::fs::remove_dir_all(&work);
+                    std::process::exit(1);
+                }
+            }
+        }
         match (p, r) {
             (Ok(p), Ok(r)) => {
                 let flushes = |f: u64| match f {
@@ -196,5 +245,16 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    if !against_baseline.is_empty() {
+        println!(
+            "plain/baseline (a DIMM without record= against the baseline binary): median {:.3} (per round: {})",
+            median(against_baseline.clone()),
+            against_baseline
+                .iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let _ = std::fs::remove_dir_all(&work);
 }
