@@ -6,15 +6,17 @@
 //! kernel and initrd) is checked before any backing file is created, and a
 //! file created here is removed again if a later step fails.
 
-use std::fs::File;
-use std::io::Write;
+mod buses;
+mod outputs;
+
+use outputs::check_output;
+
 use std::sync::{Arc, Mutex};
 
 use devices::bus::{Bus, BusError};
 use devices::exit::{ExitNotifier, ExitRequest};
-use devices::nvdimm::{FlushHintDevice, FlushStats, FlushTarget};
+use devices::nvdimm::FlushStats;
 use devices::platform_events::PlatformEvents;
-use devices::power::{AcpiPowerDevice, GuestExitDevice, I8042Device};
 use devices::serial::SerialDevice;
 use kvm_bindings::{
     kvm_pit_config, kvm_userspace_memory_region, KVM_MAX_CPUID_ENTRIES, KVM_MEM_LOG_DIRTY_PAGES,
@@ -22,11 +24,10 @@ use kvm_bindings::{
 };
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use vm_memory::{Address, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
-use vmm_sys_util::eventfd::EventFd;
 
 use crate::backing::{self, BackingError};
 use crate::boot::{self, BootError, BootInputs};
-use crate::config::{ConsoleMode, VmConfig};
+use crate::config::VmConfig;
 use crate::cpu::{self, CpuSetupError};
 use crate::host::HostKvm;
 use crate::hugepages::{self, MemorySpec};
@@ -291,69 +292,6 @@ fn add_memslot(
     unsafe { vm.set_user_memory_region(region) }.map_err(kvm_err("memory slot registration"))
 }
 
-/// Creates (truncates) an output file the user named.
-fn create_output(what: &'static str, path: &std::path::Path) -> Result<File, VmError> {
-    File::create(path).map_err(|source| VmError::OutputFile {
-        what,
-        path: path.into(),
-        source,
-    })
-}
-
-/// Refuses an output path that cannot work (a directory, a missing parent)
-/// before any file is created, so a bad one changes nothing on disk.
-fn check_output(what: &'static str, path: &std::path::Path) -> Result<(), VmError> {
-    let why = if path.is_dir() {
-        "it is a directory"
-    } else if path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .is_some_and(|p| !p.is_dir())
-    {
-        "its directory does not exist"
-    } else {
-        return Ok(());
-    };
-    Err(VmError::OutputFile {
-        what,
-        path: path.into(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, why),
-    })
-}
-
-/// The console writer for COM1.
-fn console_writer(mode: &ConsoleMode) -> Result<Box<dyn Write + Send>, VmError> {
-    Ok(match mode {
-        ConsoleMode::Stdio => Box::new(std::io::stdout()),
-        ConsoleMode::Null => Box::new(std::io::sink()),
-        ConsoleMode::File(p) => Box::new(create_output("console file", p)?),
-        ConsoleMode::StdioAndFile(p) => Box::new(Tee {
-            terminal: std::io::stdout(),
-            file: create_output("console file", p)?,
-        }),
-    })
-}
-
-/// Console output to the terminal and to a file.
-struct Tee<F: Write> {
-    terminal: std::io::Stdout,
-    file: F,
-}
-
-impl<F: Write> Write for Tee<F> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.file.write_all(buf)?;
-        // A closed terminal (e.g. a pipe whose reader left) must not stop the log.
-        let _ = self.terminal.write_all(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        let _ = self.terminal.flush();
-        self.file.flush()
-    }
-}
-
 impl Vm {
     /// Builds the VM. See the module docs for the order of checks.
     pub fn build(config: &VmConfig) -> Result<Self, VmError> {
@@ -539,86 +477,12 @@ impl Vm {
         }
 
         let exit = Arc::new(ExitNotifier::new().map_err(io_err("creating the exit eventfd"))?);
-        let mut pio = Bus::new();
-        let mut mmio = Bus::new();
-        let irq = |gsi: u32| -> Result<EventFd, VmError> {
-            let evt =
-                EventFd::new(libc::EFD_NONBLOCK).map_err(io_err("creating an IRQ eventfd"))?;
-            vm_fd
-                .register_irqfd(&evt, gsi)
-                .map_err(kvm_err("irqfd registration"))?;
-            evt.try_clone().map_err(io_err("cloning an IRQ eventfd"))
-        };
-        let com1 = Arc::new(Mutex::new(SerialDevice::new(
-            irq(layout::COM1_IRQ)?,
-            console_writer(&config.console)?,
-        )));
-        pio.insert(
-            com1.clone(),
-            layout::COM1_PORT.into(),
-            layout::SERIAL_PORT_SIZE.into(),
-        )?;
-        let channel: Box<dyn Write + Send> = match &config.channel {
-            Some(p) => Box::new(create_output("channel file", p)?),
-            None => Box::new(std::io::sink()),
-        };
-        let com2 = Arc::new(Mutex::new(SerialDevice::new(
-            irq(layout::COM2_IRQ)?,
-            channel,
-        )));
-        pio.insert(
-            com2,
-            layout::COM2_PORT.into(),
-            layout::SERIAL_PORT_SIZE.into(),
-        )?;
-        pio.insert(
-            Arc::new(Mutex::new(AcpiPowerDevice::new(
-                exit.clone(),
-                layout::ACPI_S5_SLP_TYP,
-                layout::ACPI_RESET_VALUE,
-            ))),
-            layout::ACPI_SLEEP_CONTROL_PORT.into(),
-            AcpiPowerDevice::LEN,
-        )?;
-        pio.insert(
-            Arc::new(Mutex::new(I8042Device::new(exit.clone()))),
-            layout::I8042_PORT.into(),
-            I8042Device::LEN,
-        )?;
-        pio.insert(
-            Arc::new(Mutex::new(GuestExitDevice::new(exit.clone()))),
-            layout::GUEST_EXIT_PORT.into(),
-            1,
-        )?;
-        if !legacy_pmem.is_empty() {
-            // Linux puts type 12 ranges into iomem only after a PCI survey.
-            pio.insert(
-                Arc::new(Mutex::new(devices::pci_host::PciHostBridge::new())),
-                layout::PCI_CONFIG_PORT.into(),
-                devices::pci_host::LEN,
-            )?;
-        }
-        if !nvdimms.is_empty() {
-            let targets = nvdimms
-                .iter()
-                .map(|n| FlushTarget {
-                    file: n.backing.file.clone(),
-                    path: n.backing.display.clone(),
-                    stats: n.flush_stats.clone(),
-                    observer: n
-                        .recorder
-                        .clone()
-                        .map(|r| r as Arc<dyn devices::nvdimm::FlushObserver>),
-                })
-                .collect();
-            let dev = FlushHintDevice::new(targets, layout::NVDIMM_FLUSH_HINT_SIZE, exit.clone());
-            let len = dev.len();
-            mmio.insert(
-                Arc::new(Mutex::new(dev)),
-                layout::NVDIMM_FLUSH_HINT_START.0,
-                len,
-            )?;
-        }
+        let irq = |gsi: u32| buses::irq_line(&vm_fd, gsi);
+        let buses::Buses {
+            mut pio,
+            mut mmio,
+            com1,
+        } = buses::platform(config, &vm_fd, &exit, &nvdimms, !legacy_pmem.is_empty())?;
         let disks = crate::disk::attach_all(open_disks, &mem, &mut mmio, |gsi| {
             irq(gsi).map_err(|e| e.to_string())
         })?;
