@@ -30,6 +30,7 @@ pub mod engine;
 mod gdb;
 pub mod heartbeat;
 pub mod l1;
+mod placement;
 pub mod prepare;
 pub mod share;
 pub mod stall;

@@ -1,0 +1,331 @@
+//! Where the nested engine's files are in the L1: the user's DIMM, legacy
+//! pmem and disk files through a 9p mount of their own directories (or in
+//! the run's share when pmemvm made them), `record=` directories through
+//! their parents, each existing backing file locked on the host while the
+//! L1 runs; and the `--nvdimm` options pmemvm in the L1 is given for them.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use vmm::config::{DiskSpec, LegacyPmemSpec, NvdimmSpec};
+
+use super::l1::Mount;
+use super::NestedError;
+
+/// The `--nvdimm` option of `spec` with its backing file at `path` (as the
+/// L1 sees it).
+pub(super) fn nvdimm_arg(spec: &NvdimmSpec, path: &str, record: Option<&str>) -> String {
+    let mut s = format!("{},file={path}", spec.size);
+    if spec.readonly {
+        s.push_str(",readonly");
+    }
+    s.push_str(&format!(",label-size={}", spec.label_size));
+    if spec.prealloc {
+        s.push_str(",prealloc");
+    }
+    if let Some(n) = spec.node {
+        s.push_str(&format!(",node={n}"));
+    }
+    if !spec.badblocks.is_empty() {
+        let ranges: Vec<String> = spec
+            .badblocks
+            .iter()
+            .map(|(off, len)| format!("{off}+{len}"))
+            .collect();
+        s.push_str(&format!(",badblocks={}", ranges.join(":")));
+    }
+    if let Some(dir) = record {
+        s.push_str(&format!(",record={dir}"));
+    }
+    s
+}
+
+/// Where a `record=` directory is in L1: its parent (which must exist)
+/// shared like a backing file's directory, the directory by its name there.
+pub(super) fn place_record_dir(dir: &Path, mounts: &mut Vec<Mount>) -> Result<String, NestedError> {
+    let bad = |why: String| NestedError::BackingFile {
+        file: dir.to_path_buf(),
+        why,
+    };
+    vmm::record::check_dir(dir).map_err(|e| bad(e.to_string()))?;
+    let name = dir
+        .file_name()
+        .ok_or_else(|| bad("it names no directory".into()))?
+        .to_string_lossy()
+        .into_owned();
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let host_dir = parent
+        .canonicalize()
+        .map_err(|e| bad(format!("its parent cannot be shared into the L1 VM ({e})")))?;
+    Ok(format!("{}/{name}", mount_of(host_dir, mounts).l1_dir))
+}
+
+/// The host-side locks of the user's backing files, held while the L1 runs.
+#[derive(Debug)]
+pub(super) struct HostLocks(#[allow(dead_code)] Vec<fs::File>);
+
+/// Takes pmemvm's lock (`flock`, exclusive; shared for `readonly`) on an
+/// existing backing file on the host: pmemvm's own lock is taken in the L1,
+/// where QEMU's 9p server does not pass it on, so this one keeps a pmemvm on
+/// the host (or another nested one) off the file for the run. A file that
+/// does not exist yet is created by pmemvm in the L1 and not locked here.
+pub(super) fn lock_on_host(file: &Path, readonly: bool) -> Result<Option<fs::File>, NestedError> {
+    let Ok(f) = fs::File::open(file) else {
+        return Ok(None);
+    };
+    if !vmm::backing::try_lock(&f, readonly).unwrap_or(false) {
+        return Err(NestedError::BackingFile {
+            file: file.to_path_buf(),
+            why: "it is in use by another pmemvm (it holds the file's lock)".into(),
+        });
+    }
+    Ok(Some(f))
+}
+
+/// Where one backing file is in L1: a file in the share by its relative
+/// path, another file through a 9p mount of its directory at `/host/dimmN`
+/// (one mount per directory, in `mounts`; locked on the host, see
+/// [`lock_on_host`]), a temporary one (`None`) as `temp_name` in the share
+/// (removed with it).
+pub(super) fn place_file(
+    share: &Path,
+    file: Option<&PathBuf>,
+    temp_name: String,
+    readonly: bool,
+    mounts: &mut Vec<Mount>,
+    locks: &mut Vec<fs::File>,
+) -> Result<String, NestedError> {
+    let Some(file) = file else {
+        return Ok(temp_name);
+    };
+    if file.starts_with(share) {
+        return Ok(file
+            .strip_prefix(share)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default());
+    }
+    let bad = |why: &str| NestedError::BackingFile {
+        file: file.clone(),
+        why: why.to_string(),
+    };
+    let name = file
+        .file_name()
+        .ok_or_else(|| bad("it names no file"))?
+        .to_string_lossy()
+        .into_owned();
+    let parent = match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    locks.extend(lock_on_host(file, readonly)?);
+    let dir = parent.canonicalize().map_err(|e| {
+        bad(&format!(
+            "its directory cannot be shared into the L1 VM ({e})"
+        ))
+    })?;
+    Ok(format!("{}/{name}", mount_of(dir, mounts).l1_dir))
+}
+
+/// The 9p mount of host directory `host_dir` in L1 (`/host/dimmN`): the one
+/// already in `mounts`, or a new one added there.
+pub(super) fn mount_of(host_dir: PathBuf, mounts: &mut Vec<Mount>) -> Mount {
+    if let Some(m) = mounts.iter().find(|m| m.host_dir == host_dir) {
+        return m.clone();
+    }
+    let n = mounts.len();
+    let m = Mount {
+        tag: format!("dimm{n}"),
+        host_dir,
+        l1_dir: format!("/host/dimm{n}"),
+    };
+    mounts.push(m.clone());
+    m
+}
+
+/// The `--nvdimm`, `--pmem-legacy` and `--disk` options of `pmemvm boot` in
+/// L1, with each backing file where L1 sees it ([`place_file`]: temporary
+/// DIMMs are `pmemN.img`, temporary legacy ranges `legacyN.img` in the
+/// share; disks are always files), and the mounts and host locks that takes.
+pub(super) fn place_dimms(
+    share: &Path,
+    nvdimms: &[NvdimmSpec],
+    legacy: &[LegacyPmemSpec],
+    disks: &[DiskSpec],
+) -> Result<(Vec<String>, Vec<Mount>, HostLocks), NestedError> {
+    let mut args = Vec::new();
+    let mut mounts: Vec<Mount> = Vec::new();
+    let mut locks = Vec::new();
+    for (i, spec) in nvdimms.iter().enumerate() {
+        if spec.hugepages {
+            return Err(NestedError::Unsupported("--nvdimm SIZE,hugepages"));
+        }
+        let temp = format!("pmem{i}.img");
+        let path = place_file(
+            share,
+            spec.file.as_ref(),
+            temp,
+            spec.readonly,
+            &mut mounts,
+            &mut locks,
+        )?;
+        let record = match &spec.record {
+            Some(dir) => Some(place_record_dir(dir, &mut mounts)?),
+            None => None,
+        };
+        args.push("--nvdimm".to_string());
+        args.push(nvdimm_arg(spec, &path, record.as_deref()));
+    }
+    for (i, spec) in legacy.iter().enumerate() {
+        let temp = format!("legacy{i}.img");
+        let path = place_file(
+            share,
+            spec.file.as_ref(),
+            temp,
+            spec.readonly,
+            &mut mounts,
+            &mut locks,
+        )?;
+        args.push("--pmem-legacy".to_string());
+        // The spec's own spelling (its Display parses back to it), with the L1 path.
+        args.push(spec.with_file(path.into()).to_string());
+    }
+    for (i, disk) in disks.iter().enumerate() {
+        let path = place_file(
+            share,
+            Some(&disk.path),
+            format!("disk{i}.img"),
+            disk.readonly,
+            &mut mounts,
+            &mut locks,
+        )?;
+        args.push("--disk".to_string());
+        args.push(
+            DiskSpec {
+                path: PathBuf::from(path),
+                readonly: disk.readonly,
+            }
+            .to_string(),
+        );
+    }
+    Ok((args, mounts, HostLocks(locks)))
+}
+
+/// A file of the share by its path relative to the share.
+pub(super) fn in_share(share: &Path, path: &Path) -> Result<String, NestedError> {
+    path.strip_prefix(share)
+        .map(|p| p.display().to_string())
+        .map_err(|_| NestedError::BackingFile {
+            file: path.to_path_buf(),
+            why: "it is not in the run's scratch directory (pmemvm bug)".into(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dimms_are_placed_in_the_share_or_through_their_directory() {
+        let share = std::env::temp_dir().join(format!("pmemvm-place-{}", std::process::id()));
+        fs::create_dir_all(&share).expect("share");
+        let user: NvdimmSpec = format!(
+            "64M,label-size=0,file={}/sub-user.img",
+            std::env::temp_dir().display()
+        )
+        .parse()
+        .expect("spec");
+        let in_share: NvdimmSpec = format!("16M,readonly,file={}/t.img", share.display())
+            .parse()
+            .expect("spec");
+        let temp: NvdimmSpec = "32M,node=1".parse().expect("spec");
+        let disk: DiskSpec = format!("{}/root.ext4,readonly", share.display())
+            .parse()
+            .expect("disk");
+        let outside: DiskSpec = format!("{}/sub-disk.img", std::env::temp_dir().display())
+            .parse()
+            .expect("disk");
+        let (args, mounts, _) =
+            place_dimms(&share, &[user, in_share, temp], &[], &[disk, outside]).expect("placed");
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts[0].tag, "dimm0");
+        assert_eq!(
+            args[1],
+            format!("{},file=/host/dimm0/sub-user.img,label-size=0", 64u64 << 20)
+        );
+        assert_eq!(
+            args[3],
+            format!("{},file=t.img,readonly,label-size=131072", 16u64 << 20)
+        );
+        assert_eq!(
+            args[5],
+            format!("{},file=pmem2.img,label-size=131072,node=1", 32u64 << 20)
+        );
+        assert_eq!(
+            args[6..],
+            [
+                "--disk",
+                "root.ext4,readonly",
+                "--disk",
+                "/host/dimm0/sub-disk.img"
+            ]
+        );
+        // An existing file another pmemvm holds is refused before the L1 boots.
+        let held = share.join("held.img");
+        fs::write(&held, b"x").expect("file");
+        let holder = lock_on_host(&held, false).expect("lock").expect("exists");
+        let spec: NvdimmSpec = format!("16M,file={}", held.display())
+            .parse()
+            .expect("spec");
+        let err = place_dimms(Path::new("/no-share"), &[spec], &[], &[]).expect_err("locked");
+        assert!(
+            err.to_string().contains("in use by another pmemvm"),
+            "{err}"
+        );
+        drop(holder);
+        let missing: NvdimmSpec = "16M,file=/no/such/dir/x.img".parse().expect("spec");
+        let err = place_dimms(&share, &[missing], &[], &[]).expect_err("no directory");
+        assert!(err.is_usage());
+        assert!(err.to_string().contains("/no/such/dir/x.img"), "{err}");
+        fs::remove_dir_all(&share).expect("cleanup");
+    }
+
+    #[test]
+    fn legacy_ranges_follow_the_dimms_and_share_their_mounts() {
+        let share =
+            std::env::temp_dir().join(format!("pmemvm-place-legacy-{}", std::process::id()));
+        fs::create_dir_all(&share).expect("share");
+        let tmp = std::env::temp_dir();
+        let dimm: NvdimmSpec = format!("64M,label-size=0,file={}/d.img", tmp.display())
+            .parse()
+            .expect("spec");
+        let user: LegacyPmemSpec = format!("256M,file={}/e820.img", tmp.display())
+            .parse()
+            .expect("spec");
+        let ro: LegacyPmemSpec = format!("16M,file={}/r.img,readonly", share.display())
+            .parse()
+            .expect("spec");
+        let temp: LegacyPmemSpec = "1G".parse().expect("spec");
+        let (args, mounts, _) =
+            place_dimms(&share, &[dimm], &[user, ro, temp], &[]).expect("placed");
+        assert_eq!(mounts.len(), 1, "the DIMM's directory is mounted once");
+        assert_eq!(
+            args[2..],
+            [
+                "--pmem-legacy",
+                "256M,file=/host/dimm0/e820.img",
+                "--pmem-legacy",
+                "16M,file=r.img,readonly",
+                "--pmem-legacy",
+                "1G,file=legacy2.img",
+            ]
+        );
+        // Each spelling is what `pmemvm boot` in L1 parses back.
+        for a in args[2..].iter().skip(1).step_by(2) {
+            assert_eq!(a.parse::<LegacyPmemSpec>().expect("parses").to_string(), *a);
+        }
+        fs::remove_dir_all(&share).expect("cleanup");
+    }
+}
