@@ -1,0 +1,130 @@
+//! What a run records about itself (`pmemvm run --json`, and each boot of a
+//! bench): the inputs by path and hash, the host, the DIMMs, the engine's
+//! counters, fio's JSON and the command's outcome.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+use vmm::host::HostKvm;
+use vmm::stats::{ExitCounts, NvdimmCounts};
+
+use super::Engine;
+
+/// A file's path and SHA-256.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HashedFile {
+    /// Path.
+    pub path: String,
+    /// Hex SHA-256 (empty if unreadable).
+    pub sha256: String,
+}
+
+pub(super) fn hash_file(p: &Path) -> HashedFile {
+    let sha256 = std::fs::read(p)
+        .map(|b| format!("{:x}", sha2::Sha256::digest(&b)))
+        .unwrap_or_default();
+    HashedFile {
+        path: p.display().to_string(),
+        sha256,
+    }
+}
+
+/// The host, for reports.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostDescription {
+    /// CPU model name.
+    pub cpu: String,
+    /// Host CPUs.
+    pub cpus: usize,
+    /// `uname -r`.
+    pub kernel: String,
+    /// vmx/svm present.
+    pub hw_virt: bool,
+    /// PVM KVM.
+    pub pvm: bool,
+}
+
+/// Describes this host (CPU and kernel as the bench report reads them).
+pub fn describe_host() -> HostDescription {
+    let info = crate::report::HostInfo::detect_host();
+    let kvm = HostKvm::probe();
+    HostDescription {
+        cpu: info.cpu_model,
+        cpus: usize::try_from(info.host_cpus).unwrap_or(1),
+        kernel: info.host_kernel,
+        hw_virt: kvm.hw_virt,
+        pvm: kvm.pvm,
+    }
+}
+
+/// The DIMMs of a run, for reports.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DimmDescription {
+    /// Region size (`--nvdimm` SIZE; the backing file adds labels and an identity page).
+    pub size: u64,
+    /// Backing file (None = temporary).
+    pub file: Option<String>,
+    /// Read-only.
+    pub readonly: bool,
+    /// Label bytes.
+    pub label_size: u64,
+}
+
+/// Everything a run produced (also when it failed: `error` says why).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunResult {
+    /// Version of the result layout shared with `bench` results
+    /// ([`crate::results::record::SCHEMA_VERSION`]).
+    pub schema_version: u32,
+    /// pmemvm version.
+    pub pmemvm_version: String,
+    /// Engine.
+    pub engine: Engine,
+    /// "kvm" or "tcg" (QEMU), "kvm" (pmemvm).
+    pub accelerator: String,
+    /// True on TCG or nested hosts: numbers are functional only.
+    pub functional_only: bool,
+    /// The job's exit status (or pmemvm's own status when the job did not report).
+    pub status: u8,
+    /// Why the run failed, if it did; results are partial then.
+    pub error: Option<String>,
+    /// Kernel used.
+    pub kernel: HashedFile,
+    /// Initrd used (before the job archive was appended).
+    pub initrd: Option<HashedFile>,
+    /// The `--modules` tree packed into the job archive, and the modules loaded from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modules: Option<crate::modules::PackedModules>,
+    /// The guest image manifest, when the image was used.
+    pub image_manifest: Option<serde_json::Value>,
+    /// Kernel command line.
+    pub cmdline: String,
+    /// vCPUs.
+    pub cpus: u8,
+    /// RAM bytes.
+    pub memory: u64,
+    /// DIMMs.
+    pub nvdimms: Vec<DimmDescription>,
+    /// Host.
+    pub host: HostDescription,
+    /// VM exits by reason (pmemvm engine).
+    pub exits: Option<ExitCounts>,
+    /// Per-DIMM flush and label counters (pmemvm engine).
+    pub nvdimm_stats: Vec<NvdimmCounts>,
+    /// What the run was: host CPU, THP/KSM/SMT, mitigations, pinning, and
+    /// (pmemvm engine) the page sizes measured behind RAM and each DIMM.
+    #[serde(default)]
+    pub machine: vmm::host::machine::MachineDescription,
+    /// Wall time of the run in seconds.
+    pub wall_seconds: f64,
+    /// fio's JSON output.
+    pub fio: Option<serde_json::Value>,
+    /// The command of `run -- CMD`: its output and transfers.
+    pub command: Option<crate::transfer::CommandOutcome>,
+    /// Other files the guest sent (setup.log, fio.stderr), as text.
+    pub guest_files: std::collections::BTreeMap<String, String>,
+    /// The last lines of the console.
+    #[serde(default)]
+    pub console_tail: String,
+}
