@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use vmm::record::images::Manifest;
 
-use super::slurm::{
+use super::sbatch::{
     check_path, here, pattern_escape, sbatch_quote, sh_quote, write_files, SlurmError,
 };
 use crate::crash_check::{CrashCheck, ImageCheck};

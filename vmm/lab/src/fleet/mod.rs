@@ -11,6 +11,7 @@
 //! - [`select`]: which boot of which result goes in, renumbered or left out;
 //! - [`merge_text`]: the merge's own section of the text report (inputs, hosts, left out);
 //! - [`crash_array`]: `crash-check --slurm`, one task per flush, and the merge of its results;
+//! - [`sbatch`]: quoting, checks and writing shared by the Slurm scripts;
 //! - [`slurm`]: the `sbatch` scripts (the command line is in the `pmemvm` crate:
 //!   `vmm/cli/src/fleet_commands.rs`).
 //!
@@ -23,5 +24,6 @@ pub mod merge;
 pub use crate::results::{record, task};
 pub mod merge_text;
 pub mod pooling;
+pub mod sbatch;
 pub mod select;
 pub mod slurm;
