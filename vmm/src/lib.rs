@@ -29,6 +29,7 @@ pub mod disk;
 pub mod dump;
 pub mod exit_owner;
 pub mod exit_status;
+pub mod exit_sync;
 pub mod fault;
 pub mod gdb;
 pub mod host;

@@ -18,9 +18,8 @@
 //! 3. the request becomes the [`RunOutcome`].
 
 use std::fs::File;
-use std::sync::mpsc::channel;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use devices::exit::{ExitNotifier, ExitRequest};
 use event_manager::{EventManager, EventOps, EventSet, Events, MutEventSubscriber, SubscriberOps};
@@ -34,8 +33,8 @@ use crate::signals::StopSignals;
 use crate::vcpu::{DimmRange, VcpuContext, VcpuSet, STOP_DEADLINE};
 use crate::vm::{RunOutcome, Vm, VmError};
 
-/// How long the exit fdatasync of all backing files may take.
-pub const SYNC_DEADLINE: Duration = Duration::from_secs(30);
+pub use crate::exit_sync::SYNC_DEADLINE;
+use crate::exit_sync::{sync_all, SyncOnUnwind};
 
 /// How a run is watched.
 #[derive(Debug, Clone, Copy)]
@@ -56,21 +55,6 @@ impl Default for RunOptions {
 }
 
 type Subscriber = Box<dyn MutEventSubscriber>;
-
-/// Syncs the backing files when a panic unwinds through `Vm::run` (the
-/// orderly path disarms it and syncs in `finish`). Declared before the
-/// [`VcpuSet`], so it runs after the vCPUs were stopped.
-struct SyncOnUnwind(Option<Vec<(String, Arc<File>)>>);
-
-impl Drop for SyncOnUnwind {
-    fn drop(&mut self) {
-        if let Some(files) = self.0.take() {
-            if let Some(e) = sync_all(files, SYNC_DEADLINE) {
-                eprintln!("pmemvm: {e}");
-            }
-        }
-    }
-}
 
 /// Drains the exit eventfd; the request itself is read from the notifier.
 struct ExitEvent(Arc<ExitNotifier>, Faults);
@@ -149,69 +133,6 @@ fn io_err(what: &str) -> impl FnOnce(std::io::Error) -> VmError + '_ {
         what: what.into(),
         source,
     }
-}
-
-/// fdatasyncs `files` on a helper thread; the first failure, or the file
-/// whose sync did not finish within `deadline`, as a sentence.
-pub fn sync_all(files: Vec<(String, Arc<File>)>, deadline: Duration) -> Option<String> {
-    let jobs = files
-        .into_iter()
-        .map(|(name, f)| (name, move || f.sync_data()))
-        .collect();
-    run_syncs(jobs, deadline)
-}
-
-/// Runs `jobs` in order on one helper thread, waiting at most `deadline`
-/// for all of them.
-fn run_syncs<F>(jobs: Vec<(String, F)>, deadline: Duration) -> Option<String>
-where
-    F: FnOnce() -> std::io::Result<()> + Send + 'static,
-{
-    let names: Vec<String> = jobs.iter().map(|(n, _)| n.clone()).collect();
-    // (index, None) when a sync starts, (index, Some(result)) when it ends.
-    let (tx, rx) = channel::<(usize, Option<std::io::Result<()>>)>();
-    let spawned = std::thread::Builder::new()
-        .name("fdatasync".into())
-        .spawn(move || {
-            for (i, (_, job)) in jobs.into_iter().enumerate() {
-                let _ = tx.send((i, None));
-                let _ = tx.send((i, Some(job())));
-            }
-        });
-    let helper = match spawned {
-        Ok(h) => h,
-        Err(e) => return Some(format!("the exit fdatasync could not start: {e}")),
-    };
-    let end = Instant::now() + deadline;
-    let mut first_error = None;
-    let mut current = None;
-    let mut done = 0;
-    while done < names.len() {
-        match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
-            Ok((i, None)) => current = Some(i),
-            Ok((i, Some(result))) => {
-                done += 1;
-                current = None;
-                if let Err(e) = result {
-                    first_error.get_or_insert(format!(
-                        "fdatasync of backing file {} failed at exit: {e}",
-                        names[i]
-                    ));
-                }
-            }
-            // The helper is left to finish (or hang) on its own.
-            Err(_) => {
-                let which = current.map_or("(none)", |i| names[i].as_str());
-                return first_error.or(Some(format!(
-                    "fdatasync of backing file {which} did not finish within {} s at exit",
-                    deadline.as_secs_f64()
-                )));
-            }
-        }
-    }
-    // Every job reported: the helper is returning, reap it.
-    let _ = helper.join();
-    first_error
 }
 
 impl Vm {
@@ -624,41 +545,6 @@ impl Vm {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    #[test]
-    fn sync_reports_failures_and_files_that_do_not_finish() {
-        let p = std::env::temp_dir().join(format!("pmemvm-sync-{}", std::process::id()));
-        let f = Arc::new(File::create(&p).unwrap());
-        std::fs::remove_file(&p).unwrap();
-        assert_eq!(
-            sync_all(vec![("ok".into(), f.clone())], SYNC_DEADLINE),
-            None
-        );
-        let failing = || Err(std::io::Error::from_raw_os_error(libc::EIO));
-        let e = run_syncs(vec![("a.img".to_string(), failing)], SYNC_DEADLINE);
-        assert!(
-            e.as_deref()
-                .is_some_and(|e| e.contains("a.img failed at exit")),
-            "{e:?}"
-        );
-        let start = Instant::now();
-        let stuck = || {
-            std::thread::sleep(Duration::from_secs(20));
-            Ok(())
-        };
-        let e = run_syncs(
-            vec![("stuck.img".to_string(), stuck)],
-            Duration::from_millis(200),
-        );
-        assert!(
-            e.as_deref()
-                .is_some_and(|e| e.contains("stuck.img did not finish within 0.2 s")),
-            "{e:?}"
-        );
-        assert!(start.elapsed() < Duration::from_secs(5));
-    }
-
     #[test]
     fn release_builds_unwind() {
         // With panic = "abort" a vCPU panic would skip the exit fdatasync.
