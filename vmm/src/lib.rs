@@ -25,6 +25,7 @@ pub mod console;
 pub mod cpu;
 pub mod cpu_state;
 pub mod dimm;
+pub mod dimm_fault;
 pub mod disk;
 pub mod dump;
 pub mod exit_owner;
