@@ -8,6 +8,8 @@ pub use disk::{DiskSpec, DiskSpecError};
 pub mod legacy_pmem;
 
 pub use legacy_pmem::{LegacyPmemError, LegacyPmemSpec};
+mod machine;
+pub use machine::{join_cmdline, ConsoleMode, RamPages, VmConfig, DEFAULT_CMDLINE, DEFAULT_MEMORY};
 
 use std::path::PathBuf;
 
@@ -374,109 +376,6 @@ fn parse_label_size(text: &str) -> Result<u64, ConfigError> {
         return Err(bad("it must be below 4 GiB".into()));
     }
     Ok(n)
-}
-
-/// Where guest console output goes and where guest input comes from.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum ConsoleMode {
-    /// The terminal: stdout and stdin.
-    #[default]
-    Stdio,
-    /// A file (input disabled).
-    File(PathBuf),
-    /// The terminal, and a copy of the output in a file.
-    StdioAndFile(PathBuf),
-    /// Discarded.
-    Null,
-}
-
-impl ConsoleMode {
-    /// The mode for "show it on the terminal" and "keep it in this file".
-    pub fn from_choice(terminal: bool, file: Option<PathBuf>) -> Self {
-        match (terminal, file) {
-            (true, None) => Self::Stdio,
-            (true, Some(p)) => Self::StdioAndFile(p),
-            (false, Some(p)) => Self::File(p),
-            (false, None) => Self::Null,
-        }
-    }
-
-    /// True when guest input comes from the terminal.
-    pub fn uses_terminal(&self) -> bool {
-        matches!(self, Self::Stdio | Self::StdioAndFile(_))
-    }
-
-    /// The file the output is written to, if any.
-    pub fn file(&self) -> Option<&PathBuf> {
-        match self {
-            Self::File(p) | Self::StdioAndFile(p) => Some(p),
-            Self::Stdio | Self::Null => None,
-        }
-    }
-}
-
-/// A validated description of the VM to build.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VmConfig {
-    /// Kernel image (ELF vmlinux or bzImage).
-    pub kernel: PathBuf,
-    /// Optional initrd.
-    pub initrd: Option<PathBuf>,
-    /// Extra initrd bytes appended after the initrd (e.g. a job archive).
-    pub initrd_append: Vec<u8>,
-    /// Kernel command line.
-    pub cmdline: String,
-    /// Number of vCPUs.
-    pub cpus: u8,
-    /// Guest RAM in bytes.
-    pub memory: u64,
-    /// Which pages back guest RAM (`--memory SIZE,hugepages|thp`).
-    pub ram_pages: RamPages,
-    /// vCPU pinning and host NUMA binding (`--pin`, `--host-node`).
-    pub placement: crate::placement::Placement,
-    /// NVDIMMs in order.
-    pub nvdimms: Vec<NvdimmSpec>,
-    /// virtio disks in order (`/dev/vda`, `/dev/vdb`, ...).
-    pub disks: Vec<DiskSpec>,
-    /// Legacy persistent-memory ranges (E820 type 12, `--pmem-legacy`), in order.
-    pub legacy_pmem: Vec<LegacyPmemSpec>,
-    /// Console (COM1).
-    pub console: ConsoleMode,
-    /// Where COM2 output goes (`None` → discarded).
-    pub channel: Option<PathBuf>,
-}
-
-/// Default kernel command line for `pmemvm boot`. `swiotlb=noforce`: the
-/// SRAT names memory above 4 GiB (the NVDIMMs), so Linux would reserve and
-/// zero a 64 MiB bounce buffer that no device of pmemvm's needs (virtio
-/// devices and NVDIMMs address all memory) — 12 % of a 512 MiB guest, and
-/// minutes of early boot where guest kernel code is emulated (PVM).
-pub const DEFAULT_CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 swiotlb=noforce";
-/// Default RAM size.
-pub const DEFAULT_MEMORY: u64 = 512 << 20;
-
-/// A command line with `--append` words added, one space apart.
-pub fn join_cmdline(base: &str, append: &[String]) -> String {
-    let mut line = base.to_string();
-    for extra in append.iter().map(|a| a.trim()).filter(|a| !a.is_empty()) {
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(extra);
-    }
-    line
-}
-
-/// Which pages back guest RAM.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum RamPages {
-    /// Anonymous memory, the kernel's THP default.
-    #[default]
-    Default,
-    /// Anonymous memory with `MADV_HUGEPAGE`.
-    Thp,
-    /// hugetlb pages (`MAP_HUGETLB`), reserved when mapped.
-    Hugetlb,
 }
 
 #[cfg(test)]
