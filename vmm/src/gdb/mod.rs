@@ -10,6 +10,7 @@
 //! the guest as `gdbstub` sees it and [`server`] accepts debuggers and runs
 //! the protocol. docs/debugging.md says how to use it.
 
+mod breakpoints;
 pub mod hub;
 pub mod paging;
 pub mod regs;

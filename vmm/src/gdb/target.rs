@@ -16,10 +16,7 @@ use gdbstub::target::ext::base::multithread::{
     MultiThreadSchedulerLockingOps, MultiThreadSingleStep, MultiThreadSingleStepOps,
 };
 use gdbstub::target::ext::base::BaseOps;
-use gdbstub::target::ext::breakpoints::{
-    Breakpoints, BreakpointsOps, HwBreakpoint, HwBreakpointOps, HwWatchpoint, HwWatchpointOps,
-    SwBreakpoint, SwBreakpointOps, WatchKind,
-};
+use gdbstub::target::ext::breakpoints::{BreakpointsOps, WatchKind};
 use gdbstub::target::ext::monitor_cmd::{ConsoleOutput, MonitorCmd, MonitorCmdOps};
 use gdbstub::target::{Target, TargetError, TargetResult};
 use gdbstub_arch::x86::reg::X86_64CoreRegs;
@@ -58,15 +55,15 @@ impl PhysRead for Ram<'_> {
 #[derive(Debug)]
 pub struct GuestTarget {
     hub: Arc<DebugHub>,
-    mem: GuestMemoryMmap,
+    pub(super) mem: GuestMemoryMmap,
     /// The debugger's `int3`s: virtual address → (physical, the byte it replaced).
-    sw: BTreeMap<u64, (u64, u8)>,
+    pub(super) sw: BTreeMap<u64, (u64, u8)>,
     hw: [Option<HwSlot>; 4],
     actions: Vec<Option<Action>>,
     cache: Vec<Option<CpuRegisters>>,
     physical: bool,
     /// How breakpoints are made on this KVM.
-    breakpoints: BreakpointMode,
+    pub(super) breakpoints: BreakpointMode,
     /// gdb locked the scheduler for this resume: vCPUs without an action stay.
     locked: bool,
     /// The user was told breakpoints cannot work here.
@@ -109,7 +106,7 @@ pub fn tid_of(index: usize) -> Option<Tid> {
     Tid::new(index + 1)
 }
 
-fn nonfatal<T>(e: String) -> TargetResult<T, GuestTarget> {
+pub(super) fn nonfatal<T>(e: String) -> TargetResult<T, GuestTarget> {
     log::info!("gdb: {e}");
     Err(TargetError::NonFatal)
 }
@@ -155,13 +152,17 @@ impl GuestTarget {
     }
 
     /// The first vCPU that answers (breakpoints are set without a thread).
-    fn any_vcpu(&self) -> usize {
+    pub(super) fn any_vcpu(&self) -> usize {
         (0..self.hub.vcpus())
             .find(|&i| self.hub.is_parked(i))
             .unwrap_or(0)
     }
 
-    fn translate(&mut self, vcpu: usize, addr: u64) -> Result<paging::Translation, String> {
+    pub(super) fn translate(
+        &mut self,
+        vcpu: usize,
+        addr: u64,
+    ) -> Result<paging::Translation, String> {
         if self.physical {
             return paging::translate(&Ram(&self.mem), Paging::Off, 0, addr)
                 .map_err(|e| e.to_string());
@@ -290,7 +291,7 @@ impl GuestTarget {
         }
     }
 
-    fn publish_breakpoints(&self) {
+    pub(super) fn publish_breakpoints(&self) {
         self.hub
             .set_sw_breakpoints(self.sw.keys().copied().collect());
         let mask = self
@@ -303,7 +304,7 @@ impl GuestTarget {
     }
 
     /// False, with the reason said once, where this KVM cannot break.
-    fn can_break(&mut self) -> bool {
+    pub(super) fn can_break(&mut self) -> bool {
         if self.breakpoints == BreakpointMode::Unsupported {
             if std::mem::replace(&mut self.told, true) {
                 return false;
@@ -314,7 +315,7 @@ impl GuestTarget {
         true
     }
 
-    fn add_hw(&mut self, slot: Option<HwSlot>) -> TargetResult<bool, Self> {
+    pub(super) fn add_hw(&mut self, slot: Option<HwSlot>) -> TargetResult<bool, Self> {
         if !self.can_break() {
             return Ok(false);
         }
@@ -327,7 +328,7 @@ impl GuestTarget {
         Ok(true)
     }
 
-    fn remove_hw(&mut self, addr: u64, watch: Watch) -> TargetResult<bool, Self> {
+    pub(super) fn remove_hw(&mut self, addr: u64, watch: Watch) -> TargetResult<bool, Self> {
         match self
             .hw
             .iter()
@@ -502,109 +503,6 @@ impl MultiThreadSingleStep for GuestTarget {
     ) -> Result<(), Self::Error> {
         self.set_action(tid, Action::Step);
         Ok(())
-    }
-}
-
-impl Breakpoints for GuestTarget {
-    fn support_sw_breakpoint(&mut self) -> Option<SwBreakpointOps<'_, Self>> {
-        Some(self)
-    }
-    fn support_hw_breakpoint(&mut self) -> Option<HwBreakpointOps<'_, Self>> {
-        Some(self)
-    }
-    fn support_hw_watchpoint(&mut self) -> Option<HwWatchpointOps<'_, Self>> {
-        Some(self)
-    }
-}
-
-impl SwBreakpoint for GuestTarget {
-    fn add_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        if self.sw.contains_key(&addr) {
-            return Ok(true);
-        }
-        if !self.can_break() {
-            return Ok(false);
-        }
-        if self.breakpoints == BreakpointMode::DebugRegisters {
-            return self.add_hw(HwSlot::new(addr, 1, Watch::Execute));
-        }
-        let vcpu = self.any_vcpu();
-        let t = match self.translate(vcpu, addr) {
-            Ok(t) => t,
-            Err(e) => return nonfatal(e),
-        };
-        let Ok(byte) = self.mem.read_obj::<u8>(GuestAddress(t.gpa)) else {
-            return nonfatal(format!(
-                "breakpoint at {addr:#x}: physical {:#x} is not RAM",
-                t.gpa
-            ));
-        };
-        if self.mem.write_obj(0xccu8, GuestAddress(t.gpa)).is_err() {
-            return nonfatal(format!(
-                "breakpoint at {addr:#x}: cannot write physical {:#x}",
-                t.gpa
-            ));
-        }
-        self.sw.insert(addr, (t.gpa, byte));
-        self.publish_breakpoints();
-        Ok(true)
-    }
-
-    fn remove_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        if self.breakpoints == BreakpointMode::DebugRegisters {
-            return self.remove_hw(addr, Watch::Execute);
-        }
-        let Some((gpa, byte)) = self.sw.remove(&addr) else {
-            return Ok(false);
-        };
-        self.publish_breakpoints();
-        match self.mem.write_obj(byte, GuestAddress(gpa)) {
-            Ok(()) => Ok(true),
-            Err(_) => nonfatal(format!(
-                "breakpoint at {addr:#x}: cannot restore physical {gpa:#x}"
-            )),
-        }
-    }
-}
-
-impl HwBreakpoint for GuestTarget {
-    fn add_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        self.add_hw(HwSlot::new(addr, 1, Watch::Execute))
-    }
-    fn remove_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        self.remove_hw(addr, Watch::Execute)
-    }
-}
-
-fn watch_of(kind: WatchKind) -> Option<Watch> {
-    match kind {
-        WatchKind::Write => Some(Watch::Write),
-        WatchKind::ReadWrite => Some(Watch::Access),
-        // x86 debug registers cannot watch reads alone.
-        WatchKind::Read => None,
-    }
-}
-
-impl HwWatchpoint for GuestTarget {
-    fn add_hw_watchpoint(
-        &mut self,
-        addr: u64,
-        len: u64,
-        kind: WatchKind,
-    ) -> TargetResult<bool, Self> {
-        let slot = watch_of(kind).and_then(|w| HwSlot::new(addr, len, w));
-        self.add_hw(slot)
-    }
-    fn remove_hw_watchpoint(
-        &mut self,
-        addr: u64,
-        _len: u64,
-        kind: WatchKind,
-    ) -> TargetResult<bool, Self> {
-        match watch_of(kind) {
-            Some(w) => self.remove_hw(addr, w),
-            None => Ok(false),
-        }
     }
 }
 
