@@ -165,3 +165,87 @@ fn media_inject_clear_and_list_while_the_guest_runs_and_the_list_outlives_the_vm
         kept.dump()
     );
 }
+
+/// A pseudo-terminal pair: the controller, and the device's path.
+fn pty() -> (std::fs::File, std::path::PathBuf) {
+    use std::os::fd::FromRawFd;
+    let (mut main, mut sub) = (0, 0);
+    // SAFETY: openpty writes two fds into the ints given; name, termios and
+    // window size are not asked for (null).
+    let rc = unsafe {
+        libc::openpty(
+            &mut main,
+            &mut sub,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    let path = std::fs::read_link(format!("/proc/self/fd/{sub}")).expect("the pty's path");
+    // SAFETY: `main` was just opened by openpty and nothing else owns it.
+    let main = unsafe { std::fs::File::from_raw_fd(main) };
+    // SAFETY: as above; closing it leaves the device there while `main` is open.
+    drop(unsafe { std::fs::File::from_raw_fd(sub) });
+    (main, path)
+}
+
+/// `--api` naming a serial device (here a pty; under `--engine nested` the L1's
+/// serial port that QEMU connects to the user's socket): the protocol is spoken
+/// on it directly, raw, request line by reply line, and the device is left in
+/// place at the end.
+#[test]
+fn the_control_protocol_is_spoken_on_a_serial_device_named_by_api() {
+    use std::io::{BufRead, Write};
+    require!(kvm_available());
+    let kernel = require!(guest("counting"));
+    let d = TempDir::new("api-serial");
+    let dimm = d.join("dimm.img");
+    let (mut main, tty) = pty();
+    let t = tty.display().to_string();
+    let mut vm = boot(
+        &kernel,
+        &[
+            "--api",
+            &t,
+            "--nvdimm",
+            &format!("64M,file={}", dimm.display()),
+        ],
+    );
+    assert!(
+        vm.wait_for(&format!("control socket at {t}"), LIMIT),
+        "{}",
+        vm.output()
+    );
+    let mut reader = std::io::BufReader::new(main.try_clone().expect("clone"));
+    let mut ask = |line: &str| {
+        main.write_all(line.as_bytes()).expect("write a request");
+        let mut reply = String::new();
+        reader.read_line(&mut reply).expect("read a reply");
+        serde_json::from_str::<serde_json::Value>(&reply)
+            .unwrap_or_else(|e| panic!("{e}: {reply:?}"))
+    };
+    let v = ask("{\"command\":\"version\",\"id\":1}\n");
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["id"], 1, "{v}");
+    assert_eq!(v["result"]["protocol"], 1, "{v}");
+    let m = ask("{\"command\":\"media\",\"action\":\"inject\",\"dimm\":0,\"range\":\"1M+4K\"}\n");
+    assert_eq!(m["ok"], true, "{m}");
+    let bad = ask("{\"command\":\"pasue\"}\n");
+    assert_eq!(bad["ok"], false, "{bad}");
+    assert!(
+        bad["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("unknown command 'pasue'"),
+        "{bad}"
+    );
+    let pid = libc::pid_t::try_from(vm.pid()).expect("pid");
+    // SAFETY: kill sends a signal to the pmemvm child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let (status, out) = vm.finish(LIMIT);
+    assert_eq!(status, Some(143), "{out}");
+    assert!(tty.exists(), "the serial device is not removed");
+    let kept = run(&["nvdimm", "badblocks", &dimm.display().to_string()], LIMIT);
+    assert!(kept.stdout.contains("\n1048576+4096\n"), "{}", kept.dump());
+}

@@ -49,6 +49,7 @@ pub(crate) mod services;
 pub mod signals;
 pub mod stats;
 pub mod symbols;
+pub mod tty;
 pub mod vcpu;
 pub mod vcpu_status;
 pub mod vm;

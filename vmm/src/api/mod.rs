@@ -6,12 +6,15 @@
 //! The socket is the user's: created owner-only (and a connection from
 //! another user is refused by its credentials, so the moment between
 //! `bind` and `chmod` gives nothing away), never over an existing path,
-//! removed when the VM ends.
+//! removed when the VM ends. A serial device (a tty) named instead is
+//! spoken on directly, raw, as one connection: how `--engine nested`
+//! carries the socket through a serial port of its L1.
 
 pub mod media;
 pub mod protocol;
 pub mod server;
 
+use std::fs::File;
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -60,16 +63,40 @@ fn listen_hint(e: &std::io::Error) -> &'static str {
     }
 }
 
+/// Where the commands come from.
+#[derive(Debug)]
+pub(crate) enum Endpoint {
+    /// A Unix socket pmemvm made.
+    Unix(UnixListener),
+    /// A serial device, one stream of request lines.
+    Serial(File),
+}
+
 /// A bound control socket; the file goes when this does.
 #[derive(Debug)]
 pub struct ApiListener {
-    pub(crate) listener: UnixListener,
+    pub(crate) endpoint: Endpoint,
     path: PathBuf,
 }
 
 impl ApiListener {
-    /// Creates the socket at `path`.
+    /// Creates the socket at `path`, or opens `path` raw when it is a serial
+    /// device (a tty: the control socket's protocol spoken on it directly).
     pub fn bind(path: &Path) -> Result<Self, ApiError> {
+        if path
+            .metadata()
+            .is_ok_and(|m| m.file_type().is_char_device())
+        {
+            let file = crate::tty::open_raw(path).map_err(|source| ApiError::Listen {
+                path: path.to_path_buf(),
+                source,
+                hint: "",
+            })?;
+            return Ok(Self {
+                endpoint: Endpoint::Serial(file),
+                path: path.to_path_buf(),
+            });
+        }
         if path.as_os_str().len() >= 108 {
             return Err(ApiError::TooLong(path.to_path_buf()));
         }
@@ -88,7 +115,7 @@ impl ApiListener {
             }
         }
         Ok(Self {
-            listener,
+            endpoint: Endpoint::Unix(listener),
             path: path.to_path_buf(),
         })
     }
@@ -101,6 +128,9 @@ impl ApiListener {
 
 impl Drop for ApiListener {
     fn drop(&mut self) {
+        if matches!(self.endpoint, Endpoint::Serial(_)) {
+            return;
+        }
         // Still a socket: ours (a file put there since is left alone). The
         // inode is not compared: on 9p (a shared directory in a VM) a
         // socket's inode number is not stable between two stat calls.

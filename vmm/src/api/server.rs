@@ -3,7 +3,7 @@
 //! root only), reads request lines, and runs the commands one at a time
 //! against the VM ([`Control`]). Ends when the VM does.
 
-use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,7 +16,7 @@ use devices::nvdimm::FlushStats;
 use serde_json::{json, Value};
 
 use super::protocol::{self, Command, Reply, MAX_LINE};
-use super::ApiListener;
+use super::{ApiListener, Endpoint};
 use crate::dump::Dumper;
 use crate::stats::{ExitStats, NvdimmCounts};
 
@@ -219,25 +219,59 @@ pub fn spawn(
     control: Arc<Control>,
     exit: Arc<ExitNotifier>,
 ) -> std::io::Result<JoinHandle<()>> {
-    listener.listener.set_nonblocking(true)?;
-    std::thread::Builder::new()
-        .name("api".into())
-        .spawn(move || accept_loop(&listener, &control, &exit))
+    let builder = std::thread::Builder::new().name("api".into());
+    match &listener.endpoint {
+        Endpoint::Unix(l) => {
+            l.set_nonblocking(true)?;
+            builder.spawn(move || {
+                if let Endpoint::Unix(l) = &listener.endpoint {
+                    accept_loop(l, listener.path(), &control, &exit);
+                }
+            })
+        }
+        Endpoint::Serial(f) => {
+            let reader = BufReader::with_capacity(8192, PolledTty(f.try_clone()?));
+            let writer = f.try_clone()?;
+            builder.spawn(move || {
+                serve(reader, writer, &control, &exit);
+                drop(listener);
+            })
+        }
+    }
 }
 
-fn accept_loop(listener: &ApiListener, control: &Arc<Control>, exit: &Arc<ExitNotifier>) {
+/// A tty read with the same time-out as a socket's: a read that finds no
+/// byte within [`POLL`] is `TimedOut`, so the reader sees the VM's end.
+struct PolledTty(std::fs::File);
+
+impl Read for PolledTty {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let poll_ms = i32::try_from(POLL.as_millis()).unwrap_or(100);
+        match crate::tty::readable(&self.0, poll_ms)? {
+            true => self.0.read(buf),
+            false => Err(ErrorKind::TimedOut.into()),
+        }
+    }
+}
+
+fn accept_loop(
+    listener: &std::os::unix::net::UnixListener,
+    path: &std::path::Path,
+    control: &Arc<Control>,
+    exit: &Arc<ExitNotifier>,
+) {
     let clients = Arc::new(AtomicUsize::new(0));
     // SAFETY: geteuid has no arguments and cannot fail.
     let me = unsafe { libc::geteuid() };
     while exit.get().is_none() {
-        let mut stream = match listener.listener.accept() {
+        let mut stream = match listener.accept() {
             Ok((s, _)) => s,
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 std::thread::sleep(POLL);
                 continue;
             }
             Err(e) => {
-                log::warn!("--api {}: accept failed: {e}", listener.path().display());
+                log::warn!("--api {}: accept failed: {e}", path.display());
                 std::thread::sleep(POLL);
                 continue;
             }
@@ -266,7 +300,15 @@ fn accept_loop(listener: &ApiListener, control: &Arc<Control>, exit: &Arc<ExitNo
         let spawned = std::thread::Builder::new()
             .name("api-client".into())
             .spawn(move || {
-                serve(stream, &control, &exit);
+                if let Ok(writer) = stream.try_clone() {
+                    let _ = stream.set_read_timeout(Some(POLL));
+                    serve(
+                        BufReader::with_capacity(8192, stream),
+                        writer,
+                        &control,
+                        &exit,
+                    );
+                }
                 count.fetch_sub(1, Ordering::SeqCst);
             });
         if let Err(e) = spawned {
@@ -279,8 +321,8 @@ fn accept_loop(listener: &ApiListener, control: &Arc<Control>, exit: &Arc<ExitNo
 /// Reads one line of at most [`MAX_LINE`] bytes into `line`; Ok(false) at
 /// the end of the stream. A longer line is consumed up to its newline and
 /// reported as too long.
-fn read_line(
-    reader: &mut BufReader<UnixStream>,
+fn read_line<R: Read>(
+    reader: &mut BufReader<R>,
     line: &mut Vec<u8>,
     exit: &ExitNotifier,
 ) -> std::io::Result<Option<bool>> {
@@ -329,12 +371,14 @@ fn read_line(
     }
 }
 
-fn serve(stream: UnixStream, control: &Control, exit: &ExitNotifier) {
-    let Ok(mut writer) = stream.try_clone() else {
-        return;
-    };
-    let _ = stream.set_read_timeout(Some(POLL));
-    let mut reader = BufReader::with_capacity(8192, stream);
+/// Answers the request lines of one connection (or serial device) until
+/// it ends or the VM does.
+fn serve<R: Read>(
+    mut reader: BufReader<R>,
+    mut writer: impl Write,
+    control: &Control,
+    exit: &ExitNotifier,
+) {
     let mut line = Vec::new();
     loop {
         let reply = match read_line(&mut reader, &mut line, exit) {

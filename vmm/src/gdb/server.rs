@@ -52,30 +52,10 @@ impl Drop for Endpoint {
 /// Opens a serial device for the protocol, raw (no echo, no line editing,
 /// Ctrl-C a byte like any other).
 pub(crate) fn open_serial(path: &Path) -> Result<File, GdbError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let err = |source| GdbError::Serial {
+    crate::tty::open_raw(path).map_err(|source| GdbError::Serial {
         path: path.to_path_buf(),
         source,
-    };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOCTTY)
-        .open(path)
-        .map_err(err)?;
-    // SAFETY: termios is plain data; tcgetattr fills it for the open fd.
-    let mut tio: libc::termios = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid fd and a termios to fill.
-    if unsafe { libc::tcgetattr(file.as_raw_fd(), &mut tio) } != 0 {
-        return Err(err(std::io::Error::last_os_error()));
-    }
-    // SAFETY: cfmakeraw only edits the struct it is given.
-    unsafe { libc::cfmakeraw(&mut tio) };
-    // SAFETY: a valid fd and an initialised termios.
-    if unsafe { libc::tcsetattr(file.as_raw_fd(), libc::TCSANOW, &tio) } != 0 {
-        return Err(err(std::io::Error::last_os_error()));
-    }
-    Ok(file)
+    })
 }
 
 /// One debugger's connection.
