@@ -184,7 +184,7 @@ export PMEMVM_BIN="$PWD/target/debug/pmemvm"
 # named in TCG_A or TCG_B is in the third queue: no binary is left out.
 TCG_A="hw_kvm_tier nested_fio_suite nested_media_errors nested_run_command nested_nvdimm
     image_qemu qemu_tables nested_startup l1_stall nested_own_kernel nested_legacy_pmem
-    nested_hang_loops nested_dump nested_crash_consistency"
+    nested_hang_loops nested_dump nested_crash_consistency engine_nested_api"
 TCG_B="nested_pmemvm nested_harness engine_nested first_contact nested_nvdimm_defaults
     nvdimm_labels run_qemu slurm nested_ndctl_suite nested_media_live"
 TCG_TESTS="$TCG_A $TCG_B"

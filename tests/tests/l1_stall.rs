@@ -55,6 +55,7 @@ fn the_l1_command_line_has_the_monitor_beside_the_console() {
         mounts: Vec::new(),
         interactive: false,
         gdb: None,
+        api: None,
     };
     let cmd = l1_command(Path::new("qemu"), &image, &opts, &console, &dir.join("s"));
     let args: Vec<String> = cmd

@@ -413,6 +413,7 @@ impl NestedVm {
             mounts: self.mounts.clone(),
             interactive: false,
             gdb: None,
+            api: None,
         };
         let cmd = l1_command(qemu, l1, &opts, &console_path, &share);
         // An L1 with N vCPUs is N cores of TCG work: it holds N slots.

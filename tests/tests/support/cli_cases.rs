@@ -525,12 +525,16 @@ pub(crate) fn cases() -> Vec<Case> {
             "dump file {D}/notelf exists",
         ),
         case(
-            &["boot", "--engine", "nested", KERNEL, "{K}", "--api", "{D}/api.sock"],
-            "--api and --dump-on-panic is not available with --engine nested",
+            &["boot", "--engine", "nested", KERNEL, "{K}", "--dump-on-panic", "{D}/x.core"],
+            "--dump-on-panic is not available with --engine nested",
+        ),
+        case(
+            &["boot", "--engine", "nested", KERNEL, "{K}", "--api", "{D}/notelf"],
+            "--api {D}/notelf: the path exists",
         ),
         case(
             &["run", "--engine", "qemu", "--api", "{D}/api.sock", "--", "true"],
-            "--api and --dump-on-panic apply to --engine pmemvm only, and this run's engine is qemu",
+            "--api and --dump-on-panic apply to --engine pmemvm and nested, and this run's engine is qemu",
         ),
         case(
             &["ctl", "{D}/notelf", "stats"],

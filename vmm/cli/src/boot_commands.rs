@@ -38,8 +38,12 @@ fn boot_nested(args: &BootArgs) -> Result<u8, CommandError> {
     if args.modules.is_some() {
         return refuse("--modules of boot");
     }
-    if args.control.api.is_some() || args.control.dump_on_panic.is_some() {
-        return refuse("--api and --dump-on-panic");
+    if args.control.dump_on_panic.is_some() {
+        return refuse("--dump-on-panic");
+    }
+    if let Some(p) = &args.control.api {
+        // QEMU listens there: refused as on this host, before the L1 starts.
+        drop(vmm::api::ApiListener::bind(p)?);
     }
     if let Some(addr) = &args.gdb {
         // QEMU listens there: refused as on this host, before the L1 starts.
@@ -70,6 +74,7 @@ fn boot_nested(args: &BootArgs) -> Result<u8, CommandError> {
         disks: &config.disks,
         legacy_pmem: &config.legacy_pmem,
         gdb: args.gdb.as_ref().map(|a| (a, args.gdb_wait)),
+        api: args.control.api.as_deref(),
     };
     lab::nested::boot_interactive(&boot, &qemu)
         .map_err(lab::engine::EngineError::from)

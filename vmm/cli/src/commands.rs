@@ -490,9 +490,9 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
         Command::Boot(a) => {
             check_host(&a.machine)?;
             if a.engine == crate::cli::BootEngineArg::Nested {
-                if a.control.api.is_some() || a.control.dump_on_panic.is_some() {
+                if a.control.dump_on_panic.is_some() {
                     return Err(RunError::from(lab::engine::EngineError::from(
-                        lab::nested::NestedError::Unsupported("--api and --dump-on-panic"),
+                        lab::nested::NestedError::Unsupported("--dump-on-panic"),
                     ))
                     .into());
                 }

@@ -119,6 +119,10 @@ impl NestedEngine {
         if m.ram_pages != vmm::hugepages::RamPages::Default {
             return Err(NestedError::Unsupported("--memory SIZE,hugepages/thp"));
         }
+        if m.control.dump_on_panic.is_some() {
+            return Err(NestedError::Unsupported("--dump-on-panic"));
+        }
+        let api = m.control.api.as_deref();
         if let Some(w) = crate::qemu::nested_qemu_warning(&self.qemu) {
             eprintln!("pmemvm: warning: --engine nested: {w}");
         }
@@ -145,6 +149,9 @@ impl NestedEngine {
         if let Some((addr, wait)) = m.gdb {
             argv.extend(super::gdb::l1_args(&self.qemu, addr, wait));
         }
+        if api.is_some() {
+            argv.extend(["--api".to_string(), super::l1::API_TTY.to_string()]);
+        }
         argv.extend([
             "--console-log".to_string(),
             in_share(share, m.console)?,
@@ -164,6 +171,7 @@ impl NestedEngine {
             mounts,
             interactive: false,
             gdb: m.gdb.map(|(addr, _)| super::l1::gdb_chardev(addr)),
+            api: api.map(Path::to_path_buf),
         };
         let l1 = l1_dir(share);
         let console = l1.join("l1-console.log");
@@ -171,7 +179,9 @@ impl NestedEngine {
         log::info!("running the L1: {cmd:?}");
         let announcer = m
             .gdb
-            .map(|(addr, _)| super::gdb::GdbAnnouncer::start(l1.join("stderr"), addr.to_string()));
+            .map(|(addr, _)| super::gdb::Announcer::start(l1.join("stderr"), addr.to_string()));
+        let api_announcer = api.map(|p| super::gdb::Announcer::api(l1.join("stderr"), p));
+        let _socket = api.map(QemuSocket);
         let run = run_l1(
             cmd,
             false,
@@ -182,6 +192,7 @@ impl NestedEngine {
             m.stream_console.then_some(m.console),
         );
         drop(announcer);
+        drop(api_announcer);
         let mut ended = Ended {
             accelerator: ACCELERATOR.into(),
             functional_only: true,
@@ -252,6 +263,26 @@ pub struct InteractiveBoot<'a> {
     /// `--gdb ADDR` and `--gdb-wait`: QEMU listens at ADDR on this host and
     /// pmemvm in the L1 serves gdb through the L1's third serial port.
     pub gdb: Option<(&'a vmm::gdb::GdbAddr, bool)>,
+    /// `--api PATH`: QEMU listens at PATH on this host and pmemvm in the L1
+    /// serves the control protocol through the L1's fourth serial port.
+    pub api: Option<&'a Path>,
+}
+
+/// The control socket QEMU made at the user's path: removed when the L1
+/// has ended, if it is still a socket (QEMU may have removed it itself).
+struct QemuSocket<'a>(&'a Path);
+
+impl Drop for QemuSocket<'_> {
+    fn drop(&mut self) {
+        use std::os::unix::fs::FileTypeExt;
+        if self
+            .0
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_socket())
+        {
+            let _ = fs::remove_file(self.0);
+        }
+    }
 }
 
 /// A temporary share, removed on drop.
@@ -329,6 +360,9 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
     if let Some((addr, wait)) = b.gdb {
         argv.extend(super::gdb::l1_args(qemu, addr, wait));
     }
+    if b.api.is_some() {
+        argv.extend(["--api".to_string(), super::l1::API_TTY.to_string()]);
+    }
     install_binary(&share.0, "pmemvm", &pmemvm, true)?;
     let words: Vec<&str> = argv.iter().map(String::as_str).collect();
     write_command(&share.0, &[], &words, &mounts, Some(INTERACTIVE_TTY))?;
@@ -338,12 +372,20 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
         mounts,
         interactive: true,
         gdb: b.gdb.map(|(addr, _)| super::l1::gdb_chardev(addr)),
+        api: b.api.map(Path::to_path_buf),
     };
     let l1 = l1_dir(&share.0);
     let console = l1.join("l1-console.log");
     let cmd = l1_command(qemu, &l1_image, &opts, &console, &share.0);
     log::info!("running the L1: {cmd:?}");
     eprintln!("pmemvm: --engine nested: booting the L1 VM (QEMU TCG with emulated SVM; the guest's console follows here, functional only)");
+    if let Some(p) = b.api {
+        eprintln!(
+            "pmemvm: --engine nested: QEMU listens for the control socket at {} (pmemvm in the L1 serves it once the guest boots)",
+            p.display()
+        );
+    }
+    let _socket = b.api.map(QemuSocket);
     let saved = SavedTerminal::save();
     let run = run_l1(
         cmd,

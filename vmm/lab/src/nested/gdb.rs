@@ -20,32 +20,56 @@ pub(super) fn l1_args(qemu: &Path, addr: &vmm::gdb::GdbAddr, wait: bool) -> Vec<
     args
 }
 
-/// Says on this terminal when pmemvm in the L1 listens for gdb: its
-/// stderr (the L1's `.l1/stderr` in the share) is not shown while a job
-/// runs, and gdb attached before the stub opens its serial port loses its
-/// first packets.
-pub(super) struct GdbAnnouncer {
+/// Says on this terminal when pmemvm in the L1 listens (for gdb, on the
+/// control socket): its stderr (the L1's `.l1/stderr` in the share) is not
+/// shown while a job runs, and a client that connects before pmemvm opens
+/// its serial port loses its first bytes.
+pub(super) struct Announcer {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl GdbAnnouncer {
+impl Announcer {
+    /// Announces gdb's stub at `addr` once pmemvm in the L1 said it listens.
     pub(super) fn start(stderr: PathBuf, addr: String) -> Self {
+        Self::when(
+            stderr,
+            vmm::gdb::server::LISTENING.to_string(),
+            format!(
+                "pmemvm: --engine nested: {} {addr} (through the L1)",
+                vmm::gdb::server::LISTENING
+            ),
+        )
+    }
+
+    /// Announces the control socket at `path` once pmemvm in the L1 serves
+    /// it on [`super::l1::API_TTY`].
+    pub(super) fn api(stderr: PathBuf, path: &Path) -> Self {
+        Self::when(
+            stderr,
+            format!("{}{}", vmm::api::READY, super::l1::API_TTY),
+            format!(
+                "pmemvm: --engine nested: {}{} (through the L1)",
+                vmm::api::READY,
+                path.display()
+            ),
+        )
+    }
+
+    /// Prints `message` once `stderr` holds `marker`.
+    fn when(stderr: PathBuf, marker: String, message: String) -> Self {
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
-            .name("gdb-announce".into())
+            .name("l1-announce".into())
             .spawn(move || {
                 let mut said = false;
                 while !said && !flag.load(Ordering::Relaxed) {
                     let text = fs::read_to_string(&stderr).unwrap_or_default();
-                    said = text.contains(vmm::gdb::server::LISTENING);
+                    said = text.contains(&marker);
                     if said {
-                        eprintln!(
-                            "pmemvm: --engine nested: {} {addr} (through the L1)",
-                            vmm::gdb::server::LISTENING
-                        );
+                        eprintln!("{message}");
                     } else {
                         std::thread::sleep(Duration::from_millis(200));
                     }
@@ -56,7 +80,7 @@ impl GdbAnnouncer {
     }
 }
 
-impl Drop for GdbAnnouncer {
+impl Drop for Announcer {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(t) = self.thread.take() {

@@ -46,10 +46,18 @@ pub struct L1Options {
     /// pmemvm in the L1 serves gdb (`--gdb`): QEMU listens for the debugger
     /// on this host (see [`gdb_chardev`]).
     pub gdb: Option<String>,
+    /// The user's `--api` socket on this host: QEMU listens there (owner-only)
+    /// and carries the bytes to the L1's [`API_TTY`], where pmemvm in the L1
+    /// serves the control protocol.
+    pub api: Option<PathBuf>,
 }
 
 /// The L1 serial port pmemvm serves gdb on, as the L1 sees it.
 pub const GDB_TTY: &str = "/dev/ttyS2";
+
+/// The L1 serial port pmemvm serves the control socket's protocol on
+/// (`--api` through `--engine nested`), as the L1 sees it.
+pub const API_TTY: &str = "/dev/ttyS3";
 
 /// QEMU's chardev (without its id) that listens at the user's `--gdb`
 /// address and carries the bytes to the L1's [`GDB_TTY`].
@@ -94,6 +102,21 @@ pub fn l1_command(
         }
         q.chardev(&format!("{gdb},id=gdb")).serial("chardev:gdb");
     }
+    if let Some(api) = &opts.api {
+        // The API port is the fourth: the ones before it exist, unconnected
+        // when nothing else uses them.
+        let before = 1
+            + usize::from(opts.interactive || opts.gdb.is_some())
+            + usize::from(opts.gdb.is_some());
+        for _ in before..3 {
+            q.serial("null");
+        }
+        q.chardev(&format!(
+            "socket,path={},server=on,wait=off,id=api",
+            api.display()
+        ))
+        .serial("chardev:api");
+    }
     q.kernel(
         &l1.vmlinuz,
         Some(&l1.initramfs),
@@ -114,7 +137,20 @@ pub fn l1_command(
     if let Some(socket) = stall::monitor_socket(console) {
         q.monitor(&stall::monitor_arg(&socket));
     }
-    q.into_command()
+    let mut cmd = q.into_command();
+    if opts.api.is_some() {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure runs in the child between fork and exec and
+        // calls only umask, which is async-signal-safe and cannot fail: the
+        // control socket QEMU makes is the user's alone from its creation.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::umask(0o077);
+                Ok(())
+            });
+        }
+    }
+    cmd
 }
 
 /// The L1 kernel's command line.
@@ -469,6 +505,7 @@ mod tests {
             }],
             interactive: true,
             gdb: None,
+            api: None,
         };
         let cmd = l1_command(
             Path::new("qemu"),
@@ -497,6 +534,67 @@ mod tests {
             .and_then(|i| args.get(i + 1))
             .expect("an -append argument");
         assert!(append.split_whitespace().any(|w| w == "no_timer_check"));
+    }
+
+    #[test]
+    fn the_api_socket_is_the_l1s_fourth_serial_port() {
+        let l1 = L1Image {
+            vmlinuz: "/c/vmlinuz".into(),
+            initramfs: "/c/initramfs.cpio.gz".into(),
+            l2_initramfs: "/c/l2.cpio.gz".into(),
+            kernel_package: String::new(),
+        };
+        let serials = |interactive: bool, gdb: Option<&str>| {
+            let opts = L1Options {
+                memory_mib: 1536,
+                cpus: 1,
+                mounts: Vec::new(),
+                interactive,
+                gdb: gdb.map(str::to_owned),
+                api: Some("/home/u/api.sock".into()),
+            };
+            let cmd = l1_command(
+                Path::new("qemu"),
+                &l1,
+                &opts,
+                Path::new("/s/console"),
+                Path::new("/s/share"),
+            );
+            let args: Vec<String> = cmd
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            let ports: Vec<String> = args
+                .windows(2)
+                .filter(|w| w[0] == "-serial")
+                .map(|w| w[1].clone())
+                .collect();
+            assert!(
+                args.join(" ")
+                    .contains("-chardev socket,path=/home/u/api.sock,server=on,wait=off,id=api"),
+                "{args:?}"
+            );
+            ports
+        };
+        let api = "chardev:api".to_string();
+        let console = "file:/s/console".to_string();
+        assert_eq!(
+            serials(false, None),
+            [console.clone(), "null".into(), "null".into(), api.clone()]
+        );
+        assert_eq!(
+            serials(true, None),
+            [
+                console.clone(),
+                "chardev:user".into(),
+                "null".into(),
+                api.clone()
+            ]
+        );
+        assert_eq!(
+            serials(false, Some("tcp::1234")),
+            [console, "null".into(), "chardev:gdb".into(), api]
+        );
     }
 
     #[test]

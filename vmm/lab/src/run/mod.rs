@@ -74,8 +74,8 @@ pub enum RunError {
     /// `--pin`, `--host-node` or huge pages with the QEMU engine.
     #[error("{0} applies to --engine pmemvm only (QEMU places its guest itself); drop it or use --engine pmemvm")]
     PmemvmOnly(&'static str),
-    /// `--api`/`--dump-on-panic` with an engine other than pmemvm.
-    #[error("--api and --dump-on-panic apply to --engine pmemvm only, and this run's engine is {0}: QEMU has its own (QMP's dump-guest-memory, -device pvpanic); with --engine nested, run pmemvm in the L1 yourself")]
+    /// `--api`/`--dump-on-panic` with the QEMU engine.
+    #[error("--api and --dump-on-panic apply to --engine pmemvm and nested, and this run's engine is {0}: QEMU has its own (QMP's dump-guest-memory, -device pvpanic)")]
     ControlPmemvmOnly(&'static str),
     /// `record=` with the QEMU engine.
     #[error("--nvdimm ...,record={0} needs pmemvm's NVDIMM (--engine pmemvm or nested): QEMU's NVDIMM has no flush hints, so a guest on it makes no flush pmemvm could record")]
@@ -260,12 +260,9 @@ pub fn engine_for(spec: &RunSpec) -> Result<Engine, RunError> {
         Err(PreflightError::HostCannotRunLinux(_)) if !linux => Engine::Pmemvm,
         other => other?,
     };
-    // (The nested engine names what it cannot honour itself.)
-    if engine != Engine::Pmemvm && !spec.control.is_empty() {
-        return Err(RunError::ControlPmemvmOnly(match engine {
-            Engine::Qemu => "qemu",
-            _ => "nested",
-        }));
+    // (The nested engine names what it cannot honour itself: --dump-on-panic.)
+    if engine == Engine::Qemu && !spec.control.is_empty() {
+        return Err(RunError::ControlPmemvmOnly("qemu"));
     }
     if engine == Engine::Qemu {
         if let Some(option) = pmemvm_only_option(&spec.placement, spec.ram_pages, &spec.nvdimms) {

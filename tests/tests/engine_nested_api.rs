@@ -1,0 +1,151 @@
+//! Tier 5 through the product: `pmemvm run --engine nested --api SOCKET`, as a
+//! user types it. QEMU listens at the user's path on this host (owner-only)
+//! and carries the bytes to a serial port of the L1, where pmemvm serves the
+//! control protocol; `pmemvm ctl SOCKET media inject 0 1M+4K` on this host
+//! then reaches the guest inside: its platform event makes Linux scrub the
+//! DIMM and `/sys/block/pmem0/badblocks` gains `2048 8`, which the guest's
+//! command waits for and prints. The socket is gone after the run.
+//!
+//! Skips when QEMU, the guest image or a tool of the L1 preparation is
+//! missing. Holds the machine's TCG lock while its L1 runs.
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pmemvm_tests::pmemvm::{pmemvm_bin, run, Output, TempDir};
+use pmemvm_tests::require;
+use pmemvm_tests::skip::Skip;
+use pmemvm_tests::tcg::TcgGuard;
+
+/// One L1 boot and the guest's wait, with room for a loaded host.
+const DEADLINE: Duration = Duration::from_secs(900);
+const CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 quiet";
+
+fn ready() -> Result<TcgGuard, Skip> {
+    pmemvm_tests::nested::find_qemu()?;
+    pmemvm_tests::image::image_dir()?;
+    match pmemvm_tests::nested::prepare_l1() {
+        Ok(_) => {}
+        Err(pmemvm_tests::nested::NestedError::Unavailable(s)) => return Err(s),
+        Err(e) => panic!("preparing the L1 failed: {e}"),
+    }
+    Ok(pmemvm_tests::tcg::lock().expect("take the TCG lock"))
+}
+
+/// pmemvm running in the background; killed and reaped if the test fails.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// The guest waits (up to 300 s) for the injected range to reach its badblocks.
+const WAIT_FOR_BADBLOCKS: &str = "i=0; \
+    while [ $i -lt 600 ] && ! grep -qx '2048 8' /sys/block/pmem0/badblocks; do sleep 0.5; i=$((i+1)); done; \
+    echo badblocks: $(cat /sys/block/pmem0/badblocks)";
+
+/// One run: pmemvm in the background, `ctl` once the socket is announced.
+/// Returns the run's output and what `ctl` said (None when it was not reached).
+fn one_run(dir: &std::path::Path) -> (Output, Option<Output>) {
+    let sock = dir.join("api.sock");
+    let _ = std::fs::remove_file(&sock);
+    let (out_path, err_path) = (dir.join("run.out"), dir.join("run.err"));
+    let started = Instant::now();
+    let mut child = Running(
+        Command::new(pmemvm_bin())
+            .args(["run", "--engine", "nested", "--cmdline", CMDLINE])
+            .args(["--nvdimm", "64M,label-size=0", "--timeout", "500", "--api"])
+            .arg(&sock)
+            .args(["--", "sh", "-c", WAIT_FOR_BADBLOCKS])
+            .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir())
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out_path).expect("run.out"))
+            .stderr(std::fs::File::create(&err_path).expect("run.err"))
+            .spawn()
+            .expect("start pmemvm"),
+    );
+    let announced = format!("control socket at {} (through the L1)", sock.display());
+    let mut ctl = None;
+    let mut status = None;
+    while started.elapsed() < DEADLINE {
+        if let Some(s) = child.0.try_wait().expect("wait") {
+            status = Some(s);
+            break;
+        }
+        let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+        if ctl.is_none() && err.contains(&announced) {
+            let meta = std::fs::symlink_metadata(&sock).expect("the socket exists");
+            assert!(meta.file_type().is_socket(), "{}", sock.display());
+            assert_eq!(
+                meta.permissions().mode() & 0o077,
+                0,
+                "the socket is the user's alone"
+            );
+            ctl = Some(run(
+                &[
+                    "ctl",
+                    sock.to_str().expect("a UTF-8 path"),
+                    "media",
+                    "inject",
+                    "0",
+                    "1M+4K",
+                ],
+                Duration::from_secs(60),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let timed_out = status.is_none();
+    if timed_out {
+        let _ = child.0.kill();
+        status = child.0.wait().ok();
+    }
+    let out = Output {
+        status: status.and_then(|s| s.code()),
+        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
+        elapsed: started.elapsed(),
+        timed_out,
+    };
+    eprintln!(
+        "run --engine nested --api: status {:?} in {:.1} s",
+        out.status,
+        out.elapsed.as_secs_f64()
+    );
+    (out, ctl)
+}
+
+#[test]
+fn ctl_on_this_host_reaches_pmemvm_in_the_l1_and_the_guest_sees_the_injected_range() {
+    let _tcg = require!(ready());
+    let dir = TempDir::new("nested-api");
+    let (out, ctl) = pmemvm_tests::nested::retry_breakdowns(
+        "nested --api",
+        || one_run(&dir.0),
+        |(out, _)| {
+            (!out.timed_out)
+                .then(|| pmemvm_tests::nested::platform_breakdown(&out.stderr))
+                .flatten()
+        },
+    );
+    let ctl = ctl.unwrap_or_else(|| panic!("the socket was never announced\n{}", out.dump()));
+    assert_eq!(ctl.status, Some(0), "{}\n{}", ctl.dump(), out.dump());
+    assert!(
+        ctl.stdout
+            .contains("DIMM 0: bad ranges now 1048576+4096; the guest was notified"),
+        "{}",
+        ctl.dump()
+    );
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    assert!(out.stdout.contains("badblocks: 2048 8"), "{}", out.dump());
+    assert!(
+        !dir.join("api.sock").exists(),
+        "the socket is removed after the run"
+    );
+}
