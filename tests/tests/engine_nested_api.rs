@@ -4,7 +4,10 @@
 //! control protocol; `pmemvm ctl SOCKET media inject 0 1M+4K` on this host
 //! then reaches the guest inside: its platform event makes Linux scrub the
 //! DIMM and `/sys/block/pmem0/badblocks` gains `2048 8`, which the guest's
-//! command waits for and prints. The socket is gone after the run.
+//! command waits for and prints. The socket is gone after the run. And
+//! `pmemvm bench ... --engine nested --api SOCKET`: the boot serves the socket
+//! while it runs (`ctl SOCKET stats` answers with the guest's DIMM) and the
+//! bench ends as without it.
 //!
 //! Skips when QEMU, the guest image or a tool of the L1 preparation is
 //! missing. Holds the machine's TCG lock while its L1 runs.
@@ -50,19 +53,21 @@ const WAIT_FOR_BADBLOCKS: &str = "i=0; \
     while [ $i -lt 600 ] && ! grep -qx '2048 8' /sys/block/pmem0/badblocks; do sleep 0.5; i=$((i+1)); done; \
     echo badblocks: $(cat /sys/block/pmem0/badblocks)";
 
-/// One run: pmemvm in the background, `ctl` once the socket is announced.
-/// Returns the run's output and what `ctl` said (None when it was not reached).
-fn one_run(dir: &std::path::Path) -> (Output, Option<Output>) {
+/// One `pmemvm ARGS` (with `--api DIR/api.sock` added) in the background, and
+/// `pmemvm ctl SOCKET CTL...` once the socket is announced. Returns pmemvm's
+/// output and what `ctl` said (None when it was not reached).
+fn one_run(dir: &std::path::Path, args: &[&str], ctl_args: &[&str]) -> (Output, Option<Output>) {
     let sock = dir.join("api.sock");
     let _ = std::fs::remove_file(&sock);
+    let _ = std::fs::remove_dir_all(dir.join("report"));
     let (out_path, err_path) = (dir.join("run.out"), dir.join("run.err"));
     let started = Instant::now();
     let mut child = Running(
         Command::new(pmemvm_bin())
-            .args(["run", "--engine", "nested", "--cmdline", CMDLINE])
-            .args(["--nvdimm", "64M,label-size=0", "--timeout", "500", "--api"])
+            .arg(args[0])
+            .arg("--api")
             .arg(&sock)
-            .args(["--", "sh", "-c", WAIT_FOR_BADBLOCKS])
+            .args(&args[1..])
             .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir())
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&out_path).expect("run.out"))
@@ -87,17 +92,9 @@ fn one_run(dir: &std::path::Path) -> (Output, Option<Output>) {
                 0,
                 "the socket is the user's alone"
             );
-            ctl = Some(run(
-                &[
-                    "ctl",
-                    sock.to_str().expect("a UTF-8 path"),
-                    "media",
-                    "inject",
-                    "0",
-                    "1M+4K",
-                ],
-                Duration::from_secs(60),
-            ));
+            let mut all = vec!["ctl", sock.to_str().expect("a UTF-8 path")];
+            all.extend_from_slice(ctl_args);
+            ctl = Some(run(&all, Duration::from_secs(60)));
         }
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -114,7 +111,8 @@ fn one_run(dir: &std::path::Path) -> (Output, Option<Output>) {
         timed_out,
     };
     eprintln!(
-        "run --engine nested --api: status {:?} in {:.1} s",
+        "{} --engine nested --api: status {:?} in {:.1} s",
+        args[0],
         out.status,
         out.elapsed.as_secs_f64()
     );
@@ -127,7 +125,27 @@ fn ctl_on_this_host_reaches_pmemvm_in_the_l1_and_the_guest_sees_the_injected_ran
     let dir = TempDir::new("nested-api");
     let (out, ctl) = pmemvm_tests::nested::retry_breakdowns(
         "nested --api",
-        || one_run(&dir.0),
+        || {
+            one_run(
+                &dir.0,
+                &[
+                    "run",
+                    "--engine",
+                    "nested",
+                    "--cmdline",
+                    CMDLINE,
+                    "--nvdimm",
+                    "64M,label-size=0",
+                    "--timeout",
+                    "500",
+                    "--",
+                    "sh",
+                    "-c",
+                    WAIT_FOR_BADBLOCKS,
+                ],
+                &["media", "inject", "0", "1M+4K"],
+            )
+        },
         |(out, _)| {
             (!out.timed_out)
                 .then(|| pmemvm_tests::nested::platform_breakdown(&out.stderr))
@@ -147,5 +165,64 @@ fn ctl_on_this_host_reaches_pmemvm_in_the_l1_and_the_guest_sees_the_injected_ran
     assert!(
         !dir.join("api.sock").exists(),
         "the socket is removed after the run"
+    );
+}
+
+#[test]
+fn each_bench_boot_serves_the_control_socket_while_it_runs() {
+    let _tcg = require!(ready());
+    let dir = TempDir::new("nested-bench-api");
+    let report = dir.join("report");
+    let report_arg = report.to_str().expect("a UTF-8 path").to_owned();
+    let (out, ctl) = pmemvm_tests::nested::retry_breakdowns(
+        "nested bench --api",
+        || {
+            one_run(
+                &dir.0,
+                &[
+                    "bench",
+                    "pmem-nowait",
+                    "--engine",
+                    "nested",
+                    "--runs",
+                    "1",
+                    "--runtime",
+                    "5",
+                    "--size",
+                    "16M",
+                    "--nvdimm",
+                    "64M",
+                    "--cpus",
+                    "1",
+                    "--timeout",
+                    "400",
+                    "--only",
+                    "on:1",
+                    "--out",
+                    &report_arg,
+                ],
+                &["stats"],
+            )
+        },
+        |(out, _)| {
+            (!out.timed_out)
+                .then(|| pmemvm_tests::nested::platform_breakdown(&out.stderr))
+                .flatten()
+        },
+    );
+    let ctl = ctl.unwrap_or_else(|| panic!("the socket was never announced\n{}", out.dump()));
+    assert_eq!(ctl.status, Some(0), "{}\n{}", ctl.dump(), out.dump());
+    let stats: serde_json::Value =
+        serde_json::from_str(&ctl.stdout).unwrap_or_else(|e| panic!("{e}: {}", ctl.dump()));
+    assert_eq!(
+        stats["nvdimms"].as_array().map(Vec::len),
+        Some(1),
+        "the boot's DIMM: {stats:#}"
+    );
+    assert_eq!(out.status, Some(0), "{}", out.dump());
+    assert!(report.join("report.json").exists(), "{}", out.dump());
+    assert!(
+        !dir.join("api.sock").exists(),
+        "the socket is removed after the boot"
     );
 }

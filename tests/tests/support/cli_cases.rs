@@ -533,6 +533,14 @@ pub(crate) fn cases() -> Vec<Case> {
             "--api {D}/notelf: the path exists",
         ),
         case(
+            &["bench", "pmem-nowait", "--engine", "qemu", "--api", "{D}/api.sock", "--out", "{D}/b1"],
+            "--api and --dump-on-panic apply to --engine pmemvm and nested, and this run's engine is qemu",
+        ),
+        case(
+            &["bench", "pmem-nowait", "--engine", "pmemvm", "--api", "{D}/notelf", "--out", "{D}/b2"],
+            "--api {D}/notelf: the path exists",
+        ),
+        case(
             &["run", "--engine", "qemu", "--api", "{D}/api.sock", "--", "true"],
             "--api and --dump-on-panic apply to --engine pmemvm and nested, and this run's engine is qemu",
         ),

@@ -41,6 +41,7 @@ pub(crate) fn bench_request(args: &BenchArgs) -> BenchRequest {
             host_node: args.host_node,
             ..args.pin.clone().unwrap_or_default()
         },
+        api: args.api.clone(),
     }
 }
 

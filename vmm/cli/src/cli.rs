@@ -585,4 +585,10 @@ pub struct BenchArgs {
     /// and the exit status stays 0.
     #[arg(long)]
     pub fail_on_check: bool,
+    /// Serve the control socket at PATH during each boot (`pmemvm ctl PATH
+    /// stats`, `media inject ...`; docs/api.md): the boots are one after
+    /// another, each makes the socket and removes it at its end. Engines
+    /// pmemvm and nested.
+    #[arg(long, value_name = "PATH")]
+    pub api: Option<PathBuf>,
 }

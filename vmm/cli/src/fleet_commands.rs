@@ -146,5 +146,10 @@ fn forwarded_args(args: &BenchArgs) -> Vec<String> {
     if args.fail_on_check {
         v.push("--fail-on-check".to_owned());
     }
+    // Each task serves it on its own node while its boot runs.
+    if let Some(p) = &args.api {
+        v.push("--api".to_owned());
+        v.push(p.display().to_string());
+    }
     v
 }

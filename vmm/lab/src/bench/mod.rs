@@ -126,6 +126,9 @@ pub struct BenchRequest {
     pub ram_pages: vmm::hugepages::RamPages,
     /// vCPU pinning and host NUMA node (`--pin`, `--host-node`), every boot.
     pub placement: vmm::placement::Placement,
+    /// `--api PATH`: each boot serves the control socket there while it runs
+    /// (engines pmemvm and nested).
+    pub api: Option<PathBuf>,
 }
 
 /// Where a bench's boots run.
@@ -243,11 +246,20 @@ pub fn prepare(
     for side in &plan.sides {
         side_modules(side, req)?;
     }
+    // The socket's path is the user's input: refused on any host.
+    let control = run::RunControl {
+        api: req.api.clone(),
+        dump_on_panic: None,
+    };
+    control.check()?;
     let engine = preflight::engine_on_this_host(req.engine, allow_install, needs)?;
     if engine != Engine::Pmemvm {
         if let Some(option) = run::pmemvm_only_option(&req.placement, req.ram_pages, &[]) {
             return Err(RunError::PmemvmOnly(option).into());
         }
+    }
+    if engine == Engine::Qemu && !control.is_empty() {
+        return Err(RunError::ControlPmemvmOnly("qemu").into());
     }
     let memory = plan.guest_mem_mib << 20;
     vmm::memory_placement::check_host_placement(
@@ -460,7 +472,10 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
             let spec = RunSpec {
                 gdb: None,
                 gdb_wait: false,
-                control: Default::default(),
+                control: run::RunControl {
+                    api: req.api.clone(),
+                    dump_on_panic: None,
+                },
                 command: None,
                 engine,
                 kernel: inputs.kernel.clone(),
