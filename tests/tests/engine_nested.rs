@@ -32,14 +32,7 @@ const CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 quiet";
 /// harness's cache, shared with the other nested tests); the guard holds the
 /// TCG lock for the test.
 fn ready() -> Result<TcgGuard, Skip> {
-    pmemvm_tests::nested::find_qemu()?;
-    pmemvm_tests::image::image_dir()?;
-    match pmemvm_tests::nested::prepare_l1() {
-        Ok(_) => {}
-        Err(pmemvm_tests::nested::NestedError::Unavailable(s)) => return Err(s),
-        Err(e) => panic!("preparing the L1 failed: {e}"),
-    }
-    Ok(pmemvm_tests::tcg::lock().expect("take the TCG lock"))
+    pmemvm_tests::nested::engine_ready()
 }
 
 /// [`ready`] for an L1 of `n` vCPUs: it holds `n` TCG slots.

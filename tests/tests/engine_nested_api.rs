@@ -26,14 +26,7 @@ const DEADLINE: Duration = Duration::from_secs(900);
 const CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 quiet";
 
 fn ready() -> Result<TcgGuard, Skip> {
-    pmemvm_tests::nested::find_qemu()?;
-    pmemvm_tests::image::image_dir()?;
-    match pmemvm_tests::nested::prepare_l1() {
-        Ok(_) => {}
-        Err(pmemvm_tests::nested::NestedError::Unavailable(s)) => return Err(s),
-        Err(e) => panic!("preparing the L1 failed: {e}"),
-    }
-    Ok(pmemvm_tests::tcg::lock().expect("take the TCG lock"))
+    pmemvm_tests::nested::engine_ready()
 }
 
 /// pmemvm running in the background; killed and reaped if the test fails.

@@ -155,18 +155,8 @@ fn bench_array_on_a_real_slurm_cluster_merges_every_side_and_boot_once() {
         logs(),
         cluster.logs()
     );
-    let tasks = run_cmd(
-        cluster
-            .command("scontrol")
-            .args(["show", "job", "-o", &array]),
-        DEADLINE,
-    );
-    let states: Vec<&str> = tasks
-        .stdout
-        .split_whitespace()
-        .filter_map(|w| w.strip_prefix("JobState="))
-        .collect();
-    assert_eq!(states, ["COMPLETED"; 4], "{}\n{}", tasks.dump(), logs());
+    let (states, shown) = task_states(&cluster, &array);
+    assert_eq!(states, ["COMPLETED"; 4], "{shown}\n{}", logs());
 
     // Each task's directory says which boot it holds.
     for (side, boot) in [("off", 1), ("on", 1), ("off", 2), ("on", 2)] {
@@ -319,6 +309,23 @@ fn slurm_scripts_refuse_to_overwrite_and_only_refuses_unknown_tasks() {
     let mut no_out: Vec<&str> = BENCH.to_vec();
     no_out.push("--slurm");
     assert_eq!(run(&no_out, DEADLINE).status, Some(2));
+}
+
+/// Each array task's `JobState`, and what `scontrol show job` printed.
+fn task_states(cluster: &SlurmCluster, array: &str) -> (Vec<String>, String) {
+    let tasks = run_cmd(
+        cluster
+            .command("scontrol")
+            .args(["show", "job", "-o", array]),
+        DEADLINE,
+    );
+    let states = tasks
+        .stdout
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("JobState="))
+        .map(str::to_owned)
+        .collect();
+    (states, tasks.dump())
 }
 
 /// The array and report job ids `submit.sh` printed ("submitted array job A (N tasks) and
@@ -475,18 +482,8 @@ fn crash_check_array_on_a_real_slurm_cluster_checks_each_flush_and_names_the_fir
         logs(),
         cluster.logs()
     );
-    let tasks = run_cmd(
-        cluster
-            .command("scontrol")
-            .args(["show", "job", "-o", &array]),
-        DEADLINE,
-    );
-    let states: Vec<&str> = tasks
-        .stdout
-        .split_whitespace()
-        .filter_map(|w| w.strip_prefix("JobState="))
-        .collect();
-    assert_eq!(states, ["COMPLETED"; 2], "{}\n{}", tasks.dump(), logs());
+    let (states, shown) = task_states(&cluster, &array);
+    assert_eq!(states, ["COMPLETED"; 2], "{shown}\n{}", logs());
     let report_log = std::fs::read_to_string(shared.join(format!("logs/report-{report_job}.out")))
         .unwrap_or_else(|e| panic!("the report's log: {e}\n{}", logs()));
     assert!(

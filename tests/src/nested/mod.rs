@@ -76,6 +76,20 @@ pub use lab::nested::share::tail;
 pub use lab::nested::{ALIVE_MARKER, ERROR_MARKER, INIT_MARKER, RUN_MARKER, STATUS_MARKER};
 use run_dir::{FileSource, RunDir};
 
+/// What a test of `pmemvm ... --engine nested` needs before it runs: QEMU,
+/// the guest image and the L1 (prepared in the harness's cache, shared with
+/// the other nested tests); the guard holds one TCG slot for the test.
+pub fn engine_ready() -> Result<crate::tcg::TcgGuard, crate::skip::Skip> {
+    find_qemu()?;
+    crate::image::image_dir()?;
+    match prepare_l1() {
+        Ok(_) => {}
+        Err(NestedError::Unavailable(s)) => return Err(s),
+        Err(e) => panic!("preparing the L1 failed: {e}"),
+    }
+    Ok(crate::tcg::lock().expect("take the TCG lock"))
+}
+
 /// Default time a command may take, L1 boot included.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
 /// Default L1 memory: room for an L2 guest plus the page cache of its NVDIMMs.

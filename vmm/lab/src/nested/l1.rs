@@ -487,14 +487,18 @@ pub fn run_l1(
 mod tests {
     use super::*;
 
-    #[test]
-    fn command_line_has_svm_the_share_and_the_mounts() {
-        let l1 = L1Image {
+    fn image() -> L1Image {
+        L1Image {
             vmlinuz: "/c/vmlinuz".into(),
             initramfs: "/c/initramfs.cpio.gz".into(),
             l2_initramfs: "/c/l2.cpio.gz".into(),
             kernel_package: String::new(),
-        };
+        }
+    }
+
+    #[test]
+    fn command_line_has_svm_the_share_and_the_mounts() {
+        let l1 = image();
         let opts = L1Options {
             memory_mib: 1536,
             cpus: 1,
@@ -538,12 +542,7 @@ mod tests {
 
     #[test]
     fn the_api_socket_is_the_l1s_fourth_serial_port() {
-        let l1 = L1Image {
-            vmlinuz: "/c/vmlinuz".into(),
-            initramfs: "/c/initramfs.cpio.gz".into(),
-            l2_initramfs: "/c/l2.cpio.gz".into(),
-            kernel_package: String::new(),
-        };
+        let l1 = image();
         let serials = |interactive: bool, gdb: Option<&str>| {
             let opts = L1Options {
                 memory_mib: 1536,
