@@ -166,28 +166,15 @@ fn media_inject_clear_and_list_while_the_guest_runs_and_the_list_outlives_the_vm
     );
 }
 
-/// A pseudo-terminal pair: the controller, and the device's path.
-fn pty() -> (std::fs::File, std::path::PathBuf) {
-    use std::os::fd::FromRawFd;
-    let (mut main, mut sub) = (0, 0);
-    // SAFETY: openpty writes two fds into the ints given; name, termios and
-    // window size are not asked for (null).
-    let rc = unsafe {
-        libc::openpty(
-            &mut main,
-            &mut sub,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
-    let path = std::fs::read_link(format!("/proc/self/fd/{sub}")).expect("the pty's path");
-    // SAFETY: `main` was just opened by openpty and nothing else owns it.
-    let main = unsafe { std::fs::File::from_raw_fd(main) };
-    // SAFETY: as above; closing it leaves the device there while `main` is open.
-    drop(unsafe { std::fs::File::from_raw_fd(sub) });
-    (main, path)
+/// A pseudo-terminal pair: the controller, and the device's path (open
+/// while the returned device fd is).
+fn pty(
+) -> Result<(std::fs::File, std::path::PathBuf, std::os::fd::OwnedFd), pmemvm_tests::skip::Skip> {
+    use std::os::fd::AsRawFd;
+    let (main, sub) = pmemvm_tests::terminal::openpty()?;
+    let path =
+        std::fs::read_link(format!("/proc/self/fd/{}", sub.as_raw_fd())).expect("the pty's path");
+    Ok((std::fs::File::from(main), path, sub))
 }
 
 /// `--api` naming a serial device (here a pty; under `--engine nested` the L1's
@@ -201,7 +188,7 @@ fn the_control_protocol_is_spoken_on_a_serial_device_named_by_api() {
     let kernel = require!(guest("counting"));
     let d = TempDir::new("api-serial");
     let dimm = d.join("dimm.img");
-    let (mut main, tty) = pty();
+    let (mut main, tty, _sub) = require!(pty());
     let t = tty.display().to_string();
     let mut vm = boot(
         &kernel,

@@ -53,7 +53,7 @@ mod tests {
     use std::io::{Read, Write};
 
     /// A pseudo-terminal pair: (controller, the device's path).
-    pub(crate) fn pty() -> (File, std::path::PathBuf) {
+    fn pty() -> (File, std::path::PathBuf) {
         use std::os::fd::FromRawFd;
         let (mut main, mut sub) = (0, 0);
         // SAFETY: openpty writes two fds into the ints given; the name,
