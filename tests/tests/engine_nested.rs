@@ -1,6 +1,6 @@
 //! Tier 5 through the product: `--engine nested` (pmemvm itself inside a QEMU
-//! TCG L1 with emulated SVM, `lab::nested`) for `run -- CMD`, `run --fio`,
-//! `bench` and `boot`, each `pmemvm` invocation booting its own L1 here. The
+//! TCG L1 with emulated SVM, `lab::nested`) for `run -- CMD`, `run --fio`
+//! and `boot` (`bench`: `engine_nested_api`), each `pmemvm` invocation booting its own L1 here. The
 //! user's backing file stays on the host and holds the guest's bytes
 //! afterwards; results say engine `nested` and functional only; `boot` puts
 //! the guest's shell on a terminal (a pty) through both levels and gives the
@@ -388,58 +388,6 @@ fn a_guest_waiting_forever_is_described_per_vcpu_on_sigquit_and_at_the_time_out(
         named,
         "each vCPU with a kernel RIP, its symbol and IF: {error}"
     );
-}
-
-#[test]
-fn bench_on_nested_reports_functional_only() {
-    let _tcg = require!(ready());
-    let dir = TempDir::new("nested-bench");
-    let out_dir = dir.join("report");
-    let started = Instant::now();
-    // One boot of one side (--only): one L1 boot; the report is the same kind.
-    let out = run_engine_nested(
-        || {
-            pmemvm(&[
-                "bench",
-                "pmem-nowait",
-                "--engine",
-                "nested",
-                "--runs",
-                "1",
-                "--runtime",
-                "1",
-                "--size",
-                "16M",
-                "--nvdimm",
-                "64M",
-                "--cpus",
-                "1",
-                "--timeout",
-                "400",
-                "--only",
-                "on:1",
-                "--out",
-                out_dir.to_str().unwrap(),
-            ])
-        },
-        DEADLINE,
-    );
-    eprintln!(
-        "bench pmem-nowait --engine nested --only on:1: {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    assert_eq!(out.status, Some(0), "{}", out.dump());
-    let text = std::fs::read_to_string(out_dir.join("report.txt")).unwrap_or_else(|e| {
-        panic!("report.txt: {e}\n{}", out.dump());
-    });
-    assert!(text.contains("engine nested, accelerator nested"), "{text}");
-    assert!(
-        text.contains("*** NESTED: functional only, not performance ***"),
-        "{text}"
-    );
-    let report = json(&out_dir.join("report.json"));
-    assert_eq!(report["engine"], "nested");
-    assert_eq!(report["performance"], false);
 }
 
 #[test]

@@ -5,9 +5,10 @@
 //! then reaches the guest inside: its platform event makes Linux scrub the
 //! DIMM and `/sys/block/pmem0/badblocks` gains `2048 8`, which the guest's
 //! command waits for and prints. The socket is gone after the run. And
-//! `pmemvm bench ... --engine nested --api SOCKET`: the boot serves the socket
-//! while it runs (`ctl SOCKET stats` answers with the guest's DIMM) and the
-//! bench ends as without it.
+//! `pmemvm bench pmem-nowait --engine nested --only on:1 --api SOCKET` (one
+//! boot of one side, so one L1): the boot serves the socket while it runs
+//! (`ctl SOCKET stats` answers with the guest's DIMM), and the bench ends with
+//! status 0 and a report that says engine nested, functional only.
 //!
 //! Skips when QEMU, the guest image or a tool of the L1 preparation is
 //! missing. Holds the machine's TCG lock while its L1 runs.
@@ -162,7 +163,7 @@ fn ctl_on_this_host_reaches_pmemvm_in_the_l1_and_the_guest_sees_the_injected_ran
 }
 
 #[test]
-fn each_bench_boot_serves_the_control_socket_while_it_runs() {
+fn bench_on_nested_serves_the_control_socket_per_boot_and_reports_functional_only() {
     let _tcg = require!(ready());
     let dir = TempDir::new("nested-bench-api");
     let report = dir.join("report");
@@ -213,7 +214,19 @@ fn each_bench_boot_serves_the_control_socket_while_it_runs() {
         "the boot's DIMM: {stats:#}"
     );
     assert_eq!(out.status, Some(0), "{}", out.dump());
-    assert!(report.join("report.json").exists(), "{}", out.dump());
+    let text = std::fs::read_to_string(report.join("report.txt"))
+        .unwrap_or_else(|e| panic!("report.txt: {e}\n{}", out.dump()));
+    assert!(text.contains("engine nested, accelerator nested"), "{text}");
+    assert!(
+        text.contains("*** NESTED: functional only, not performance ***"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(report.join("report.json")).expect("report.json"),
+    )
+    .expect("report.json is JSON");
+    assert_eq!(json["engine"], "nested");
+    assert_eq!(json["performance"], false);
     assert!(
         !dir.join("api.sock").exists(),
         "the socket is removed after the boot"
