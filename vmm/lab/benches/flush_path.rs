@@ -20,6 +20,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+#[path = "support/mod.rs"]
+mod support;
+use support::{median, pmemvm_bin};
+
 struct Args {
     guest: PathBuf,
     flushes: u32,
@@ -71,23 +75,6 @@ fn parse_args() -> Result<Args, String> {
     })
 }
 
-/// This pmemvm: `$PMEMVM_BIN`, else target/release or target/debug beside this bench.
-fn pmemvm_bin() -> Result<PathBuf, String> {
-    if let Some(b) = std::env::var_os("PMEMVM_BIN").filter(|b| !b.is_empty()) {
-        return Ok(PathBuf::from(b));
-    }
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let target = exe
-        .ancestors()
-        .nth(3)
-        .ok_or("no target directory above the bench")?;
-    ["release", "debug"]
-        .iter()
-        .map(|p| target.join(p).join("pmemvm"))
-        .find(|p| p.exists())
-        .ok_or_else(|| "no pmemvm binary: run `cargo build` first or set PMEMVM_BIN".to_string())
-}
-
 /// A new DIMM file whose parameter block asks for `flushes` store-and-flush steps.
 fn dimm(path: &Path, flushes: u32) -> Result<(), String> {
     let f = std::fs::File::create(path).map_err(|e| e.to_string())?;
@@ -135,11 +122,6 @@ fn boot(bin: &Path, a: &Args, work: &Path, record: bool) -> Result<f64, String> 
         ));
     }
     Ok(secs)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() {

@@ -16,6 +16,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+#[path = "support/mod.rs"]
+mod support;
+use support::{median, pmemvm_bin};
+
 struct Args {
     engine: &'static str,
     rounds: u32,
@@ -84,26 +88,6 @@ fn job(seconds: u32) -> String {
     )
 }
 
-/// The pmemvm binary: `$PMEMVM_BIN`, else `target/release/pmemvm` or
-/// `target/debug/pmemvm` beside this bench (build it first).
-fn pmemvm_bin() -> Result<PathBuf, String> {
-    if let Some(b) = std::env::var_os("PMEMVM_BIN").filter(|b| !b.is_empty()) {
-        return Ok(PathBuf::from(b));
-    }
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    // target/<profile>/deps/record_overhead-HASH
-    let target = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .and_then(|d| d.parent())
-        .ok_or("no target directory above the bench")?;
-    ["release", "debug"]
-        .iter()
-        .map(|p| target.join(p).join("pmemvm"))
-        .find(|p| p.exists())
-        .ok_or_else(|| "no pmemvm binary: run `cargo build` first or set PMEMVM_BIN".to_string())
-}
-
 /// One boot, as a user types it (`pmemvm run --fio JOB --json OUT`): IOPS,
 /// guest flushes, bytes of log (0 when not recorded).
 fn one(
@@ -149,11 +133,6 @@ fn one(
     let _ = std::fs::remove_file(&dimm);
     let _ = std::fs::remove_dir_all(&rec);
     Ok((iops, flushes, log))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() {
