@@ -186,12 +186,12 @@ export PMEMVM_BIN="$PWD/target/debug/pmemvm"
 # every other test binary (unit tests, tiny guests on this host's KVM,
 # durability, CLI checks) runs beside them in a third queue. A test file not
 # named in TCG_A or TCG_B is in the third queue: no binary is left out.
-TCG_A="hw_kvm_tier nested_fio_suite nested_media_errors nested_run_command nested_nvdimm
-    image_qemu qemu_tables nested_startup l1_stall nested_own_kernel nested_legacy_pmem
-    nested_hang_loops nested_dump nested_crash_consistency engine_nested_api nested_gdb
-    nested_harness"
-TCG_B="nested_pmemvm engine_nested first_contact nested_nvdimm_defaults
-    nvdimm_labels run_qemu slurm nested_ndctl_suite nested_media_live"
+TCG_A="hw_kvm_tier engine_nested_api image_qemu l1_stall nested_dump nested_gdb
+    nested_harness nested_legacy_pmem nested_own_kernel qemu_tables nested_startup
+    nested_hang_loops nested_crash_consistency nested_nvdimm nested_media_errors"
+TCG_B="engine_nested first_contact nested_media_live nested_ndctl_suite
+    nested_nvdimm_defaults nested_pmemvm nvdimm_labels run_qemu slurm nested_run_command
+    nested_fio_suite"
 TCG_TESTS="$TCG_A $TCG_B"
 REST_TESTS=""
 for f in tests/tests/*.rs; do
