@@ -113,6 +113,13 @@ fn one_run(dir: &std::path::Path, args: &[&str], ctl_args: &[&str]) -> (Output, 
     (out, ctl)
 }
 
+/// The platform's breakdown in a run that ended (see `retry_breakdowns`).
+fn breakdown((out, _): &(Output, Option<Output>)) -> Option<String> {
+    (!out.timed_out)
+        .then(|| pmemvm_tests::nested::platform_breakdown(&out.stderr))
+        .flatten()
+}
+
 #[test]
 fn ctl_on_this_host_reaches_pmemvm_in_the_l1_and_the_guest_sees_the_injected_range() {
     let _tcg = require!(ready());
@@ -140,11 +147,7 @@ fn ctl_on_this_host_reaches_pmemvm_in_the_l1_and_the_guest_sees_the_injected_ran
                 &["media", "inject", "0", "1M+4K"],
             )
         },
-        |(out, _)| {
-            (!out.timed_out)
-                .then(|| pmemvm_tests::nested::platform_breakdown(&out.stderr))
-                .flatten()
-        },
+        breakdown,
     );
     let ctl = ctl.unwrap_or_else(|| panic!("the socket was never announced\n{}", out.dump()));
     assert_eq!(ctl.status, Some(0), "{}\n{}", ctl.dump(), out.dump());
@@ -198,11 +201,7 @@ fn bench_on_nested_serves_the_control_socket_per_boot_and_reports_functional_onl
                 &["stats"],
             )
         },
-        |(out, _)| {
-            (!out.timed_out)
-                .then(|| pmemvm_tests::nested::platform_breakdown(&out.stderr))
-                .flatten()
-        },
+        breakdown,
     );
     let ctl = ctl.unwrap_or_else(|| panic!("the socket was never announced\n{}", out.dump()));
     assert_eq!(ctl.status, Some(0), "{}\n{}", ctl.dump(), out.dump());

@@ -487,6 +487,20 @@ pub fn run_l1(
 mod tests {
     use super::*;
 
+    /// The L1's QEMU arguments for `opts`.
+    fn args_of(l1: &L1Image, opts: &L1Options) -> Vec<String> {
+        l1_command(
+            Path::new("qemu"),
+            l1,
+            opts,
+            Path::new("/s/console"),
+            Path::new("/s/share"),
+        )
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+    }
+
     fn image() -> L1Image {
         L1Image {
             vmlinuz: "/c/vmlinuz".into(),
@@ -511,17 +525,7 @@ mod tests {
             gdb: None,
             api: None,
         };
-        let cmd = l1_command(
-            Path::new("qemu"),
-            &l1,
-            &opts,
-            Path::new("/s/console"),
-            Path::new("/s/share"),
-        );
-        let args: Vec<String> = cmd
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let args = args_of(&l1, &opts);
         let joined = args.join(" ");
         assert!(joined.contains("-accel tcg -cpu max,vendor=AuthenticAMD"));
         assert!(joined.contains("-m 1536M"));
@@ -552,17 +556,7 @@ mod tests {
                 gdb: gdb.map(str::to_owned),
                 api: Some("/home/u/api.sock".into()),
             };
-            let cmd = l1_command(
-                Path::new("qemu"),
-                &l1,
-                &opts,
-                Path::new("/s/console"),
-                Path::new("/s/share"),
-            );
-            let args: Vec<String> = cmd
-                .get_args()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect();
+            let args = args_of(&l1, &opts);
             let ports: Vec<String> = args
                 .windows(2)
                 .filter(|w| w[0] == "-serial")
