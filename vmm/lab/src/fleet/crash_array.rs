@@ -21,9 +21,7 @@ use std::path::{Path, PathBuf};
 
 use vmm::record::images::Manifest;
 
-use super::sbatch::{
-    check_path, here, pattern_escape, sbatch_quote, sh_quote, write_files, SlurmError,
-};
+use super::sbatch::{check_path, here, script_head, sh_quote, write_files, SlurmError};
 use crate::crash_check::{CrashCheck, ImageCheck};
 
 /// A crash check as a Slurm job array.
@@ -65,23 +63,15 @@ impl CrashArray {
         Ok(a)
     }
 
-    fn head(&self, s: &mut String, job: &str, log: &str) {
-        let _ = writeln!(s, "#SBATCH --job-name={job}");
-        let _ = writeln!(
+    fn head(&self, s: &mut String, job: &str, array_last: Option<usize>, log: &str) {
+        script_head(
             s,
-            "#SBATCH --chdir={}",
-            sbatch_quote(&self.workdir.display().to_string())
-        );
-        let _ = writeln!(
-            s,
-            "#SBATCH --output={}",
-            sbatch_quote(&format!("{}/logs/{log}", pattern_escape(&self.out)))
-        );
-        s.push_str("set -eu\n");
-        let _ = writeln!(
-            s,
-            "PMEMVM=${{PMEMVM:-{}}}",
-            sh_quote(&self.pmemvm.display().to_string())
+            job,
+            array_last,
+            &self.workdir,
+            &self.out,
+            log,
+            &self.pmemvm,
         );
     }
 
@@ -111,8 +101,7 @@ impl CrashArray {
             "# Rerun failed tasks only: sbatch --array=I[,J...] {}",
             sh_quote(&self.out.join("check.sbatch").display().to_string())
         );
-        let _ = writeln!(s, "#SBATCH --array=0-{last}");
-        self.head(&mut s, "pmemvm-crash-check", "check-%A_%a.out");
+        self.head(&mut s, "pmemvm-crash-check", Some(last), "check-%A_%a.out");
         s.push_str("# task: flush\n");
         for (i, f) in self.flushes.iter().enumerate() {
             let _ = writeln!(s, "#   {i}: {f}");
@@ -131,7 +120,7 @@ impl CrashArray {
             "# Merges the array's results in {} into one table (written by pmemvm --slurm).",
             self.out.join("results").display()
         );
-        self.head(&mut s, "pmemvm-crash-check-report", "report-%j.out");
+        self.head(&mut s, "pmemvm-crash-check-report", None, "report-%j.out");
         s.push_str(&self.command("--slurm-report"));
         s
     }

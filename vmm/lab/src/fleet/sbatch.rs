@@ -64,6 +64,37 @@ impl SlurmError {
     }
 }
 
+/// The lines every pmemvm job script starts with after its comments: the job's name, its
+/// array (`0-last`, for an array job), the directory it starts in, its log (`log`, a file
+/// name pattern in `out/logs/`), `set -eu` and `PMEMVM` (this pmemvm unless set).
+pub(crate) fn script_head(
+    s: &mut String,
+    job: &str,
+    array_last: Option<usize>,
+    workdir: &Path,
+    out: &Path,
+    log: &str,
+    pmemvm: &Path,
+) {
+    use std::fmt::Write as _;
+    let _ = writeln!(s, "#SBATCH --job-name={job}");
+    if let Some(last) = array_last {
+        let _ = writeln!(s, "#SBATCH --array=0-{last}");
+    }
+    let _ = writeln!(
+        s,
+        "#SBATCH --chdir={}",
+        sbatch_quote(&workdir.display().to_string())
+    );
+    let _ = writeln!(
+        s,
+        "#SBATCH --output={}",
+        sbatch_quote(&format!("{}/logs/{log}", pattern_escape(out)))
+    );
+    s.push_str("set -eu\n");
+    let _ = writeln!(s, "PMEMVM=${{PMEMVM:-{}}}", quote_path(pmemvm));
+}
+
 /// `value` quoted for sh.
 pub fn sh_quote(value: &str) -> String {
     if !value.is_empty()

@@ -14,7 +14,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::sbatch::{check_path, here, quote_path as q, write_files};
+use super::sbatch::{check_path, here, quote_path as q, script_head, write_files};
 pub use super::sbatch::{pattern_escape, sbatch_quote, sh_quote, SlurmError};
 use super::task::Task;
 
@@ -57,23 +57,15 @@ impl SlurmJob {
             "# Rerun failed tasks only: sbatch --array=I[,J...] {}",
             q(&self.out.join("bench.sbatch"))
         );
-        let _ = writeln!(s, "#SBATCH --job-name=pmemvm-{}", self.experiment);
-        let _ = writeln!(s, "#SBATCH --array=0-{last}");
-        let _ = writeln!(
-            s,
-            "#SBATCH --chdir={}",
-            sbatch_quote(&self.workdir.display().to_string())
+        script_head(
+            &mut s,
+            &format!("pmemvm-{}", self.experiment),
+            Some(last),
+            &self.workdir,
+            &self.out,
+            "bench-%A_%a.out",
+            &self.pmemvm,
         );
-        let _ = writeln!(
-            s,
-            "#SBATCH --output={}",
-            sbatch_quote(&format!(
-                "{}/logs/bench-%A_%a.out",
-                pattern_escape(&self.out)
-            ))
-        );
-        s.push_str("set -eu\n");
-        let _ = writeln!(s, "PMEMVM=${{PMEMVM:-{}}}", q(&self.pmemvm));
         s.push_str("case \"${SLURM_ARRAY_TASK_ID:-}\" in\n");
         for (i, t) in self.tasks.iter().enumerate() {
             let _ = writeln!(
@@ -108,19 +100,15 @@ impl SlurmJob {
             "# Merges the array's results into {}/report (written by pmemvm --slurm).",
             self.out.display()
         );
-        let _ = writeln!(s, "#SBATCH --job-name=pmemvm-{}-report", self.experiment);
-        let _ = writeln!(
-            s,
-            "#SBATCH --chdir={}",
-            sbatch_quote(&self.workdir.display().to_string())
+        script_head(
+            &mut s,
+            &format!("pmemvm-{}-report", self.experiment),
+            None,
+            &self.workdir,
+            &self.out,
+            "report-%j.out",
+            &self.pmemvm,
         );
-        let _ = writeln!(
-            s,
-            "#SBATCH --output={}",
-            sbatch_quote(&format!("{}/logs/report-%j.out", pattern_escape(&self.out)))
-        );
-        s.push_str("set -eu\n");
-        let _ = writeln!(s, "PMEMVM=${{PMEMVM:-{}}}", q(&self.pmemvm));
         let _ = writeln!(
             s,
             "exec \"$PMEMVM\" report {} --out {}",
