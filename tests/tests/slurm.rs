@@ -92,29 +92,7 @@ fn bench_array_on_a_real_slurm_cluster_merges_every_side_and_boot_once() {
         DEADLINE,
     );
     assert_eq!(submit.status, Some(0), "{}", submit.dump());
-    let words: Vec<&str> = submit.stdout.split_whitespace().collect();
-    let after = |w: &str| {
-        words
-            .windows(2)
-            .find(|p| p[0] == w)
-            .map(|p| p[1].trim_end_matches(';').to_owned())
-            .unwrap_or_else(|| panic!("no '{w} ID' in {}", submit.dump()))
-    };
-    let array = words
-        .windows(3)
-        .find(|p| p[0] == "array" && p[1] == "job")
-        .map(|p| p[2].to_owned())
-        .unwrap_or_else(|| panic!("no array job id in {}", submit.dump()));
-    let report_job = after("job");
-    let report_job = if report_job == array {
-        words
-            .windows(3)
-            .find(|p| p[0] == "report" && p[1] == "job")
-            .map(|p| p[2].trim_end_matches(';').to_owned())
-            .unwrap()
-    } else {
-        report_job
-    };
+    let (array, report_job) = submitted(&submit);
     // squeue shows the report job waiting on the array.
     let queue = run_cmd(
         cluster
