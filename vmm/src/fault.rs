@@ -2,7 +2,10 @@
 //! thread that cannot start, panics, or does not stop; the event loop
 //! panicking). Debug builds read `PMEMVM_TEST_FAULT` (comma-separated:
 //! `vcpu-spawn=N`, `vcpu-panic`, `vcpu-ignores-stop`, `loop-panic`,
-//! `flush-stall=SECS`); release builds never inject anything.
+//! `flush-stall=SECS`, `channel-irq-lost-once=N`, `channel-irq-lost=N`);
+//! release builds never inject anything.
+
+use devices::serial::LostInterrupts;
 
 /// Faults to inject into one run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -18,6 +21,9 @@ pub struct Faults {
     /// A flush-hint write keeps its vCPU thread in pmemvm this many seconds
     /// before the flush (a host call that hangs, as on a stalled disk).
     pub flush_stall_secs: Option<u64>,
+    /// The channel's UART (ttyS1) drops interrupts as if the host lost their
+    /// edge: `channel-irq-lost-once=N` the N-th, `channel-irq-lost=N` all from the N-th.
+    pub channel_interrupts_lost: Option<LostInterrupts>,
 }
 
 impl Faults {
@@ -37,6 +43,12 @@ impl Faults {
             match item.split_once('=') {
                 Some(("vcpu-spawn", n)) => f.vcpu_spawn_fails = n.parse().ok(),
                 Some(("flush-stall", n)) => f.flush_stall_secs = n.parse().ok(),
+                Some(("channel-irq-lost-once", n)) => {
+                    f.channel_interrupts_lost = n.parse().ok().map(LostInterrupts::Once);
+                }
+                Some(("channel-irq-lost", n)) => {
+                    f.channel_interrupts_lost = n.parse().ok().map(LostInterrupts::From);
+                }
                 _ if item == "vcpu-panic" => f.vcpu_panics = true,
                 _ if item == "vcpu-ignores-stop" => f.vcpu_ignores_stop = true,
                 _ if item == "loop-panic" => f.loop_panics = true,
@@ -62,7 +74,16 @@ mod tests {
                 vcpu_ignores_stop: false,
                 loop_panics: false,
                 flush_stall_secs: None,
+                channel_interrupts_lost: None,
             }
+        );
+        assert_eq!(
+            Faults::parse("channel-irq-lost-once=40").channel_interrupts_lost,
+            Some(LostInterrupts::Once(40))
+        );
+        assert_eq!(
+            Faults::parse("channel-irq-lost=7").channel_interrupts_lost,
+            Some(LostInterrupts::From(7))
         );
         assert_eq!(Faults::parse("flush-stall=8").flush_stall_secs, Some(8));
         assert_eq!(Faults::parse(""), Faults::default());

@@ -38,6 +38,7 @@ pub mod hugepages;
 pub mod identity;
 pub mod label_index;
 pub mod layout;
+pub mod lost_interrupt;
 pub mod media;
 pub mod memory;
 pub mod memory_placement;

@@ -171,7 +171,17 @@ impl Vm {
                 exit: exit.clone(),
             }));
         }
-        let terminal = match self.console_in.clone() {
+        let watch_due = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ticker = crate::lost_interrupt::Ticker::new(watch_due.clone(), exit.clone())
+            .map_err(io_err("starting the lost-interrupt watch"))?;
+        events.add_subscriber(Box::new(ticker));
+        let mut watch = crate::lost_interrupt::InterruptWatch::new(self.serial.watched());
+        if let (Some(lost), Ok(com2)) =
+            (opts.faults.channel_interrupts_lost, self.serial.com2.lock())
+        {
+            com2.lose_interrupts(lost);
+        }
+        let terminal = match self.serial.console_in() {
             Some(com1) => {
                 let input =
                     ConsoleInput::new(com1, exit.clone()).map_err(io_err("console input"))?;
@@ -202,8 +212,17 @@ impl Vm {
                         "pmemvm's event loop failed: {e}"
                     )));
                 }
+                if watch_due.swap(false, std::sync::atomic::Ordering::AcqRel) {
+                    let overdue = watch.overdue();
+                    if !overdue.is_empty() {
+                        let (lines, idle) = self.describe_vcpus(&vcpus, &statuses);
+                        if let Some(lost) = watch.judge(&overdue, idle, &lines) {
+                            exit.request(ExitRequest::Fatal(lost));
+                        }
+                    }
+                }
                 if describe.swap(false, std::sync::atomic::Ordering::AcqRel) {
-                    for line in self.describe_vcpus(&vcpus, &statuses) {
+                    for line in self.describe_vcpus(&vcpus, &statuses).0 {
                         eprintln!("pmemvm: SIGQUIT: {line}");
                     }
                     eprintln!("pmemvm: SIGQUIT: the guest goes on (SIGINT or SIGTERM stops it)");
@@ -225,12 +244,13 @@ impl Vm {
 
     /// Where each vCPU is now, without stopping the guest: the vCPUs in the
     /// guest are kicked once to record their registers (those in pmemvm,
-    /// handling an exit, are described from their phase and not disturbed).
+    /// handling an exit, are described from their phase and not disturbed);
+    /// and whether every vCPU was in the guest and idle (halted, interrupts on).
     fn describe_vcpus(
         &self,
         vcpus: &VcpuSet,
         statuses: &[Arc<crate::vcpu_status::VcpuStatus>],
-    ) -> Vec<String> {
+    ) -> (Vec<String>, bool) {
         let in_guest: Vec<usize> = statuses
             .iter()
             .enumerate()
@@ -247,7 +267,11 @@ impl Vm {
         {
             std::thread::sleep(Duration::from_millis(5));
         }
-        self.describe_statuses(statuses)
+        let idle = in_guest.len() == statuses.len()
+            && statuses
+                .iter()
+                .all(|s| s.snapshot().is_some_and(|x| x.idle()));
+        (self.describe_statuses(statuses), idle)
     }
 
     /// One sentence per vCPU from its published state, guest RIPs named from

@@ -464,10 +464,14 @@ impl VcpuContext {
                     // where the guest was.
                     if let Ok(regs) = self.vcpu.get_regs() {
                         let mp_state = self.vcpu.get_mp_state().ok().map(|m| m.mp_state);
+                        let lapic = self.vcpu.get_lapic().ok().map(|l| {
+                            crate::vcpu_status::LapicVectors::from_page(&l.regs)
+                        });
                         status.record(crate::vcpu_status::Snapshot {
                             rip: regs.rip,
                             rflags: regs.rflags,
                             mp_state,
+                            lapic,
                         });
                     }
                 }

@@ -72,6 +72,81 @@ pub struct Snapshot {
     pub rflags: u64,
     /// KVM's MP state (`KVM_MP_STATE_*`), when it could be read.
     pub mp_state: Option<u32>,
+    /// The local APIC's in-service and pending vectors, when they could be read.
+    pub lapic: Option<LapicVectors>,
+}
+
+impl Snapshot {
+    /// Halted in the guest with interrupts on: any deliverable interrupt
+    /// would have woken it.
+    pub fn idle(&self) -> bool {
+        self.mp_state == Some(3) && self.rflags & (1 << 9) != 0
+    }
+}
+
+/// A local APIC's in-service (ISR) and requested (IRR) vectors, 256 bits each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LapicVectors {
+    /// ISR: delivered, not yet ended by the guest's EOI.
+    pub in_service: [u32; 8],
+    /// IRR: requested, not yet delivered.
+    pub pending: [u32; 8],
+}
+
+/// ISR's and IRR's offsets in the APIC register page; each is eight 32-bit
+/// registers 16 bytes apart.
+const APIC_ISR: usize = 0x100;
+const APIC_IRR: usize = 0x200;
+
+impl LapicVectors {
+    /// From the register page `KVM_GET_LAPIC` returns.
+    pub fn from_page(page: &[std::os::raw::c_char]) -> Self {
+        let word = |base: usize, i: usize| {
+            let at = base + 16 * i;
+            let b = |k: usize| {
+                page.get(at + k)
+                    .map_or(0, |&c| u32::from(c.to_ne_bytes()[0]))
+            };
+            b(0) | b(1) << 8 | b(2) << 16 | b(3) << 24
+        };
+        Self {
+            in_service: std::array::from_fn(|i| word(APIC_ISR, i)),
+            pending: std::array::from_fn(|i| word(APIC_IRR, i)),
+        }
+    }
+
+    fn vectors(bits: &[u32; 8]) -> Vec<u8> {
+        (0..=255u8)
+            .filter(|&v| bits[usize::from(v / 32)] & (1 << (v % 32)) != 0)
+            .collect()
+    }
+
+    /// The vectors delivered and not ended.
+    pub fn in_service_vectors(&self) -> Vec<u8> {
+        Self::vectors(&self.in_service)
+    }
+
+    /// "local APIC: vector 0x21 in service, 0x22 pending" (empty when both are).
+    pub fn words(&self) -> String {
+        let list = |v: Vec<u8>| {
+            v.iter()
+                .map(|x| format!("{x:#x}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let (isr, irr) = (self.in_service_vectors(), Self::vectors(&self.pending));
+        let mut parts = Vec::new();
+        if !isr.is_empty() {
+            parts.push(format!("vector {} in service", list(isr)));
+        }
+        if !irr.is_empty() {
+            parts.push(format!("vector {} pending", list(irr)));
+        }
+        match parts.is_empty() {
+            true => String::new(),
+            false => format!("local APIC: {}", parts.join(", ")),
+        }
+    }
 }
 
 /// One vCPU's published state.
@@ -158,6 +233,11 @@ impl VcpuStatus {
         self.snapshot.lock().is_ok_and(|s| s.is_some())
     }
 
+    /// The registers recorded at the last kick, if any.
+    pub fn snapshot(&self) -> Option<Snapshot> {
+        self.snapshot.lock().ok().and_then(|s| *s)
+    }
+
     /// The registers seen when a kick brought the vCPU out of the guest.
     pub fn record(&self, snapshot: Snapshot) {
         if let Ok(mut s) = self.snapshot.lock() {
@@ -217,7 +297,13 @@ impl VcpuStatus {
                     Some(4) => "starting (start-up IPI received)".to_owned(),
                     Some(n) => format!("in KVM MP state {n}"),
                 };
-                format!("vCPU {index}: in the guest, {state}, at {at}, interrupts {intr}")
+                let apic = s
+                    .lapic
+                    .map(|l| l.words())
+                    .filter(|w| !w.is_empty())
+                    .map(|w| format!("; {w}"))
+                    .unwrap_or_default();
+                format!("vCPU {index}: in the guest, {state}, at {at}, interrupts {intr}{apic}")
             }
             (_, None) => format!("vCPU {index}: in the guest (its registers could not be read)"),
         }
@@ -257,6 +343,7 @@ mod tests {
             rip: 0xffff_ffff_8100_1234,
             rflags: 0x246,
             mp_state: Some(3),
+            lapic: None,
         });
         s.done();
         let named = |rip: u64| (rip == 0xffff_ffff_8100_1234).then(|| "default_idle+0x4".into());
@@ -271,6 +358,7 @@ mod tests {
             rip: 0x1000,
             rflags: 0x2,
             mp_state: Some(0),
+            lapic: None,
         });
         assert_eq!(
             spin.describe(2, &none, &no_owner),
@@ -280,6 +368,7 @@ mod tests {
             rip: 0xfff0,
             rflags: 0x2,
             mp_state: Some(1),
+            lapic: None,
         });
         assert!(spin
             .describe(2, &none, &no_owner)
@@ -303,5 +392,44 @@ mod tests {
             ),
             "{d}"
         );
+    }
+
+    #[test]
+    fn the_local_apic_vectors_are_read_from_the_register_page() {
+        let mut page = [0 as std::os::raw::c_char; 1024];
+        // ISR bit 0x21 (register 1, bit 1); IRR bits 0x22 and 0xec.
+        page[0x110] = 0x02;
+        page[0x210] = 0x04;
+        page[0x270 + 1] = 0x10;
+        let l = LapicVectors::from_page(&page);
+        assert_eq!(l.in_service_vectors(), vec![0x21]);
+        assert_eq!(
+            l.words(),
+            "local APIC: vector 0x21 in service, vector 0x22 0xec pending"
+        );
+        assert_eq!(LapicVectors::default().words(), "");
+        // A short page reads as zeros, not a panic.
+        assert_eq!(
+            LapicVectors::from_page(&page[..0x111]).in_service_vectors(),
+            vec![0x21]
+        );
+        let s = VcpuStatus::new();
+        s.in_guest();
+        let snap = Snapshot {
+            rip: 0x1000,
+            rflags: 0x202,
+            mp_state: Some(3),
+            lapic: Some(l),
+        };
+        assert!(snap.idle());
+        assert!(!Snapshot {
+            rflags: 0x2,
+            ..snap
+        }
+        .idle());
+        s.record(snap);
+        assert!(s.describe(0, &|_| None, &no_owner).ends_with(
+            "interrupts on; local APIC: vector 0x21 in service, vector 0x22 0xec pending"
+        ));
     }
 }

@@ -41,6 +41,7 @@ pub fn platform_breakdown(stderr: &str) -> Option<String> {
             l.contains("the L1's CPU took a triple fault")
                 || l.contains(GUEST_TRIPLE_FAULT)
                 || l.contains(L1_STALLED)
+                || l.contains(LOST_INTERRUPT)
         })
         .map(|l| l.trim().to_owned());
     fault.or_else(|| {
@@ -99,6 +100,12 @@ fn retry_noting<T>(
         }
     }
 }
+
+/// What pmemvm prints when an interrupt it raised never reached its idle
+/// guest (vmm/src/lost_interrupt.rs): the KVM below it lost it — under the
+/// TCG-emulated SVM of the L1 (seen in CI: the ndctl suite's guest idle, its
+/// results unsent, until `--timeout`).
+const LOST_INTERRUPT: &str = "the interrupt was lost below pmemvm";
 
 /// What pmemvm prints when its guest triple-faulted.
 const GUEST_TRIPLE_FAULT: &str = "the guest triple-faulted (KVM shutdown exit)";
@@ -266,6 +273,11 @@ mod tests {
                      L1 init for 150 s after 3 heartbeats; it prints one every 10 s) and was \
                      killed; what it was doing:";
         assert_eq!(platform_breakdown(stall).as_deref(), Some(stall));
+        let lost = "pmemvm: pmemvm in the L1 VM: pmemvm: ttyS1's interrupt (IRQ 3) has gone \
+                    unanswered for 20.1 s though every vCPU is idle (halted, interrupts on), also \
+                    after pmemvm raised it again 10.0 s ago: the interrupt was lost below pmemvm, \
+                    in the host's KVM or its CPU virtualization; vCPU 0: … (exit status 5)";
+        assert_eq!(platform_breakdown(lost).as_deref(), Some(lost));
         assert_eq!(platform_breakdown("pmemvm: the guest powered off"), None);
         assert_eq!(
             platform_breakdown("pmemvm: the guest did not finish within 90 s"),

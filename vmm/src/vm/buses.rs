@@ -30,11 +30,40 @@ pub(super) fn irq_line(vm_fd: &VmFd, gsi: u32) -> Result<EventFd, VmError> {
     evt.try_clone().map_err(io_err("cloning an IRQ eventfd"))
 }
 
-/// The buses with the platform devices, and COM1 (the console's input goes to it).
+/// The buses with the platform devices, and the serial ports.
 pub(super) struct Buses {
     pub pio: Bus,
     pub mmio: Bus,
+    pub serial: SerialPorts,
+}
+
+/// COM1 (the console: its input goes to it when the console is the
+/// terminal) and COM2 (the channel).
+pub(crate) struct SerialPorts {
     pub com1: Arc<Mutex<SerialDevice>>,
+    pub com2: Arc<Mutex<SerialDevice>>,
+    /// The console's input goes to COM1.
+    pub console_input: bool,
+}
+
+impl SerialPorts {
+    /// COM1 when the console's input goes to it.
+    pub fn console_in(&self) -> Option<Arc<Mutex<SerialDevice>>> {
+        self.console_input.then(|| self.com1.clone())
+    }
+
+    /// Both ports, as the lost-interrupt watch names them.
+    pub fn watched(&self) -> Vec<crate::lost_interrupt::Uart> {
+        let uart = |name, irq, device: &Arc<Mutex<SerialDevice>>| crate::lost_interrupt::Uart {
+            name,
+            irq,
+            device: device.clone(),
+        };
+        vec![
+            uart("ttyS0", layout::COM1_IRQ, &self.com1),
+            uart("ttyS1", layout::COM2_IRQ, &self.com2),
+        ]
+    }
 }
 
 /// Builds the buses of `config`'s machine.
@@ -65,7 +94,7 @@ pub(super) fn platform(
         channel,
     )));
     pio.insert(
-        com2,
+        com2.clone(),
         layout::COM2_PORT.into(),
         layout::SERIAL_PORT_SIZE.into(),
     )?;
@@ -117,5 +146,13 @@ pub(super) fn platform(
             len,
         )?;
     }
-    Ok(Buses { pio, mmio, com1 })
+    Ok(Buses {
+        pio,
+        mmio,
+        serial: SerialPorts {
+            com1,
+            com2,
+            console_input: config.console.uses_terminal(),
+        },
+    })
 }

@@ -17,7 +17,6 @@ use devices::bus::{Bus, BusError};
 use devices::exit::{ExitNotifier, ExitRequest};
 use devices::nvdimm::FlushStats;
 use devices::platform_events::PlatformEvents;
-use devices::serial::SerialDevice;
 use kvm_bindings::{
     kvm_pit_config, kvm_userspace_memory_region, KVM_MAX_CPUID_ENTRIES, KVM_MEM_LOG_DIRTY_PAGES,
     KVM_MEM_READONLY, KVM_PIT_SPEAKER_DUMMY,
@@ -219,7 +218,7 @@ pub struct Vm {
     pub(crate) mmio: Arc<Bus>,
     pub(crate) exit: Arc<ExitNotifier>,
     pub(crate) stats: Arc<ExitStats>,
-    pub(crate) console_in: Option<Arc<Mutex<SerialDevice>>>,
+    pub(crate) serial: buses::SerialPorts,
     pub(crate) host: HostKvm,
     pub(crate) dsm: Option<Arc<devices::nvdimm_dsm::DsmHandler>>,
     /// The platform event register and line (with a DIMM): the control
@@ -481,7 +480,7 @@ impl Vm {
         let buses::Buses {
             mut pio,
             mut mmio,
-            com1,
+            serial,
         } = buses::platform(config, &vm_fd, &exit, &nvdimms, !legacy_pmem.is_empty())?;
         let disks = crate::disk::attach_all(open_disks, &mem, &mut mmio, |gsi| {
             irq(gsi).map_err(|e| e.to_string())
@@ -517,7 +516,6 @@ impl Vm {
             l.backing.keep();
         }
         media_started.disarm();
-        let console_in = config.console.uses_terminal().then_some(com1);
         let pvpanic = Arc::new(crate::pvpanic::PvPanic::new(exit.clone()));
         Ok(Self {
             vm_fd,
@@ -529,7 +527,7 @@ impl Vm {
             mmio: Arc::new(mmio),
             exit,
             stats: Arc::new(ExitStats::default()),
-            console_in,
+            serial,
             host,
             dsm,
             events,

@@ -13,7 +13,7 @@ use vmm::config::{DiskSpec, LegacyPmemSpec, NvdimmSpec};
 
 use super::l1::{l1_command, run_l1, L1Options, INTERACTIVE_TTY};
 use super::placement::{in_share, place_dimms};
-use super::share::{install_binary, l1_dir, tail, write_command};
+use super::share::{forwarded_env, install_binary, l1_dir, tail, write_command};
 use super::{cache_dir, io_err, prepare_l1, L1Image, NestedError};
 use crate::engine::{Ended, EngineError, GuestEngine, Machine};
 use crate::preflight::Engine;
@@ -41,6 +41,11 @@ pub fn l1_memory_mib(guest_bytes: u64) -> u32 {
 pub fn l1_cpus(guest_cpus: u8, host_cpus: usize) -> u32 {
     let host = u32::try_from(host_cpus.max(1)).unwrap_or(u32::MAX);
     u32::from(guest_cpus.max(1)).min(host)
+}
+
+/// The environment the pmemvm in L1 is given (see [`forwarded_env`]).
+fn env() -> Vec<(String, String)> {
+    forwarded_env(|k| std::env::var(k).ok())
 }
 
 fn host_cpus() -> usize {
@@ -164,7 +169,7 @@ impl NestedEngine {
         ]);
         install_binary(share, "pmemvm", &self.pmemvm, true)?;
         let words: Vec<&str> = argv.iter().map(String::as_str).collect();
-        write_command(share, &[], &words, &mounts, None)?;
+        write_command(share, &env(), &words, &mounts, None)?;
         let opts = L1Options {
             memory_mib: l1_memory_mib(m.memory),
             cpus: l1_cpus(m.cpus, host_cpus()),
@@ -365,7 +370,7 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
     }
     install_binary(&share.0, "pmemvm", &pmemvm, true)?;
     let words: Vec<&str> = argv.iter().map(String::as_str).collect();
-    write_command(&share.0, &[], &words, &mounts, Some(INTERACTIVE_TTY))?;
+    write_command(&share.0, &env(), &words, &mounts, Some(INTERACTIVE_TTY))?;
     let opts = L1Options {
         memory_mib: l1_memory_mib(b.memory),
         cpus: l1_cpus(b.cpus, host_cpus()),

@@ -21,6 +21,19 @@ pub fn shell_quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
+/// The variables of this process's environment the pmemvm in L1 is given
+/// too: `RUST_LOG` (its log filter) and `PMEMVM_TEST_FAULT` (the faults a
+/// debug build injects, for the tests of its failure paths).
+pub const FORWARDED_ENV: [&str; 2] = ["RUST_LOG", "PMEMVM_TEST_FAULT"];
+
+/// [`FORWARDED_ENV`]'s variables that `get` has a value for.
+pub fn forwarded_env(get: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    FORWARDED_ENV
+        .iter()
+        .filter_map(|k| get(k).map(|v| ((*k).to_string(), v)))
+        .collect()
+}
+
 /// The script the L1 init (or the harness's direct runner) executes in the share.
 pub fn command_script(env: &[(String, String)], argv: &[&str]) -> String {
     let mut s =
@@ -212,10 +225,15 @@ mod tests {
 
     #[test]
     fn builds_command_script() {
-        let env = vec![("RUST_LOG".to_string(), "debug".to_string())];
+        let env = forwarded_env(|k| (k == "RUST_LOG").then(|| "debug".to_string()));
         let s = command_script(&env, &["sh", "-c", "exit 7"]);
         assert!(s.contains("export RUST_LOG=debug\n"));
         assert!(s.ends_with("exec sh -c 'exit 7'\n"));
+        assert_eq!(env.len(), 1, "only what is set is forwarded: {env:?}");
+        let all = forwarded_env(|k| Some(format!("{k} value")));
+        let s = command_script(&all, &["true"]);
+        assert!(s.contains("export PMEMVM_TEST_FAULT='PMEMVM_TEST_FAULT value'\n"));
+        assert!(forwarded_env(|k| (k == "HOME").then(String::new)).is_empty());
     }
 
     #[test]

@@ -1,0 +1,116 @@
+//! Tier 5 for pmemvm's lost-interrupt watch (vmm/src/lost_interrupt.rs):
+//! a 2-vCPU guest under pmemvm (in the nested harness's L1) whose channel
+//! UART (ttyS1) loses interrupts below pmemvm, as the host's KVM on a
+//! TCG-emulated SVM once did in CI (the guest sat idle with its results
+//! unsent until `--timeout`). The loss is injected with `PMEMVM_TEST_FAULT`
+//! (debug builds): the irqfd is not signalled, as if the edge were dropped.
+//! One L1 boot, two pmemvm runs of `pmemvm run -- CMD` printing 1000 lines:
+//!
+//! 1. one interrupt lost (`channel-irq-lost-once=12`): pmemvm sees the
+//!    guest idle with ttyS1's interrupt unanswered, raises it again, and
+//!    the run ends as if nothing happened (status 0, every line back);
+//! 2. every interrupt lost from the 12th (`channel-irq-lost=12`): the run
+//!    ends with status 5 and the sentence that the interrupt was lost below
+//!    pmemvm, with each vCPU's state, long before its `--timeout` of 600 s.
+
+use std::fs;
+use std::time::Duration;
+
+use pmemvm_tests::nested::{guest_image, NestedError, NestedVm};
+use pmemvm_tests::require;
+
+const CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 quiet";
+/// The lines the command prints (its stdout goes back on the channel).
+const LINES: usize = 1000;
+/// pmemvm's limit for each run; the second must end well before it.
+const RUN_TIMEOUT_SECS: f64 = 600.0;
+
+/// Runs in L1 (cwd = the share): both pmemvm runs, statuses to files.
+const STEPS: &str = r#"
+common="--kernel vmlinux --initrd initramfs.cpio.gz --cpus 2 --memory 512M --nvdimm 64M,label-size=0 --timeout 600"
+cmd='i=0; while [ $i -lt 1000 ]; do echo line-$i; i=$((i+1)); done'
+PMEMVM_TEST_FAULT=channel-irq-lost-once=12 pmemvm run $common --cmdline "$CMDLINE" --json once.json \
+    -- sh -c "$cmd" >once.stdout 2>once.stderr
+echo $? >once.status
+PMEMVM_TEST_FAULT=channel-irq-lost=12 pmemvm run $common --cmdline "$CMDLINE" --json lost.json \
+    -- sh -c "$cmd" >lost.stdout 2>lost.stderr
+echo $? >lost.status
+"#;
+
+#[test]
+fn a_lost_channel_interrupt_is_raised_again_or_ends_the_run_with_the_reason() {
+    let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
+    let kernel = require!(guest_image("vmlinux").map_err(NestedError::Unavailable));
+    let initrd = require!(guest_image("initramfs.cpio.gz").map_err(NestedError::Unavailable));
+    let out = vm
+        .deadline(Duration::from_secs(1500))
+        .file("vmlinux", kernel)
+        .file("initramfs.cpio.gz", initrd)
+        .bytes("steps.sh", STEPS)
+        .env("CMDLINE", CMDLINE)
+        .run(&["sh", "steps.sh"])
+        .expect("run the steps in the harness");
+    let read = |name: &str| fs::read_to_string(out.path(name)).unwrap_or_default();
+    let dump = |run: &str| {
+        format!(
+            "{}\n{run}.stderr:\n{}",
+            out.dump(),
+            read(&format!("{run}.stderr"))
+        )
+    };
+    let wall = |run: &str| {
+        serde_json::from_str::<serde_json::Value>(&read(&format!("{run}.json")))
+            .ok()
+            .and_then(|j| j["wall_seconds"].as_f64())
+    };
+
+    // 1. One lost interrupt: raised again, the run goes on to its end.
+    assert_eq!(read("once.status").trim(), "0", "{}", dump("once"));
+    let once = read("once.stderr");
+    assert!(
+        once.contains("ttyS1's interrupt (IRQ 3) has waited")
+            && once.contains("though every vCPU is idle: raising it again"),
+        "pmemvm did not say it raised the interrupt again (a release build injects no fault)\n{}",
+        dump("once")
+    );
+    let lines: Vec<String> = (0..LINES).map(|i| format!("line-{i}")).collect();
+    assert_eq!(
+        read("once.stdout").lines().collect::<Vec<_>>(),
+        lines,
+        "every line of the command came back\n{}",
+        dump("once")
+    );
+    println!(
+        "one lost interrupt: raised again, status 0 in {:.1} s",
+        wall("once").unwrap_or(f64::NAN)
+    );
+
+    // 2. Every interrupt lost: status 5 with the reason, well before --timeout.
+    assert_eq!(read("lost.status").trim(), "5", "{}", dump("lost"));
+    let lost = read("lost.stderr");
+    assert!(
+        lost.contains("ttyS1's interrupt (IRQ 3) has gone unanswered for")
+            && lost.contains("the interrupt was lost below pmemvm")
+            && lost.contains("vCPU 0: in the guest, halted")
+            && lost.contains("vCPU 1: in the guest, halted"),
+        "{}",
+        dump("lost")
+    );
+    // The test harness runs a step again after this (a breakdown of the
+    // TCG-emulated platform when the run is nested).
+    assert!(
+        pmemvm_tests::nested::platform_breakdown(&lost).is_some(),
+        "platform_breakdown does not know pmemvm's sentence\n{lost}"
+    );
+    let secs = wall("lost").expect("lost.json has wall_seconds");
+    assert!(
+        secs < RUN_TIMEOUT_SECS / 2.0,
+        "the lost interrupt ended the run after {secs:.1} s, not long before --timeout"
+    );
+    println!("every interrupt lost: status 5 after {secs:.1} s (--timeout 600)");
+    for line in once.lines().chain(lost.lines()) {
+        if line.contains("ttyS1's interrupt") {
+            println!("  {line}");
+        }
+    }
+}
