@@ -23,7 +23,7 @@
 # A test whose tier cannot run here (a missing tool or missing hardware only)
 # prints "SKIP: [binary::test] <reason>"; the summary at the end lists every
 # skip and their count. With PMEMVM_TEST_STRICT=1 (CI) every skip fails.
-# The whole run has a deadline (PMEMVM_TEST_DEADLINE seconds, default 5100,
+# The whole run has a deadline (PMEMVM_TEST_DEADLINE seconds, default 5250,
 # below CI's 90 minutes); on expiry it names the guest that was running and
 # prints its console tail. PMEMVM_TEST_FULL=1 also runs the on-demand tests.
 set -eu -o pipefail
@@ -39,7 +39,7 @@ if ! command -v cargo >/dev/null || [ "$(printf '%s\n%s\n' "$min" "${have:-0}" |
     exit 2
 fi
 
-DEADLINE=${PMEMVM_TEST_DEADLINE:-5100}
+DEADLINE=${PMEMVM_TEST_DEADLINE:-5250}
 # PMEMVM_TEST_FULL=1: the on-demand tests too (#[ignore]d ones: long nested
 # runs kept out of CI's 90 minutes; docs/testing.md, "On demand").
 FULL=""
@@ -53,6 +53,9 @@ export PMEMVM_SKIP_LOG="$PWD/target/pmemvm-test-skips.log"
 export PMEMVM_L1_WAKEUP_LOG="$PWD/target/pmemvm-l1-wakeups.log"
 : > "$PMEMVM_L1_WAKEUP_LOG"
 export PMEMVM_TCG_LOCK=${PMEMVM_TCG_LOCK:-/tmp/pmemvm-tcg.lock}
+# Each TCG guest's test, slots, seconds held and seconds waited (tests/src/tcg.rs).
+export PMEMVM_TCG_HOLD_LOG="$PWD/target/pmemvm-tcg-holds.log"
+: > "$PMEMVM_TCG_HOLD_LOG"
 
 summary() {
     local n
@@ -273,6 +276,11 @@ for q in tcg tcg-b rest; do
         END { for (i = 1; i < NR; i++) if (n[i] !~ /^\(end/) print t[i+1] - t[i], q, n[i] }
     ' "$TIMES_LOG.$q"
 done | sort -rn | tee "$TIMES_LOG" | head -n 45 >&2
+log "TCG slot time per test (slot-seconds = slots x seconds held; waited: for free slots), longest first:"
+awk -F'\t' '{ printf "%6d slot-s  %d slot(s) %5d s held %5d s waited  %s\n", $1 * $2, $2, $1, $3, $4 }' \
+    "$PMEMVM_TCG_HOLD_LOG" | sort -rn | head -n 40 >&2
+awk -F'\t' '{ s += $1 * $2 } END { printf "all TCG guests: %d slot-seconds in %d holds\n", s, NR }' \
+    "$PMEMVM_TCG_HOLD_LOG" >&2
 wait "$MODULAR_PID" || true
 if [ "$(cat "$PMEMVM_MODULAR_BUILD.status" 2>/dev/null)" != 0 ]; then
     log "the background modular kernel build failed (status $(cat "$PMEMVM_MODULAR_BUILD.status" 2>/dev/null || echo none)); its log ends:"

@@ -15,7 +15,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Held while one TCG guest runs; released on drop.
 #[derive(Debug)]
@@ -24,7 +24,16 @@ pub struct TcgGuard {
     path: PathBuf,
     /// Further slots held with this one (a guest with more than one vCPU).
     more: Vec<TcgGuard>,
+    /// When the slots were taken and how long the wait for them was (the
+    /// first guard of a [`lock_n`] only), for [`HOLD_LOG_ENV`].
+    taken: Option<(Instant, Duration)>,
 }
+
+/// The file (when set) where each released guard appends one line: the
+/// test, the slots it held, the seconds it held them and the seconds it
+/// waited for them — tests/run.sh prints the longest holders, the tests
+/// that cost the TCG queues their time.
+pub const HOLD_LOG_ENV: &str = "PMEMVM_TCG_HOLD_LOG";
 
 /// The lock file: `$PMEMVM_TCG_LOCK` or `/tmp/pmemvm-tcg.lock`.
 pub fn lock_path() -> PathBuf {
@@ -77,6 +86,7 @@ pub fn lock_n(n: usize) -> io::Result<TcgGuard> {
 
 fn lock_n_at(path: &Path, slots: usize, n: usize) -> io::Result<TcgGuard> {
     let want = n.clamp(1, slots.max(1));
+    let asked = Instant::now();
     loop {
         let mut held = Vec::new();
         for s in 0..slots.max(1) {
@@ -90,6 +100,7 @@ fn lock_n_at(path: &Path, slots: usize, n: usize) -> io::Result<TcgGuard> {
         if held.len() == want {
             let mut first = held.remove(0);
             first.more = held;
+            first.taken = Some((Instant::now(), asked.elapsed()));
             return Ok(first);
         }
         // Not all at once: give back what was taken, so two waiters never deadlock.
@@ -133,6 +144,7 @@ fn try_slot(path: &Path) -> io::Result<Option<TcgGuard>> {
         file,
         path: path.to_path_buf(),
         more: Vec::new(),
+        taken: None,
     };
     guard.describe(None);
     Ok(Some(guard))
@@ -176,12 +188,60 @@ impl Drop for TcgGuard {
     fn drop(&mut self) {
         // Still locked here (the descriptor closes after this): no stale note.
         let _ = self.file.set_len(0);
+        if let (Some((at, waited)), Some(log)) = (self.taken, std::env::var_os(HOLD_LOG_ENV)) {
+            let line = hold_line(
+                &pmemvm_skip::tier(),
+                self.slots_held(),
+                at.elapsed(),
+                waited,
+            );
+            // Best effort: the log only tells where the suite's time went.
+            let _ = append(Path::new(&log), &line);
+        }
     }
+}
+
+/// One line of the hold log: test, slots, seconds held, seconds waited.
+fn hold_line(test: &str, slots: usize, held: Duration, waited: Duration) -> String {
+    format!(
+        "{:.0}\t{slots}\t{:.0}\t{test}\n",
+        held.as_secs_f64(),
+        waited.as_secs_f64()
+    )
+}
+
+fn append(path: &Path, line: &str) -> io::Result<()> {
+    use std::io::Write;
+    // One write of a short line to an O_APPEND file: lines of concurrent
+    // tests do not interleave.
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?
+        .write_all(line.as_bytes())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_released_guard_logs_its_test_slots_and_times() {
+        let line = hold_line(
+            "nested_gdb::x",
+            2,
+            Duration::from_millis(61_600),
+            Duration::from_secs(3),
+        );
+        assert_eq!(line, "62\t2\t3\tnested_gdb::x\n");
+        let dir = std::env::temp_dir().join(format!("pmemvm-tcg-hold-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let log = dir.join("holds");
+        append(&log, "a\n").expect("append");
+        append(&log, "b\n").expect("append");
+        assert_eq!(std::fs::read_to_string(&log).expect("read"), "a\nb\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_second_process_waits_for_the_holder() {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use pmemvm_tests::gdb::{
     assert_watch_break_step, debug_session, free_port, gdb_available, rip_values, Debugged,
-    WATCH_BREAK_STEP,
+    Session, WATCH_BREAK_STEP,
 };
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
@@ -82,14 +82,27 @@ fn gdb_through_the_nested_engine_watches_breaks_steps_and_edits_a_tiny_guest() {
         &target,
         "--gdb-wait",
     ];
-    let vm = boot_nested(&qemu, &args);
-    let s = debug_session(vm, &kernel, &target, WATCH_BREAK_STEP, None, LISTEN, LIMIT);
+    let s = retry_breakdowns(|| {
+        let vm = boot_nested(&qemu, &args);
+        debug_session(vm, &kernel, &target, WATCH_BREAK_STEP, None, LISTEN, LIMIT)
+    });
     assert!(
         s.gdb.contains("Thread 1.2"),
         "a gdb thread per vCPU:\n{}",
         s.all()
     );
     assert_watch_break_step(&s);
+}
+
+/// Runs `session` again after the platform's breakdown: a 2-vCPU guest in a
+/// TCG-run L1 triple-faults now and then (docs/testing.md §6b), which is not
+/// the stub's doing; each restart is noted in the run's summary.
+fn retry_breakdowns(session: impl FnMut() -> Session) -> Session {
+    pmemvm_tests::nested::retry_breakdowns("nested_gdb", session, |s| {
+        let why = pmemvm_tests::nested::platform_breakdown(&s.all())?;
+        eprintln!("{}", s.all());
+        Some(format!("the nested run was restarted: {why}"))
+    })
 }
 
 /// The first address of each `x/2i` line that names `function`.
@@ -115,47 +128,50 @@ fn gdb_breaks_in_nd_pmem_probe_of_the_guest_kernel_and_the_guest_runs_on_to_its_
     let dir = pmemvm_tests::pmemvm::TempDir::new("nested-gdb");
     let dimm = format!("64M,label-size=0,file={}/pm0.img", dir.0.display());
     let target = format!("127.0.0.1:{}", free_port());
-    // init is busybox's `poweroff -f`: the kernel probes the DIMM, then powers off.
-    let vm = boot_nested(
-        &qemu,
-        &[
-            "--kernel",
-            &v,
-            "--initrd",
-            &initrd,
-            "--cpus",
-            "2",
-            "--nvdimm",
-            &dimm,
-            "--cmdline",
-            "console=ttyS0 reboot=acpi panic=-1 rdinit=/bin/busybox poweroff -f",
-            "--gdb",
+    // init is busybox's `poweroff -f`: the kernel probes the DIMM, then powers off;
+    // quiet, since every console byte is an expensive exit when nested.
+    let s = retry_breakdowns(|| {
+        let vm = boot_nested(
+            &qemu,
+            &[
+                "--kernel",
+                &v,
+                "--initrd",
+                &initrd,
+                "--cpus",
+                "2",
+                "--nvdimm",
+                &dimm,
+                "--cmdline",
+                "console=ttyS0 reboot=acpi panic=-1 quiet rdinit=/bin/busybox poweroff -f",
+                "--gdb",
+                &target,
+                "--gdb-wait",
+            ],
+        );
+        debug_session(
+            vm,
+            &vmlinux,
             &target,
-            "--gdb-wait",
-        ],
-    );
-    let s = debug_session(
-        vm,
-        &vmlinux,
-        &target,
-        &[
-            "break nd_pmem_probe",
-            "continue",
-            "bt",
-            "info registers rip",
-            "x/2i $pc",
-            "stepi",
-            "info registers rip",
-            "delete",
-            "watch jiffies_64",
-            "continue",
-            "delete",
-            "continue",
-        ],
-        None,
-        LISTEN,
-        LIMIT,
-    );
+            &[
+                "break nd_pmem_probe",
+                "continue",
+                "bt",
+                "info registers rip",
+                "x/2i $pc",
+                "stepi",
+                "info registers rip",
+                "delete",
+                "watch jiffies_64",
+                "continue",
+                "delete",
+                "continue",
+            ],
+            None,
+            LISTEN,
+            LIMIT,
+        )
+    });
     let (out, status, all) = (&s.gdb, s.status, s.all());
     eprintln!("{all}");
     assert!(
@@ -219,13 +235,7 @@ fn run_with_gdb_breaks_in_pmem_submit_bio_and_the_job_finishes() {
             LIMIT,
         )
     };
-    // A 2-vCPU guest in a TCG-run L1 triple-faults now and then (docs/testing.md
-    // §6b): the platform's breakdown, not the stub's; run again, noted.
-    let s = pmemvm_tests::nested::retry_breakdowns("nested_gdb", session, |s| {
-        let why = pmemvm_tests::nested::platform_breakdown(&s.all())?;
-        eprintln!("{}", s.all());
-        Some(format!("the nested run was restarted: {why}"))
-    });
+    let s = retry_breakdowns(session);
     let (out, all) = (&s.gdb, s.all());
     eprintln!("{all}");
     assert!(

@@ -113,12 +113,12 @@ const GUEST_TRIPLE_FAULT: &str = "the guest triple-faulted (KVM shutdown exit)";
 /// An L1 script that boots 2-vCPU guests itself, with what it needs to run a
 /// boot again after the platform's breakdown as [`retry_breakdowns`] does:
 /// `$TRIES` is [`BREAKDOWN_TRIES`]; `breakdown FILE` prints the line of
-/// pmemvm's stderr FILE that says its guest triple-faulted (status 1 when
-/// there is none). A script appends each restart's line to `once-more.txt`,
+/// pmemvm's stderr FILE that says its guest triple-faulted or an interrupt
+/// was lost below pmemvm (status 1 when there is none). A script appends each restart's line to `once-more.txt`,
 /// which [`note_l1_restarts`] reads.
 pub fn l1_script_with_retries(script: &str) -> String {
     format!(
-        "TRIES={BREAKDOWN_TRIES}\nbreakdown() {{ grep -m1 \"{GUEST_TRIPLE_FAULT}\" \"$1\"; }}\n{script}"
+        "TRIES={BREAKDOWN_TRIES}\nbreakdown() {{ grep -m1 -e \"{GUEST_TRIPLE_FAULT}\" -e \"{LOST_INTERRUPT}\" \"$1\"; }}\n{script}"
     )
 }
 
@@ -237,7 +237,9 @@ mod tests {
 
     #[test]
     fn an_l1_script_knows_the_tries_and_finds_the_guests_triple_fault() {
-        let script = super::l1_script_with_retries("breakdown err.txt; echo \"$TRIES\"");
+        let script = super::l1_script_with_retries(
+            "breakdown err.txt; echo \"$TRIES\"; breakdown lost.txt; breakdown ok.txt || echo none",
+        );
         let dir = std::env::temp_dir().join(format!("pmemvm-l1-retry-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
@@ -245,6 +247,10 @@ mod tests {
             "x\npmemvm: the guest triple-faulted (KVM shutdown exit) on vCPU 1\n",
         )
         .unwrap();
+        let lost = "pmemvm: ttyS1's interrupt (IRQ 3) has gone unanswered for 20 s: the interrupt \
+                    was lost below pmemvm, in the host's KVM or its CPU virtualization";
+        std::fs::write(dir.join("lost.txt"), format!("{lost}\n")).unwrap();
+        std::fs::write(dir.join("ok.txt"), "pmemvm: the guest powered off\n").unwrap();
         let out = std::process::Command::new("sh")
             .args(["-c", &script])
             .current_dir(&dir)
@@ -254,7 +260,8 @@ mod tests {
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             format!(
-                "pmemvm: the guest triple-faulted (KVM shutdown exit) on vCPU 1\n{BREAKDOWN_TRIES}\n"
+                "pmemvm: the guest triple-faulted (KVM shutdown exit) on vCPU 1\n{BREAKDOWN_TRIES}\n\
+                 {lost}\nnone\n"
             )
         );
     }
