@@ -49,29 +49,37 @@ fn linux_on_this_host_boots_or_ends_with_a_clear_message() {
         }
         HostKind::Hardware => {
             let initrd = image.initramfs.to_string_lossy().into_owned();
-            let out = run(
-                &[
-                    "run",
-                    "--engine",
-                    "pmemvm",
-                    "--kernel",
-                    &kernel,
-                    "--initrd",
-                    &initrd,
-                    "--cpus",
-                    "2",
-                    "--nvdimm",
-                    "64M,label-size=0",
-                    "--timeout",
-                    "240",
-                    "--",
-                    "sh",
-                    "-c",
-                    "cat /proc/version; grep -c ^processor /proc/cpuinfo; \
+            // In hw_kvm_tier's TCG-run L1 a 2-vCPU guest triple-faults now and
+            // then (docs/testing.md §6b), the emulated platform's breakdown:
+            // run again then, noted; the last run's end is the result.
+            let boot = || {
+                run(
+                    &[
+                        "run",
+                        "--engine",
+                        "pmemvm",
+                        "--kernel",
+                        &kernel,
+                        "--initrd",
+                        &initrd,
+                        "--cpus",
+                        "2",
+                        "--nvdimm",
+                        "64M,label-size=0",
+                        "--timeout",
+                        "240",
+                        "--",
+                        "sh",
+                        "-c",
+                        "cat /proc/version; grep -c ^processor /proc/cpuinfo; \
                      cat /sys/block/pmem0/size; exit 7",
-                ],
-                Duration::from_secs(300),
-            );
+                    ],
+                    Duration::from_secs(300),
+                )
+            };
+            let out = pmemvm_tests::nested::retry_breakdowns("host_linux", boot, |o| {
+                pmemvm_tests::nested::platform_breakdown(&o.stderr)
+            });
             assert!(!out.timed_out, "pmemvm hung:\n{}", out.dump());
             assert_eq!(out.status, Some(7), "{}", out.dump());
             let lines: Vec<&str> = out.stdout.lines().collect();

@@ -29,12 +29,21 @@ const RUN_TIMEOUT_SECS: f64 = 600.0;
 const STEPS: &str = r#"
 common="--kernel vmlinux --initrd initramfs.cpio.gz --cpus 2 --memory 512M --nvdimm 64M,label-size=0 --timeout 600"
 cmd='i=0; while [ $i -lt 1000 ]; do echo line-$i; i=$((i+1)); done'
-PMEMVM_TEST_FAULT=channel-irq-lost-once=12 pmemvm run $common --cmdline "$CMDLINE" --json once.json \
-    -- sh -c "$cmd" >once.stdout 2>once.stderr
-echo $? >once.status
-PMEMVM_TEST_FAULT=channel-irq-lost=12 pmemvm run $common --cmdline "$CMDLINE" --json lost.json \
-    -- sh -c "$cmd" >lost.stdout 2>lost.stderr
-echo $? >lost.status
+# A 2-vCPU guest in a TCG-run L1 triple-faults now and then (docs/testing.md
+# §6b): a run that ends so (status 4) is run again, up to $TRIES runs, noted.
+for run in once:channel-irq-lost-once=12 lost:channel-irq-lost=12; do
+    name=${run%%:*}
+    try=1
+    while :; do
+        PMEMVM_TEST_FAULT=${run#*:} pmemvm run $common --cmdline "$CMDLINE" --json $name.json \
+            -- sh -c "$cmd" >$name.stdout 2>$name.stderr
+        st=$?
+        [ $st = 4 ] && [ $try -lt $TRIES ] && breakdown $name.stderr >/dev/null || break
+        echo "$name: $(breakdown $name.stderr)" >> once-more.txt
+        try=$((try+1))
+    done
+    echo $st >$name.status
+done
 "#;
 
 #[test]
@@ -46,10 +55,14 @@ fn a_lost_channel_interrupt_is_raised_again_or_ends_the_run_with_the_reason() {
         .deadline(Duration::from_secs(1500))
         .file("vmlinux", kernel)
         .file("initramfs.cpio.gz", initrd)
-        .bytes("steps.sh", STEPS)
+        .bytes(
+            "steps.sh",
+            pmemvm_tests::nested::l1_script_with_retries(STEPS),
+        )
         .env("CMDLINE", CMDLINE)
         .run(&["sh", "steps.sh"])
         .expect("run the steps in the harness");
+    pmemvm_tests::nested::note_l1_restarts("nested_lost_interrupt", &out);
     let read = |name: &str| fs::read_to_string(out.path(name)).unwrap_or_default();
     let dump = |run: &str| {
         format!(
