@@ -223,7 +223,12 @@ impl GuestEngine for Pmemvm {
             .as_deref()
             .map(vmm::api::ApiListener::bind)
             .transpose()?;
+        let building = std::time::Instant::now();
         let mut vm = Vm::build(&config)?;
+        log::debug!(
+            "startup: VM built (memory, devices, kernel and initrd loaded, ACPI) in {:.3} s",
+            building.elapsed().as_secs_f64()
+        );
         if let Some(listener) = gdb {
             vm.attach_gdb(listener);
         }

@@ -16,7 +16,7 @@ use vmm::host::HostKvm;
 use vmm::vm::VmError;
 
 mod record;
-use record::hash_file;
+use record::PendingHashes;
 pub use record::{describe_host, DimmDescription, HashedFile, HostDescription, RunResult};
 
 /// Errors of a job run. Partial results are kept in [`RunResult`] where possible.
@@ -281,8 +281,14 @@ pub fn engine_for(spec: &RunSpec) -> Result<Engine, RunError> {
 /// Runs the job; returns the result (check `error`/`status`) or an error
 /// when nothing could be started.
 pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
+    let began = Instant::now();
+    // Where the time before the boot goes, at debug level (`-vv`).
+    let step = |what: &str| {
+        log::debug!("startup: {what} at {:.3} s", began.elapsed().as_secs_f64());
+    };
     check_inputs(spec)?;
     let engine = engine_for(spec)?;
+    step("inputs checked and engine chosen");
     let kvm = HostKvm::probe();
     let linux = spec
         .kernel
@@ -339,9 +345,12 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         None => None,
     };
     let archive = job.archive()?;
+    step("job archive packed");
     let console = scratch.0.join("console.log");
     let channel = scratch.0.join("channel.bin");
+    let hashes = PendingHashes::start(&kernel, initrd.as_deref());
     let host = describe_host();
+    step("host described");
     let start = Instant::now();
 
     let mut result = RunResult {
@@ -352,8 +361,12 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         functional_only: false,
         status: exit_status::RUNTIME_ERROR,
         error: None,
-        kernel: hash_file(&kernel),
-        initrd: initrd.as_deref().map(hash_file),
+        // Filled in from `hashes` once the guest has run.
+        kernel: HashedFile {
+            path: kernel.display().to_string(),
+            sha256: String::new(),
+        },
+        initrd: None,
         modules: packed,
         image_manifest: image
             .as_ref()
@@ -386,6 +399,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         guest_files: Default::default(),
         console_tail: String::new(),
     };
+    step("machine described");
 
     let gdb = match &spec.gdb {
         Some(a) => {
@@ -417,6 +431,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         stream_console: spec.stream_console,
         timeout: spec.timeout,
     };
+    step("booting");
     let ended = engine::for_engine(engine, &kvm)?.boot(&machine)?;
     result.accelerator = ended.accelerator;
     result.functional_only = ended.functional_only;
@@ -428,6 +443,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     result.error = ended.error;
     let vm_status = ended.status;
     result.wall_seconds = start.elapsed().as_secs_f64();
+    (result.kernel, result.initrd) = hashes.finish();
     let console_text =
         String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
     result.console_tail = tail(&console_text, 40);
