@@ -87,6 +87,23 @@ pub fn lock_n(n: usize) -> io::Result<TcgGuard> {
 fn lock_n_at(path: &Path, slots: usize, n: usize) -> io::Result<TcgGuard> {
     let want = n.clamp(1, slots.max(1));
     let asked = Instant::now();
+    if want > 1 {
+        // Slot 0, then slot 1, ..., each waited for and kept: a guest of several
+        // vCPUs is not starved by one-slot guests that keep taking whichever
+        // slot frees first (it once waited 870 s with a slot free most of the
+        // time). Every multi-slot taker goes in this order, so two of them
+        // never hold a slot the other waits for while waiting themselves.
+        let mut held = Vec::with_capacity(want);
+        for s in 0..want {
+            held.push(take_slot(&slot_path(path, s), true)?.ok_or_else(|| {
+                io::Error::other(format!("flock {}: not taken", slot_path(path, s).display()))
+            })?);
+        }
+        let mut first = held.remove(0);
+        first.more = held;
+        first.taken = Some((Instant::now(), asked.elapsed()));
+        return Ok(first);
+    }
     loop {
         let mut held = Vec::new();
         for s in 0..slots.max(1) {
@@ -103,8 +120,6 @@ fn lock_n_at(path: &Path, slots: usize, n: usize) -> io::Result<TcgGuard> {
             first.taken = Some((Instant::now(), asked.elapsed()));
             return Ok(first);
         }
-        // Not all at once: give back what was taken, so two waiters never deadlock.
-        drop(held);
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -115,6 +130,11 @@ fn lock_at(path: &Path, slots: usize) -> io::Result<TcgGuard> {
 
 /// The slot at `path` if it is free now.
 fn try_slot(path: &Path) -> io::Result<Option<TcgGuard>> {
+    take_slot(path, false)
+}
+
+/// The slot at `path`: waited for with `wait`, else only if it is free now.
+fn take_slot(path: &Path, wait: bool) -> io::Result<Option<TcgGuard>> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -122,9 +142,14 @@ fn try_slot(path: &Path) -> io::Result<Option<TcgGuard>> {
         .open(path)
         .map_err(|e| io::Error::new(e.kind(), format!("open {}: {e}", path.display())))?;
     loop {
+        let op = if wait {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_EX | libc::LOCK_NB
+        };
         // SAFETY: flock only reads the descriptor, which `file` keeps open for
         // the call; it touches no memory of ours.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
         if rc == 0 {
             break;
         }
@@ -330,6 +355,48 @@ mod tests {
         // More than there are is clamped to all of them.
         assert_eq!(lock_n_at(&path, 2, 5).expect("all").slots_held(), 2);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_two_slot_taker_is_not_starved_by_one_slot_takers() {
+        let dir = std::env::temp_dir().join(format!("pmemvm-tcg-fair-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("lock");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Two one-slot takers that keep both slots busy, each free for only
+        // 2 ms between holds of 100 ms: both slots are never free at once.
+        let churn: Vec<_> = (0..2)
+            .map(|_| {
+                let (p, stop) = (path.clone(), std::sync::Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let g = lock_at(&p, 2).expect("one");
+                        std::thread::sleep(Duration::from_millis(100));
+                        drop(g);
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        let t = std::thread::spawn(move || {
+            let g = lock_n_at(&p, 2, 2).expect("two");
+            tx.send(g.slots_held()).expect("send");
+        });
+        let got = rx.recv_timeout(Duration::from_secs(5));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for c in churn {
+            c.join().expect("churn");
+        }
+        t.join().expect("join");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            got.ok(),
+            Some(2),
+            "the two-slot taker did not get both slots within 5 s"
+        );
     }
 
     #[test]
