@@ -2,7 +2,7 @@
 //! bench): the inputs by path and hash, the host, the DIMMs, the engine's
 //! counters, fio's JSON and the command's outcome.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
@@ -27,58 +27,49 @@ pub(super) fn hash_file(p: &Path) -> HashedFile {
     }
 }
 
-/// The file's SHA-256 in hex, read in 1 MiB pieces (a vmlinux with DWARF is
-/// over 100 MiB: it is never held whole).
+/// The file's SHA-256 in hex, streamed through the hasher (a vmlinux with
+/// DWARF is over 100 MiB: it is never held whole).
 fn sha256_of(p: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(p)?;
     let mut hash = sha2::Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        match f.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => hash.update(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+    std::io::copy(&mut std::fs::File::open(p)?, &mut hash)?;
     Ok(format!("{:x}", hash.finalize()))
 }
+
+/// The kernel's and initrd's hashes.
+type Hashes = (HashedFile, Option<HashedFile>);
 
 /// The kernel's and initrd's hashes for the run's record, computed on a
 /// thread of their own while the guest boots, off the startup path: in a
 /// nested L1 (one vCPU, TCG) hashing the image's 118 MB vmlinux before the
 /// boot put `startup: ... hashed` at 9.0 s of a 26 s run (`-vv`); the record
 /// needs the hashes only at the end.
-pub(super) struct PendingHashes {
-    kernel: PathBuf,
-    initrd: Option<PathBuf>,
-    worker: Option<std::thread::JoinHandle<(HashedFile, Option<HashedFile>)>>,
+pub(super) enum PendingHashes {
+    /// Being computed.
+    Running(std::thread::JoinHandle<Hashes>),
+    /// Computed already (no thread could be started).
+    Done(Hashes),
 }
 
 impl PendingHashes {
     /// Starts hashing `kernel` and `initrd`.
     pub(super) fn start(kernel: &Path, initrd: Option<&Path>) -> Self {
         let (k, i) = (kernel.to_path_buf(), initrd.map(Path::to_path_buf));
-        let worker = std::thread::Builder::new()
+        match std::thread::Builder::new()
             .name("pmemvm-hash".into())
             .spawn(move || (hash_file(&k), i.as_deref().map(hash_file)))
-            .ok();
-        PendingHashes {
-            kernel: kernel.to_path_buf(),
-            initrd: initrd.map(Path::to_path_buf),
-            worker,
+        {
+            Ok(worker) => PendingHashes::Running(worker),
+            Err(_) => PendingHashes::Done((hash_file(kernel), initrd.map(hash_file))),
         }
     }
 
-    /// The hashes (computed here when no thread could be started).
-    pub(super) fn finish(self) -> (HashedFile, Option<HashedFile>) {
-        match self.worker.map(std::thread::JoinHandle::join) {
-            Some(Ok(hashes)) => hashes,
-            _ => (
-                hash_file(&self.kernel),
-                self.initrd.as_deref().map(hash_file),
-            ),
+    /// The hashes.
+    pub(super) fn finish(self) -> Hashes {
+        match self {
+            PendingHashes::Running(worker) => worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            PendingHashes::Done(hashes) => hashes,
         }
     }
 }
