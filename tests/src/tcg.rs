@@ -99,10 +99,7 @@ fn lock_n_at(path: &Path, slots: usize, n: usize) -> io::Result<TcgGuard> {
                 io::Error::other(format!("flock {}: not taken", slot_path(path, s).display()))
             })?);
         }
-        let mut first = held.remove(0);
-        first.more = held;
-        first.taken = Some((Instant::now(), asked.elapsed()));
-        return Ok(first);
+        return Ok(one_guard(held, asked));
     }
     loop {
         let mut held = Vec::new();
@@ -115,13 +112,18 @@ fn lock_n_at(path: &Path, slots: usize, n: usize) -> io::Result<TcgGuard> {
             }
         }
         if held.len() == want {
-            let mut first = held.remove(0);
-            first.more = held;
-            first.taken = Some((Instant::now(), asked.elapsed()));
-            return Ok(first);
+            return Ok(one_guard(held, asked));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// The slots `held` (at least one) as one guard, asked for at `asked`.
+fn one_guard(mut held: Vec<TcgGuard>, asked: Instant) -> TcgGuard {
+    let mut first = held.remove(0);
+    first.more = held;
+    first.taken = Some((Instant::now(), asked.elapsed()));
+    first
 }
 
 fn lock_at(path: &Path, slots: usize) -> io::Result<TcgGuard> {

@@ -114,8 +114,8 @@ const GUEST_TRIPLE_FAULT: &str = "the guest triple-faulted (KVM shutdown exit)";
 /// boot again after the platform's breakdown as [`retry_breakdowns`] does:
 /// `$TRIES` is [`BREAKDOWN_TRIES`]; `breakdown FILE` prints the line of
 /// pmemvm's stderr FILE that says its guest triple-faulted or an interrupt
-/// was lost below pmemvm (status 1 when there is none). A script appends each restart's line to `once-more.txt`,
-/// which [`note_l1_restarts`] reads.
+/// was lost below pmemvm (status 1 when there is none). A script appends
+/// each restart's line to `once-more.txt`, which [`note_l1_restarts`] reads.
 pub fn l1_script_with_retries(script: &str) -> String {
     format!(
         "TRIES={BREAKDOWN_TRIES}\nbreakdown() {{ grep -m1 -e \"{GUEST_TRIPLE_FAULT}\" -e \"{LOST_INTERRUPT}\" \"$1\"; }}\n{script}"
