@@ -5,17 +5,37 @@
 # in the guest, on the ACPI.NFIT bus of pmemvm's NVDIMMs. Runs in the Debian root file
 # system of `pmemvm run --rootfs debian --packages "$(cat guest-images/suites/ndctl-packages)"`.
 #
-#   sh /job/ndctl-suite.sh TREE [NAME...]
+#   sh /job/ndctl-suite.sh [--bus BUS] TREE [NAME|!CMD]...
 #
 # TREE is the cached build (<hash>/ of ndctl-build.sh, holding src/, build/ and path), put
 # read-only into the guest (e.g. `--put ~/.cache/pmemvm/ndctl/<hash>:/job/ndctl`). Meson's
 # build directory records absolute paths, so the tree is copied to the path it was built at
 # (TREE/path, /var/tmp/pmemvm-ndctl/<hash>) in the guest's private root file system copy,
-# where the tests may write. NAMEs are meson test names (default: the whole suite).
-# The JUnit XML, meson's text log, the kernel log and one line per test are left in
-# /job/ndctl-results (bring them back with `--get /job/ndctl-results`). The status is
-# meson test's (0: every test passed or was skipped).
+# where the tests may write. NAMEs are meson test names (default: the whole suite); a `!CMD`
+# among them is a step: the shell command CMD runs at that point, between two `meson test`
+# runs (e.g. `'!ndctl create-namespace -b ACPI.NFIT -s 1G'` before daxctl-devices.sh, which
+# takes over the bus's first namespace). Each `meson test`'s JUnit XML and text log are left
+# in /job/ndctl-results/meson-N/ (N = 1, 2, ... in order), the kernel log before and after
+# and the platform (ndctl list) beside them (bring them back with `--get
+# /job/ndctl-results`). The status is 0 when every `meson test` ended with 0 (each test
+# passed or was skipped) and every step succeeded.
+#
+# --bus BUS points the tests written for the kernel's nfit_test emulation (clear.sh,
+# pmem-errors.sh, inject-error.sh, inject-smart.sh, monitor.sh, ...) at BUS (ACPI.NFIT:
+# pmemvm's own bus, which implements ARS, error injection, clear and SMART in its _DSM).
+# Their logic is not changed: in the guest's private copy of the tree, test/common names BUS
+# for its two nfit_test bus variables, and a `modprobe` first in PATH answers for the
+# nfit_test module (there is none to load) and passes every other call to the real one. The
+# tree given as TREE, and the host's, are not written.
 set -eu
+bus=""
+if [ "${1:-}" = --bus ]; then
+    case "${2:-}" in
+        ACPI.NFIT|e820|nfit_test.0|nfit_test.1) bus=$2 ;;
+        *) echo "ndctl-suite.sh: --bus ${2:-}: give ACPI.NFIT, e820, nfit_test.0 or nfit_test.1." >&2; exit 2 ;;
+    esac
+    shift 2
+fi
 if [ $# -lt 1 ] || [ ! -f "$1/path" ] || [ ! -d "$1/build/meson-private" ]; then
     echo "ndctl-suite.sh: give the tree of guest-images/suites/ndctl-build.sh (the directory holding path, src/ and build/) as the first argument, then the test names." >&2
     exit 2
@@ -33,16 +53,70 @@ rm -rf "$fixed"
 cp -a "$tree/." "$fixed"
 rm -f "$fixed/build/meson-logs/testlog"*
 
-# What the tests expect of a Debian system that this chroot does not start by itself:
-# /var/tmp and /tmp writable (the root file system copy and the init's tmpfs), the kernel's
-# /lib/modules/$(uname -r)/modules.builtin when the host put it at /job/kernel (kmod's
-# modinfo and daxctl-devices.sh look for built-in drivers there: this kernel has no modules).
-if [ -f /job/kernel/modules.builtin ]; then
-    kmods=/lib/modules/$(uname -r)
-    mkdir -p "$kmods"
-    cp /job/kernel/modules.builtin* "$kmods/"
-    depmod -a "$(uname -r)" 2>/dev/null || true
+if [ -n "$bus" ]; then
+    common="$fixed/src/test/common"
+    sed -i "s/^NFIT_TEST_BUS0=.*/NFIT_TEST_BUS0=\"$bus\"/; s/^NFIT_TEST_BUS1=.*/NFIT_TEST_BUS1=\"$bus\"/" "$common"
+    if [ "$(grep -c "^NFIT_TEST_BUS[01]=\"$bus\"\$" "$common")" != 2 ]; then
+        echo "ndctl-suite.sh: $common does not set NFIT_TEST_BUS0 and NFIT_TEST_BUS1 as ndctl v81 does; cannot point its tests at $bus." >&2
+        exit 2
+    fi
+    shim=/var/tmp/pmemvm-ndctl-shim
+    mkdir -p "$shim"
+    real=$(command -v modprobe)
+    cat >"$shim/modprobe" <<SHIM
+#!/bin/sh
+# pmemvm's ndctl-suite.sh --bus $bus: the nfit_test module is not there to load or remove.
+for a in "\$@"; do
+    [ "\$a" != nfit_test ] || { echo "ndctl-suite.sh: modprobe \$*: no nfit_test here; the test runs on $bus" >&2; exit 0; }
+done
+exec $real "\$@"
+SHIM
+    chmod +x "$shim/modprobe"
+    export PATH="$shim:$PATH"
+    echo "ndctl-suite.sh: the nfit_test tests run on $bus (test/common of the guest's copy: $(grep '^NFIT_TEST_BUS' "$common" | tr '\n' ' '))"
 fi
+
+# check_dmesg (test/common: dax.sh, daxdev-errors.sh, multi-dax.sh) reads the kernel's log
+# of the test's time with `journalctl -r -k --since "-Ns"`. No journald runs in this chroot,
+# so without it the check would find no journal and pass without looking. A `journalctl`
+# first in PATH answers that one question from the kernel's ring buffer (dmesg): the lines
+# stamped within the last N seconds of /proc/uptime, newest first with -r.
+shim=/var/tmp/pmemvm-ndctl-shim
+mkdir -p "$shim"
+cat >"$shim/journalctl" <<'JOURNAL'
+#!/bin/sh
+# pmemvm's ndctl-suite.sh: the kernel log (-k) from dmesg; no journal is kept here.
+kernel=0 rev=0 since=""
+while [ $# -gt 0 ]; do
+    case $1 in
+        -k|--dmesg) kernel=1 ;;
+        -r|--reverse) rev=1 ;;
+        --since) since=${2:-}; shift ;;
+        --since=*) since=${1#--since=} ;;
+        *) echo "journalctl: $1: only -k, -r and --since -Ns are answered here (pmemvm's ndctl-suite.sh reads the kernel log with dmesg)" >&2; exit 1 ;;
+    esac
+    shift
+done
+[ "$kernel" = 1 ] || { echo "journalctl: only the kernel log (-k) is answered here" >&2; exit 1; }
+case $since in
+    "") back=-1 ;;
+    -*s) back=${since#-}; back=${back%s} ;;
+    *) echo "journalctl: --since $since: only -Ns (seconds back) is answered here" >&2; exit 1 ;;
+esac
+now=$(cut -d' ' -f1 /proc/uptime)
+dmesg | awk -v now="$now" -v back="$back" '
+    { t = $0; sub(/^\[ */, "", t); sub(/\].*/, "", t) }
+    back < 0 || t + 0 >= now - back { print }' |
+    if [ "$rev" = 1 ]; then tac; else cat; fi
+JOURNAL
+chmod +x "$shim/journalctl"
+export PATH="$shim:$PATH"
+
+# The kernel's /lib/modules/$(uname -r)/modules.builtin: the guest's init binds the
+# initramfs's into the root file system (kmod's modinfo and daxctl-devices.sh look for the
+# built-in kmem driver there; this kernel has no loadable modules).
+[ -f "/lib/modules/$(uname -r)/modules.builtin" ] ||
+    echo "ndctl-suite.sh: /lib/modules/$(uname -r)/modules.builtin is missing: daxctl-devices.sh will not find the built-in kmem driver" >&2
 
 # No udevd: the chroot starts no init, and libndctl finds udev's queue empty without one.
 # device-mapper then manages /dev/mapper/NAME itself when told so (dmsetup(8),
@@ -63,18 +137,48 @@ export DM_DISABLE_UDEV=1
 cat "$results/platform.txt"
 
 dmesg >"$results/dmesg-before.txt" 2>&1 || true
-t0=$(date +%s)
-set +e
-# ndctl's tests get meson's 600 s each on hardware; under an emulated L1 (nested TCG) on a
-# loaded 2-core host sub-section.sh took 600.6 s where it takes about 60 s alone, so the
-# limit is scaled (PMEMVM_NDCTL_TIMEOUT_MULTIPLIER, default 3).
-(cd "$fixed/build" && meson test -C . --no-rebuild --print-errorlogs \
-    --timeout-multiplier "${PMEMVM_NDCTL_TIMEOUT_MULTIPLIER:-3}" "$@")
-st=$?
-set -e
-echo "ndctl-suite.sh: meson test took $(( $(date +%s) - t0 )) s, status $st"
-dmesg >"$results/dmesg.txt" 2>&1 || true
-for f in testlog.junit.xml testlog.txt testlog.json meson-log.txt; do
-    [ ! -f "$fixed/build/meson-logs/$f" ] || cp "$fixed/build/meson-logs/$f" "$results/"
+
+# The tests between two steps (and before the first, after the last) run in one `meson test`
+# (meson 1.0.1, serial: every ndctl test is `is_parallel: false`); its logs go to
+# $results/meson-N/. ndctl's tests get meson's 600 s each on hardware; under an emulated L1
+# (nested TCG) on a loaded 2-core host sub-section.sh took 600.6 s where it takes about 60 s
+# alone, so the limit is scaled (PMEMVM_NDCTL_TIMEOUT_MULTIPLIER, default 3).
+status=0
+segment=0
+names=""
+run_tests() {
+    segment=$((segment + 1))
+    out="$results/meson-$segment"
+    mkdir -p "$out"
+    rm -f "$fixed/build/meson-logs/testlog"*
+    t0=$(date +%s)
+    # shellcheck disable=SC2086 # meson test names are single words
+    (cd "$fixed/build" && meson test -C . --no-rebuild --print-errorlogs \
+        --timeout-multiplier "${PMEMVM_NDCTL_TIMEOUT_MULTIPLIER:-3}" $names) && st=0 || st=$?
+    echo "ndctl-suite.sh: meson test${names:- (the whole suite)} took $(( $(date +%s) - t0 )) s, status $st"
+    for f in testlog.junit.xml testlog.txt testlog.json; do
+        [ ! -f "$fixed/build/meson-logs/$f" ] || cp "$fixed/build/meson-logs/$f" "$out/"
+    done
+    [ "$st" = 0 ] || status=$st
+    names=""
+}
+steps=0
+for a in "$@"; do
+    case $a in
+        !*)
+            [ -z "$names" ] || run_tests
+            steps=$((steps + 1))
+            echo "ndctl-suite.sh: step: ${a#!}"
+            if ! sh -c "${a#!}" >"$results/step-$steps.txt" 2>&1; then
+                echo "ndctl-suite.sh: the step \`${a#!}\` failed:" >&2
+                cat "$results/step-$steps.txt" >&2
+                status=1
+            fi
+            ;;
+        *) names="$names $a" ;;
+    esac
 done
-exit "$st"
+# The tests after the last step, or the whole suite when no test was named.
+[ -z "$names" ] && [ "$segment$steps" != 00 ] || run_tests
+dmesg >"$results/dmesg.txt" 2>&1 || true
+exit "$status"

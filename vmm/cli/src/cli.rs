@@ -48,6 +48,9 @@ pub enum Command {
     /// there (e.g. `-- xfs_repair -n /dev/pmem0`); status 1 names the first
     /// image that failed it.
     CrashCheck(Box<crate::crash_commands::CrashCheckArgs>),
+    /// Run another project's test suite in the guest (ndctl's own) and tabulate it.
+    #[command(subcommand)]
+    Suite(crate::suite_commands::SuiteCommand),
     /// Check what a command needs on this host, without running it: prints
     /// `install PACKAGE` and `image` lines (used by the ./pmemvm wrapper).
     Preflight(PreflightArgs),
@@ -138,11 +141,11 @@ pub struct ConsoleArgs {
     pub console_log: Option<PathBuf>,
 }
 
-fn parse_size_arg(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size_arg(s: &str) -> Result<u64, String> {
     config::parse_size(s).map_err(|e| e.to_string())
 }
 
-fn parse_cpus(s: &str) -> Result<u8, String> {
+pub(crate) fn parse_cpus(s: &str) -> Result<u8, String> {
     // The MADT's 8-bit APIC ids bound the vCPU count (acpi::MAX_CPUS).
     let max = acpi::MAX_CPUS;
     match s.trim().parse::<u32>() {
@@ -340,7 +343,7 @@ impl BootArgs {
     }
 }
 
-fn parse_seconds(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_seconds(s: &str) -> Result<u64, String> {
     match s.trim().parse::<u64>() {
         Ok(0) => Err(format!(
             "--timeout '{s}' is not valid: use a number of seconds above 0"

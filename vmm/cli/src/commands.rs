@@ -54,6 +54,9 @@ pub enum CommandError {
     /// `crash-check`'s inputs.
     #[error(transparent)]
     CrashCheck(#[from] lab::crash_check::CrashCheckError),
+    /// `pmemvm suite`.
+    #[error(transparent)]
+    Suite(#[from] lab::suite::SuiteError),
     /// A job input file.
     #[error("cannot read {what} {path}: {source}")]
     Input {
@@ -91,6 +94,7 @@ impl CommandError {
             Self::Api(e) => e.is_usage(),
             Self::Dump(e) => e.is_usage(),
             Self::CrashCheck(e) => e.is_usage(),
+            Self::Suite(e) => e.is_usage(),
             Self::NoImage(_)
             | Self::ModulesNoInitrd(_)
             | Self::Output { .. }
@@ -512,6 +516,15 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
         }
         Command::Run(a) => preflight_run(a, &mut needs)?,
         Command::CrashCheck(a) => preflight_run(&a.run, &mut needs)?,
+        Command::Suite(crate::suite_commands::SuiteCommand::Ndctl(a)) => {
+            crate::suite_commands::preflight(a)?;
+            if !a.plan {
+                // Each boot runs a command in a Debian root file system, on the engine.
+                preflight::engine_on_this_host(a.engine.into(), true, &mut needs)
+                    .map_err(RunError::from)?;
+                needs.image = true;
+            }
+        }
         Command::Bench(a) if a.plan => {
             lab::bench::plan(&crate::bench_commands::bench_request(a))?;
         }

@@ -9,6 +9,7 @@ mod commands;
 mod crash_commands;
 mod ctl;
 mod fleet_commands;
+mod suite_commands;
 
 use std::process::ExitCode;
 
@@ -134,6 +135,10 @@ fn nvdimm_badblocks(file: &std::path::Path) -> Result<u8, Failure> {
     Ok(0)
 }
 
+fn suite_ndctl(args: &crate::suite_commands::NdctlArgs) -> Result<u8, Failure> {
+    Ok(crate::suite_commands::ndctl(args)?)
+}
+
 fn main() -> ExitCode {
     vmm::stats::mark_process_start();
     // SIGQUIT asks a running VM where its vCPUs are; before one runs it must not kill us.
@@ -162,6 +167,7 @@ fn main() -> ExitCode {
         Command::CrashImages(a) => crash_images(a),
         Command::CrashCheck(a) => crash_check(a),
         Command::Nvdimm(NvdimmCommand::Badblocks { file }) => nvdimm_badblocks(file),
+        Command::Suite(crate::suite_commands::SuiteCommand::Ndctl(a)) => suite_ndctl(a),
         Command::RunJob(a) => Ok(lab::child::serve(&a.spec, &a.outcome)),
     };
     match result {

@@ -43,5 +43,6 @@ pub mod report;
 pub mod results;
 pub mod rootfs;
 pub mod run;
+pub mod suite;
 pub mod threads;
 pub mod transfer;

@@ -1,0 +1,150 @@
+//! `pmemvm suite ndctl`: ndctl's own test suite on the guest's NVDIMMs (the work is in
+//! `lab::suite`).
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use lab::suite::{self, ndctl, NdctlRequest, SuiteError};
+
+/// `pmemvm suite ...`.
+#[derive(Debug, Subcommand)]
+pub enum SuiteCommand {
+    /// ndctl's own test suite (`meson test` of an ndctl source tree, unmodified) in a
+    /// Debian guest: the destructive ACPI.NFIT tests on pmemvm's NVDIMMs, the e820 tests on
+    /// legacy pmem, and the nfit_test error scripts pointed at pmemvm's ACPI.NFIT bus; a
+    /// table of every test's result, status 1 when one failed or did not run.
+    Ndctl(NdctlArgs),
+}
+
+/// `pmemvm suite ndctl [--src DIR] [TEST...]`.
+#[derive(Debug, Args)]
+pub struct NdctlArgs {
+    /// The ndctl source tree (e.g. `git clone --branch v81 https://github.com/pmem/ndctl`);
+    /// built once on the host with its tests, cached by its content.
+    #[arg(long, value_name = "DIR")]
+    pub src: PathBuf,
+    /// Where the results go: a new or empty directory (each boot's meson logs, JUnit XML,
+    /// kernel log and console; summary.json).
+    #[arg(long, value_name = "DIR", default_value = "ndctl-suite")]
+    pub out: PathBuf,
+    /// Which VMM runs the guests (auto: pmemvm where this host's KVM can run Linux,
+    /// QEMU otherwise; nested: pmemvm inside a QEMU TCG L1, slow).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub engine: crate::cli::EngineArg,
+    /// Guest vCPUs of each boot.
+    #[arg(long, default_value = "2", value_parser = crate::cli::parse_cpus, value_name = "N")]
+    pub cpus: u8,
+    /// Guest RAM of each boot.
+    #[arg(long, default_value = "2G", value_parser = crate::cli::parse_size_arg, value_name = "SIZE")]
+    pub memory: u64,
+    /// Each boot's time limit in seconds.
+    #[arg(long, default_value = "3600", value_parser = crate::cli::parse_seconds, value_name = "SECS")]
+    pub timeout: u64,
+    /// Stream the guests' consoles here (each boot keeps console.log anyway).
+    #[arg(long)]
+    pub console: bool,
+    /// Print the boots (machine, tests, guest command) and exit; builds and boots nothing.
+    #[arg(long)]
+    pub plan: bool,
+    /// meson test names (default: every test the command places; `--plan` lists them).
+    #[arg(value_name = "TEST")]
+    pub tests: Vec<String>,
+}
+
+impl NdctlArgs {
+    /// The lab's request.
+    pub fn request(&self) -> NdctlRequest {
+        NdctlRequest {
+            src: self.src.clone(),
+            tests: self.tests.clone(),
+            engine: self.engine.into(),
+            cpus: self.cpus,
+            memory: self.memory,
+            out: self.out.clone(),
+            timeout: std::time::Duration::from_secs(self.timeout),
+            stream_console: self.console,
+        }
+    }
+}
+
+/// The plan as text.
+fn plan_text(boots: &[ndctl::Boot]) -> String {
+    let mut out = String::new();
+    for (i, b) in boots.iter().enumerate() {
+        let machine: Vec<String> = b
+            .shape
+            .nvdimms()
+            .iter()
+            .map(|n| format!("--nvdimm {n}"))
+            .chain(
+                b.shape
+                    .legacy()
+                    .iter()
+                    .map(|l| format!("--pmem-legacy {l}")),
+            )
+            .collect();
+        out.push_str(&format!(
+            "boot {} ({}): {}\n  tests: {}\n  guest: {}\n",
+            i + 1,
+            b.shape.name(),
+            machine.join(" "),
+            b.tests
+                .iter()
+                .map(|t| t.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+            b.argv().join(" ")
+        ));
+    }
+    out
+}
+
+/// Runs the suite; the status is 0 when every test passed or skipped itself.
+pub fn ndctl(a: &NdctlArgs) -> Result<u8, SuiteError> {
+    let req = a.request();
+    if a.plan {
+        print!("{}", plan_text(&ndctl::plan(&req.tests)?));
+        return Ok(0);
+    }
+    let outcome = suite::run_ndctl(&req, |boot, rows| {
+        eprintln!(
+            "pmemvm suite: boot {} ended with status {} after {:.0} s{}",
+            boot.shape.name(),
+            boot.status,
+            boot.wall_seconds,
+            boot.error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        );
+        eprint!("{}", ndctl::table(rows));
+    })?;
+    print!("{}", ndctl::table(&outcome.rows));
+    let failed = ndctl::failed(&outcome.rows);
+    let passed = outcome
+        .rows
+        .iter()
+        .filter(|r| r.verdict == Some(suite::junit::Verdict::Passed))
+        .count();
+    println!(
+        "{passed} passed, {} skipped, {} failed or not run, of {} (results in {})",
+        outcome
+            .rows
+            .iter()
+            .filter(|r| r.verdict == Some(suite::junit::Verdict::Skipped))
+            .count(),
+        failed.len(),
+        outcome.rows.len(),
+        req.out.display()
+    );
+    Ok(outcome.status())
+}
+
+/// What `suite ndctl` checks in preflight: the request (nothing is built).
+pub fn preflight(a: &NdctlArgs) -> Result<(), SuiteError> {
+    if a.plan {
+        ndctl::plan(&a.tests)?;
+        return Ok(());
+    }
+    suite::check(&a.request()).map(|_| ())
+}

@@ -1,0 +1,422 @@
+//! Other projects' test suites run in the guest as their maintainers run them, with a
+//! table of what passed: `pmemvm suite ndctl` (ndctl's own `meson test`, see [`ndctl`]).
+
+pub mod junit;
+pub mod ndctl;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::preflight::Engine;
+use crate::run::{RunError, RunSpec};
+use crate::transfer::{CommandJob, GetSpec, PutSpec};
+
+/// The build script of ndctl and its tests (host side).
+pub const NDCTL_BUILD: &str = "guest-images/suites/ndctl-build.sh";
+/// The guest side.
+pub const NDCTL_SUITE: &str = "guest-images/suites/ndctl-suite.sh";
+/// The Debian packages of the guest's root file system.
+pub const NDCTL_PACKAGES: &str = "guest-images/suites/ndctl-packages";
+/// Where to get ndctl when no tree is given.
+pub const NDCTL_GET: &str = "git clone --branch v81 https://github.com/pmem/ndctl";
+
+/// Errors of a suite run.
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    /// No ndctl source tree.
+    #[error("--src {}: not an ndctl source tree (no meson.build and test/meson.build there); get one with `{NDCTL_GET}` and give its path", .0.display())]
+    NoSource(PathBuf),
+    /// The test list.
+    #[error(transparent)]
+    Plan(#[from] ndctl::PlanError),
+    /// `--out` exists and is not an empty directory.
+    #[error("--out {}: it exists and is not an empty directory; give a new or empty one (nothing was written)", .0.display())]
+    OutNotEmpty(PathBuf),
+    /// A script of the source tree is not there.
+    #[error("{rel} is not in a source tree above {} (pmemvm suite runs from its source tree's build)", start.display())]
+    NoScript {
+        /// The script.
+        rel: &'static str,
+        /// Where the search started.
+        start: PathBuf,
+    },
+    /// Building ndctl failed.
+    #[error("building ndctl from {} failed ({script}): {detail}", src.display())]
+    Build {
+        /// The source tree.
+        src: PathBuf,
+        /// The script.
+        script: &'static str,
+        /// Its last words.
+        detail: String,
+    },
+    /// A machine shape of the plan does not parse (pmemvm's error, not the user's).
+    #[error("a machine of the suite's plan is not valid ({0}); this is pmemvm's error, please report it")]
+    Shape(String),
+    /// A file could not be read or written.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was done.
+        what: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The root file system.
+    #[error(transparent)]
+    Rootfs(#[from] crate::rootfs::RootfsError),
+    /// A boot could not be set up or started.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+impl SuiteError {
+    /// Bad input (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Self::NoSource(_) | Self::Plan(_) | Self::OutNotEmpty(_) => true,
+            Self::Run(e) => e.is_usage(),
+            Self::Rootfs(_)
+            | Self::NoScript { .. }
+            | Self::Build { .. }
+            | Self::Shape(_)
+            | Self::Io { .. } => false,
+        }
+    }
+}
+
+/// What `pmemvm suite ndctl` was asked.
+#[derive(Debug, Clone)]
+pub struct NdctlRequest {
+    /// The ndctl source tree.
+    pub src: PathBuf,
+    /// The tests (empty: every one [`ndctl::KNOWN`] places).
+    pub tests: Vec<String>,
+    /// The engine.
+    pub engine: Engine,
+    /// Guest vCPUs.
+    pub cpus: u8,
+    /// Guest RAM.
+    pub memory: u64,
+    /// The results: a new or empty directory.
+    pub out: PathBuf,
+    /// Each boot's time limit.
+    pub timeout: Duration,
+    /// Stream the guests' consoles.
+    pub stream_console: bool,
+}
+
+/// One boot's outcome.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BootOutcome {
+    /// Its machine.
+    pub shape: ndctl::Shape,
+    /// The guest command's status (pmemvm's exit status of the run).
+    pub status: u8,
+    /// What went wrong, when the run says.
+    pub error: Option<String>,
+    /// Wall time of the run.
+    pub wall_seconds: f64,
+    /// Its results directory.
+    pub dir: PathBuf,
+}
+
+/// The whole run (`summary.json` in `--out`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NdctlOutcome {
+    /// The source tree.
+    pub src: PathBuf,
+    /// Every chosen test, in the order they ran.
+    pub rows: Vec<ndctl::Row>,
+    /// Every boot.
+    pub boots: Vec<BootOutcome>,
+}
+
+impl NdctlOutcome {
+    /// 0 when every test passed or skipped itself, 1 otherwise.
+    pub fn status(&self) -> u8 {
+        u8::from(!ndctl::failed(&self.rows).is_empty())
+    }
+}
+
+/// `rel` in the source tree above this executable.
+pub fn source_file(rel: &'static str) -> Result<PathBuf, SuiteError> {
+    let start = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    start
+        .ancestors()
+        .map(|d| d.join(rel))
+        .find(|p| p.is_file())
+        .ok_or(SuiteError::NoScript { rel, start })
+}
+
+/// Checks what can be checked before anything is built or booted; creates nothing.
+pub fn check(req: &NdctlRequest) -> Result<Vec<ndctl::Boot>, SuiteError> {
+    if !req.src.join("meson.build").is_file() || !req.src.join("test/meson.build").is_file() {
+        return Err(SuiteError::NoSource(req.src.clone()));
+    }
+    let boots = ndctl::plan(&req.tests)?;
+    if req.out.exists() && !req.out.is_dir() {
+        return Err(SuiteError::OutNotEmpty(req.out.clone()));
+    }
+    if let Ok(mut entries) = std::fs::read_dir(&req.out) {
+        if entries.next().is_some() {
+            return Err(SuiteError::OutNotEmpty(req.out.clone()));
+        }
+    }
+    for rel in [NDCTL_BUILD, NDCTL_SUITE, NDCTL_PACKAGES] {
+        source_file(rel)?;
+    }
+    Ok(boots)
+}
+
+/// Builds ndctl and its tests (or finds them in the cache): the tree holding `path`,
+/// `src/` and `build/`.
+pub fn build_ndctl(src: &Path) -> Result<PathBuf, SuiteError> {
+    let script = source_file(NDCTL_BUILD)?;
+    log::info!(
+        "building or finding ndctl and its tests ({})",
+        src.display()
+    );
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg(src)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(|e| SuiteError::Build {
+            src: src.to_path_buf(),
+            script: NDCTL_BUILD,
+            detail: e.to_string(),
+        })?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match stdout.lines().last().map(PathBuf::from) {
+        Some(build) if out.status.success() && build.join("meson-private").is_dir() => {
+            Ok(build.parent().map(Path::to_path_buf).unwrap_or(build))
+        }
+        _ => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let lines: Vec<&str> = err.lines().collect();
+            Err(SuiteError::Build {
+                src: src.to_path_buf(),
+                script: NDCTL_BUILD,
+                detail: lines[lines.len().saturating_sub(3)..].join(" / "),
+            })
+        }
+    }
+}
+
+/// The specs of a shape, parsed (they are constants: an error is pmemvm's).
+fn parse_all<T>(specs: &[&str]) -> Result<Vec<T>, SuiteError>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    specs
+        .iter()
+        .map(|s| {
+            s.parse()
+                .map_err(|e: T::Err| SuiteError::Shape(format!("{s}: {e}")))
+        })
+        .collect()
+}
+
+/// The run of one boot.
+fn boot_spec(
+    req: &NdctlRequest,
+    boot: &ndctl::Boot,
+    tree: &Path,
+    rootfs: &Path,
+    dir: &Path,
+) -> Result<RunSpec, SuiteError> {
+    let nvdimms = parse_all(boot.shape.nvdimms())?;
+    let legacy_pmem = parse_all(boot.shape.legacy())?;
+    let put = |host: &Path, guest: &str| PutSpec {
+        host: host.to_path_buf(),
+        guest: guest.to_string(),
+    };
+    let job = CommandJob {
+        argv: boot.argv(),
+        puts: vec![
+            put(tree, ndctl::GUEST_TREE),
+            put(
+                &source_file(NDCTL_SUITE)?,
+                &format!("{}/ndctl-suite.sh", ndctl::GUEST_JOB),
+            ),
+        ],
+        gets: vec![GetSpec {
+            text: ndctl::GUEST_RESULTS.into(),
+            guest: ndctl::GUEST_RESULTS.into(),
+        }],
+        out: Some(dir.to_path_buf()),
+        area: crate::transfer::DEFAULT_TRANSFER_SIZE,
+        rootfs: Some(rootfs.to_path_buf()),
+    };
+    job.validate().map_err(RunError::from)?;
+    Ok(RunSpec {
+        engine: req.engine,
+        kernel: None,
+        initrd: None,
+        modules: None,
+        cmdline: None,
+        extra_cmdline: Vec::new(),
+        cpus: req.cpus,
+        memory: req.memory,
+        ram_pages: vmm::hugepages::RamPages::Default,
+        placement: vmm::placement::Placement::default(),
+        nvdimms,
+        disks: Vec::new(),
+        legacy_pmem,
+        job: crate::guest_job::GuestJob {
+            fio_job: crate::guest_job::PHASES_FALLBACK_JOB
+                .replace("has phases (/job/phases)", "is a command (/job/cmd.sh)"),
+            ..crate::guest_job::GuestJob::default()
+        },
+        command: Some(job),
+        stream_console: req.stream_console,
+        console_log: Some(dir.join("console.log")),
+        timeout: req.timeout,
+        gdb: None,
+        gdb_wait: false,
+        control: crate::run::RunControl::default(),
+    })
+}
+
+/// Runs the suite: builds ndctl and the root file system (cached), then each boot of the
+/// plan; `on_boot` hears of each boot as it ends. Writes `summary.json` into `--out`.
+pub fn run_ndctl(
+    req: &NdctlRequest,
+    mut on_boot: impl FnMut(&BootOutcome, &[ndctl::Row]),
+) -> Result<NdctlOutcome, SuiteError> {
+    let boots = check(req)?;
+    let tree = build_ndctl(&req.src)?;
+    let list =
+        std::fs::read_to_string(source_file(NDCTL_PACKAGES)?).map_err(|source| SuiteError::Io {
+            what: format!("reading {NDCTL_PACKAGES}"),
+            source,
+        })?;
+    let rootfs = crate::rootfs::resolve("debian", Some(list.trim()))?;
+    std::fs::create_dir_all(&req.out).map_err(|source| SuiteError::Io {
+        what: format!("creating {}", req.out.display()),
+        source,
+    })?;
+    let mut outcome = NdctlOutcome {
+        src: req.src.clone(),
+        rows: Vec::new(),
+        boots: Vec::new(),
+    };
+    for (i, boot) in boots.iter().enumerate() {
+        let dir = ndctl::boot_dir(&req.out, i, boot);
+        let spec = boot_spec(req, boot, &tree, &rootfs, &dir)?;
+        log::info!(
+            "boot {} of {} ({}): {}",
+            i + 1,
+            boots.len(),
+            boot.shape.name(),
+            boot.argv().join(" ")
+        );
+        let result = crate::run::run_job(&spec)?;
+        if let Ok(json) = serde_json::to_vec_pretty(&result) {
+            let _ = std::fs::write(dir.join("run.json"), json);
+        }
+        let rows = ndctl::rows(boot, &dir.join("ndctl-results"));
+        let b = BootOutcome {
+            shape: boot.shape,
+            status: result.status,
+            error: result.error.clone(),
+            wall_seconds: result.wall_seconds,
+            dir: dir.clone(),
+        };
+        on_boot(&b, &rows);
+        outcome.boots.push(b);
+        outcome.rows.extend(rows);
+    }
+    let json = serde_json::to_vec_pretty(&outcome).map_err(|e| SuiteError::Io {
+        what: "writing summary.json".into(),
+        source: e.into(),
+    })?;
+    let summary = req.out.join("summary.json");
+    std::fs::write(&summary, json).map_err(|source| SuiteError::Io {
+        what: format!("writing {}", summary.display()),
+        source,
+    })?;
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(src: &Path, out: &Path, tests: &[&str]) -> NdctlRequest {
+        NdctlRequest {
+            src: src.to_path_buf(),
+            tests: tests.iter().map(|s| s.to_string()).collect(),
+            engine: Engine::Nested,
+            cpus: 2,
+            memory: 2 << 30,
+            out: out.to_path_buf(),
+            timeout: Duration::from_secs(60),
+            stream_console: false,
+        }
+    }
+
+    #[test]
+    fn bad_input_is_refused_before_anything_is_made() {
+        let base = std::env::temp_dir().join(format!("pmemvm-suite-check-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let src = base.join("ndctl");
+        std::fs::create_dir_all(src.join("test")).unwrap();
+        let out = base.join("out");
+        let e = check(&request(&src, &out, &[])).unwrap_err();
+        assert!(matches!(e, SuiteError::NoSource(_)) && e.is_usage(), "{e}");
+        assert!(e.to_string().contains("git clone --branch v81"), "{e}");
+        std::fs::write(src.join("meson.build"), "").unwrap();
+        std::fs::write(src.join("test/meson.build"), "").unwrap();
+        let e = check(&request(&src, &out, &["no-such-test"])).unwrap_err();
+        assert!(matches!(e, SuiteError::Plan(_)) && e.is_usage(), "{e}");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("keep"), "the user's").unwrap();
+        let e = check(&request(&src, &out, &[])).unwrap_err();
+        assert!(
+            matches!(e, SuiteError::OutNotEmpty(_)) && e.is_usage(),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(out.join("keep")).unwrap(),
+            "the user's"
+        );
+        assert!(!out.join("summary.json").exists());
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn the_status_is_1_when_a_test_failed_or_did_not_run() {
+        let row = |verdict| ndctl::Row {
+            test: "pmem-ns".into(),
+            bus: ndctl::Bus::AcpiNfit,
+            shape: ndctl::Shape::Small,
+            verdict,
+            seconds: None,
+        };
+        let outcome = |rows| NdctlOutcome {
+            src: PathBuf::new(),
+            rows,
+            boots: Vec::new(),
+        };
+        use junit::Verdict::*;
+        assert_eq!(
+            outcome(vec![row(Some(Passed)), row(Some(Skipped))]).status(),
+            0
+        );
+        assert_eq!(
+            outcome(vec![row(Some(Passed)), row(Some(Failure))]).status(),
+            1
+        );
+        assert_eq!(outcome(vec![row(Some(Error))]).status(), 1);
+        assert_eq!(outcome(vec![row(None)]).status(), 1);
+    }
+}

@@ -1,0 +1,427 @@
+//! `pmemvm suite ndctl`: ndctl's own test suite (the `meson test` of an ndctl source
+//! tree, unmodified) against the guest's NVDIMMs and legacy persistent memory.
+//!
+//! The tree is built once on the host (`guest-images/suites/ndctl-build.sh`, cached by
+//! source hash) and run in a Debian root file system in the guest
+//! (`guest-images/suites/ndctl-suite.sh`). The tests need different machines and leave
+//! state for the next one (`pmem-ns` disables every region of the bus but one), so the
+//! chosen tests run in a few boots, each shaped for its tests and in an order that works
+//! ([`KNOWN`]); docs/ndctl-suite.md says why each test is where it is.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::junit::{self, Verdict};
+
+/// The buses ndctl's tests use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Bus {
+    /// The platform's NFIT bus (pmemvm's NVDIMMs); the destructive tests that name it.
+    #[serde(rename = "ACPI.NFIT")]
+    AcpiNfit,
+    /// Tests written for the kernel's `nfit_test.0` emulation, pointed at ACPI.NFIT at run
+    /// time (`ndctl-suite.sh --bus ACPI.NFIT`): the error, scrub and SMART paths.
+    #[serde(rename = "nfit_test → ACPI.NFIT")]
+    NfitTestOnAcpi,
+    /// Legacy persistent memory (E820 type 12, `--pmem-legacy`).
+    #[serde(rename = "e820")]
+    E820,
+}
+
+impl Bus {
+    /// As in the table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bus::AcpiNfit => "ACPI.NFIT",
+            Bus::NfitTestOnAcpi => "nfit_test → ACPI.NFIT",
+            Bus::E820 => "e820",
+        }
+    }
+}
+
+/// The machines the boots run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Shape {
+    /// Two 1 GiB NVDIMMs with label areas and a 3 GiB legacy range: `pmem-ns` and
+    /// `sub-section.sh` (the sizes they ask for), the nfit_test error scripts, the e820
+    /// tests (`dax-ext4.sh`/`dax-xfs.sh` fallocate 1 GiB on a namespace with its memmap on
+    /// the device).
+    Small,
+    /// One 8 GiB NVDIMM: `align.sh` (1 GiB + 8 KiB and 2 GiB namespaces in one empty
+    /// region), `dm.sh` (two 1 GiB namespaces with the bus's other regions enabled),
+    /// `daxctl-devices.sh` (a 4 GiB devdax namespace hot-added as memory).
+    Large,
+}
+
+impl Shape {
+    /// Its name in the table and the results directory.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Small => "small",
+            Shape::Large => "large",
+        }
+    }
+
+    /// `--nvdimm` specs.
+    pub fn nvdimms(self) -> &'static [&'static str] {
+        match self {
+            Shape::Small => &["1G", "1G"],
+            Shape::Large => &["8G"],
+        }
+    }
+
+    /// `--pmem-legacy` specs.
+    pub fn legacy(self) -> &'static [&'static str] {
+        match self {
+            Shape::Small => &["3G"],
+            Shape::Large => &[],
+        }
+    }
+}
+
+/// One of ndctl's tests this command can place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownTest {
+    /// meson's name.
+    pub name: &'static str,
+    /// The bus it runs on.
+    pub bus: Bus,
+    /// The machine of its boot.
+    pub shape: Shape,
+    /// A shell step the guest runs just before it (see its comment in [`KNOWN`]).
+    pub before: Option<&'static str>,
+}
+
+const fn t(name: &'static str, bus: Bus, shape: Shape) -> KnownTest {
+    KnownTest {
+        name,
+        bus,
+        shape,
+        before: None,
+    }
+}
+
+/// Every test this command knows, in the order they run. Order matters: the error
+/// scripts reset the bus's labels and regions themselves; `pmem-ns` leaves every region
+/// but one disabled, so it comes after every other test of its bus in its boot.
+pub const KNOWN: &[KnownTest] = &[
+    // The nfit_test error paths on pmemvm's bus (ARS, injection, clear, SMART, monitor).
+    t("clear.sh", Bus::NfitTestOnAcpi, Shape::Small),
+    t("pmem-errors.sh", Bus::NfitTestOnAcpi, Shape::Small),
+    t("inject-error.sh", Bus::NfitTestOnAcpi, Shape::Small),
+    t("inject-smart.sh", Bus::NfitTestOnAcpi, Shape::Small),
+    t("monitor.sh", Bus::NfitTestOnAcpi, Shape::Small),
+    // Legacy persistent memory.
+    t("dax-dev", Bus::E820, Shape::Small),
+    t("dax-ext4.sh", Bus::E820, Shape::Small),
+    t("dax-xfs.sh", Bus::E820, Shape::Small),
+    t("mmap.sh", Bus::E820, Shape::Small),
+    t("device-dax", Bus::E820, Shape::Small),
+    t("revoke-devmem", Bus::E820, Shape::Small),
+    t("device-dax-fio.sh", Bus::E820, Shape::Small),
+    // The destructive ACPI.NFIT tests.
+    t("pmem-ns", Bus::AcpiNfit, Shape::Small),
+    t("sub-section.sh", Bus::AcpiNfit, Shape::Small),
+    t("align.sh", Bus::AcpiNfit, Shape::Large),
+    t("dm.sh", Bus::AcpiNfit, Shape::Large),
+    // daxctl-devices.sh takes the bus's first namespace as its victim: a 1 GiB one is
+    // made for it (with none, it takes a region's idle seed namespace and skips).
+    KnownTest {
+        name: "daxctl-devices.sh",
+        bus: Bus::AcpiNfit,
+        shape: Shape::Large,
+        before: Some("ndctl create-namespace -b ACPI.NFIT -s 1G"),
+    },
+];
+
+/// The default set: every test of [`KNOWN`].
+pub fn default_tests() -> Vec<&'static str> {
+    KNOWN.iter().map(|k| k.name).collect()
+}
+
+/// One boot of the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Boot {
+    /// Its machine.
+    pub shape: Shape,
+    /// Its tests, in order.
+    pub tests: Vec<KnownTest>,
+}
+
+impl Boot {
+    /// The guest command: `sh /job/ndctl-suite.sh [--bus ACPI.NFIT] /job/ndctl` and the
+    /// tests, each step before its test.
+    pub fn argv(&self) -> Vec<String> {
+        let mut argv: Vec<String> = vec!["sh".into(), format!("{GUEST_JOB}/ndctl-suite.sh")];
+        if self.tests.iter().any(|t| t.bus == Bus::NfitTestOnAcpi) {
+            argv.extend(["--bus".into(), "ACPI.NFIT".into()]);
+        }
+        argv.push(GUEST_TREE.into());
+        for t in &self.tests {
+            if let Some(step) = t.before {
+                argv.push(format!("!{step}"));
+            }
+            argv.push(t.name.into());
+        }
+        argv
+    }
+}
+
+/// Where the guest finds the tree and the script.
+pub const GUEST_JOB: &str = "/job";
+/// The ndctl tree's guest path.
+pub const GUEST_TREE: &str = "/job/ndctl";
+/// The results' guest path (`--get`).
+pub const GUEST_RESULTS: &str = "/job/ndctl-results";
+
+/// Errors of the plan; [`SuiteError`](super::SuiteError) wraps them.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PlanError {
+    /// A name this command does not know.
+    #[error("{0} is not one of ndctl's tests this command runs; it runs: {list}", list = default_tests().join(", "))]
+    Unknown(String),
+    /// The same test twice.
+    #[error("{0} is named twice; name each test once")]
+    Twice(String),
+}
+
+/// The boots that run `tests` (empty: every known test), each test in the boot of its
+/// shape, in [`KNOWN`]'s order; boots in the order of their first test.
+pub fn plan(tests: &[String]) -> Result<Vec<Boot>, PlanError> {
+    for (i, name) in tests.iter().enumerate() {
+        if !KNOWN.iter().any(|k| k.name == name) {
+            return Err(PlanError::Unknown(name.clone()));
+        }
+        if tests[..i].contains(name) {
+            return Err(PlanError::Twice(name.clone()));
+        }
+    }
+    let mut boots: Vec<Boot> = Vec::new();
+    for k in KNOWN {
+        if !tests.is_empty() && !tests.iter().any(|t| t == k.name) {
+            continue;
+        }
+        match boots.iter_mut().find(|b| b.shape == k.shape) {
+            Some(b) => b.tests.push(*k),
+            None => boots.push(Boot {
+                shape: k.shape,
+                tests: vec![*k],
+            }),
+        }
+    }
+    Ok(boots)
+}
+
+/// One test's row of the table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// meson's name.
+    pub test: String,
+    /// Its bus.
+    pub bus: Bus,
+    /// Its boot's machine.
+    pub shape: Shape,
+    /// What meson recorded; None when the test has no case in the boot's JUnit XML (its
+    /// boot failed, or the guest ended before it).
+    pub verdict: Option<Verdict>,
+    /// meson's seconds for it.
+    pub seconds: Option<f64>,
+}
+
+/// The rows of `boot` from the JUnit files in `results` (`meson-N/testlog.junit.xml`).
+pub fn rows(boot: &Boot, results: &Path) -> Vec<Row> {
+    let mut cases = Vec::new();
+    for n in 1.. {
+        let dir = results.join(format!("meson-{n}"));
+        if !dir.is_dir() {
+            break;
+        }
+        if let Ok(xml) = std::fs::read_to_string(dir.join("testlog.junit.xml")) {
+            cases.extend(junit::cases(&xml));
+        }
+    }
+    boot.tests
+        .iter()
+        .map(|k| {
+            let case = junit::find(&cases, k.name);
+            Row {
+                test: k.name.into(),
+                bus: k.bus,
+                shape: boot.shape,
+                verdict: case.map(|c| c.verdict),
+                seconds: case.map(|c| c.seconds),
+            }
+        })
+        .collect()
+}
+
+/// The table: test, bus, machine, result, seconds.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = format!(
+        "{:<20} {:<22} {:<6} {:<7} {:>8}\n",
+        "test", "bus", "boot", "result", "seconds"
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "{:<20} {:<22} {:<6} {:<7} {:>8}\n",
+            r.test,
+            r.bus.as_str(),
+            r.shape.name(),
+            r.verdict.map_or("not run", Verdict::as_str),
+            r.seconds.map_or("-".into(), |s| format!("{s:.1}")),
+        ));
+    }
+    out
+}
+
+/// The tests that did not pass or skip.
+pub fn failed(rows: &[Row]) -> Vec<&Row> {
+    rows.iter()
+        .filter(|r| !matches!(r.verdict, Some(Verdict::Passed | Verdict::Skipped)))
+        .collect()
+}
+
+/// A results directory per boot, under `out`.
+pub fn boot_dir(out: &Path, index: usize, boot: &Boot) -> PathBuf {
+    out.join(format!("boot-{}-{}", index + 1, boot.shape.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(b: &Boot) -> Vec<&str> {
+        b.tests.iter().map(|t| t.name).collect()
+    }
+
+    #[test]
+    fn every_known_test_has_one_place_and_the_default_plan_runs_them_all_once() {
+        let boots = plan(&[]).unwrap();
+        let all: Vec<&str> = boots.iter().flat_map(names).collect();
+        let mut sorted = all.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), KNOWN.len(), "each test once");
+        assert_eq!(all.len(), KNOWN.len());
+        assert_eq!(boots.len(), 2, "one boot per machine shape");
+        // pmem-ns leaves every region but one disabled: nothing of its bus after it.
+        let small = boots.iter().find(|b| b.shape == Shape::Small).unwrap();
+        let at = names(small).iter().position(|n| *n == "pmem-ns").unwrap();
+        assert!(small.tests[at + 1..]
+            .iter()
+            .all(|t| t.bus == Bus::AcpiNfit && t.name == "sub-section.sh"));
+    }
+
+    #[test]
+    fn a_chosen_list_keeps_the_known_order_and_only_the_boots_it_needs() {
+        let boots = plan(&["sub-section.sh".into(), "pmem-ns".into()]).unwrap();
+        assert_eq!(boots.len(), 1);
+        assert_eq!(names(&boots[0]), ["pmem-ns", "sub-section.sh"]);
+        assert_eq!(
+            boots[0].argv(),
+            [
+                "sh",
+                "/job/ndctl-suite.sh",
+                "/job/ndctl",
+                "pmem-ns",
+                "sub-section.sh"
+            ]
+        );
+        let boots = plan(&["daxctl-devices.sh".into(), "clear.sh".into()]).unwrap();
+        assert_eq!(boots.len(), 2);
+        assert_eq!(
+            boots[0].argv(),
+            [
+                "sh",
+                "/job/ndctl-suite.sh",
+                "--bus",
+                "ACPI.NFIT",
+                "/job/ndctl",
+                "clear.sh"
+            ]
+        );
+        assert_eq!(
+            boots[1].argv(),
+            [
+                "sh",
+                "/job/ndctl-suite.sh",
+                "/job/ndctl",
+                "!ndctl create-namespace -b ACPI.NFIT -s 1G",
+                "daxctl-devices.sh"
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_and_repeated_names_are_refused_with_the_list() {
+        let e = plan(&["libndctl".into()]).unwrap_err();
+        assert_eq!(e, PlanError::Unknown("libndctl".into()));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("libndctl is not one of ndctl's tests"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pmem-ns") && text.contains("daxctl-devices.sh"),
+            "{text}"
+        );
+        assert_eq!(
+            plan(&["dm.sh".into(), "dm.sh".into()]).unwrap_err(),
+            PlanError::Twice("dm.sh".into())
+        );
+    }
+
+    #[test]
+    fn rows_come_from_every_meson_run_of_the_boot_and_missing_cases_are_not_run() {
+        let dir = std::env::temp_dir().join(format!("pmemvm-suite-rows-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("meson-1")).unwrap();
+        std::fs::create_dir_all(dir.join("meson-2")).unwrap();
+        std::fs::write(
+            dir.join("meson-1/testlog.junit.xml"),
+            r#"<testsuites><testcase name="align.sh" time="52.6"/><testcase name="dm.sh" time="7.1"><failure/></testcase></testsuites>"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("meson-2/testlog.junit.xml"),
+            r#"<testsuites><testcase name="ndctl:dax / daxctl-devices.sh" time="40.8"><skipped/></testcase></testsuites>"#,
+        )
+        .unwrap();
+        let boots = plan(&[
+            "align.sh".into(),
+            "dm.sh".into(),
+            "daxctl-devices.sh".into(),
+        ])
+        .unwrap();
+        let rows = rows(&boots[0], &dir);
+        let got: Vec<(&str, Option<Verdict>)> =
+            rows.iter().map(|r| (r.test.as_str(), r.verdict)).collect();
+        assert_eq!(
+            got,
+            [
+                ("align.sh", Some(Verdict::Passed)),
+                ("dm.sh", Some(Verdict::Failure)),
+                ("daxctl-devices.sh", Some(Verdict::Skipped)),
+            ]
+        );
+        let bad: Vec<&str> = failed(&rows).iter().map(|r| r.test.as_str()).collect();
+        assert_eq!(bad, ["dm.sh"]);
+        let t = table(&rows);
+        assert!(
+            t.contains("dm.sh") && t.contains("FAIL") && t.contains("52.6"),
+            "{t}"
+        );
+        // No JUnit at all: every test of the boot is "not run", and a failure.
+        let empty = rows_of_nothing(&boots[0]);
+        assert!(empty.iter().all(|r| r.verdict.is_none()));
+        assert_eq!(failed(&empty).len(), 3);
+        assert!(table(&empty).contains("not run"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn rows_of_nothing(boot: &Boot) -> Vec<Row> {
+        rows(boot, Path::new("/nonexistent/pmemvm-suite"))
+    }
+}
