@@ -632,5 +632,21 @@ pub(crate) fn cases() -> Vec<Case> {
             ],
             "--pmem-legacy backing file {D}/no/such/dir/x.img cannot be created",
         ),
+        // suite ndctl
+        case(
+            &["suite", "ndctl", "--src", "{D}/no-ndctl-here"],
+            "--src {D}/no-ndctl-here: not an ndctl source tree (no meson.build and test/meson.build there); get one with `git clone --branch v81",
+        ),
+        case(
+            &["suite", "ndctl", "--src", "{D}", "--plan", "libndctl"],
+            "libndctl is not one of ndctl's tests this command runs; it runs: clear.sh,",
+        ),
+        case(
+            &["suite", "ndctl", "--src", "{D}", "--plan", "dm.sh", "dm.sh"],
+            "dm.sh is named twice",
+        ),
+        case(&["suite", "ndctl", "--src", "{D}", "--cpus", "0"], "--cpus '0'"),
+        case(&["suite", "ndctl", "--src", "{D}", "--engine", "bochs"], "'bochs'"),
+        case(&["suite", "ndctl", "--src", "{D}", "--timeout", "0"], "--timeout '0'"),
     ]
 }

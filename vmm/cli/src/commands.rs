@@ -520,8 +520,10 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
             crate::suite_commands::preflight(a)?;
             if !a.plan {
                 // Each boot runs a command in a Debian root file system, on the engine.
-                preflight::engine_on_this_host(a.engine.into(), true, &mut needs)
-                    .map_err(RunError::from)?;
+                for &e in &a.engine {
+                    preflight::engine_on_this_host(e.into(), true, &mut needs)
+                        .map_err(RunError::from)?;
+                }
                 needs.image = true;
             }
         }

@@ -28,9 +28,10 @@ pub struct NdctlArgs {
     #[arg(long, value_name = "DIR", default_value = "ndctl-suite")]
     pub out: PathBuf,
     /// Which VMM runs the guests (auto: pmemvm where this host's KVM can run Linux,
-    /// QEMU otherwise; nested: pmemvm inside a QEMU TCG L1, slow).
-    #[arg(long, value_enum, default_value = "auto")]
-    pub engine: crate::cli::EngineArg,
+    /// QEMU otherwise; nested: pmemvm inside a QEMU TCG L1, slow). Several, comma
+    /// separated (e.g. `nested,qemu`): every boot on each, one column each in the table.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "auto")]
+    pub engine: Vec<crate::cli::EngineArg>,
     /// Guest vCPUs of each boot.
     #[arg(long, default_value = "2", value_parser = crate::cli::parse_cpus, value_name = "N")]
     pub cpus: u8,
@@ -57,7 +58,7 @@ impl NdctlArgs {
         NdctlRequest {
             src: self.src.clone(),
             tests: self.tests.clone(),
-            engine: self.engine.into(),
+            engines: self.engine.iter().map(|&e| e.into()).collect(),
             cpus: self.cpus,
             memory: self.memory,
             out: self.out.clone(),
@@ -108,7 +109,8 @@ pub fn ndctl(a: &NdctlArgs) -> Result<u8, SuiteError> {
     }
     let outcome = suite::run_ndctl(&req, |boot, rows| {
         eprintln!(
-            "pmemvm suite: boot {} ended with status {} after {:.0} s{}",
+            "pmemvm suite: {}: boot {} ended with status {} after {:.0} s{}",
+            boot.engine,
             boot.shape.name(),
             boot.status,
             boot.wall_seconds,

@@ -32,6 +32,11 @@ pub enum SuiteError {
     /// The test list.
     #[error(transparent)]
     Plan(#[from] ndctl::PlanError),
+    /// Two engines that are one here.
+    #[error(
+        "--engine names {0} twice (auto is pmemvm or qemu on this host); name each engine once"
+    )]
+    EngineTwice(&'static str),
     /// `--out` exists and is not an empty directory.
     #[error("--out {}: it exists and is not an empty directory; give a new or empty one (nothing was written)", .0.display())]
     OutNotEmpty(PathBuf),
@@ -77,7 +82,7 @@ impl SuiteError {
     /// Bad input (exit status 2).
     pub fn is_usage(&self) -> bool {
         match self {
-            Self::NoSource(_) | Self::Plan(_) | Self::OutNotEmpty(_) => true,
+            Self::NoSource(_) | Self::Plan(_) | Self::OutNotEmpty(_) | Self::EngineTwice(_) => true,
             Self::Run(e) => e.is_usage(),
             Self::Rootfs(_)
             | Self::NoScript { .. }
@@ -95,8 +100,8 @@ pub struct NdctlRequest {
     pub src: PathBuf,
     /// The tests (empty: every one [`ndctl::KNOWN`] places).
     pub tests: Vec<String>,
-    /// The engine.
-    pub engine: Engine,
+    /// The engines, each running every boot (one column each in the table).
+    pub engines: Vec<Engine>,
     /// Guest vCPUs.
     pub cpus: u8,
     /// Guest RAM.
@@ -112,6 +117,8 @@ pub struct NdctlRequest {
 /// One boot's outcome.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BootOutcome {
+    /// The engine it ran on.
+    pub engine: String,
     /// Its machine.
     pub shape: ndctl::Shape,
     /// The guest command's status (pmemvm's exit status of the run).
@@ -155,12 +162,31 @@ pub fn source_file(rel: &'static str) -> Result<PathBuf, SuiteError> {
         .ok_or(SuiteError::NoScript { rel, start })
 }
 
+/// Why the e820 tests do not run on QEMU's engine.
+pub const QEMU_NO_LEGACY: &str =
+    "pmemvm's --pmem-legacy (E820 type 12 backed by a file) is pmemvm's; QEMU's engine has none";
+
+/// The engines of `req` as they resolve on this host, in order.
+pub fn engines(req: &NdctlRequest) -> Result<Vec<Engine>, SuiteError> {
+    let host = vmm::host::HostKvm::probe();
+    let mut out: Vec<Engine> = Vec::new();
+    for e in &req.engines {
+        let r = e.resolve(&host).map_err(RunError::from)?;
+        if out.contains(&r) {
+            return Err(SuiteError::EngineTwice(r.name()));
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
 /// Checks what can be checked before anything is built or booted; creates nothing.
 pub fn check(req: &NdctlRequest) -> Result<Vec<ndctl::Boot>, SuiteError> {
     if !req.src.join("meson.build").is_file() || !req.src.join("test/meson.build").is_file() {
         return Err(SuiteError::NoSource(req.src.clone()));
     }
     let boots = ndctl::plan(&req.tests)?;
+    engines(req)?;
     if req.out.exists() && !req.out.is_dir() {
         return Err(SuiteError::OutNotEmpty(req.out.clone()));
     }
@@ -228,13 +254,14 @@ where
 /// The run of one boot.
 fn boot_spec(
     req: &NdctlRequest,
+    engine: Engine,
     boot: &ndctl::Boot,
     tree: &Path,
     rootfs: &Path,
     dir: &Path,
 ) -> Result<RunSpec, SuiteError> {
     let nvdimms = parse_all(boot.shape.nvdimms())?;
-    let legacy_pmem = parse_all(boot.shape.legacy())?;
+    let legacy_pmem = parse_all(boot.legacy_specs())?;
     let put = |host: &Path, guest: &str| PutSpec {
         host: host.to_path_buf(),
         guest: guest.to_string(),
@@ -258,7 +285,7 @@ fn boot_spec(
     };
     job.validate().map_err(RunError::from)?;
     Ok(RunSpec {
-        engine: req.engine,
+        engine,
         kernel: None,
         initrd: None,
         modules: None,
@@ -309,31 +336,44 @@ pub fn run_ndctl(
         rows: Vec::new(),
         boots: Vec::new(),
     };
-    for (i, boot) in boots.iter().enumerate() {
-        let dir = ndctl::boot_dir(&req.out, i, boot);
-        let spec = boot_spec(req, boot, &tree, &rootfs, &dir)?;
-        log::info!(
-            "boot {} of {} ({}): {}",
-            i + 1,
-            boots.len(),
-            boot.shape.name(),
-            boot.argv().join(" ")
-        );
-        let result = crate::run::run_job(&spec)?;
-        if let Ok(json) = serde_json::to_vec_pretty(&result) {
-            let _ = std::fs::write(dir.join("run.json"), json);
+    for engine in engines(req)? {
+        let name = engine.name();
+        for (i, boot) in boots.iter().enumerate() {
+            let (boot, absent) = if engine == Engine::Qemu {
+                ndctl::without_e820(boot, name, QEMU_NO_LEGACY)
+            } else {
+                (boot.clone(), Vec::new())
+            };
+            outcome.rows.extend(absent);
+            if boot.tests.is_empty() {
+                continue;
+            }
+            let dir = ndctl::boot_dir(&req.out.join(name), i, &boot);
+            let spec = boot_spec(req, engine, &boot, &tree, &rootfs, &dir)?;
+            log::info!(
+                "{name}: boot {} of {} ({}): {}",
+                i + 1,
+                boots.len(),
+                boot.shape.name(),
+                boot.argv().join(" ")
+            );
+            let result = crate::run::run_job(&spec)?;
+            if let Ok(json) = serde_json::to_vec_pretty(&result) {
+                let _ = std::fs::write(dir.join("run.json"), json);
+            }
+            let rows = ndctl::rows(&boot, name, &dir.join("ndctl-results"));
+            let b = BootOutcome {
+                engine: name.into(),
+                shape: boot.shape,
+                status: result.status,
+                error: result.error.clone(),
+                wall_seconds: result.wall_seconds,
+                dir: dir.clone(),
+            };
+            on_boot(&b, &rows);
+            outcome.boots.push(b);
+            outcome.rows.extend(rows);
         }
-        let rows = ndctl::rows(boot, &dir.join("ndctl-results"));
-        let b = BootOutcome {
-            shape: boot.shape,
-            status: result.status,
-            error: result.error.clone(),
-            wall_seconds: result.wall_seconds,
-            dir: dir.clone(),
-        };
-        on_boot(&b, &rows);
-        outcome.boots.push(b);
-        outcome.rows.extend(rows);
     }
     let json = serde_json::to_vec_pretty(&outcome).map_err(|e| SuiteError::Io {
         what: "writing summary.json".into(),
@@ -355,7 +395,7 @@ mod tests {
         NdctlRequest {
             src: src.to_path_buf(),
             tests: tests.iter().map(|s| s.to_string()).collect(),
-            engine: Engine::Nested,
+            engines: vec![Engine::Nested],
             cpus: 2,
             memory: 2 << 30,
             out: out.to_path_buf(),
@@ -397,6 +437,8 @@ mod tests {
     fn the_status_is_1_when_a_test_failed_or_did_not_run() {
         let row = |verdict| ndctl::Row {
             test: "pmem-ns".into(),
+            engine: "nested".into(),
+            not_applicable: None,
             bus: ndctl::Bus::AcpiNfit,
             shape: ndctl::Shape::Small,
             verdict,

@@ -148,6 +148,19 @@ pub struct Boot {
     pub shape: Shape,
     /// Its tests, in order.
     pub tests: Vec<KnownTest>,
+    /// Whether its machine has the shape's legacy ranges (not on an engine without them).
+    pub legacy: bool,
+}
+
+impl Boot {
+    /// `--pmem-legacy` specs of this boot.
+    pub fn legacy_specs(&self) -> &'static [&'static str] {
+        if self.legacy {
+            self.shape.legacy()
+        } else {
+            &[]
+        }
+    }
 }
 
 impl Boot {
@@ -208,6 +221,7 @@ pub fn plan(tests: &[String]) -> Result<Vec<Boot>, PlanError> {
             None => boots.push(Boot {
                 shape: k.shape,
                 tests: vec![*k],
+                legacy: true,
             }),
         }
     }
@@ -219,6 +233,10 @@ pub fn plan(tests: &[String]) -> Result<Vec<Boot>, PlanError> {
 pub struct Row {
     /// meson's name.
     pub test: String,
+    /// The engine it ran on (resolved: pmemvm, qemu or nested).
+    pub engine: String,
+    /// Why the test cannot run on this engine (it was not tried); None when it was.
+    pub not_applicable: Option<String>,
     /// Its bus.
     pub bus: Bus,
     /// Its boot's machine.
@@ -230,8 +248,9 @@ pub struct Row {
     pub seconds: Option<f64>,
 }
 
-/// The rows of `boot` from the JUnit files in `results` (`meson-N/testlog.junit.xml`).
-pub fn rows(boot: &Boot, results: &Path) -> Vec<Row> {
+/// The rows of `boot` on `engine` from the JUnit files in `results`
+/// (`meson-N/testlog.junit.xml`).
+pub fn rows(boot: &Boot, engine: &str, results: &Path) -> Vec<Row> {
     let mut cases = Vec::new();
     for n in 1.. {
         let dir = results.join(format!("meson-{n}"));
@@ -248,6 +267,8 @@ pub fn rows(boot: &Boot, results: &Path) -> Vec<Row> {
             let case = junit::find(&cases, k.name);
             Row {
                 test: k.name.into(),
+                engine: engine.into(),
+                not_applicable: None,
                 bus: k.bus,
                 shape: boot.shape,
                 verdict: case.map(|c| c.verdict),
@@ -257,30 +278,99 @@ pub fn rows(boot: &Boot, results: &Path) -> Vec<Row> {
         .collect()
 }
 
-/// The table: test, bus, machine, result, seconds.
-pub fn table(rows: &[Row]) -> String {
-    let mut out = format!(
-        "{:<20} {:<22} {:<6} {:<7} {:>8}\n",
-        "test", "bus", "boot", "result", "seconds"
-    );
-    for r in rows {
-        out.push_str(&format!(
-            "{:<20} {:<22} {:<6} {:<7} {:>8}\n",
-            r.test,
-            r.bus.as_str(),
-            r.shape.name(),
-            r.verdict.map_or("not run", Verdict::as_str),
-            r.seconds.map_or("-".into(), |s| format!("{s:.1}")),
-        ));
+/// What a row says in a table cell: `pass (12.5 s)`, `FAIL`, `not run`, `n/a`.
+fn cell(r: &Row) -> String {
+    match (r.not_applicable.is_some(), r.verdict, r.seconds) {
+        (true, _, _) => "n/a".into(),
+        (false, None, _) => "not run".into(),
+        (false, Some(v), Some(s)) if s >= 0.0 => format!("{} ({s:.1} s)", v.as_str()),
+        (false, Some(v), _) => v.as_str().into(),
     }
-    out
 }
 
-/// The tests that did not pass or skip.
+/// The table: one line per test (test, bus, boot), a column per engine; then why each
+/// `n/a` is.
+pub fn table(rows: &[Row]) -> String {
+    let mut engines: Vec<&str> = Vec::new();
+    let mut tests: Vec<&Row> = Vec::new();
+    for r in rows {
+        if !engines.contains(&r.engine.as_str()) {
+            engines.push(&r.engine);
+        }
+        if !tests.iter().any(|t| t.test == r.test) {
+            tests.push(r);
+        }
+    }
+    let mut out = format!("{:<20} {:<22} {:<6}", "test", "bus", "boot");
+    for e in &engines {
+        out.push_str(&format!(" {e:<16}"));
+    }
+    out.push('\n');
+    for t in &tests {
+        out.push_str(&format!(
+            "{:<20} {:<22} {:<6}",
+            t.test,
+            t.bus.as_str(),
+            t.shape.name()
+        ));
+        for e in &engines {
+            let c = rows
+                .iter()
+                .find(|r| r.test == t.test && r.engine == *e)
+                .map_or_else(|| "-".to_string(), cell);
+            out.push_str(&format!(" {c:<16}"));
+        }
+        out.push('\n');
+    }
+    let mut reasons: Vec<String> = Vec::new();
+    for r in rows {
+        if let Some(why) = &r.not_applicable {
+            let line = format!("n/a on {}: {why}", r.engine);
+            if !reasons.contains(&line) {
+                reasons.push(line);
+            }
+        }
+    }
+    for line in reasons {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.trim_end_matches(' ').to_string()
+}
+
+/// The tests that were tried and did not pass or skip.
 pub fn failed(rows: &[Row]) -> Vec<&Row> {
     rows.iter()
+        .filter(|r| r.not_applicable.is_none())
         .filter(|r| !matches!(r.verdict, Some(Verdict::Passed | Verdict::Skipped)))
         .collect()
+}
+
+/// The part of `boot` an engine without legacy persistent memory can run (no e820
+/// tests, no legacy range), and the rows of what it leaves out, with `why`.
+pub fn without_e820(boot: &Boot, engine: &str, why: &str) -> (Boot, Vec<Row>) {
+    let (e820, rest): (Vec<KnownTest>, Vec<KnownTest>) =
+        boot.tests.iter().partition(|t| t.bus == Bus::E820);
+    let rows = e820
+        .iter()
+        .map(|k| Row {
+            test: k.name.into(),
+            engine: engine.into(),
+            not_applicable: Some(why.into()),
+            bus: k.bus,
+            shape: boot.shape,
+            verdict: None,
+            seconds: None,
+        })
+        .collect();
+    (
+        Boot {
+            shape: boot.shape,
+            tests: rest,
+            legacy: false,
+        },
+        rows,
+    )
 }
 
 /// A results directory per boot, under `out`.
@@ -395,7 +485,7 @@ mod tests {
             "daxctl-devices.sh".into(),
         ])
         .unwrap();
-        let rows = rows(&boots[0], &dir);
+        let rows = rows(&boots[0], "nested", &dir);
         let got: Vec<(&str, Option<Verdict>)> =
             rows.iter().map(|r| (r.test.as_str(), r.verdict)).collect();
         assert_eq!(
@@ -421,7 +511,29 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    #[test]
+    fn an_engine_without_legacy_pmem_leaves_the_e820_tests_out_as_not_applicable() {
+        let boots = plan(&["dax-dev".into(), "clear.sh".into(), "pmem-ns".into()]).unwrap();
+        assert_eq!(boots[0].legacy_specs(), ["3G"]);
+        let (qemu, absent) = without_e820(&boots[0], "qemu", "no legacy pmem");
+        assert_eq!(names(&qemu), ["clear.sh", "pmem-ns"]);
+        assert!(qemu.legacy_specs().is_empty());
+        assert!(!qemu.argv().iter().any(|a| a == "dax-dev"));
+        assert_eq!(absent.len(), 1);
+        assert!(failed(&absent).is_empty(), "n/a is not a failure");
+        let mut all = rows(&boots[0], "nested", Path::new("/nonexistent"));
+        all.extend(absent);
+        let t = table(&all);
+        let line = t.lines().find(|l| l.starts_with("dax-dev")).unwrap();
+        assert!(line.contains("not run") && line.contains("n/a"), "{t}");
+        assert!(t.contains("n/a on qemu: no legacy pmem"), "{t}");
+        assert!(
+            t.lines().next().unwrap().contains("nested")
+                && t.lines().next().unwrap().contains("qemu")
+        );
+    }
+
     fn rows_of_nothing(boot: &Boot) -> Vec<Row> {
-        rows(boot, Path::new("/nonexistent/pmemvm-suite"))
+        rows(boot, "nested", Path::new("/nonexistent/pmemvm-suite"))
     }
 }
