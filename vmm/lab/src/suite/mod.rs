@@ -236,6 +236,23 @@ pub fn build_ndctl(src: &Path) -> Result<PathBuf, SuiteError> {
     }
 }
 
+/// The root file system's packages: the suite's list (comma separated) and the build's
+/// runtime packages (one per line) not already in it.
+pub fn package_list(list: &str, runtime: &str) -> String {
+    let mut out: Vec<&str> = list
+        .trim()
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    for p in runtime.lines().map(str::trim).filter(|p| !p.is_empty()) {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out.join(",")
+}
+
 /// The specs of a shape, parsed (they are constants: an error is pmemvm's).
 fn parse_all<T>(specs: &[&str]) -> Result<Vec<T>, SuiteError>
 where
@@ -305,7 +322,7 @@ fn boot_spec(
         },
         command: Some(job),
         stream_console: req.stream_console,
-        console_log: Some(dir.join("console.log")),
+        console_log: Some(dir.with_extension("console.log")),
         timeout: req.timeout,
         gdb: None,
         gdb_wait: false,
@@ -326,7 +343,10 @@ pub fn run_ndctl(
             what: format!("reading {NDCTL_PACKAGES}"),
             source,
         })?;
-    let rootfs = crate::rootfs::resolve("debian", Some(list.trim()))?;
+    // The build's own list of the Debian packages holding the libraries it links (ldd +
+    // dpkg -S on the host), so a newer ndctl's libraries reach the guest too.
+    let runtime = std::fs::read_to_string(tree.join("runtime-packages")).unwrap_or_default();
+    let rootfs = crate::rootfs::resolve("debian", Some(&package_list(&list, &runtime)))?;
     std::fs::create_dir_all(&req.out).map_err(|source| SuiteError::Io {
         what: format!("creating {}", req.out.display()),
         source,
@@ -338,6 +358,11 @@ pub fn run_ndctl(
     };
     for engine in engines(req)? {
         let name = engine.name();
+        let engine_dir = req.out.join(name);
+        std::fs::create_dir_all(&engine_dir).map_err(|source| SuiteError::Io {
+            what: format!("creating {}", engine_dir.display()),
+            source,
+        })?;
         for (i, boot) in boots.iter().enumerate() {
             let (boot, absent) = if engine == Engine::Qemu {
                 ndctl::without_e820(boot, name, QEMU_NO_LEGACY)
@@ -348,7 +373,7 @@ pub fn run_ndctl(
             if boot.tests.is_empty() {
                 continue;
             }
-            let dir = ndctl::boot_dir(&req.out.join(name), i, &boot);
+            let dir = ndctl::boot_dir(&engine_dir, i, &boot);
             let spec = boot_spec(req, engine, &boot, &tree, &rootfs, &dir)?;
             log::info!(
                 "{name}: boot {} of {} ({}): {}",
@@ -359,7 +384,7 @@ pub fn run_ndctl(
             );
             let result = crate::run::run_job(&spec)?;
             if let Ok(json) = serde_json::to_vec_pretty(&result) {
-                let _ = std::fs::write(dir.join("run.json"), json);
+                let _ = std::fs::write(dir.with_extension("run.json"), json);
             }
             let rows = ndctl::rows(&boot, name, &dir.join("ndctl-results"));
             let b = BootOutcome {
@@ -431,6 +456,15 @@ mod tests {
         );
         assert!(!out.join("summary.json").exists());
         let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn the_builds_runtime_packages_join_the_list_once() {
+        assert_eq!(
+            package_list("jq,fio,\n", "libkmod2\nfio\n\nlibuuid1\n"),
+            "jq,fio,libkmod2,libuuid1"
+        );
+        assert_eq!(package_list("jq", ""), "jq");
     }
 
     #[test]

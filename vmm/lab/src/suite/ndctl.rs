@@ -335,7 +335,7 @@ pub fn table(rows: &[Row]) -> String {
         out.push_str(&line);
         out.push('\n');
     }
-    out.trim_end_matches(' ').to_string()
+    out.lines().map(|l| format!("{}\n", l.trim_end())).collect()
 }
 
 /// The tests that were tried and did not pass or skip.
