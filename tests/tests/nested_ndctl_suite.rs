@@ -17,13 +17,14 @@
 //! test did not find what it tests), the table must show it, and the command's status
 //! must be 0. pmem-ns must say it found the ACPI.NFIT provider (not nfit_test).
 //!
-//! The guests have two vCPUs, so the L1s run on the QEMU pmemvm's wrapper installs (10
-//! or newer, `$PMEMVM_QEMU_10` from tests/run.sh, first on the command's PATH): Debian
-//! 12's QEMU 7.2 loses 2-vCPU nested guests' wake-ups (docs/testing.md, "QEMU 7.2 and
-//! nested guests"; a guest of this suite's first run on 7.2 sat with both vCPUs halted).
+//! The guests have one vCPU here (the product's default is two): ndctl's tests run one at
+//! a time, and a 2-vCPU L1 of this emulated platform broke down in most multi-minute boots
+//! of this suite — its halted vCPU not woken with interrupts pending (QEMU 7.2 and 10),
+//! triple faults, a guest whose timer wake-up never came (docs/ndctl-suite.md, "The
+//! platform under the suite"); with one L1 vCPU none of that was seen.
 //!
 //! Skips when QEMU, the guest image, a tool of the L1 preparation or ndctl's source
-//! tree is missing (strict mode fails). Holds two TCG slots while its 2-vCPU L1s run.
+//! tree is missing (strict mode fails). Holds one TCG slot while its L1s run.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -65,8 +66,8 @@ fn ready() -> Result<TcgGuard, Skip> {
         Err(pmemvm_tests::nested::NestedError::Unavailable(s)) => return Err(s),
         Err(e) => panic!("preparing the L1 failed: {e}"),
     }
-    // `--cpus 2`: the nested engine gives the L1 two vCPUs, so the test holds two slots.
-    Ok(pmemvm_tests::tcg::lock_n(2).expect("take two TCG slots"))
+    // `--cpus 1`: the nested engine gives the L1 one vCPU, so the test holds one slot.
+    Ok(pmemvm_tests::tcg::lock_n(1).expect("take a TCG slot"))
 }
 
 /// ndctl's source tree: `$PMEMVM_NDCTL_SRC` or the default; missing is a skip.
@@ -110,17 +111,6 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
             plan.stdout
         );
     }
-    let qemu = require!(pmemvm_tests::nested::find_qemu_10());
-    if let Some(w) = lab::qemu::nested_qemu_warning(&qemu) {
-        panic!(
-            "{}: {w}; set PMEMVM_QEMU_10 to a QEMU 10 (guest-images/lib/qemu-install.sh --unpack DIR prints one)",
-            qemu.display()
-        );
-    }
-    let path = std::env::join_paths(qemu.parent().into_iter().map(PathBuf::from).chain(
-        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
-    ))
-    .expect("a PATH");
     let timeout = BOOT_TIMEOUT_SECS.to_string();
     let started = Instant::now();
     // A triple fault of a 2-vCPU L1 or of the guest in it (TCG's, docs/testing.md) runs
@@ -129,12 +119,11 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
         || {
             let _ = std::fs::remove_dir_all(&out_dir);
             let mut c = Command::new(pmemvm_bin());
-            c.args(["suite", "ndctl", "--engine", "nested", "--cpus", "2"])
+            c.args(["suite", "ndctl", "--engine", "nested", "--cpus", "1"])
                 .args(["--timeout", &timeout, "--src"])
                 .arg(&src)
                 .arg("--out")
                 .arg(&out_dir)
-                .env("PATH", &path)
                 .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir());
             c
         },

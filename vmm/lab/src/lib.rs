@@ -20,7 +20,9 @@
 //!   child process ([`child`]), and its report;
 //! * [`fleet`]: self-describing results, their merge, the Slurm job array;
 //! * [`preflight`], [`kconfig`]: host and kernel checks before anything slow;
-//! * [`modules`]: the user's own kernel modules (`--modules`), packed for the guest.
+//! * [`modules`]: the user's own kernel modules (`--modules`), packed for the guest;
+//! * [`suite`]: other projects' test suites in the guest (ndctl's), with their table;
+//! * [`source_tree`]: the scripts of pmemvm's source tree the binary runs.
 //!
 //! The `pmemvm` binary (`vmm/cli/`) parses the command line and calls into
 //! this crate and the core.
@@ -43,6 +45,7 @@ pub mod report;
 pub mod results;
 pub mod rootfs;
 pub mod run;
+pub mod source_tree;
 pub mod suite;
 pub mod threads;
 pub mod transfer;

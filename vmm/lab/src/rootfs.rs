@@ -117,17 +117,7 @@ pub fn check_choice(choice: &str, packages: Option<&str>) -> Result<(), RootfsEr
 
 /// `guest-images/rootfs-debian.sh` of the source tree above this binary.
 fn build_script() -> Result<PathBuf, RootfsError> {
-    let start = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-        .unwrap_or_default();
-    start
-        .ancestors()
-        .map(|d| d.join(BUILD_SCRIPT))
-        .find(|p| p.is_file())
-        .ok_or_else(|| RootfsError::NoScript {
-            start: start.clone(),
-        })
+    crate::source_tree::find(BUILD_SCRIPT).map_err(|start| RootfsError::NoScript { start })
 }
 
 /// The image of `--rootfs CHOICE`: `debian` is built (or found in its cache),

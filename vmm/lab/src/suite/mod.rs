@@ -151,15 +151,7 @@ impl NdctlOutcome {
 
 /// `rel` in the source tree above this executable.
 pub fn source_file(rel: &'static str) -> Result<PathBuf, SuiteError> {
-    let start = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-        .unwrap_or_default();
-    start
-        .ancestors()
-        .map(|d| d.join(rel))
-        .find(|p| p.is_file())
-        .ok_or(SuiteError::NoScript { rel, start })
+    crate::source_tree::find(rel).map_err(|start| SuiteError::NoScript { rel, start })
 }
 
 /// Why the e820 tests do not run on QEMU's engine.
