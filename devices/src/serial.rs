@@ -240,6 +240,16 @@ impl BusDevice for SerialDevice {
     }
 }
 
+impl crate::interrupt_line::InterruptLine for SerialDevice {
+    fn unanswered(&self) -> Option<Duration> {
+        SerialDevice::unanswered(self)
+    }
+
+    fn raise_again(&self) -> std::io::Result<()> {
+        SerialDevice::raise_again(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -125,6 +125,8 @@ pub struct AttachedDisk {
     pub readonly: bool,
     /// Its counters.
     pub stats: Arc<BlockStats>,
+    /// Its interrupt, for the lost-interrupt watch.
+    pub line: crate::lost_interrupt::Line,
 }
 
 /// Puts each disk on `mmio` with an interrupt from `irq(gsi)`.
@@ -149,13 +151,19 @@ pub fn attach_all(
         )?;
         let stats = block.stats();
         let evt = irq(gsi).map_err(attach)?;
-        let dev = MmioTransport::new(block, mem.clone(), evt)?;
-        mmio.insert(Arc::new(Mutex::new(dev)), mmio_base(i), MMIO_DEVICE_SIZE)
+        let dev = Arc::new(Mutex::new(MmioTransport::new(block, mem.clone(), evt)?));
+        mmio.insert(dev.clone(), mmio_base(i), MMIO_DEVICE_SIZE)
             .map_err(|e| attach(e.to_string()))?;
+        let line = crate::lost_interrupt::Line {
+            name: format!("virtio disk {i} ({})", d.spec.path.display()),
+            irq: gsi,
+            device: dev,
+        };
         attached.push(AttachedDisk {
             path: d.spec.path,
             readonly: d.spec.readonly,
             stats,
+            line,
         });
     }
     Ok(attached)

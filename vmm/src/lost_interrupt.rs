@@ -1,10 +1,11 @@
-//! The lost-interrupt watch. A UART interrupt the guest has not answered
-//! while every vCPU is idle (halted with interrupts on) was lost between
+//! The lost-interrupt watch. A UART's or virtio disk's interrupt the guest has
+//! not answered (a UART's IIR not read, a disk's interrupt status not
+//! acknowledged) while every vCPU is idle (halted with interrupts on) was lost between
 //! pmemvm's irqfd and the guest: an idle vCPU takes a deliverable interrupt
 //! at once. That happens below pmemvm, in the host's KVM or its CPU
 //! virtualization (seen with KVM on a TCG-emulated SVM: a guest that had
 //! finished its command sat idle, its status line never sent, until
-//! `--timeout`). Every [`TICK`] the run's loop asks each UART how long its
+//! `--timeout`; a virtio disk's completion is watched the same way). Every [`TICK`] the run's loop asks each device how long its
 //! interrupt has waited; past [`GRACE`] it reads the vCPUs, and with all of
 //! them idle it signals the line again (a dropped edge recovers so) and, if
 //! the interrupt is still unanswered [`GRACE`] after that with the guest
@@ -16,25 +17,34 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use devices::exit::{ExitNotifier, ExitRequest};
-use devices::serial::SerialDevice;
+use devices::interrupt_line::InterruptLine;
 use event_manager::{EventOps, EventSet, Events, MutEventSubscriber};
 use vmm_sys_util::timerfd::TimerFd;
 
-/// How often the loop asks the UARTs.
+/// How often the loop asks the devices.
 pub const TICK: Duration = Duration::from_secs(5);
 /// How long an interrupt may wait before the vCPUs are read, and how long
 /// after it was raised again before the run ends.
 pub const GRACE: Duration = Duration::from_secs(10);
 
-/// One watched UART.
-#[derive(Debug)]
-pub struct Uart {
-    /// Its guest name ("ttyS1").
-    pub name: &'static str,
+/// One watched device: a UART or a virtio disk.
+#[derive(Clone)]
+pub struct Line {
+    /// Its name for the user ("ttyS1", "virtio disk 0 (rootfs.img)").
+    pub name: String,
     /// Its ISA interrupt line.
     pub irq: u32,
     /// The device.
-    pub device: Arc<Mutex<SerialDevice>>,
+    pub device: Arc<Mutex<dyn InterruptLine + Send>>,
+}
+
+impl std::fmt::Debug for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Line")
+            .field("name", &self.name)
+            .field("irq", &self.irq)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Sets a flag every [`TICK`] for the run's loop (which can read the vCPUs).
@@ -69,7 +79,7 @@ impl MutEventSubscriber for Ticker {
     }
 }
 
-/// What to do about one UART's waiting interrupt.
+/// What to do about one device's waiting interrupt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     /// Nothing yet.
@@ -91,28 +101,28 @@ pub fn decide(idle: bool, raised_again: Option<Instant>, now: Instant) -> Step {
     }
 }
 
-/// The UARTs and when each one's waiting interrupt was raised again.
+/// The devices and when each one's waiting interrupt was raised again.
 #[derive(Debug)]
 pub struct InterruptWatch {
-    uarts: Vec<Uart>,
+    lines: Vec<Line>,
     raised_again: Vec<Option<Instant>>,
 }
 
 impl InterruptWatch {
-    /// Watches `uarts`.
-    pub fn new(uarts: Vec<Uart>) -> Self {
-        let raised_again = vec![None; uarts.len()];
+    /// Watches `lines`.
+    pub fn new(lines: Vec<Line>) -> Self {
+        let raised_again = vec![None; lines.len()];
         Self {
-            uarts,
+            lines,
             raised_again,
         }
     }
 
-    /// The UARTs whose interrupt has waited [`GRACE`] or more, with how long
-    /// (a UART that was answered starts over).
+    /// The devices whose interrupt has waited [`GRACE`] or more, with how long
+    /// (a device that was answered starts over).
     pub fn overdue(&mut self) -> Vec<(usize, Duration)> {
         let mut late = Vec::new();
-        for (i, u) in self.uarts.iter().enumerate() {
+        for (i, u) in self.lines.iter().enumerate() {
             let waited = u.device.lock().ok().and_then(|d| d.unanswered());
             match waited {
                 Some(w) if w >= GRACE => late.push((i, w)),
@@ -123,7 +133,7 @@ impl InterruptWatch {
         late
     }
 
-    /// Acts on the `overdue` UARTs given whether every vCPU is `idle`:
+    /// Acts on the `overdue` devices given whether every vCPU is `idle`:
     /// signals lines again (with a warning) and returns the sentence that
     /// ends the run when one is lost (`vcpus`: where each vCPU was).
     pub fn judge(
@@ -134,7 +144,7 @@ impl InterruptWatch {
     ) -> Option<String> {
         let now = Instant::now();
         for &(i, waited) in overdue {
-            let (Some(u), Some(again)) = (self.uarts.get(i), self.raised_again.get(i).copied())
+            let (Some(u), Some(again)) = (self.lines.get(i), self.raised_again.get(i).copied())
             else {
                 continue;
             };
@@ -165,7 +175,7 @@ impl InterruptWatch {
 }
 
 fn lost_sentence(
-    u: &Uart,
+    u: &Line,
     waited: Duration,
     again: Option<Instant>,
     now: Instant,
@@ -186,7 +196,7 @@ fn lost_sentence(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devices::serial::LostInterrupts;
+    use devices::serial::{LostInterrupts, SerialDevice};
     use vmm_sys_util::eventfd::EventFd;
 
     #[test]
@@ -205,8 +215,8 @@ mod tests {
         let dev = SerialDevice::new(irq.try_clone().unwrap(), Box::new(std::io::sink()));
         dev.lose_interrupts(LostInterrupts::Once(1));
         let device = Arc::new(Mutex::new(dev));
-        let mut watch = InterruptWatch::new(vec![Uart {
-            name: "ttyS1",
+        let mut watch = InterruptWatch::new(vec![Line {
+            name: "ttyS1".into(),
             irq: 3,
             device: device.clone(),
         }]);

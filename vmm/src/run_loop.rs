@@ -175,7 +175,9 @@ impl Vm {
         let ticker = crate::lost_interrupt::Ticker::new(watch_due.clone(), exit.clone())
             .map_err(io_err("starting the lost-interrupt watch"))?;
         events.add_subscriber(Box::new(ticker));
-        let mut watch = crate::lost_interrupt::InterruptWatch::new(self.serial.watched());
+        let mut lines = self.serial.watched();
+        lines.extend(self.disks.iter().map(|d| d.line.clone()));
+        let mut watch = crate::lost_interrupt::InterruptWatch::new(lines);
         if let (Some(lost), Ok(com2)) =
             (opts.faults.channel_interrupts_lost, self.serial.com2.lock())
         {

@@ -62,6 +62,9 @@ pub struct MmioTransport<D: VirtioDevice> {
     driver_features: u64,
     status: u32,
     interrupt_status: u32,
+    /// When `interrupt_status` last went from clear to set (the guest has not
+    /// acknowledged it since); for the VMM's lost-interrupt watch.
+    raised_at: Option<std::time::Instant>,
     /// Set when the driver broke the protocol; the device then ignores the
     /// queues until it is reset (the guest sees DEVICE_NEEDS_RESET).
     needs_reset: bool,
@@ -107,6 +110,7 @@ impl<D: VirtioDevice> MmioTransport<D> {
             driver_features: 0,
             status: 0,
             interrupt_status: 0,
+            raised_at: None,
             needs_reset: false,
         })
     }
@@ -136,6 +140,7 @@ impl<D: VirtioDevice> MmioTransport<D> {
         self.driver_features = 0;
         self.status = 0;
         self.interrupt_status = 0;
+        self.raised_at = None;
         self.needs_reset = false;
     }
 
@@ -209,6 +214,9 @@ impl<D: VirtioDevice> MmioTransport<D> {
         }
         let notify = queue.needs_notification(&self.mem).unwrap_or(true);
         if notify {
+            if self.interrupt_status == 0 {
+                self.raised_at = Some(std::time::Instant::now());
+            }
             self.interrupt_status |= VIRTIO_MMIO_INT_VRING;
             if let Err(e) = self.irq.write(1) {
                 log::warn!("virtio-mmio: raising the interrupt failed: {e}");
@@ -303,7 +311,12 @@ impl<D: VirtioDevice> MmioTransport<D> {
                 self.configure_queue(|q| q.set_used_ring_address(None, Some(value)));
             }
             VIRTIO_MMIO_QUEUE_NOTIFY => self.notify(value),
-            VIRTIO_MMIO_INTERRUPT_ACK => self.interrupt_status &= !value,
+            VIRTIO_MMIO_INTERRUPT_ACK => {
+                self.interrupt_status &= !value;
+                if self.interrupt_status == 0 {
+                    self.raised_at = None;
+                }
+            }
             VIRTIO_MMIO_STATUS => self.set_status(value),
             _ => {}
         }
@@ -318,6 +331,19 @@ fn low32(v: u64) -> u32 {
 fn register(offset: u64, len: usize) -> Option<u32> {
     let off = u32::try_from(offset).ok()?;
     (len == 4 && off % 4 == 0 && off < VIRTIO_MMIO_CONFIG).then_some(off)
+}
+
+impl<D: VirtioDevice> crate::interrupt_line::InterruptLine for MmioTransport<D> {
+    fn unanswered(&self) -> Option<std::time::Duration> {
+        (self.interrupt_status != 0)
+            .then_some(self.raised_at)
+            .flatten()
+            .map(|t| t.elapsed())
+    }
+
+    fn raise_again(&self) -> std::io::Result<()> {
+        self.irq.write(1)
+    }
 }
 
 impl<D: VirtioDevice> BusDevice for MmioTransport<D> {

@@ -78,3 +78,27 @@ fn queue_registers_are_frozen_once_ready_and_the_interrupt_is_acked() {
     e.request(VIRTIO_BLK_T_IN, 0, 512, true);
     assert_eq!(e.used_idx(), 0, "a queue of invalid size is not used");
 }
+
+#[test]
+fn an_unacknowledged_interrupt_is_unanswered_until_acked_and_can_be_raised_again() {
+    use crate::interrupt_line::InterruptLine;
+    let mut d = Driver::ready(8192, false);
+    assert_eq!(d.dev.unanswered(), None, "nothing raised yet");
+    d.request(VIRTIO_BLK_T_IN, 0, 512, true);
+    assert_eq!(d.irq.read().unwrap(), 1, "the completion raised the line");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let waited = d.dev.unanswered().expect("raised, not acknowledged");
+    assert!(waited >= std::time::Duration::from_millis(20), "{waited:?}");
+    // A second completion before the acknowledgement keeps the first time.
+    d.request(VIRTIO_BLK_T_IN, 0, 512, true);
+    assert!(d.dev.unanswered().unwrap() >= waited);
+    let _ = d.irq.read();
+    d.dev.raise_again().unwrap();
+    assert_eq!(d.irq.read().unwrap(), 1, "signalled again");
+    assert!(
+        d.dev.unanswered().unwrap() >= waited,
+        "the first time is kept"
+    );
+    reg_write(&mut d.dev, 0x64, 1);
+    assert_eq!(d.dev.unanswered(), None, "acknowledged");
+}

@@ -53,12 +53,13 @@ impl SerialPorts {
     }
 
     /// Both ports, as the lost-interrupt watch names them.
-    pub fn watched(&self) -> Vec<crate::lost_interrupt::Uart> {
-        let uart = |name, irq, device: &Arc<Mutex<SerialDevice>>| crate::lost_interrupt::Uart {
-            name,
-            irq,
-            device: device.clone(),
-        };
+    pub fn watched(&self) -> Vec<crate::lost_interrupt::Line> {
+        let uart =
+            |name: &str, irq, device: &Arc<Mutex<SerialDevice>>| crate::lost_interrupt::Line {
+                name: name.into(),
+                irq,
+                device: device.clone(),
+            };
         vec![
             uart("ttyS0", layout::COM1_IRQ, &self.com1),
             uart("ttyS1", layout::COM2_IRQ, &self.com2),
