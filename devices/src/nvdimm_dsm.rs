@@ -89,6 +89,7 @@ use crate::nvdimm_health::{self as health, HEALTH_FUNCTIONS};
 use crate::nvdimm_labels::{get_label_data, set_label_data};
 pub use crate::nvdimm_labels::{FileLabels, LabelStorage};
 use crate::nvdimm_media::DimmMedia;
+use crate::platform_events::{dimm_health, PlatformEvents};
 
 /// The NFIT device handle the root device's `_DSM` puts in its requests
 /// (no DIMM has it: DIMM handles are 1..=256).
@@ -121,6 +122,9 @@ pub struct DsmHandler<L: LabelStorage = FileLabels> {
     stats: DsmStats,
     /// Calls addressed to each known DIMM, by handle.
     calls_by_handle: BTreeMap<u32, AtomicU64>,
+    /// Where a DIMM's health notification (0x81) is raised, and each DIMM's
+    /// event index by handle ([`Self::notify_health_on`]).
+    health_events: Option<(Arc<PlatformEvents>, BTreeMap<u32, usize>)>,
 }
 
 impl<L: LabelStorage> Default for DsmHandler<L> {
@@ -156,6 +160,38 @@ impl<L: LabelStorage> DsmHandler<L> {
             root: None,
             stats: DsmStats::default(),
             calls_by_handle: BTreeMap::new(),
+            health_events: None,
+        }
+    }
+
+    /// Raises DIMM `index`'s health event on `events` (`Notify (NVxx, 0x81)`,
+    /// through the GED) when the guest's own set-threshold or SMART-inject
+    /// call leaves the DIMM with something to report — an enabled alarm
+    /// tripped, a health status other than healthy, a dirty last shutdown —
+    /// as a DIMM's firmware signals a health event (and as the kernel's
+    /// nfit_test does after those calls): `ndctl monitor` then reads the
+    /// SMART data again. `index_by_handle`: each DIMM's position.
+    pub fn notify_health_on(
+        &mut self,
+        events: Arc<PlatformEvents>,
+        index_by_handle: BTreeMap<u32, usize>,
+    ) {
+        self.health_events = Some((events, index_by_handle));
+    }
+
+    /// After a successful health-changing call on DIMM `handle`.
+    fn health_changed(&self, handle: u32, media: &DimmMedia, reply: &[u8]) {
+        let ok = reply.get(..4) == Some(&health::STATUS_SUCCESS.to_le_bytes()[..]);
+        let Some((events, index)) = &self.health_events else {
+            return;
+        };
+        if !ok || !health::notable(&media.state()) {
+            return;
+        }
+        if let Some(bit) = index.get(&handle).copied().and_then(dimm_health) {
+            if let Err(e) = events.raise(bit) {
+                log::warn!("raising NVDIMM {handle:#x}'s health event failed: {e}");
+            }
         }
     }
 
@@ -315,8 +351,16 @@ impl<L: LabelStorage> DsmHandler<L> {
             (FUNC_SET_LABEL_DATA, _) => set_label_data(&self.stats, dimm, input),
             (health::FUNC_SMART, Some(m)) => Reply::Raw(health::smart(&m.state())),
             (health::FUNC_SMART_THRESHOLD, Some(m)) => Reply::Raw(health::threshold(&m.state())),
-            (health::FUNC_SET_THRESHOLD, Some(m)) => Reply::Raw(health::set_threshold(m, input)),
-            (health::FUNC_SMART_INJECT, Some(m)) => Reply::Raw(health::inject(m, input)),
+            (health::FUNC_SET_THRESHOLD, Some(m)) => {
+                let reply = health::set_threshold(m, input);
+                self.health_changed(m.handle, m, &reply);
+                Reply::Raw(reply)
+            }
+            (health::FUNC_SMART_INJECT, Some(m)) => {
+                let reply = health::inject(m, input);
+                self.health_changed(m.handle, m, &reply);
+                Reply::Raw(reply)
+            }
             _ => Reply::Status(DsmStatus::NotSupported),
         }
     }

@@ -362,3 +362,43 @@ fn health_and_root_dispatch() {
     page[12..16].copy_from_slice(&5000u32.to_le_bytes());
     assert_eq!(call(&h, &mut page), vec![2, 0, 0, 0]);
 }
+
+#[test]
+fn a_guest_call_that_trips_an_alarm_or_injects_raises_the_dimms_health_event() {
+    use crate::platform_events::{dimm_health, PlatformEvents};
+    use vmm_sys_util::eventfd::EventFd;
+    let irq = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+    let events = Arc::new(PlatformEvents::new(irq.try_clone().unwrap()));
+    let mut h = with_media();
+    // DIMM handle 3 is the guest's second DIMM (index 1).
+    h.notify_health_on(events.clone(), [(1, 0), (3, 1)].into_iter().collect());
+    let thresholds = |control: u16, spares: u8, mtemp_c: u16| {
+        let mut v = control.to_le_bytes().to_vec();
+        v.push(spares);
+        v.extend_from_slice(&(mtemp_c * 16).to_le_bytes());
+        v.extend_from_slice(&(85u16 * 16).to_le_bytes());
+        v
+    };
+    // Media temperature alarm enabled with its threshold above the media's 25 °C: quiet.
+    let out = call(&h, &mut request(3, 2, 17, &thresholds(2, 10, 60)));
+    assert_eq!(status(&out), 0);
+    assert!(irq.read().is_err(), "nothing to report, no event");
+    assert_eq!(events.take(), 0);
+    // Threshold below the media temperature: the alarm trips, DIMM index 1 is notified.
+    assert_eq!(
+        status(&call(&h, &mut request(3, 2, 17, &thresholds(2, 10, 12)))),
+        0
+    );
+    assert_eq!(irq.read().unwrap(), 1);
+    assert_eq!(events.take(), dimm_health(1).unwrap());
+    // An unsafe-shutdown injection on DIMM handle 1 (index 0).
+    let mut inj = 8u64.to_le_bytes().to_vec();
+    inj.extend_from_slice(&[0, 0, 0, 0, 0, 0, 1]);
+    assert_eq!(status(&call(&h, &mut request(1, 2, 18, &inj))), 0);
+    assert_eq!(events.take(), dimm_health(0).unwrap());
+    // A refused call raises nothing.
+    let _ = irq.read();
+    assert_eq!(status(&call(&h, &mut request(1, 2, 18, &[0; 3]))), 3);
+    assert!(irq.read().is_err());
+    assert_eq!(events.take(), 0);
+}

@@ -37,7 +37,8 @@ pub const FUNC_SMART_INJECT: u32 = 18;
 pub const HEALTH_FUNCTIONS: u32 =
     1 << FUNC_SMART | 1 << FUNC_SMART_THRESHOLD | 1 << FUNC_SET_THRESHOLD | 1 << FUNC_SMART_INJECT;
 
-const STATUS_SUCCESS: u32 = 0;
+/// The status of a call that succeeded.
+pub const STATUS_SUCCESS: u32 = 0;
 const STATUS_INVALID_INPUT: u32 = 3;
 const STATUS_HW_ERROR: u32 = 4;
 
@@ -158,6 +159,14 @@ pub fn smart(s: &MediaState) -> Vec<u8> {
     out[20..24].copy_from_slice(&s.shutdown_count.to_le_bytes());
     out[35] = u8::from(s.has(FLAG_LAST_SHUTDOWN_DIRTY));
     out
+}
+
+/// Whether the DIMM has something to report (an enabled alarm tripped, a
+/// health status other than healthy, a dirty last shutdown): what makes a
+/// DIMM raise its health event (0x81).
+pub fn notable(s: &MediaState) -> bool {
+    let out = smart(s);
+    out[12] != 0 || out[15] != 0 || out[35] != 0
 }
 
 /// Function 2's output for `s`.

@@ -146,6 +146,39 @@ dmesg >"$results/dmesg-before.txt" 2>&1 || true
 status=0
 segment=0
 names=""
+# While a `meson test` runs, every PMEMVM_NDCTL_WATCH seconds (default 120) the processes
+# that are not sleeping interruptibly (D, R), and each test script's children, with their
+# kernel stacks, go to the console and to $results/watch.txt: a test that stops making
+# progress says where it waits.
+watch_tests() {
+    n=0
+    nap=""
+    # Its sleep ends with it (an orphaned sleep would hold the console pipe open).
+    trap 'kill $nap 2>/dev/null; exit 0' TERM
+    while :; do
+        sleep "${PMEMVM_NDCTL_WATCH:-120}" &
+        nap=$!
+        wait "$nap"
+        n=$((n + ${PMEMVM_NDCTL_WATCH:-120}))
+        {
+            echo "ndctl-suite.sh: meson test still running after $n s; processes waiting:"
+            for p in /proc/[0-9]*; do
+                pid=${p#/proc/}
+                [ "$pid" != $$ ] || continue
+                st=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "$p/status" 2>/dev/null)
+                cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-160)
+                [ -n "$cmd" ] || continue
+                case "$st:$cmd" in
+                    D:*|R:*|*/test/*|*ndctl*|*daxctl*|*sleep*) ;;
+                    *) continue ;;
+                esac
+                echo "  $pid $st wchan=$(cat "$p/wchan" 2>/dev/null) $cmd"
+                sed 's/^/      /' "$p/stack" 2>/dev/null | head -n 12
+            done
+        } >>"$results/watch.txt" 2>&1
+        tail -n 200 "$results/watch.txt" | sed -n '/still running after '"$n"' s/,$p'
+    done
+}
 run_tests() {
     segment=$((segment + 1))
     out="$results/meson-$segment"
@@ -153,8 +186,12 @@ run_tests() {
     rm -f "$fixed/build/meson-logs/testlog"*
     t0=$(date +%s)
     # shellcheck disable=SC2086 # meson test names are single words
+    watch_tests &
+    watcher=$!
     (cd "$fixed/build" && meson test -C . --no-rebuild --print-errorlogs \
         --timeout-multiplier "${PMEMVM_NDCTL_TIMEOUT_MULTIPLIER:-3}" $names) && st=0 || st=$?
+    kill "$watcher" 2>/dev/null || true
+    wait "$watcher" 2>/dev/null || true
     echo "ndctl-suite.sh: meson test${names:- (the whole suite)} took $(( $(date +%s) - t0 )) s, status $st"
     for f in testlog.junit.xml testlog.txt testlog.json; do
         [ ! -f "$fixed/build/meson-logs/$f" ] || cp "$fixed/build/meson-logs/$f" "$out/"

@@ -229,6 +229,15 @@ pub fn install(
         handler.add_media(n.media.clone());
     }
     handler.enable_root();
+    if let Some(events) = &events {
+        let index = desc
+            .nvdimms
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.handle, i))
+            .collect();
+        handler.notify_health_on(events.clone(), index);
+    }
     let handler = Arc::new(handler);
     pio.insert(
         Arc::new(std::sync::Mutex::new(DsmDoorbell {
