@@ -110,6 +110,29 @@ dmesg | awk -v now="$now" -v back="$back" '
     if [ "$rev" = 1 ]; then tac; else cat; fi
 JOURNAL
 chmod +x "$shim/journalctl"
+
+# dax.sh (dax-ext4.sh, dax-xfs.sh) counts PMD faults with `trace-cmd record` then `trace-cmd
+# report`. Debian 12's trace-cmd 3.1.6 writes zstd-compressed trace files by default and then
+# cannot read them ("libtracecmd: Unsupported file compression", "error reading header for
+# trace.dat": reproduced with `trace-cmd record -e sched:sched_switch sleep 1; trace-cmd
+# report` in this root file system). A `trace-cmd` first in PATH records uncompressed
+# (`--compression none`, which its report reads); every other use goes to it unchanged.
+real_trace_cmd=$(command -v trace-cmd || true)
+if [ -n "$real_trace_cmd" ]; then
+    cat >"$shim/trace-cmd" <<TRACECMD
+#!/bin/sh
+# pmemvm's ndctl-suite.sh: Debian 12's trace-cmd cannot report its own compressed files.
+if [ "\${1:-}" = record ]; then
+    shift
+    case " \$* " in
+        *" --compression"*) exec $real_trace_cmd record "\$@" ;;
+        *) exec $real_trace_cmd record --compression none "\$@" ;;
+    esac
+fi
+exec $real_trace_cmd "\$@"
+TRACECMD
+    chmod +x "$shim/trace-cmd"
+fi
 export PATH="$shim:$PATH"
 
 # The kernel's /lib/modules/$(uname -r)/modules.builtin: the guest's init binds the
