@@ -1,13 +1,11 @@
 //! ndctl's own test suite (upstream ndctl v81, unmodified) judges pmemvm's NVDIMMs,
-//! through the product as a user types it: `pmemvm suite ndctl --engine nested --src
-//! TREE` — ndctl built on the host, every test of the command's default plan run by
-//! `meson test` in a Debian guest under pmemvm nested, in the boots the plan shapes for
-//! them:
+//! through the product as a user types it: `pmemvm suite ndctl --engine nested --src TREE
+//! TEST...` — ndctl built on the host, `meson test` in a Debian guest under pmemvm nested,
+//! in the boots the command's plan shapes for the tests:
 //!
 //! - the destructive ACPI.NFIT tests on pmemvm's NVDIMMs (`pmem-ns`, `sub-section.sh`,
-//!   `align.sh`, `dm.sh`, `daxctl-devices.sh`);
-//! - the e820 tests on `--pmem-legacy` (`dax-dev`, `dax-ext4.sh`, `dax-xfs.sh`,
-//!   `mmap.sh`, `device-dax`, `revoke-devmem`, `device-dax-fio.sh`);
+//!   `daxctl-devices.sh`);
+//! - the e820 tests on `--pmem-legacy` (`dax-ext4.sh`, `dax-xfs.sh`, `device-dax`);
 //! - ndctl's error scripts, written for the kernel's nfit_test, pointed at pmemvm's
 //!   ACPI.NFIT bus at run time (`clear.sh`, `pmem-errors.sh`, `inject-error.sh`,
 //!   `inject-smart.sh`, `monitor.sh`): ARS, error injection, clear, SMART and the
@@ -21,9 +19,9 @@
 //!
 //! The guests have one vCPU here (the product's default is two): ndctl's tests run one at
 //! a time, and a 2-vCPU L1 of this emulated platform broke down in most multi-minute boots
-//! of this suite — its halted vCPU not woken with interrupts pending (QEMU 7.2 and 10),
-//! triple faults, a guest whose timer wake-up never came (docs/ndctl-suite.md, "The
-//! platform under the suite"); with one L1 vCPU none of that was seen.
+//! of this suite — its halted vCPU not woken with interrupts pending, a triple fault, a
+//! guest whose timer wake-up never came (docs/ndctl-suite.md, "The platform under the
+//! suite"); with one L1 vCPU, of those, none was seen.
 //!
 //! Skips when QEMU, the guest image, a tool of the L1 preparation or ndctl's source
 //! tree is missing (strict mode fails). Holds one TCG slot while its L1s run.
@@ -37,8 +35,12 @@ use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
 use pmemvm_tests::tcg::TcgGuard;
 
-/// What the issue of this tier names, at the least; every other test of the plan must
-/// pass too.
+/// The tests this tier runs (every one in the command's default plan) and wants passed: the
+/// destructive ACPI.NFIT tests that need no large DIMM, the e820 DAX file-system and
+/// device-dax tests, daxctl's memory hot-plug, and ndctl's error scripts on pmemvm's bus.
+/// The plan's other tests (`align.sh`, `dm.sh`, `mmap.sh`, `revoke-devmem`,
+/// `device-dax-fio.sh`, `dax-dev` on its own) are left to `pmemvm suite ndctl` on demand:
+/// CI's time, and docs/ndctl-suite.md has their results and causes.
 const MUST_PASS: [&str; 10] = [
     "pmem-ns",
     "sub-section.sh",
@@ -124,6 +126,11 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
             plan.stdout
         );
     }
+    let chosen: Vec<&str> = MUST_PASS
+        .iter()
+        .chain(NFIT_TEST_ONLY.iter().map(|(t, _)| t))
+        .copied()
+        .collect();
     let timeout = BOOT_TIMEOUT_SECS.to_string();
     let started = Instant::now();
     // A triple fault of a 2-vCPU L1 or of the guest in it (TCG's, docs/testing.md) runs
@@ -137,6 +144,7 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
                 .arg(&src)
                 .arg("--out")
                 .arg(&out_dir)
+                .args(&chosen)
                 .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir());
             c
         },
@@ -166,14 +174,14 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
     };
     assert_eq!(
         rows.len(),
-        planned.len(),
-        "one row per planned test\n{}",
+        chosen.len(),
+        "one row per chosen test\n{}",
         out.dump()
     );
-    for name in &planned {
+    for name in &chosen {
         let row = rows
             .iter()
-            .find(|r| r["test"] == name.as_str())
+            .find(|r| r["test"] == *name)
             .unwrap_or_else(|| panic!("{name} has no row in summary.json\n{}", out.dump()));
         if let Some((_, marker)) = NFIT_TEST_ONLY.iter().find(|(t, _)| t == name) {
             assert_eq!(row["verdict"], "failure", "{name}: {row}\n{}", logs());
@@ -194,7 +202,7 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
         let line = out
             .stdout
             .lines()
-            .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+            .find(|l| l.split_whitespace().next() == Some(*name))
             .unwrap_or_else(|| panic!("{name} is not in the table:\n{}", out.stdout));
         assert!(line.contains("pass ("), "{line}");
     }
