@@ -27,6 +27,7 @@ pub mod cpu_state;
 pub mod dimm;
 pub mod dimm_fault;
 pub mod disk;
+pub mod dma_memory;
 pub mod dump;
 pub mod exit_owner;
 pub mod exit_status;

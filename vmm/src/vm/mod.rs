@@ -78,6 +78,9 @@ pub enum VmError {
     /// A `--disk` file.
     #[error(transparent)]
     Disk(#[from] crate::disk::DiskError),
+    /// The disks' view of guest memory.
+    #[error(transparent)]
+    DmaMemory(#[from] crate::dma_memory::DmaMemoryError),
     /// Backing files of legacy persistent memory.
     #[error(transparent)]
     LegacyBacking(#[from] backing::LegacyBackingError),
@@ -145,6 +148,7 @@ impl VmError {
             Self::LegacyBacking(e) => e.is_usage(),
             Self::Media(e) => e.is_usage(),
             Self::Disk(e) => e.is_usage(),
+            Self::DmaMemory(_) => false,
             Self::Huge(e) => e.is_usage(),
             Self::Record(e) => e.is_usage(),
             Self::Placement(e) => !matches!(
@@ -482,7 +486,15 @@ impl Vm {
             mut mmio,
             serial,
         } = buses::platform(config, &vm_fd, &exit, &nvdimms, !legacy_pmem.is_empty())?;
-        let disks = crate::disk::attach_all(open_disks, &mem, &mut mmio, |gsi| {
+        // The disks reach the NVDIMMs and legacy ranges too (DMA to and from DAX pages).
+        let dma_mem = crate::dma_memory::with_pmem(
+            &mem,
+            nvdimms
+                .iter()
+                .map(|n| (n.base, &n.mapping))
+                .chain(legacy_pmem.iter().map(|l| (l.base, &l.mapping))),
+        )?;
+        let disks = crate::disk::attach_all(open_disks, &dma_mem, &mut mmio, |gsi| {
             irq(gsi).map_err(|e| e.to_string())
         })?;
         // The GED's line and register, when there is a DIMM to notify about.
