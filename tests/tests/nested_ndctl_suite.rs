@@ -62,6 +62,12 @@ const NFIT_TEST_ONLY: [(&str, &str); 1] = [(
     "inject-smart.sh",
     "printf: ok: invalid number",
 )];
+/// Tests with a check of speed that an emulated CPU can miss, with the line it prints then:
+/// they must pass or fail exactly there (any other failure fails here). `device-dax` checks
+/// that the device-dax mapping is cacheable by timing a loop over 8 KiB against 30.7 ms; under
+/// nested TCG beside another TCG guest it took 32.7 ms, after every functional step of it
+/// (O_DIRECT from and to the mapping, remap, poison, soft offline) had passed.
+const SPEED_ON_EMULATION: [(&str, &str); 1] = [("device-dax", "verify loop took too long")];
 /// Each boot's limit (pmemvm's `--timeout`); meson gives each test 600 s × 3.
 const BOOT_TIMEOUT_SECS: u64 = 2400;
 /// Two boots, each with its L1's boot, the ndctl build and the root file system.
@@ -183,6 +189,18 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
             .iter()
             .find(|r| r["test"] == *name)
             .unwrap_or_else(|| panic!("{name} has no row in summary.json\n{}", out.dump()));
+        if let Some((_, marker)) = SPEED_ON_EMULATION.iter().find(|(t, _)| t == name) {
+            if row["verdict"] != "passed" {
+                assert_eq!(row["verdict"], "failure", "{name}: {row}\n{}", logs());
+                assert!(
+                    logs().contains(marker),
+                    "{name} failed, and not at its check of speed ({marker}):\n{}",
+                    logs()
+                );
+                eprintln!("{name}: failed at its check of speed only ({marker}): the emulated CPU");
+            }
+            continue;
+        }
         if let Some((_, marker)) = NFIT_TEST_ONLY.iter().find(|(t, _)| t == name) {
             assert_eq!(row["verdict"], "failure", "{name}: {row}\n{}", logs());
             assert!(
