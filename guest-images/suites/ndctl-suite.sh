@@ -53,6 +53,10 @@ rm -rf "$fixed"
 cp -a "$tree/." "$fixed"
 rm -f "$fixed/build/meson-logs/testlog"*
 
+# The commands this script puts first in PATH for the tests (below).
+shim=/var/tmp/pmemvm-ndctl-shim
+mkdir -p "$shim"
+
 if [ -n "$bus" ]; then
     common="$fixed/src/test/common"
     sed -i "s/^NFIT_TEST_BUS0=.*/NFIT_TEST_BUS0=\"$bus\"/; s/^NFIT_TEST_BUS1=.*/NFIT_TEST_BUS1=\"$bus\"/" "$common"
@@ -60,8 +64,6 @@ if [ -n "$bus" ]; then
         echo "ndctl-suite.sh: $common does not set NFIT_TEST_BUS0 and NFIT_TEST_BUS1 as ndctl v81 does; cannot point its tests at $bus." >&2
         exit 2
     fi
-    shim=/var/tmp/pmemvm-ndctl-shim
-    mkdir -p "$shim"
     real=$(command -v modprobe)
     cat >"$shim/modprobe" <<SHIM
 #!/bin/sh
@@ -72,7 +74,6 @@ done
 exec $real "\$@"
 SHIM
     chmod +x "$shim/modprobe"
-    export PATH="$shim:$PATH"
     echo "ndctl-suite.sh: the nfit_test tests run on $bus (test/common of the guest's copy: $(grep '^NFIT_TEST_BUS' "$common" | tr '\n' ' '))"
 fi
 
@@ -81,8 +82,6 @@ fi
 # so without it the check would find no journal and pass without looking. A `journalctl`
 # first in PATH answers that one question from the kernel's ring buffer (dmesg): the lines
 # stamped within the last N seconds of /proc/uptime, newest first with -r.
-shim=/var/tmp/pmemvm-ndctl-shim
-mkdir -p "$shim"
 cat >"$shim/journalctl" <<'JOURNAL'
 #!/bin/sh
 # pmemvm's ndctl-suite.sh: the kernel log (-k) from dmesg; no journal is kept here.
