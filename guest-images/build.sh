@@ -198,7 +198,10 @@ if [ "$MODULAR" -eq 1 ]; then
         kernel_build_modular "$tmp"
         publish "$tmp" "$MDIR"
     fi
-    if [ "$(cat "$OUT/key" 2>/dev/null)" != "$MODULAR_KEY" ]; then
+    # lib/modules/<release>/build names the kept build tree, as after a user's own
+    # `make modules_install` (pmemvm suite ndctl --nfit-test builds against it).
+    ln -sfn "$MDIR/tree" "$MDIR/modules/lib/modules/$(cat "$MDIR/kernelrelease")/build"
+    if [ "$(cat "$OUT/key" 2>/dev/null)" != "$MODULAR_KEY" ] || [ ! -L "$OUT/modules/lib/modules/$(cat "$MDIR/kernelrelease")/build" ]; then
         log "writing $OUT"
         rm -rf "$OUT/modules" "$OUT/key"
         cp -a "$MDIR/bzImage" "$MDIR/vmlinux" "$MDIR/config" "$MDIR/kernelrelease" \

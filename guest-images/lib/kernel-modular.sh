@@ -7,8 +7,9 @@
 # own modular kernel looks like to `pmemvm --modules`, and what the nested
 # test of that boots.
 # Expects: GI_DIR, WORK, JOBS, log(), die() and lib/kernel.sh sourced.
-# Produces in "$1": bzImage, vmlinux, config, kernelrelease, build-seconds and
-# modules/lib/modules/<release>/ (from `make modules_install`).
+# Produces in "$1": bzImage, vmlinux, config, kernelrelease, build-seconds,
+# modules/lib/modules/<release>/ (from `make modules_install`) and tree/ (the
+# configured source tree with Module.symvers, for external modules).
 
 kernel_build_modular() {
     local dest="$1"
@@ -58,6 +59,8 @@ kernel_build_modular() {
     local rel
     rel=$(cat "$dest/kernelrelease")
     # The build and source links point into the (deleted) tree.
+    # The build and source links point into the tree; build.sh points build at the kept
+    # tree (below) once the stage is in its final place.
     rm -f "$dest/modules/lib/modules/$rel/build" "$dest/modules/lib/modules/$rel/source"
     [ -s "$dest/modules/lib/modules/$rel/modules.dep" ] || die "modules_install wrote no modules.dep"
     local m
@@ -65,6 +68,14 @@ kernel_build_modular() {
         grep -q "/$m\.ko\.xz:" "$dest/modules/lib/modules/$rel/modules.dep" \
             || die "the modular kernel has no $m.ko.xz module"
     done
+    # The configured and built tree is kept as the kernel's build tree (what a user's
+    # lib/modules/<release>/build points at): `pmemvm suite ndctl --nfit-test` builds the
+    # kernel's tools/testing/nvdimm modules against it. Its object files are not needed
+    # for that (external modules link against Module.symvers) and go.
+    find "$tree" -name '*.o' -not -path "$tree/scripts/*" -not -path "$tree/tools/*" -delete
+    find "$tree" \( -name '*.ko' -o -name '*.ko.xz' \) -delete
+    rm -f "$tree/vmlinux" "$tree/vmlinux.a" "$tree/arch/x86/boot/bzImage" "$tree/arch/x86/boot/compressed/vmlinux"
+    mv "$tree" "$dest/tree"
     rm -rf "$WORK/kernel-modular"
     echo $(( $(date +%s) - t0 )) > "$dest/build-seconds"
     log "modular kernel: done in $(cat "$dest/build-seconds") s ($rel, $(find "$dest/modules" -name '*.ko*' | wc -l) modules)"

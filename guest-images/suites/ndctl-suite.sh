@@ -27,6 +27,11 @@
 # for its two nfit_test bus variables, and a `modprobe` first in PATH answers for the
 # nfit_test module (there is none to load) and passes every other call to the real one. The
 # tree given as TREE, and the host's, are not written.
+#
+# Without --bus the tests run where ndctl's maintainers run them: the nfit_test ones on the
+# kernel's nfit_test.0/1 (`pmemvm suite ndctl --nfit-test` boots the user's modular kernel
+# with tools/testing/nvdimm's modules in /lib/modules/$(uname -r)/extra; the real modprobe
+# loads them).
 set -eu
 bus=""
 if [ "${1:-}" = --bus ]; then
@@ -136,9 +141,17 @@ export PATH="$shim:$PATH"
 
 # The kernel's /lib/modules/$(uname -r)/modules.builtin: the guest's init binds the
 # initramfs's into the root file system (kmod's modinfo and daxctl-devices.sh look for the
-# built-in kmem driver there; this kernel has no loadable modules).
+# built-in kmem driver there; with --modules the packed modules are there too).
 [ -f "/lib/modules/$(uname -r)/modules.builtin" ] ||
     echo "ndctl-suite.sh: /lib/modules/$(uname -r)/modules.builtin is missing: daxctl-devices.sh will not find the built-in kmem driver" >&2
+
+# btt-pad-compat.sh reads the BTT's arena layout from debugfs (/sys/kernel/debug/btt/...)
+# and skips without it ("seems to be missing the BTT compatibility fixes"); the chroot has
+# debugfs only when it is mounted.
+if [ -d /sys/kernel/debug ] && ! grep -q ' /sys/kernel/debug debugfs ' /proc/mounts; then
+    mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null ||
+        echo "ndctl-suite.sh: debugfs cannot be mounted (a kernel without CONFIG_DEBUG_FS): btt-pad-compat.sh will skip" >&2
+fi
 
 # No udevd: the chroot starts no init, and libndctl finds udev's queue empty without one.
 # device-mapper then manages /dev/mapper/NAME itself when told so (dmsetup(8),

@@ -648,5 +648,20 @@ pub(crate) fn cases() -> Vec<Case> {
         case(&["suite", "ndctl", "--src", "{D}", "--cpus", "0"], "--cpus '0'"),
         case(&["suite", "ndctl", "--src", "{D}", "--engine", "bochs"], "'bochs'"),
         case(&["suite", "ndctl", "--src", "{D}", "--timeout", "0"], "--timeout '0'"),
+        case(
+            &["suite", "ndctl", "--src", "{D}", "--nfit-test", "--plan"],
+            "--nfit-test needs --kernel PATH and --modules DIR",
+        ),
+        case(
+            &["suite", "ndctl", "--src", "{D}", "--kernel", "{D}/bzImage"],
+            "--kernel, --modules and --kernel-tree go with --nfit-test",
+        ),
+        case(
+            &[
+                "suite", "ndctl", "--src", "{D}", "--nfit-test", "--kernel", "{D}/bzImage",
+                "--modules", "{D}", "--plan", "pmem-ns",
+            ],
+            "pmem-ns is not one of ndctl's nfit_test tests this command runs with --nfit-test; it runs: libndctl,",
+        ),
     ]
 }

@@ -47,15 +47,46 @@ pub struct NdctlArgs {
     /// Print the boots (machine, tests, guest command) and exit; builds and boots nothing.
     #[arg(long)]
     pub plan: bool,
+    /// Run ndctl's default test set on the kernel's own NVDIMM emulation (nfit_test):
+    /// builds tools/testing/nvdimm against the modular kernel of --kernel and --modules
+    /// (its build tree: --kernel-tree, default the modules' lib/modules/RELEASE/build) and
+    /// boots that kernel with the test modules, as ndctl's maintainers run the suite.
+    #[arg(long)]
+    pub nfit_test: bool,
+    /// The modular kernel (bzImage or vmlinux) for --nfit-test.
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+    /// Its modules for --nfit-test: what `make modules_install INSTALL_MOD_PATH=X` wrote
+    /// (X or X/lib/modules/RELEASE); only read.
+    #[arg(long, value_name = "DIR")]
+    pub modules: Option<PathBuf>,
+    /// The kernel's configured and built source tree for --nfit-test (default: the
+    /// modules' lib/modules/RELEASE/build); only read.
+    #[arg(long, value_name = "DIR")]
+    pub kernel_tree: Option<PathBuf>,
     /// meson test names (default: every test the command places; `--plan` lists them).
     #[arg(value_name = "TEST")]
     pub tests: Vec<String>,
 }
 
 impl NdctlArgs {
-    /// The lab's request.
-    pub fn request(&self) -> NdctlRequest {
-        NdctlRequest {
+    /// The lab's request; `--kernel`, `--modules` and `--kernel-tree` go with `--nfit-test`.
+    pub fn request(&self) -> Result<NdctlRequest, SuiteError> {
+        let nfit_test = match (self.nfit_test, &self.kernel, &self.modules) {
+            (true, Some(kernel), Some(modules)) => Some(suite::nfit_test::NfitTestKernel {
+                kernel: kernel.clone(),
+                modules: modules.clone(),
+                tree: self.kernel_tree.clone(),
+            }),
+            (true, _, _) => return Err(SuiteError::NfitTestArgs(
+                "--nfit-test needs --kernel PATH and --modules DIR: the modular kernel the nfit_test modules are built for, and what its make modules_install wrote",
+            )),
+            (false, None, None) if self.kernel_tree.is_none() => None,
+            (false, _, _) => return Err(SuiteError::NfitTestArgs(
+                "--kernel, --modules and --kernel-tree go with --nfit-test (the suite's other tests run on the guest image's kernel); add --nfit-test or leave them out",
+            )),
+        };
+        Ok(NdctlRequest {
             src: self.src.clone(),
             tests: self.tests.clone(),
             engines: self.engine.iter().map(|&e| e.into()).collect(),
@@ -64,7 +95,8 @@ impl NdctlArgs {
             out: self.out.clone(),
             timeout: std::time::Duration::from_secs(self.timeout),
             stream_console: self.console,
-        }
+            nfit_test,
+        })
     }
 }
 
@@ -84,11 +116,16 @@ fn plan_text(boots: &[ndctl::Boot]) -> String {
                     .map(|l| format!("--pmem-legacy {l}")),
             )
             .collect();
+        let machine = if machine.is_empty() {
+            "no NVDIMM; the user's kernel with the nfit_test modules (--kernel, --modules)".into()
+        } else {
+            machine.join(" ")
+        };
         out.push_str(&format!(
             "boot {} ({}): {}\n  tests: {}\n  guest: {}\n",
             i + 1,
             b.shape.name(),
-            machine.join(" "),
+            machine,
             b.tests
                 .iter()
                 .map(|t| t.name)
@@ -102,9 +139,9 @@ fn plan_text(boots: &[ndctl::Boot]) -> String {
 
 /// Runs the suite; the status is 0 when every test passed or skipped itself.
 pub fn ndctl(a: &NdctlArgs) -> Result<u8, SuiteError> {
-    let req = a.request();
+    let req = a.request()?;
     if a.plan {
-        print!("{}", plan_text(&ndctl::plan(&req.tests)?));
+        print!("{}", plan_text(&suite::plan(&req)?));
         return Ok(0);
     }
     let outcome = suite::run_ndctl(&req, |boot, rows| {
@@ -145,8 +182,8 @@ pub fn ndctl(a: &NdctlArgs) -> Result<u8, SuiteError> {
 /// What `suite ndctl` checks in preflight: the request (nothing is built).
 pub fn preflight(a: &NdctlArgs) -> Result<(), SuiteError> {
     if a.plan {
-        ndctl::plan(&a.tests)?;
+        suite::plan(&a.request()?)?;
         return Ok(());
     }
-    suite::check(&a.request()).map(|_| ())
+    suite::check(&a.request()?).map(|_| ())
 }

@@ -46,6 +46,11 @@ pub const WANTED: &[&str] = &[
     "libcrc32c",
 ];
 
+/// Modules packed when present (with their dependencies) but not loaded by the guest's
+/// init: the kernel's nfit_test emulation (tools/testing/nvdimm), which ndctl's tests
+/// load and unload themselves with `modprobe` (`pmemvm suite ndctl --nfit-test`).
+pub const ON_DEMAND: &[&str] = &["nfit_test"];
+
 /// The name of the load list inside `lib/modules/<release>/`.
 pub const LOAD_LIST: &str = "pmemvm.load";
 

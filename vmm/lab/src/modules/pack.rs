@@ -5,7 +5,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::{ModuleTree, ModulesError, LOAD_LIST, WANTED};
+use super::{ModuleTree, ModulesError, LOAD_LIST, ON_DEMAND, WANTED};
 
 /// One line of modules.dep: a module and what it needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -244,7 +244,10 @@ pub(super) fn pack(tree: &ModuleTree) -> Result<Vec<(String, Vec<u8>, u32)>, Mod
         reason: e.to_string(),
     })?;
     let deps = parse_modules_dep(&text);
-    let order = load_order(&deps, WANTED);
+    let wanted_and_on_demand: Vec<&str> = WANTED.iter().chain(ON_DEMAND).copied().collect();
+    let order = load_order(&deps, &wanted_and_on_demand);
+    // The init loads WANTED and what they need; ON_DEMAND modules wait for modprobe.
+    let loaded: BTreeSet<usize> = load_order(&deps, WANTED).into_iter().collect();
     let host = |what: String| {
         move |e: std::io::Error| ModulesError::Host {
             what,
@@ -282,7 +285,9 @@ pub(super) fn pack(tree: &ModuleTree) -> Result<Vec<(String, Vec<u8>, u32)>, Mod
             .map(|d| plain_path(d))
             .collect();
         dep_text.push_str(&format!("{plain}: {}\n", needed.join(" ")));
-        load.push_str(&format!("{plain}\n"));
+        if loaded.contains(&i) {
+            load.push_str(&format!("{plain}\n"));
+        }
     }
     // What is built in, so kmod users in the guest (daxctl, ndctl) know it.
     for f in [

@@ -151,3 +151,35 @@ fn a_modules_dep_naming_files_outside_the_tree_is_refused_before_anything_is_rea
     }
     assert_eq!(std::fs::read(&victim).unwrap(), b"host file");
 }
+
+#[test]
+fn on_demand_modules_are_packed_but_not_loaded_by_the_init() {
+    let d = Dir::new();
+    let rel = "6.1.1-nfit";
+    let r = d.0.join("lib/modules").join(rel);
+    std::fs::create_dir_all(r.join("extra")).unwrap();
+    // An ELF header is all the packer checks of a module.
+    for m in ["libnvdimm", "nfit_test_iomap", "nfit_test", "nfit"] {
+        std::fs::write(r.join(format!("extra/{m}.ko")), b"\x7fELF module").unwrap();
+    }
+    std::fs::write(
+        r.join("modules.dep"),
+        "extra/nfit_test.ko: extra/nfit.ko extra/libnvdimm.ko extra/nfit_test_iomap.ko\n\
+         extra/nfit.ko: extra/libnvdimm.ko extra/nfit_test_iomap.ko\n\
+         extra/libnvdimm.ko: extra/nfit_test_iomap.ko\n\
+         extra/nfit_test_iomap.ko:\n",
+    )
+    .unwrap();
+    let t = ModuleTree {
+        dir: r,
+        release: rel.into(),
+    };
+    let files = super::pack::pack(&t).unwrap();
+    let names: Vec<&str> = files.iter().map(|(p, _, _)| p.as_str()).collect();
+    assert!(
+        names.contains(&"lib/modules/6.1.1-nfit/extra/nfit_test.ko"),
+        "{names:?}"
+    );
+    let load = t.describe(&files).load;
+    assert_eq!(load, ["nfit_test_iomap", "libnvdimm", "nfit"]);
+}

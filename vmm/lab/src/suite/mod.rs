@@ -3,6 +3,7 @@
 
 pub mod junit;
 pub mod ndctl;
+pub mod nfit_test;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,6 +33,12 @@ pub enum SuiteError {
     /// The test list.
     #[error(transparent)]
     Plan(#[from] ndctl::PlanError),
+    /// `--nfit-test` without its kernel, or its options without it.
+    #[error("{0}")]
+    NfitTestArgs(&'static str),
+    /// `--nfit-test`'s kernel, modules, tree or build.
+    #[error(transparent)]
+    NfitTest(#[from] nfit_test::NfitTestError),
     /// Two engines that are one here.
     #[error(
         "--engine names {0} twice (auto is pmemvm or qemu on this host); name each engine once"
@@ -82,8 +89,13 @@ impl SuiteError {
     /// Bad input (exit status 2).
     pub fn is_usage(&self) -> bool {
         match self {
-            Self::NoSource(_) | Self::Plan(_) | Self::OutNotEmpty(_) | Self::EngineTwice(_) => true,
+            Self::NoSource(_)
+            | Self::Plan(_)
+            | Self::OutNotEmpty(_)
+            | Self::EngineTwice(_)
+            | Self::NfitTestArgs(_) => true,
             Self::Run(e) => e.is_usage(),
+            Self::NfitTest(e) => e.is_usage(),
             Self::Rootfs(_)
             | Self::NoScript { .. }
             | Self::Build { .. }
@@ -112,6 +124,9 @@ pub struct NdctlRequest {
     pub timeout: Duration,
     /// Stream the guests' consoles.
     pub stream_console: bool,
+    /// `--nfit-test`: ndctl's default set on the kernel's nfit_test emulation, built
+    /// against this kernel (the plan is [`nfit_test::TESTS`] instead of [`ndctl::KNOWN`]).
+    pub nfit_test: Option<nfit_test::NfitTestKernel>,
 }
 
 /// One boot's outcome.
@@ -172,12 +187,24 @@ pub fn engines(req: &NdctlRequest) -> Result<Vec<Engine>, SuiteError> {
     Ok(out)
 }
 
+/// The boots of `req`'s tests: [`nfit_test::plan`] with `--nfit-test`, else [`ndctl::plan`].
+pub fn plan(req: &NdctlRequest) -> Result<Vec<ndctl::Boot>, SuiteError> {
+    Ok(match req.nfit_test {
+        Some(_) => nfit_test::plan(&req.tests)?,
+        None => ndctl::plan(&req.tests)?,
+    })
+}
+
 /// Checks what can be checked before anything is built or booted; creates nothing.
 pub fn check(req: &NdctlRequest) -> Result<Vec<ndctl::Boot>, SuiteError> {
     if !req.src.join("meson.build").is_file() || !req.src.join("test/meson.build").is_file() {
         return Err(SuiteError::NoSource(req.src.clone()));
     }
-    let boots = ndctl::plan(&req.tests)?;
+    let boots = plan(req)?;
+    if let Some(k) = &req.nfit_test {
+        nfit_test::check(k)?;
+        source_file(nfit_test::NFIT_TEST_BUILD)?;
+    }
     engines(req)?;
     if req.out.exists() && !req.out.is_dir() {
         return Err(SuiteError::OutNotEmpty(req.out.clone()));
@@ -268,6 +295,7 @@ fn boot_spec(
     tree: &Path,
     rootfs: &Path,
     dir: &Path,
+    modules: Option<&Path>,
 ) -> Result<RunSpec, SuiteError> {
     let nvdimms = parse_all(boot.shape.nvdimms())?;
     let legacy_pmem = parse_all(boot.legacy_specs())?;
@@ -295,9 +323,9 @@ fn boot_spec(
     job.validate().map_err(RunError::from)?;
     Ok(RunSpec {
         engine,
-        kernel: None,
+        kernel: req.nfit_test.as_ref().map(|k| k.kernel.clone()),
         initrd: None,
-        modules: None,
+        modules: modules.map(Path::to_path_buf),
         cmdline: None,
         extra_cmdline: Vec::new(),
         cpus: req.cpus,
@@ -343,6 +371,16 @@ pub fn run_ndctl(
         what: format!("creating {}", req.out.display()),
         source,
     })?;
+    // --nfit-test: the test modules, built against the user's kernel, in a module tree of
+    // this run's own (the user's --modules is only read).
+    let modules = match &req.nfit_test {
+        Some(k) => Some(nfit_test::build(
+            &source_file(nfit_test::NFIT_TEST_BUILD)?,
+            &nfit_test::check(k)?,
+            &req.out.join("nfit-test-modules"),
+        )?),
+        None => None,
+    };
     let mut outcome = NdctlOutcome {
         src: req.src.clone(),
         rows: Vec::new(),
@@ -366,7 +404,7 @@ pub fn run_ndctl(
                 continue;
             }
             let dir = ndctl::boot_dir(&engine_dir, i, &boot);
-            let spec = boot_spec(req, engine, &boot, &tree, &rootfs, &dir)?;
+            let spec = boot_spec(req, engine, &boot, &tree, &rootfs, &dir, modules.as_deref())?;
             log::info!(
                 "{name}: boot {} of {} ({}): {}",
                 i + 1,
@@ -418,6 +456,7 @@ mod tests {
             out: out.to_path_buf(),
             timeout: Duration::from_secs(60),
             stream_console: false,
+            nfit_test: None,
         }
     }
 

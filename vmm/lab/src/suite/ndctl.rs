@@ -27,6 +27,10 @@ pub enum Bus {
     /// Legacy persistent memory (E820 type 12, `--pmem-legacy`).
     #[serde(rename = "e820")]
     E820,
+    /// The kernel's own `nfit_test.0`/`nfit_test.1` emulation (`--nfit-test`: the modules
+    /// of tools/testing/nvdimm built against the user's modular kernel).
+    #[serde(rename = "nfit_test")]
+    NfitTest,
 }
 
 impl Bus {
@@ -36,6 +40,7 @@ impl Bus {
             Bus::AcpiNfit => "ACPI.NFIT",
             Bus::NfitTestOnAcpi => "nfit_test → ACPI.NFIT",
             Bus::E820 => "e820",
+            Bus::NfitTest => "nfit_test",
         }
     }
 }
@@ -53,6 +58,9 @@ pub enum Shape {
     /// region), `dm.sh` (two 1 GiB namespaces with the bus's other regions enabled),
     /// `daxctl-devices.sh` (a 4 GiB devdax namespace hot-added as memory).
     Large,
+    /// No NVDIMM and no legacy range: the user's modular kernel with the nfit_test
+    /// modules, whose buses are the kernel's own emulation (`--nfit-test`).
+    NfitTest,
 }
 
 impl Shape {
@@ -61,6 +69,7 @@ impl Shape {
         match self {
             Shape::Small => "small",
             Shape::Large => "large",
+            Shape::NfitTest => "nfit-test",
         }
     }
 
@@ -69,6 +78,7 @@ impl Shape {
         match self {
             Shape::Small => &["1G", "1G"],
             Shape::Large => &["8G"],
+            Shape::NfitTest => &[],
         }
     }
 
@@ -76,7 +86,7 @@ impl Shape {
     pub fn legacy(self) -> &'static [&'static str] {
         match self {
             Shape::Small => &["3G"],
-            Shape::Large => &[],
+            Shape::Large | Shape::NfitTest => &[],
         }
     }
 }
@@ -94,7 +104,7 @@ pub struct KnownTest {
     pub before: Option<&'static str>,
 }
 
-const fn t(name: &'static str, bus: Bus, shape: Shape) -> KnownTest {
+pub(super) const fn t(name: &'static str, bus: Bus, shape: Shape) -> KnownTest {
     KnownTest {
         name,
         bus,
@@ -196,6 +206,9 @@ pub enum PlanError {
     /// A name this command does not know.
     #[error("{0} is not one of ndctl's tests this command runs; it runs: {list}", list = default_tests().join(", "))]
     Unknown(String),
+    /// A name that is not in the nfit_test set (`--nfit-test`).
+    #[error("{0} is not one of ndctl's nfit_test tests this command runs with --nfit-test; it runs: {list}", list = super::nfit_test::names().join(", "))]
+    UnknownNfitTest(String),
     /// The same test twice.
     #[error("{0} is named twice; name each test once")]
     Twice(String),
@@ -302,14 +315,27 @@ pub fn table(rows: &[Row]) -> String {
             tests.push(r);
         }
     }
-    let mut out = format!("{:<20} {:<22} {:<6}", "test", "bus", "boot");
+    // Columns as wide as their longest entry (ack-shutdown-count-set, nfit-test).
+    let tw = tests
+        .iter()
+        .map(|t| t.test.len())
+        .max()
+        .unwrap_or(0)
+        .max(20);
+    let bw = tests
+        .iter()
+        .map(|t| t.shape.name().len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    let mut out = format!("{:<tw$} {:<22} {:<bw$}", "test", "bus", "boot");
     for e in &engines {
         out.push_str(&format!(" {e:<16}"));
     }
     out.push('\n');
     for t in &tests {
         out.push_str(&format!(
-            "{:<20} {:<22} {:<6}",
+            "{:<tw$} {:<22} {:<bw$}",
             t.test,
             t.bus.as_str(),
             t.shape.name()
