@@ -1,0 +1,192 @@
+//! ndctl's default test set on the kernel's own NVDIMM emulation, as ndctl's maintainers
+//! run it, through the product as a user types it: `pmemvm suite ndctl --engine nested
+//! --nfit-test --kernel bzImage --modules DIR --src TREE TEST...` — the kernel's
+//! `tools/testing/nvdimm` modules built on the host against the user's modular kernel (the
+//! modular kernel of `guest-images/build.sh --modular`, found through its modules'
+//! `lib/modules/<release>/build` link), that kernel booted under pmemvm nested with them,
+//! and ndctl's own `meson test` in the Debian guest on `nfit_test.0`/`nfit_test.1`.
+//!
+//! Checked: each chosen test **passed** in meson's JUnit XML (a skip fails); ndctl's own
+//! `test/core.c` check passed, which refuses production modules (each of nfit, libnvdimm,
+//! nd_pmem, nd_btt, nd_e820, device_dax and dax_pmem must resolve to `extra/` and carry the
+//! out-of-tree taint) — and the guest's kernel log names the nfit_test buses; the user's
+//! `--modules` tree is not written (its file list and sizes before and after).
+//!
+//! Skips when QEMU, the guest image, the modular kernel, a tool of the L1 preparation or
+//! ndctl's source tree is missing (strict mode fails). Holds one TCG slot while its L1 runs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use pmemvm_tests::pmemvm::{pmemvm_bin, TempDir};
+use pmemvm_tests::require;
+use pmemvm_tests::skip::Skip;
+use pmemvm_tests::tcg::TcgGuard;
+
+/// The tests this tier runs and wants passed: libndctl (the library against every
+/// nfit_test DIMM, namespace, BTT, PFN and DAX path), the DSM failure paths, namespace
+/// creation, error injection and clearing through nfit_test's ARS, SMART injection, the
+/// shutdown-count DSM and sector mode. The rest of the set runs on demand (`pmemvm suite
+/// ndctl --nfit-test`; docs/ndctl-suite.md has the whole table): CI's time.
+const MUST_PASS: [&str; 7] = [
+    "libndctl",
+    "dsm-fail",
+    "create.sh",
+    "clear.sh",
+    "inject-smart.sh",
+    "ack-shutdown-count-set",
+    "sector-mode.sh",
+];
+/// The boot's limit (pmemvm's `--timeout`); meson gives each test 600 s × 3.
+const BOOT_TIMEOUT_SECS: u64 = 1800;
+/// The boot with its L1's, the ndctl and nfit_test builds and the root file system.
+const DEADLINE: Duration = Duration::from_secs(BOOT_TIMEOUT_SECS + 600);
+/// Where ndctl's tree is when `PMEMVM_NDCTL_SRC` is not set.
+const DEFAULT_SRC: &str = "/work/shared/third-party/ndctl-v81";
+
+/// QEMU, the guest image and the L1 are there; the guard holds one TCG slot.
+fn ready() -> Result<TcgGuard, Skip> {
+    pmemvm_tests::nested::find_qemu()?;
+    pmemvm_tests::image::image_dir()?;
+    match pmemvm_tests::nested::prepare_l1() {
+        Ok(_) => {}
+        Err(pmemvm_tests::nested::NestedError::Unavailable(s)) => return Err(s),
+        Err(e) => panic!("preparing the L1 failed: {e}"),
+    }
+    // `--cpus 1`: the nested engine gives the L1 one vCPU, so the test holds one slot.
+    Ok(pmemvm_tests::tcg::lock_n(1).expect("take a TCG slot"))
+}
+
+/// ndctl's source tree: `$PMEMVM_NDCTL_SRC` or the default; missing is a skip.
+fn ndctl_source() -> Result<PathBuf, Skip> {
+    let src = std::env::var_os("PMEMVM_NDCTL_SRC")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SRC));
+    if src.join("meson.build").is_file() && src.join("test/meson.build").is_file() {
+        Ok(src)
+    } else {
+        Err(Skip::new(format!(
+            "ndctl's source tree is not at {}: get ndctl v81 with `git clone --branch v81 https://github.com/pmem/ndctl` and set PMEMVM_NDCTL_SRC to it",
+            src.display()
+        )))
+    }
+}
+
+/// Every file and link under `dir` with its size: what "not written" is compared on.
+fn listing(dir: &Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            let meta = std::fs::symlink_metadata(&p).expect("stat a module file");
+            if meta.is_dir() {
+                stack.push(p.clone());
+            }
+            out.push((p.display().to_string(), meta.len()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn ndctl_default_set_passes_on_nfit_test_built_against_the_users_modular_kernel() {
+    let src = require!(ndctl_source());
+    let kernel = require!(pmemvm_tests::own_kernel::modular_kernel());
+    let _tcg = require!(ready());
+    let dir = TempDir::new("nested-nfit-test");
+    let out_dir = dir.join("out");
+    let before = listing(&kernel.modules);
+    let timeout = BOOT_TIMEOUT_SECS.to_string();
+    let started = Instant::now();
+    let out = pmemvm_tests::nested::run_engine_nested(
+        || {
+            let _ = std::fs::remove_dir_all(&out_dir);
+            let mut c = Command::new(pmemvm_bin());
+            c.args(["suite", "ndctl", "--engine", "nested", "--cpus", "1"])
+                .args(["--timeout", &timeout, "--src"])
+                .arg(&src)
+                .arg("--nfit-test")
+                .arg("--kernel")
+                .arg(&kernel.bz_image)
+                .arg("--modules")
+                .arg(&kernel.modules)
+                .arg("--out")
+                .arg(&out_dir)
+                .args(MUST_PASS)
+                .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir());
+            c
+        },
+        DEADLINE,
+    );
+    eprintln!(
+        "pmemvm suite ndctl --nfit-test --engine nested: {:.1} s\n{}",
+        started.elapsed().as_secs_f64(),
+        out.stdout
+    );
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out_dir.join("summary.json")).unwrap_or_default(),
+    )
+    .unwrap_or_else(|e| panic!("no summary.json ({e})\n{}", out.dump()));
+    let boots = summary["boots"].as_array().cloned().unwrap_or_default();
+    assert_eq!(boots.len(), 1, "one boot\n{}", out.dump());
+    let boot_dir = PathBuf::from(boots[0]["dir"].as_str().unwrap_or_default());
+    let results = boot_dir.join("ndctl-results");
+    let log = std::fs::read_to_string(results.join("meson-1/testlog.txt")).unwrap_or_default();
+    let rows = summary["rows"].as_array().cloned().unwrap_or_default();
+    assert_eq!(
+        rows.len(),
+        MUST_PASS.len(),
+        "one row per test\n{}",
+        out.dump()
+    );
+    for name in MUST_PASS {
+        let row = rows
+            .iter()
+            .find(|r| r["test"] == name)
+            .unwrap_or_else(|| panic!("{name} has no row\n{}", out.dump()));
+        assert_eq!(row["bus"], "nfit_test", "{row}");
+        assert_eq!(
+            row["verdict"],
+            "passed",
+            "{name}: {row}\n{}\n--- meson log ---\n{log}",
+            out.dump()
+        );
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} is not in the table:\n{}", out.stdout));
+        assert!(
+            line.contains("nfit_test") && line.contains("pass ("),
+            "{line}"
+        );
+    }
+    assert_eq!(out.status, Some(0), "the suite's status\n{}", out.dump());
+    // The test modules, not the kernel's own: libndctl's ndctl_test_init() refuses a module
+    // outside extra/ or without the O taint, so its pass says so; the buses were nfit_test's.
+    let dmesg = std::fs::read_to_string(results.join("dmesg.txt")).unwrap_or_default();
+    assert!(
+        dmesg.contains("nfit_test.0"),
+        "the guest's kernel log names nfit_test.0:\n{}",
+        pmemvm_tests::nested::tail(&dmesg, 40)
+    );
+    let platform = std::fs::read_to_string(results.join("platform.txt")).unwrap_or_default();
+    assert!(
+        platform.contains("kernel ") && platform.contains(&kernel.release),
+        "the guest ran the user's modular kernel {}:\n{platform}",
+        kernel.release
+    );
+    // The user's module tree was only read.
+    assert_eq!(listing(&kernel.modules), before, "--modules was written");
+    let built = out_dir
+        .join("nfit-test-modules/lib/modules")
+        .join(&kernel.release);
+    assert!(
+        built.join("extra/nfit_test.ko").is_file(),
+        "the run's own module tree has the test modules: {}",
+        built.display()
+    );
+}
