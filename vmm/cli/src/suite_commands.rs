@@ -117,7 +117,10 @@ fn plan_text(boots: &[ndctl::Boot]) -> String {
             )
             .collect();
         let machine = if machine.is_empty() {
-            "no NVDIMM; the user's kernel with the nfit_test modules (--kernel, --modules)".into()
+            format!(
+                "no NVDIMM; the user's kernel with the nfit_test modules (--kernel, --modules); --memory + 2G, --append '{}' (hugetlb's 1 GiB pages)",
+                suite::nfit_test::HUGETLB_CMDLINE
+            )
         } else {
             machine.join(" ")
         };

@@ -321,15 +321,23 @@ fn boot_spec(
         rootfs: Some(rootfs.to_path_buf()),
     };
     job.validate().map_err(RunError::from)?;
+    // The nfit_test boot reserves 1 GiB huge pages for `hugetlb`, on top of --memory.
+    let (memory, extra_cmdline) = match boot.shape {
+        ndctl::Shape::NfitTest => (
+            req.memory.saturating_add(nfit_test::HUGETLB_BYTES),
+            vec![nfit_test::HUGETLB_CMDLINE.to_string()],
+        ),
+        ndctl::Shape::Small | ndctl::Shape::Large => (req.memory, Vec::new()),
+    };
     Ok(RunSpec {
         engine,
         kernel: req.nfit_test.as_ref().map(|k| k.kernel.clone()),
         initrd: None,
         modules: modules.map(Path::to_path_buf),
         cmdline: None,
-        extra_cmdline: Vec::new(),
+        extra_cmdline,
         cpus: req.cpus,
-        memory: req.memory,
+        memory,
         ram_pages: vmm::hugepages::RamPages::Default,
         placement: vmm::placement::Placement::default(),
         nvdimms,

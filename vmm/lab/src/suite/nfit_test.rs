@@ -74,6 +74,13 @@ pub fn plan(tests: &[String]) -> Result<Vec<Boot>, PlanError> {
     }])
 }
 
+/// Kernel parameters of the nfit_test boot: two 1 GiB huge pages reserved at boot for
+/// `hugetlb`, whose last step maps 2 × 1 GiB of `MAP_HUGE_1GB` memory (asked for at run
+/// time in a 2 GiB guest, they cannot be had: "Cannot allocate memory", a skip).
+pub const HUGETLB_CMDLINE: &str = "hugepagesz=1G hugepages=2";
+/// Guest RAM the nfit_test boot gets beyond `--memory`: the two reserved 1 GiB pages.
+pub const HUGETLB_BYTES: u64 = 2 << 30;
+
 /// The kernel the nfit_test modules are built for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NfitTestKernel {
