@@ -118,7 +118,7 @@ fn plan_text(boots: &[ndctl::Boot]) -> String {
             .collect();
         let machine = if machine.is_empty() {
             format!(
-                "no NVDIMM; the user's kernel with the nfit_test modules (--kernel, --modules); --memory + 2G, --append '{}' (hugetlb's 1 GiB pages)",
+                "no NVDIMM; the user's kernel with the nfit_test modules (--kernel, --modules); --memory + 4G, --append '{}' (hugetlb's 1 GiB pages)",
                 suite::nfit_test::HUGETLB_CMDLINE
             )
         } else {
