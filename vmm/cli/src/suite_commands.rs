@@ -117,9 +117,16 @@ fn plan_text(boots: &[ndctl::Boot]) -> String {
             )
             .collect();
         let machine = if machine.is_empty() {
+            let pages = if suite::nfit_test::wants_huge_pages(b) {
+                format!(
+                    "; --memory + 4G, --append '{}' (hugetlb's 1 GiB pages)",
+                    suite::nfit_test::HUGETLB_CMDLINE
+                )
+            } else {
+                String::new()
+            };
             format!(
-                "no NVDIMM; the user's kernel with the nfit_test modules (--kernel, --modules); --memory + 4G, --append '{}' (hugetlb's 1 GiB pages)",
-                suite::nfit_test::HUGETLB_CMDLINE
+                "no NVDIMM; the user's kernel with the nfit_test modules (--kernel, --modules){pages}"
             )
         } else {
             machine.join(" ")

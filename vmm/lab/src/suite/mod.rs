@@ -321,13 +321,14 @@ fn boot_spec(
         rootfs: Some(rootfs.to_path_buf()),
     };
     job.validate().map_err(RunError::from)?;
-    // The nfit_test boot reserves 1 GiB huge pages for `hugetlb`, on top of --memory.
-    let (memory, extra_cmdline) = match boot.shape {
-        ndctl::Shape::NfitTest => (
+    // A boot that runs `hugetlb` reserves its 1 GiB huge pages, on top of --memory.
+    let (memory, extra_cmdline) = if nfit_test::wants_huge_pages(boot) {
+        (
             req.memory.saturating_add(nfit_test::HUGETLB_BYTES),
             vec![nfit_test::HUGETLB_CMDLINE.to_string()],
-        ),
-        ndctl::Shape::Small | ndctl::Shape::Large => (req.memory, Vec::new()),
+        )
+    } else {
+        (req.memory, Vec::new())
     };
     Ok(RunSpec {
         engine,

@@ -85,6 +85,12 @@ pub const HUGETLB_CMDLINE: &str = "hugepagesz=1G hugepages=2";
 /// 4 GiB more it got both and `hugetlb` passed.
 pub const HUGETLB_BYTES: u64 = 4 << 30;
 
+/// Whether `boot` runs `hugetlb`, whose huge pages it then reserves ([`HUGETLB_CMDLINE`],
+/// [`HUGETLB_BYTES`] more RAM).
+pub fn wants_huge_pages(boot: &Boot) -> bool {
+    boot.tests.iter().any(|t| t.name == "hugetlb")
+}
+
 /// The kernel the nfit_test modules are built for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NfitTestKernel {
@@ -267,6 +273,9 @@ mod tests {
         let chosen = plan(&["monitor.sh".into(), "create.sh".into()]).unwrap();
         let names: Vec<&str> = chosen[0].tests.iter().map(|k| k.name).collect();
         assert_eq!(names, ["create.sh", "monitor.sh"]);
+        // Only a boot with hugetlb reserves its pages.
+        assert!(wants_huge_pages(b));
+        assert!(!wants_huge_pages(&chosen[0]));
     }
 
     #[test]
