@@ -10,6 +10,7 @@ pub mod host_kind;
 pub mod image;
 pub mod label_trace;
 pub mod mounts;
+pub mod ndctl;
 pub mod nested;
 pub mod own_kernel;
 pub mod pmemvm;

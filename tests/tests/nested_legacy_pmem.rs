@@ -21,8 +21,6 @@ use std::time::{Duration, Instant};
 
 use pmemvm_tests::pmemvm::{pmemvm_bin, Output, TempDir};
 use pmemvm_tests::require;
-use pmemvm_tests::skip::Skip;
-use pmemvm_tests::tcg::TcgGuard;
 
 /// One L1 boot (about 5 s under TCG), the guest and its command, with room for a loaded host.
 const DEADLINE: Duration = Duration::from_secs(600);
@@ -34,18 +32,6 @@ const SIZE: u64 = 256 << 20;
 const MARK_BLOCK: u64 = 259;
 /// The E820 line Linux prints for the range (base 4 GiB, the last byte 4 GiB + 256 MiB - 1).
 const E820_LINE: &str = "[mem 0x0000000100000000-0x000000010fffffff] persistent (type 12)";
-
-/// QEMU, the guest image and the L1 are there; the guard holds the TCG lock.
-fn ready() -> Result<TcgGuard, Skip> {
-    pmemvm_tests::nested::find_qemu()?;
-    pmemvm_tests::image::image_dir()?;
-    match pmemvm_tests::nested::prepare_l1() {
-        Ok(_) => {}
-        Err(pmemvm_tests::nested::NestedError::Unavailable(s)) => return Err(s),
-        Err(e) => panic!("preparing the L1 failed: {e}"),
-    }
-    Ok(pmemvm_tests::tcg::lock().expect("take the TCG lock"))
-}
 
 /// `pmemvm run --engine nested --pmem-legacy SPEC -- sh -c SCRIPT`.
 fn run_nested(spec: &str, script: &str) -> Output {
@@ -82,7 +68,7 @@ fn run_nested(spec: &str, script: &str) -> Output {
 
 #[test]
 fn legacy_pmem_is_an_e820_region_backed_by_the_users_file() {
-    let _tcg = require!(ready());
+    let _tcg = require!(pmemvm_tests::nested::engine_ready());
     let dir = TempDir::new("nested-legacy-pmem");
     let img = dir.join("e820.img");
     let mark = format!("PMEMVM-E820-{}", std::process::id());

@@ -28,12 +28,10 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pmemvm_tests::pmemvm::{pmemvm_bin, TempDir};
 use pmemvm_tests::require;
-use pmemvm_tests::skip::Skip;
-use pmemvm_tests::tcg::TcgGuard;
 
 /// The tests this tier runs (every one in the command's default plan) and wants passed: the
 /// destructive ACPI.NFIT tests that need no large DIMM, the e820 DAX file-system and
@@ -72,41 +70,12 @@ const SPEED_ON_EMULATION: [(&str, &str); 1] = [("device-dax", "verify loop took 
 const BOOT_TIMEOUT_SECS: u64 = 2400;
 /// Two boots, each with its L1's boot, the ndctl build and the root file system.
 const DEADLINE: Duration = Duration::from_secs(2 * (BOOT_TIMEOUT_SECS + 300) + 600);
-/// Where ndctl's tree is when `PMEMVM_NDCTL_SRC` is not set.
-const DEFAULT_SRC: &str = "/work/shared/third-party/ndctl-v81";
-
-/// QEMU, the guest image and the L1 are there; the guard holds two TCG slots.
-fn ready() -> Result<TcgGuard, Skip> {
-    pmemvm_tests::nested::find_qemu()?;
-    pmemvm_tests::image::image_dir()?;
-    match pmemvm_tests::nested::prepare_l1() {
-        Ok(_) => {}
-        Err(pmemvm_tests::nested::NestedError::Unavailable(s)) => return Err(s),
-        Err(e) => panic!("preparing the L1 failed: {e}"),
-    }
-    // `--cpus 1`: the nested engine gives the L1 one vCPU, so the test holds one slot.
-    Ok(pmemvm_tests::tcg::lock_n(1).expect("take a TCG slot"))
-}
-
-/// ndctl's source tree: `$PMEMVM_NDCTL_SRC` or the default; missing is a skip.
-fn ndctl_source() -> Result<PathBuf, Skip> {
-    let src = std::env::var_os("PMEMVM_NDCTL_SRC")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_SRC));
-    if src.join("meson.build").is_file() && src.join("test/meson.build").is_file() {
-        Ok(src)
-    } else {
-        Err(Skip::new(format!(
-            "ndctl's source tree is not at {}: get ndctl v81 with `git clone --branch v81 https://github.com/pmem/ndctl` and set PMEMVM_NDCTL_SRC to it",
-            src.display()
-        )))
-    }
-}
 
 #[test]
 fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
-    let src = require!(ndctl_source());
-    let _tcg = require!(ready());
+    let src = require!(pmemvm_tests::ndctl::source());
+    // One TCG slot: `--cpus 1` gives the L1 one vCPU.
+    let _tcg = require!(pmemvm_tests::nested::engine_ready());
     let dir = TempDir::new("nested-ndctl");
     let out_dir = dir.join("out");
     let plan = pmemvm_tests::pmemvm::run_cmd(
@@ -137,34 +106,11 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
         .chain(NFIT_TEST_ONLY.iter().map(|(t, _)| t))
         .copied()
         .collect();
-    let timeout = BOOT_TIMEOUT_SECS.to_string();
-    let started = Instant::now();
     // A triple fault of a 2-vCPU L1 or of the guest in it (TCG's, docs/testing.md) runs
     // the command again (up to `BREAKDOWN_TRIES` runs), noted in the run's summary.
-    let out = pmemvm_tests::nested::run_engine_nested(
-        || {
-            let _ = std::fs::remove_dir_all(&out_dir);
-            let mut c = Command::new(pmemvm_bin());
-            c.args(["suite", "ndctl", "--engine", "nested", "--cpus", "1"])
-                .args(["--timeout", &timeout, "--src"])
-                .arg(&src)
-                .arg("--out")
-                .arg(&out_dir)
-                .args(&chosen)
-                .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir());
-            c
-        },
-        DEADLINE,
-    );
-    eprintln!(
-        "pmemvm suite ndctl --engine nested: {:.1} s\n{}",
-        started.elapsed().as_secs_f64(),
-        out.stdout
-    );
-    let summary: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out_dir.join("summary.json")).unwrap_or_default(),
-    )
-    .unwrap_or_else(|e| panic!("no summary.json ({e})\n{}", out.dump()));
+    let args: Vec<std::ffi::OsString> = chosen.iter().map(Into::into).collect();
+    let (out, summary) =
+        pmemvm_tests::ndctl::run_nested(&src, BOOT_TIMEOUT_SECS, &args, &out_dir, DEADLINE);
     let rows = summary["rows"].as_array().cloned().unwrap_or_default();
     // Each boot's meson text log, for the message of a failure.
     let logs = || {

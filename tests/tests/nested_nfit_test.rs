@@ -15,14 +15,12 @@
 //! Skips when QEMU, the guest image, the modular kernel, a tool of the L1 preparation or
 //! ndctl's source tree is missing (strict mode fails). Holds one TCG slot while its L1 runs.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use pmemvm_tests::pmemvm::{pmemvm_bin, TempDir};
+use pmemvm_tests::pmemvm::TempDir;
 use pmemvm_tests::require;
-use pmemvm_tests::skip::Skip;
-use pmemvm_tests::tcg::TcgGuard;
 
 /// The tests this tier runs and wants passed: libndctl (the library against every
 /// nfit_test DIMM, namespace, BTT, PFN and DAX path), the DSM failure paths, namespace
@@ -42,36 +40,6 @@ const MUST_PASS: [&str; 7] = [
 const BOOT_TIMEOUT_SECS: u64 = 1800;
 /// The boot with its L1's, the ndctl and nfit_test builds and the root file system.
 const DEADLINE: Duration = Duration::from_secs(BOOT_TIMEOUT_SECS + 600);
-/// Where ndctl's tree is when `PMEMVM_NDCTL_SRC` is not set.
-const DEFAULT_SRC: &str = "/work/shared/third-party/ndctl-v81";
-
-/// QEMU, the guest image and the L1 are there; the guard holds one TCG slot.
-fn ready() -> Result<TcgGuard, Skip> {
-    pmemvm_tests::nested::find_qemu()?;
-    pmemvm_tests::image::image_dir()?;
-    match pmemvm_tests::nested::prepare_l1() {
-        Ok(_) => {}
-        Err(pmemvm_tests::nested::NestedError::Unavailable(s)) => return Err(s),
-        Err(e) => panic!("preparing the L1 failed: {e}"),
-    }
-    // `--cpus 1`: the nested engine gives the L1 one vCPU, so the test holds one slot.
-    Ok(pmemvm_tests::tcg::lock_n(1).expect("take a TCG slot"))
-}
-
-/// ndctl's source tree: `$PMEMVM_NDCTL_SRC` or the default; missing is a skip.
-fn ndctl_source() -> Result<PathBuf, Skip> {
-    let src = std::env::var_os("PMEMVM_NDCTL_SRC")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_SRC));
-    if src.join("meson.build").is_file() && src.join("test/meson.build").is_file() {
-        Ok(src)
-    } else {
-        Err(Skip::new(format!(
-            "ndctl's source tree is not at {}: get ndctl v81 with `git clone --branch v81 https://github.com/pmem/ndctl` and set PMEMVM_NDCTL_SRC to it",
-            src.display()
-        )))
-    }
-}
 
 /// Every file and link under `dir` with its size: what "not written" is compared on.
 fn listing(dir: &Path) -> Vec<(String, u64)> {
@@ -93,43 +61,20 @@ fn listing(dir: &Path) -> Vec<(String, u64)> {
 
 #[test]
 fn ndctl_default_set_passes_on_nfit_test_built_against_the_users_modular_kernel() {
-    let src = require!(ndctl_source());
+    let src = require!(pmemvm_tests::ndctl::source());
     let kernel = require!(pmemvm_tests::own_kernel::modular_kernel());
-    let _tcg = require!(ready());
+    // One TCG slot: `--cpus 1` gives the L1 one vCPU.
+    let _tcg = require!(pmemvm_tests::nested::engine_ready());
     let dir = TempDir::new("nested-nfit-test");
     let out_dir = dir.join("out");
     let before = listing(&kernel.modules);
-    let timeout = BOOT_TIMEOUT_SECS.to_string();
-    let started = Instant::now();
-    let out = pmemvm_tests::nested::run_engine_nested(
-        || {
-            let _ = std::fs::remove_dir_all(&out_dir);
-            let mut c = Command::new(pmemvm_bin());
-            c.args(["suite", "ndctl", "--engine", "nested", "--cpus", "1"])
-                .args(["--timeout", &timeout, "--src"])
-                .arg(&src)
-                .arg("--nfit-test")
-                .arg("--kernel")
-                .arg(&kernel.bz_image)
-                .arg("--modules")
-                .arg(&kernel.modules)
-                .arg("--out")
-                .arg(&out_dir)
-                .args(MUST_PASS)
-                .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir());
-            c
-        },
-        DEADLINE,
-    );
-    eprintln!(
-        "pmemvm suite ndctl --nfit-test --engine nested: {:.1} s\n{}",
-        started.elapsed().as_secs_f64(),
-        out.stdout
-    );
-    let summary: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out_dir.join("summary.json")).unwrap_or_default(),
-    )
-    .unwrap_or_else(|e| panic!("no summary.json ({e})\n{}", out.dump()));
+    let mut args: Vec<OsString> = vec!["--nfit-test".into(), "--kernel".into()];
+    args.push(kernel.bz_image.clone().into());
+    args.push("--modules".into());
+    args.push(kernel.modules.clone().into());
+    args.extend(MUST_PASS.iter().map(OsString::from));
+    let (out, summary) =
+        pmemvm_tests::ndctl::run_nested(&src, BOOT_TIMEOUT_SECS, &args, &out_dir, DEADLINE);
     let boots = summary["boots"].as_array().cloned().unwrap_or_default();
     assert_eq!(boots.len(), 1, "one boot\n{}", out.dump());
     let boot_dir = PathBuf::from(boots[0]["dir"].as_str().unwrap_or_default());
