@@ -186,6 +186,12 @@ pub fn ndctl(a: &NdctlArgs) -> Result<u8, SuiteError> {
         outcome.rows.len(),
         req.out.display()
     );
+    if let Some(sig) = outcome.stopped_by {
+        eprintln!(
+            "pmemvm suite: stopped by signal {sig}; the boots after the one it stopped did not start (status {})",
+            outcome.status()
+        );
+    }
     Ok(outcome.status())
 }
 

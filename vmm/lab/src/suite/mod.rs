@@ -155,13 +155,32 @@ pub struct NdctlOutcome {
     pub rows: Vec<ndctl::Row>,
     /// Every boot.
     pub boots: Vec<BootOutcome>,
+    /// The signal (SIGINT, SIGTERM, SIGHUP) that stopped the run during a boot: the boots
+    /// after it did not start.
+    #[serde(default)]
+    pub stopped_by: Option<u8>,
 }
 
 impl NdctlOutcome {
-    /// 0 when every test passed or skipped itself, 1 otherwise.
+    /// 0 when every test passed or skipped itself, 1 otherwise; 128 + the signal when one
+    /// stopped the run (as a shell reports it).
     pub fn status(&self) -> u8 {
-        u8::from(!ndctl::failed(&self.rows).is_empty())
+        match self.stopped_by {
+            Some(sig) => 128u8.saturating_add(sig),
+            None => u8::from(!ndctl::failed(&self.rows).is_empty()),
+        }
     }
+}
+
+/// The signal that stopped a boot, from its run's record: every engine ends a boot it was
+/// signalled in with status 128 + the signal and "stopped by signal N" in its error.
+pub fn stopped_by(result: &crate::run::RunResult) -> Option<u8> {
+    let signal = result.status.checked_sub(128).filter(|s| *s > 0)?;
+    result
+        .error
+        .as_deref()
+        .is_some_and(|e| e.contains(&format!("stopped by signal {signal}")))
+        .then_some(signal)
 }
 
 /// `rel` in the source tree above this executable.
@@ -394,8 +413,9 @@ pub fn run_ndctl(
         src: req.src.clone(),
         rows: Vec::new(),
         boots: Vec::new(),
+        stopped_by: None,
     };
-    for engine in engines(req)? {
+    'engines: for engine in engines(req)? {
         let name = engine.name();
         let engine_dir = req.out.join(name);
         std::fs::create_dir_all(&engine_dir).map_err(|source| SuiteError::Io {
@@ -437,6 +457,12 @@ pub fn run_ndctl(
             on_boot(&b, &rows);
             outcome.boots.push(b);
             outcome.rows.extend(rows);
+            // A stop signal ends the whole run, not only its boot (the user asked to stop).
+            if let Some(sig) = stopped_by(&result) {
+                log::warn!("stopped by signal {sig}: the boots after this one do not start");
+                outcome.stopped_by = Some(sig);
+                break 'engines;
+            }
         }
     }
     let json = serde_json::to_vec_pretty(&outcome).map_err(|e| SuiteError::Io {
@@ -522,6 +548,7 @@ mod tests {
             src: PathBuf::new(),
             rows,
             boots: Vec::new(),
+            stopped_by: None,
         };
         use junit::Verdict::*;
         assert_eq!(
@@ -534,5 +561,28 @@ mod tests {
         );
         assert_eq!(outcome(vec![row(Some(Error))]).status(), 1);
         assert_eq!(outcome(vec![row(None)]).status(), 1);
+        let mut stopped = outcome(vec![row(Some(Passed))]);
+        stopped.stopped_by = Some(15);
+        assert_eq!(stopped.status(), 143);
+    }
+
+    #[test]
+    fn a_boot_stopped_by_a_signal_is_told_from_a_failed_one() {
+        // The record of a real `pmemvm suite ndctl --engine nested` boot ended by SIGTERM.
+        let real: crate::run::RunResult =
+            serde_json::from_str(include_str!("testdata/run-stopped-by-sigterm.json")).unwrap();
+        assert_eq!(stopped_by(&real), Some(15));
+        let result = |status, error: Option<&str>| {
+            let mut r = real.clone();
+            r.status = status;
+            r.error = error.map(str::to_string);
+            r
+        };
+        let qemu = "stopped by signal 2; QEMU was ended";
+        assert_eq!(stopped_by(&result(130, Some(qemu))), Some(2));
+        // The guest's own status 143 (its command was killed inside) is not a stop.
+        assert_eq!(stopped_by(&result(143, None)), None);
+        assert_eq!(stopped_by(&result(1, Some("failed"))), None);
+        assert_eq!(stopped_by(&result(128, Some("stopped by signal 0"))), None);
     }
 }
