@@ -214,17 +214,27 @@ pub enum PlanError {
     Twice(String),
 }
 
-/// The boots that run `tests` (empty: every known test), each test in the boot of its
-/// shape, in [`KNOWN`]'s order; boots in the order of their first test.
-pub fn plan(tests: &[String]) -> Result<Vec<Boot>, PlanError> {
+/// Refuses a name of `tests` that is not in `known` (as `unknown` says) or is given twice.
+pub(super) fn check_names(
+    tests: &[String],
+    known: &[KnownTest],
+    unknown: fn(String) -> PlanError,
+) -> Result<(), PlanError> {
     for (i, name) in tests.iter().enumerate() {
-        if !KNOWN.iter().any(|k| k.name == name) {
-            return Err(PlanError::Unknown(name.clone()));
+        if !known.iter().any(|k| k.name == name) {
+            return Err(unknown(name.clone()));
         }
         if tests[..i].contains(name) {
             return Err(PlanError::Twice(name.clone()));
         }
     }
+    Ok(())
+}
+
+/// The boots that run `tests` (empty: every known test), each test in the boot of its
+/// shape, in [`KNOWN`]'s order; boots in the order of their first test.
+pub fn plan(tests: &[String]) -> Result<Vec<Boot>, PlanError> {
+    check_names(tests, KNOWN, PlanError::Unknown)?;
     let mut boots: Vec<Boot> = Vec::new();
     for k in KNOWN {
         if !tests.is_empty() && !tests.iter().any(|t| t == k.name) {

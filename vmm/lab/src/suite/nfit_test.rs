@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::ndctl::{t, Boot, Bus, KnownTest, PlanError, Shape};
+use super::ndctl::{check_names, t, Boot, Bus, KnownTest, PlanError, Shape};
 use crate::modules::{ModuleTree, ModulesError};
 
 /// The build script (host side).
@@ -54,14 +54,7 @@ pub fn names() -> Vec<&'static str> {
 
 /// The one boot that runs `tests` (empty: all of [`TESTS`]) in [`TESTS`]' order.
 pub fn plan(tests: &[String]) -> Result<Vec<Boot>, PlanError> {
-    for (i, name) in tests.iter().enumerate() {
-        if !TESTS.iter().any(|k| k.name == name) {
-            return Err(PlanError::UnknownNfitTest(name.clone()));
-        }
-        if tests[..i].contains(name) {
-            return Err(PlanError::Twice(name.clone()));
-        }
-    }
+    check_names(tests, TESTS, PlanError::UnknownNfitTest)?;
     let chosen: Vec<KnownTest> = TESTS
         .iter()
         .filter(|k| tests.is_empty() || tests.iter().any(|t| t == k.name))
