@@ -58,7 +58,6 @@ kernel_build_modular() {
     make -s -C "$tree" ARCH=x86_64 kernelrelease > "$dest/kernelrelease"
     local rel
     rel=$(cat "$dest/kernelrelease")
-    # The build and source links point into the (deleted) tree.
     # The build and source links point into the tree; build.sh points build at the kept
     # tree (below) once the stage is in its final place.
     rm -f "$dest/modules/lib/modules/$rel/build" "$dest/modules/lib/modules/$rel/source"
