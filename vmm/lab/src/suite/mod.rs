@@ -215,15 +215,22 @@ pub fn plan(req: &NdctlRequest) -> Result<Vec<ndctl::Boot>, SuiteError> {
 }
 
 /// Checks what can be checked before anything is built or booted; creates nothing.
-pub fn check(req: &NdctlRequest) -> Result<Vec<ndctl::Boot>, SuiteError> {
+/// Returns the boots and, with `--nfit-test`, the kernel's module and build trees.
+pub fn check(
+    req: &NdctlRequest,
+) -> Result<(Vec<ndctl::Boot>, Option<nfit_test::Resolved>), SuiteError> {
     if !req.src.join("meson.build").is_file() || !req.src.join("test/meson.build").is_file() {
         return Err(SuiteError::NoSource(req.src.clone()));
     }
     let boots = plan(req)?;
-    if let Some(k) = &req.nfit_test {
-        nfit_test::check(k)?;
-        source_file(nfit_test::NFIT_TEST_BUILD)?;
-    }
+    let resolved = match &req.nfit_test {
+        Some(k) => {
+            let r = nfit_test::check(k)?;
+            source_file(nfit_test::NFIT_TEST_BUILD)?;
+            Some(r)
+        }
+        None => None,
+    };
     engines(req)?;
     if req.out.exists() && !req.out.is_dir() {
         return Err(SuiteError::OutNotEmpty(req.out.clone()));
@@ -236,7 +243,7 @@ pub fn check(req: &NdctlRequest) -> Result<Vec<ndctl::Boot>, SuiteError> {
     for rel in [NDCTL_BUILD, NDCTL_SUITE, NDCTL_PACKAGES] {
         source_file(rel)?;
     }
-    Ok(boots)
+    Ok((boots, resolved))
 }
 
 /// Builds ndctl and its tests (or finds them in the cache): the tree holding `path`,
@@ -384,7 +391,7 @@ pub fn run_ndctl(
     req: &NdctlRequest,
     mut on_boot: impl FnMut(&BootOutcome, &[ndctl::Row]),
 ) -> Result<NdctlOutcome, SuiteError> {
-    let boots = check(req)?;
+    let (boots, resolved) = check(req)?;
     let tree = build_ndctl(&req.src)?;
     let list =
         std::fs::read_to_string(source_file(NDCTL_PACKAGES)?).map_err(|source| SuiteError::Io {
@@ -401,10 +408,10 @@ pub fn run_ndctl(
     })?;
     // --nfit-test: the test modules, built against the user's kernel, in a module tree of
     // this run's own (the user's --modules is only read).
-    let modules = match &req.nfit_test {
-        Some(k) => Some(nfit_test::build(
+    let modules = match &resolved {
+        Some(r) => Some(nfit_test::build(
             &source_file(nfit_test::NFIT_TEST_BUILD)?,
-            &nfit_test::check(k)?,
+            r,
             &req.out.join("nfit-test-modules"),
         )?),
         None => None,
