@@ -62,6 +62,35 @@ fn l1_kernel_panic(text: &str) -> Option<&str> {
     })
 }
 
+/// Whether a run that met the harness's deadline is run once more: a `pmemvm`
+/// command (`is_pmemvm`) in an L1 of two or more vCPUs whose guest made no
+/// progress while the L1 stayed alive (seen once in CI: a 2-vCPU guest silent
+/// 16 s into a 400 s deadline, the class of the 2-vCPU faults above). Only
+/// once per step (`restarted` says whether it was): a guest that hangs every
+/// time is a result and costs two deadlines, not [`BREAKDOWN_TRIES`].
+pub(super) fn deadline_breakdown(
+    e: &NestedError,
+    cpus: u32,
+    is_pmemvm: bool,
+    restarted: &std::cell::Cell<bool>,
+) -> Option<String> {
+    let NestedError::Deadline {
+        deadline, run_dir, ..
+    } = e
+    else {
+        return None;
+    };
+    if cpus < 2 || !is_pmemvm || restarted.replace(true) {
+        return None;
+    }
+    Some(format!(
+        "the nested run was restarted once: in its {cpus}-vCPU L1, alive, the command did not \
+         finish within the deadline of {} s (files kept in {})",
+        deadline.as_secs(),
+        run_dir.display()
+    ))
+}
+
 /// How many runs in all a test gives one step when its runs end in a
 /// breakdown of the TCG-emulated platform (an L1 that stalled or took a triple
 /// fault, or a 2-vCPU guest whose interrupt delivery triple-faulted in its
@@ -171,6 +200,39 @@ mod tests {
         // A power-off or a QEMU error without a logged triple fault is a result.
         assert!(!l1_broke(&no_status("exit status: 0")));
         assert!(!l1_broke(&no_status("exit status: 1")));
+    }
+
+    #[test]
+    fn a_deadline_of_a_multi_vcpu_pmemvm_run_is_run_again_once() {
+        use std::cell::Cell;
+        let deadline = || NestedError::Deadline {
+            deadline: Duration::from_secs(400),
+            killed_after: Duration::from_secs(401),
+            mode: super::super::Mode::Nested,
+            run_dir: "/tmp/kept".into(),
+            console: String::new(),
+            stderr: String::new(),
+        };
+        // One vCPU, or a command other than pmemvm: a result.
+        assert_eq!(
+            deadline_breakdown(&deadline(), 1, true, &Cell::new(false)),
+            None
+        );
+        assert_eq!(
+            deadline_breakdown(&deadline(), 2, false, &Cell::new(false)),
+            None
+        );
+        // Two vCPUs: once, saying where the files are; a second deadline is the result.
+        let restarted = Cell::new(false);
+        let why = deadline_breakdown(&deadline(), 2, true, &restarted).expect("a restart");
+        assert!(why.contains("400 s") && why.contains("/tmp/kept"), "{why}");
+        assert_eq!(deadline_breakdown(&deadline(), 2, true, &restarted), None);
+        // Another error is not a hang.
+        let other = NestedError::Io {
+            what: "x".into(),
+            source: std::io::Error::other("y"),
+        };
+        assert_eq!(deadline_breakdown(&other, 2, true, &Cell::new(false)), None);
     }
 
     #[test]

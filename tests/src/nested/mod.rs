@@ -311,25 +311,36 @@ impl NestedVm {
             // vCPUs (TCG's delivery of an interrupt KVM injected, docs/testing.md
             // §6b), are run again in a fresh L1, up to [`BREAKDOWN_TRIES`] runs in
             // all; each restart is counted in the summary of tests/run.sh.
-            Mode::Nested => retry_breakdowns(
-                "nested harness",
-                || {
-                    let run_dir = RunDir::create()?;
-                    self.populate(&run_dir, argv)?;
-                    self.run_nested(run_dir)
-                },
-                |result| match result {
-                    Err(e) if l1_broke(e) => Some(format!(
-                        "the L1 was restarted: {}",
-                        e.to_string().lines().next().unwrap_or_default()
-                    )),
-                    Ok(out) if self.cpus > 1 && argv.first() == Some(&"pmemvm") => {
-                        platform_breakdown(&out.stderr)
-                            .map(|why| format!("the nested run was restarted: {why}"))
-                    }
-                    _ => None,
-                },
-            ),
+            // A pmemvm command in such an L1 that met the deadline is run once
+            // more, not more (`breakdown::deadline_breakdown`).
+            Mode::Nested => {
+                let deadline_restarted = std::cell::Cell::new(false);
+                retry_breakdowns(
+                    "nested harness",
+                    || {
+                        let run_dir = RunDir::create()?;
+                        self.populate(&run_dir, argv)?;
+                        self.run_nested(run_dir)
+                    },
+                    |result| match result {
+                        Err(e) if l1_broke(e) => Some(format!(
+                            "the L1 was restarted: {}",
+                            e.to_string().lines().next().unwrap_or_default()
+                        )),
+                        Err(e @ NestedError::Deadline { .. }) => breakdown::deadline_breakdown(
+                            e,
+                            self.cpus,
+                            argv.first() == Some(&"pmemvm"),
+                            &deadline_restarted,
+                        ),
+                        Ok(out) if self.cpus > 1 && argv.first() == Some(&"pmemvm") => {
+                            platform_breakdown(&out.stderr)
+                                .map(|why| format!("the nested run was restarted: {why}"))
+                        }
+                        _ => None,
+                    },
+                )
+            }
         }
     }
 
