@@ -64,7 +64,8 @@ pub struct NdctlArgs {
     /// modules' lib/modules/RELEASE/build); only read.
     #[arg(long, value_name = "DIR")]
     pub kernel_tree: Option<PathBuf>,
-    /// meson test names (default: every test the command places; `--plan` lists them).
+    /// meson test names (default: every test the command places; `--plan` lists them;
+    /// on `--engine nested` the default leaves out `mmap.sh`, hours on an emulated CPU).
     #[arg(value_name = "TEST")]
     pub tests: Vec<String>,
 }
