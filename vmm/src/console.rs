@@ -32,12 +32,56 @@ unsafe impl Terminal for Stdin {
     }
 }
 
+/// The settings and file flags of stdin, saved when it is a terminal and put
+/// back on drop, also when a panic unwinds through it; for a child process
+/// that changes the terminal itself (QEMU's `-serial stdio`) and may be
+/// killed before it restores it.
+#[derive(Debug)]
+pub struct SavedTerminal {
+    saved: Option<(libc::termios, libc::c_int)>,
+}
+
+impl SavedTerminal {
+    /// Saves stdin's settings and flags (nothing when it is not a terminal).
+    pub fn save() -> Self {
+        let Some(termios) = termios_of_stdin() else {
+            return Self { saved: None };
+        };
+        // SAFETY: F_GETFL on fd 0 has no other argument.
+        let flags = unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_GETFL) };
+        Self {
+            saved: (flags >= 0).then_some((termios, flags)),
+        }
+    }
+
+    /// Whether stdin is a terminal whose settings were saved.
+    pub fn is_saved(&self) -> bool {
+        self.saved.is_some()
+    }
+
+    /// Restores what was saved (idempotent).
+    fn restore(&self) {
+        if let Some((termios, flags)) = &self.saved {
+            // SAFETY: `termios` came from tcgetattr on fd 0.
+            unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, termios) };
+            // SAFETY: F_SETFL on fd 0 with the flags it had.
+            unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_SETFL, *flags) };
+        }
+    }
+}
+
+impl Drop for SavedTerminal {
+    fn drop(&mut self) {
+        self.restore();
+    }
+}
+
 /// Stdin in raw, non-blocking mode while it lives (only when stdin is a
 /// tty); the previous settings and file flags are restored on drop, also
 /// when a panic unwinds through it.
 #[derive(Debug)]
 pub struct RawTerminal {
-    saved: Option<(libc::termios, libc::c_int)>,
+    _saved: SavedTerminal,
 }
 
 /// The terminal settings of stdin, if it is a terminal.
@@ -55,43 +99,22 @@ fn termios_of_stdin() -> Option<libc::termios> {
 impl RawTerminal {
     /// Switches stdin to raw, non-blocking mode when it is a terminal.
     pub fn new() -> Self {
-        let Some(termios) = termios_of_stdin() else {
-            return Self { saved: None };
-        };
-        // SAFETY: F_GETFL on fd 0 has no other argument.
-        let flags = unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_GETFL) };
-        let me = Self {
-            saved: (flags >= 0).then_some((termios, flags)),
-        };
-        if let Err(e) = Stdin
-            .set_raw_mode()
-            .and_then(|()| Stdin.set_non_block(true))
-        {
-            log::warn!("the terminal cannot be put in raw mode: {e}");
+        let saved = SavedTerminal::save();
+        if saved.is_saved() {
+            if let Err(e) = Stdin
+                .set_raw_mode()
+                .and_then(|()| Stdin.set_non_block(true))
+            {
+                log::warn!("the terminal cannot be put in raw mode: {e}");
+            }
         }
-        me
-    }
-
-    /// Restores what was saved (idempotent).
-    fn restore(&self) {
-        if let Some((termios, flags)) = &self.saved {
-            // SAFETY: `termios` came from tcgetattr on fd 0.
-            unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, termios) };
-            // SAFETY: F_SETFL on fd 0 with the flags it had.
-            unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_SETFL, *flags) };
-        }
+        Self { _saved: saved }
     }
 }
 
 impl Default for RawTerminal {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-impl Drop for RawTerminal {
-    fn drop(&mut self) {
-        self.restore();
     }
 }
 

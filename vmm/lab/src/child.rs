@@ -146,7 +146,11 @@ pub fn run_in_child(exe: &Path, spec: &RunSpec, dir: &Path) -> Result<ChildRun, 
     })?;
     std::fs::write(&spec_path, bytes).map_err(io("writing the run spec"))?;
 
-    let held = HeldSignals::block().map_err(io("blocking SIGINT/SIGTERM/SIGHUP"))?;
+    // The core's stop-signal block (SIGINT, SIGTERM, SIGHUP, and SIGQUIT, read here and
+    // left alone: the child has its own, and a terminal's Ctrl-\ reaches it directly).
+    let held = vmm::signals::StopSignals::block().map_err(io("blocking SIGINT/SIGTERM/SIGHUP"))?;
+    let take_pending =
+        || std::iter::from_fn(|| held.read()).find(|&sig| sig != vmm::signals::DESCRIBE_SIGNAL);
     // The child starts with an empty signal mask (std resets it on spawn).
     let mut child = Command::new(exe)
         .arg(SUBCOMMAND)
@@ -162,7 +166,7 @@ pub fn run_in_child(exe: &Path, spec: &RunSpec, dir: &Path) -> Result<ChildRun, 
     let mut interrupted_by = None;
     let mut killed = false;
     let status = loop {
-        if let Some(sig) = held.take_pending() {
+        if let Some(sig) = take_pending() {
             interrupted_by = Some(sig);
             forward(&child, sig);
         }
@@ -176,7 +180,7 @@ pub fn run_in_child(exe: &Path, spec: &RunSpec, dir: &Path) -> Result<ChildRun, 
             Err(e) => return Err(io("waiting for the run's child process")(e)),
         }
     };
-    if let Some(sig) = held.take_pending() {
+    if let Some(sig) = take_pending() {
         interrupted_by = Some(sig);
     }
     drop(held);
@@ -220,56 +224,6 @@ fn forward(child: &std::process::Child, sig: i32) {
     }
 }
 
-/// SIGINT, SIGTERM and SIGHUP blocked in this thread until dropped (the old
-/// mask is restored); pending ones are taken with `sigtimedwait`.
-struct HeldSignals {
-    set: libc::sigset_t,
-    old: libc::sigset_t,
-}
-
-impl HeldSignals {
-    fn block() -> std::io::Result<Self> {
-        // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `set` is a valid sigset_t owned by this frame.
-        unsafe {
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGINT);
-            libc::sigaddset(&mut set, libc::SIGTERM);
-            libc::sigaddset(&mut set, libc::SIGHUP);
-        }
-        // SAFETY: both pointers are valid sigset_t values of this frame.
-        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
-        if rc != 0 {
-            return Err(std::io::Error::from_raw_os_error(rc));
-        }
-        Ok(Self { set, old })
-    }
-
-    /// A pending held signal, without waiting.
-    fn take_pending(&self) -> Option<i32> {
-        let zero = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `set` is initialised; a null info pointer is allowed; the
-        // timeout is a valid timespec of this frame.
-        let sig = unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &zero) };
-        (sig > 0).then_some(sig)
-    }
-}
-
-impl Drop for HeldSignals {
-    fn drop(&mut self) {
-        // SAFETY: restores the mask saved in `block`.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,11 +241,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_missing_binary_is_named() {
-        let dir = std::env::temp_dir().join(format!("child-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let spec = RunSpec {
+    fn small_spec() -> RunSpec {
+        RunSpec {
             gdb: None,
             gdb_wait: false,
             control: Default::default(),
@@ -313,7 +264,14 @@ mod tests {
             stream_console: false,
             console_log: None,
             timeout: Duration::from_secs(5),
-        };
+        }
+    }
+
+    #[test]
+    fn a_missing_binary_is_named() {
+        let dir = std::env::temp_dir().join(format!("child-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let spec = small_spec();
         let e = run_in_child(Path::new("/nonexistent/pmemvm"), &spec, &dir).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/pmemvm"), "{e}");
         assert!(e.to_string().contains("could not be started"), "{e}");
@@ -322,6 +280,68 @@ mod tests {
         )
         .expect("spec round-trips");
         assert_eq!(back.memory, 256 << 20);
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    /// Whether `signal` is blocked on thread `tid` of this process.
+    fn blocked_on(tid: libc::pid_t, signal: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("SigBlk:"))
+                    .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            })
+            .is_some_and(|m| m & (1 << (signal - 1)) != 0)
+    }
+
+    #[test]
+    fn a_stop_signal_is_forwarded_to_the_child_and_sigquit_is_not_a_stop() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("child-signal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        // A stand-in for `pmemvm __run-job`: notes the SIGTERM it gets and ends.
+        let (got, ready) = (dir.join("got-term"), dir.join("trap-set"));
+        let exe = dir.join("child.sh");
+        std::fs::write(
+            &exe,
+            format!(
+                "#!/bin/sh\ntrap 'touch {}; exit 0' TERM\ntouch {}\nwhile :; do sleep 0.1; done\n",
+                got.display(),
+                ready.display()
+            ),
+        )
+        .expect("script");
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn({
+            let (exe, dir) = (exe.clone(), dir.clone());
+            move || {
+                // SAFETY: gettid has no arguments and cannot fail.
+                tx.send(unsafe { libc::gettid() }).expect("send tid");
+                run_in_child(&exe, &small_spec(), &dir)
+            }
+        });
+        let tid = rx.recv().expect("tid");
+        let start = Instant::now();
+        while !blocked_on(tid, libc::SIGTERM) || !ready.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "never blocked or started"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for sig in [libc::SIGQUIT, libc::SIGTERM] {
+            // SAFETY: tgkill on this process's worker thread, which blocks both signals.
+            let rc = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, sig) };
+            assert_eq!(rc, 0);
+        }
+        let e = worker.join().expect("join").unwrap_err();
+        assert!(
+            matches!(e, ChildError::Interrupted { signal } if signal == libc::SIGTERM),
+            "{e}"
+        );
+        assert!(got.exists(), "the child did not get the SIGTERM");
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 

@@ -299,34 +299,6 @@ impl Drop for TempShare {
     }
 }
 
-/// The terminal settings of stdin, put back on drop (QEMU restores them
-/// itself when it exits in order; this covers a killed QEMU).
-struct SavedTerminal(Option<libc::termios>);
-
-impl SavedTerminal {
-    fn save() -> Self {
-        let mut t = std::mem::MaybeUninit::<libc::termios>::uninit();
-        // SAFETY: isatty and tcgetattr only read fd 0 and write the termios
-        // struct `t` points to; `t` is read only after tcgetattr succeeded.
-        let saved = unsafe {
-            (libc::isatty(0) == 1 && libc::tcgetattr(0, t.as_mut_ptr()) == 0)
-                .then(|| t.assume_init())
-        };
-        Self(saved)
-    }
-}
-
-impl Drop for SavedTerminal {
-    fn drop(&mut self) {
-        if let Some(t) = &self.0 {
-            // SAFETY: tcsetattr reads the termios struct saved from this same fd.
-            unsafe {
-                libc::tcsetattr(0, libc::TCSANOW, t);
-            }
-        }
-    }
-}
-
 /// Boots `b` under pmemvm inside the L1 with the guest's console on this
 /// terminal (L1's second serial port, relayed by QEMU; the L1's own console
 /// goes to a file). Returns pmemvm's exit status in L1; the guest powering
@@ -391,7 +363,8 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
         );
     }
     let _socket = b.api.map(QemuSocket);
-    let saved = SavedTerminal::save();
+    // QEMU restores the terminal itself when it exits in order; this covers a killed QEMU.
+    let saved = vmm::console::SavedTerminal::save();
     let run = run_l1(
         cmd,
         true,
