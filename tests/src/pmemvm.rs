@@ -15,12 +15,23 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// The pmemvm binary: `$PMEMVM_BIN`, or `target/debug/pmemvm` built once per
-/// test process with `cargo build -p pmemvm` so tests never run a stale binary.
+/// Cargo's target directory: `$CARGO_TARGET_DIR` (relative to the workspace
+/// when relative), else the workspace's `target`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|t| !t.is_empty()) {
+        Some(t) => workspace_root().join(t),
+        None => workspace_root().join("target"),
+    }
+}
+
+/// The pmemvm binary: `$PMEMVM_BIN`, or `debug/pmemvm` of [`target_dir`] built
+/// once per test process with `cargo build -p pmemvm` so tests never run a
+/// stale binary. The tests' one binary lookup (the nested harness's
+/// `find_pmemvm` checks `$PMEMVM_BIN` exists, then asks this).
 pub fn pmemvm_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("PMEMVM_BIN") {
+        if let Some(p) = std::env::var_os("PMEMVM_BIN").filter(|p| !p.is_empty()) {
             return PathBuf::from(p);
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -32,7 +43,7 @@ pub fn pmemvm_bin() -> PathBuf {
             status.is_ok_and(|s| s.success()),
             "building pmemvm for the tests failed"
         );
-        workspace_root().join("target/debug/pmemvm")
+        target_dir().join("debug/pmemvm")
     })
     .clone()
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 pub use lab::nested::L1Image;
 
-use super::{unavailable, workspace_root, NestedError};
+use super::{unavailable, NestedError};
 use crate::skip::Skip;
 
 /// Cache directory of the harness: `$PMEMVM_TEST_CACHE` or `tests/.cache/`
@@ -80,39 +80,13 @@ pub fn find_qemu_10() -> Result<PathBuf, Skip> {
     }
 }
 
-/// The `pmemvm` binary: `$PMEMVM_BIN`, else the newer of
-/// `target/release/pmemvm` and `target/debug/pmemvm` (honouring
-/// `$CARGO_TARGET_DIR`).
+/// The `pmemvm` binary: `$PMEMVM_BIN` (which must exist), else the one
+/// [`crate::pmemvm::pmemvm_bin`] builds: the tests' one lookup, never a stale binary.
 pub fn find_pmemvm() -> Result<PathBuf, Skip> {
-    if let Some(bin) = std::env::var_os("PMEMVM_BIN").filter(|b| !b.is_empty()) {
-        return user_binary("PMEMVM_BIN", PathBuf::from(bin));
+    match std::env::var_os("PMEMVM_BIN").filter(|b| !b.is_empty()) {
+        Some(bin) => user_binary("PMEMVM_BIN", PathBuf::from(bin)),
+        None => Ok(crate::pmemvm::pmemvm_bin()),
     }
-    let target = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(t) if !t.is_empty() => {
-            let t = PathBuf::from(t);
-            if t.is_absolute() {
-                t
-            } else {
-                workspace_root().join(t)
-            }
-        }
-        _ => workspace_root().join("target"),
-    };
-    ["release", "debug"]
-        .iter()
-        .map(|profile| target.join(profile).join("pmemvm"))
-        .filter_map(|p| {
-            let mtime = fs::metadata(&p).and_then(|m| m.modified()).ok()?;
-            Some((mtime, p))
-        })
-        .max_by_key(|(mtime, _)| *mtime)
-        .map(|(_, p)| p)
-        .ok_or_else(|| {
-            Skip::new(format!(
-                "pmemvm binary not found (set PMEMVM_BIN or run `cargo build -p pmemvm`; looked in {})",
-                target.display()
-            ))
-        })
 }
 
 pub use crate::image::guest_image;
