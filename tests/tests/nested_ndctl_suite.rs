@@ -5,7 +5,8 @@
 //!
 //! - the destructive ACPI.NFIT tests on pmemvm's NVDIMMs (`pmem-ns`, `sub-section.sh`,
 //!   `daxctl-devices.sh`);
-//! - the e820 tests on `--pmem-legacy` (`dax-ext4.sh`, `dax-xfs.sh`, `device-dax`);
+//! - the e820 tests on `--pmem-legacy` (`dax-ext4.sh`, `dax-xfs.sh`, `device-dax`,
+//!   `revoke-devmem`);
 //! - ndctl's error scripts, written for the kernel's nfit_test, pointed at pmemvm's
 //!   ACPI.NFIT bus at run time (`clear.sh`, `pmem-errors.sh`, `inject-error.sh`,
 //!   `inject-smart.sh`, `monitor.sh`): ARS, error injection, clear, SMART and the
@@ -36,15 +37,18 @@ use pmemvm_tests::require;
 /// The tests this tier runs (every one in the command's default plan) and wants passed: the
 /// destructive ACPI.NFIT tests that need no large DIMM, the e820 DAX file-system and
 /// device-dax tests, daxctl's memory hot-plug, and ndctl's error scripts on pmemvm's bus.
-/// The plan's other tests (`align.sh`, `dm.sh`, `mmap.sh`, `revoke-devmem`,
-/// `device-dax-fio.sh`, `dax-dev` on its own) are left to `pmemvm suite ndctl` on demand:
-/// CI's time, and docs/ndctl-suite.md has their results and causes.
-const MUST_PASS: [&str; 10] = [
+/// `revoke-devmem` (3 s) proves the guest kernel revokes a `/dev/mem` mapping of a range a
+/// driver claims (`CONFIG_IO_STRICT_DEVMEM`, which the image lacked until ndctl's test found it).
+/// The plan's other tests (`align.sh`, `dm.sh`, `mmap.sh`, `device-dax-fio.sh`, `dax-dev` on
+/// its own) are left to `pmemvm suite ndctl` on demand: CI's time, and docs/ndctl-suite.md has
+/// their results and causes.
+const MUST_PASS: [&str; 11] = [
     "pmem-ns",
     "sub-section.sh",
     "dax-ext4.sh",
     "dax-xfs.sh",
     "device-dax",
+    "revoke-devmem",
     "daxctl-devices.sh",
     "clear.sh",
     "pmem-errors.sh",
