@@ -19,9 +19,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::inputs::{self, InputKey};
-use super::pooling::{self, MatchKey};
+use super::pooling;
 use super::record::{ResultInfo, ResultState, SCHEMA_VERSION};
-use super::task::Task;
+// The merge's inputs and what it leaves out are the selection's terms.
+pub use super::select::{Input, LeftOut};
 use crate::report::{BenchReport, ReportError};
 
 /// Errors of `pmemvm report`.
@@ -110,19 +111,6 @@ impl MergeError {
     }
 }
 
-/// One result directory, read.
-#[derive(Debug, Clone)]
-pub struct Input {
-    /// The directory.
-    pub dir: PathBuf,
-    /// Its report.
-    pub report: BenchReport,
-    /// What must match, with its values here.
-    pub keys: Vec<MatchKey>,
-    /// What each side ran, with its values here.
-    pub inputs: Vec<InputKey>,
-}
-
 /// What `pmemvm report` is asked to pool although it differs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PoolOptions {
@@ -131,17 +119,6 @@ pub struct PoolOptions {
     /// `--pool-different-inputs`: sides that ran different kernels, command lines, fio jobs
     /// or pmemvm versions.
     pub different_inputs: bool,
-}
-
-/// A (side, boot) of an input that is not in the merged report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LeftOut {
-    /// Where it was (empty for a planned boot that no directory holds).
-    pub dir: String,
-    /// The side and boot.
-    pub task: Task,
-    /// Why it was left out.
-    pub why: String,
 }
 
 /// What went into the merge and what did not.

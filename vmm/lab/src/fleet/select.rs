@@ -8,11 +8,38 @@
 //! the same way). Planned boots that no input holds are listed too: the tasks of a Slurm array
 //! (`--only`) that never wrote a result, and the boots a partial bench did not reach.
 
+use std::path::PathBuf;
+
 use serde::Serialize;
 
-use super::merge::{Input, LeftOut};
+use super::inputs::InputKey;
+use super::pooling::MatchKey;
 use super::task::Task;
 use crate::report::{BenchReport, RunRecord};
+
+/// One result directory, read.
+#[derive(Debug, Clone)]
+pub struct Input {
+    /// The directory.
+    pub dir: PathBuf,
+    /// Its report.
+    pub report: BenchReport,
+    /// What must match, with its values here.
+    pub keys: Vec<MatchKey>,
+    /// What each side ran, with its values here.
+    pub inputs: Vec<InputKey>,
+}
+
+/// A (side, boot) of an input that is not in the merged report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeftOut {
+    /// Where it was (empty for a planned boot that no directory holds).
+    pub dir: String,
+    /// The side and boot.
+    pub task: Task,
+    /// Why it was left out.
+    pub why: String,
+}
 
 /// A boot taken into the merge.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

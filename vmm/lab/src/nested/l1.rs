@@ -19,16 +19,7 @@ use super::wait::{wait_watched, Waited};
 use super::{L1Image, CONSOLE_TAIL_LINES, RUN_MARKER};
 use crate::qemu::{QemuAccel, QemuCommand};
 
-/// One more host directory mounted in L1 over 9p.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount {
-    /// The 9p mount tag.
-    pub tag: String,
-    /// The host directory.
-    pub host_dir: PathBuf,
-    /// Where the L1 init mounts it.
-    pub l1_dir: String,
-}
+pub use super::share::Mount;
 
 /// The L1's size and wiring.
 #[derive(Debug, Clone)]

@@ -9,6 +9,17 @@ use std::process::{Command, Stdio};
 
 use super::{io_err, NestedError, ERROR_MARKER, L1_DIR, STATUS_MARKER};
 
+/// One more host directory mounted in L1 over 9p.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// The 9p mount tag.
+    pub tag: String,
+    /// The host directory.
+    pub host_dir: PathBuf,
+    /// Where the L1 init mounts it.
+    pub l1_dir: String,
+}
+
 /// Quotes one word for a POSIX shell.
 pub fn shell_quote(word: &str) -> String {
     if !word.is_empty()
@@ -187,7 +198,7 @@ pub fn write_command(
     share: &Path,
     env: &[(String, String)],
     argv: &[&str],
-    mounts: &[super::l1::Mount],
+    mounts: &[Mount],
     tty: Option<&str>,
 ) -> Result<(), NestedError> {
     let l1 = l1_dir(share);

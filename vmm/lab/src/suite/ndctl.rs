@@ -207,8 +207,13 @@ pub enum PlanError {
     #[error("{0} is not one of ndctl's tests this command runs; it runs: {list}", list = default_tests().join(", "))]
     Unknown(String),
     /// A name that is not in the nfit_test set (`--nfit-test`).
-    #[error("{0} is not one of ndctl's nfit_test tests this command runs with --nfit-test; it runs: {list}", list = super::nfit_test::names().join(", "))]
-    UnknownNfitTest(String),
+    #[error("{name} is not one of ndctl's nfit_test tests this command runs with --nfit-test; it runs: {list}")]
+    UnknownNfitTest {
+        /// The name given.
+        name: String,
+        /// The set's names, comma separated.
+        list: String,
+    },
     /// The same test twice.
     #[error("{0} is named twice; name each test once")]
     Twice(String),
@@ -218,7 +223,7 @@ pub enum PlanError {
 pub(super) fn check_names(
     tests: &[String],
     known: &[KnownTest],
-    unknown: fn(String) -> PlanError,
+    unknown: impl Fn(String) -> PlanError,
 ) -> Result<(), PlanError> {
     for (i, name) in tests.iter().enumerate() {
         if !known.iter().any(|k| k.name == name) {

@@ -54,7 +54,10 @@ pub fn names() -> Vec<&'static str> {
 
 /// The one boot that runs `tests` (empty: all of [`TESTS`]) in [`TESTS`]' order.
 pub fn plan(tests: &[String]) -> Result<Vec<Boot>, PlanError> {
-    check_names(tests, TESTS, PlanError::UnknownNfitTest)?;
+    check_names(tests, TESTS, |name| PlanError::UnknownNfitTest {
+        name,
+        list: names().join(", "),
+    })?;
     let chosen: Vec<KnownTest> = TESTS
         .iter()
         .filter(|k| tests.is_empty() || tests.iter().any(|t| t == k.name))
@@ -274,7 +277,10 @@ mod tests {
     #[test]
     fn tests_outside_the_set_are_refused_with_the_list() {
         let e = plan(&["pmem-ns".into()]).unwrap_err();
-        assert_eq!(e, PlanError::UnknownNfitTest("pmem-ns".into()));
+        assert!(
+            matches!(&e, PlanError::UnknownNfitTest { name, .. } if name == "pmem-ns"),
+            "{e}"
+        );
         assert!(e.to_string().contains("libndctl, dsm-fail"), "{e}");
         let e = plan(&["create.sh".into(), "create.sh".into()]).unwrap_err();
         assert_eq!(e, PlanError::Twice("create.sh".into()));
