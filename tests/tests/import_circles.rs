@@ -153,7 +153,7 @@ fn references(module: &str, text: &str) -> Vec<Vec<String>> {
         .map(str::to_string)
         .collect();
     let mut rest = text;
-    while let Some(at) = rest.find(|c: char| c == 'c' || c == 's') {
+    while let Some(at) = rest.find(['c', 's']) {
         let here = &rest[at..];
         let boundary = at == 0 || !is_ident(rest[..at].chars().next_back().unwrap_or(' '));
         if boundary && here.starts_with("crate::") {
@@ -212,13 +212,13 @@ fn circles(src: &Path) -> Vec<Vec<String>> {
             }
         }
     }
+    // Transitive closure (Warshall): i reaches j through k.
     for k in 0..n {
-        for i in 0..n {
-            if reach[i][k] {
-                for j in 0..n {
-                    if reach[k][j] {
-                        reach[i][j] = true;
-                    }
+        let via = reach[k].clone();
+        for row in reach.iter_mut() {
+            if row[k] {
+                for (r, v) in row.iter_mut().zip(&via) {
+                    *r |= *v;
                 }
             }
         }
