@@ -16,6 +16,7 @@ pub mod interrupt_line;
 pub mod nvdimm;
 pub mod nvdimm_ars;
 pub mod nvdimm_dsm;
+pub mod nvdimm_dsm_page;
 pub mod nvdimm_health;
 pub mod nvdimm_health_set;
 pub mod nvdimm_labels;

@@ -12,7 +12,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 
-use crate::nvdimm_dsm::{DsmStats, DsmStatus, Reply, MAX_LABEL_TRANSFER};
+use crate::nvdimm_dsm_page::{DsmStats, DsmStatus, Reply, MAX_LABEL_TRANSFER};
 
 /// Where a DIMM's namespace labels live.
 pub trait LabelStorage {
