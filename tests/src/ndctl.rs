@@ -35,13 +35,26 @@ pub fn run_nested(
     out: &std::path::Path,
     deadline: std::time::Duration,
 ) -> (crate::pmemvm::Output, serde_json::Value) {
+    run_engines("nested", src, timeout_secs, args, out, deadline)
+}
+
+/// [`run_nested`] with `--engine ENGINES` (a comma list that includes `nested`, e.g.
+/// `nested,qemu`: every boot on each, one table).
+pub fn run_engines(
+    engines: &str,
+    src: &std::path::Path,
+    timeout_secs: u64,
+    args: &[std::ffi::OsString],
+    out: &std::path::Path,
+    deadline: std::time::Duration,
+) -> (crate::pmemvm::Output, serde_json::Value) {
     let started = std::time::Instant::now();
     let timeout = timeout_secs.to_string();
     let output = crate::nested::run_engine_nested(
         || {
             let _ = std::fs::remove_dir_all(out);
             let mut c = std::process::Command::new(crate::pmemvm::pmemvm_bin());
-            c.args(["suite", "ndctl", "--engine", "nested", "--cpus", "1"])
+            c.args(["suite", "ndctl", "--engine", engines, "--cpus", "1"])
                 .args(["--timeout", &timeout, "--src"])
                 .arg(src)
                 .args(args)
@@ -53,7 +66,7 @@ pub fn run_nested(
         deadline,
     );
     eprintln!(
-        "pmemvm suite ndctl --engine nested {}: {:.1} s\n{}",
+        "pmemvm suite ndctl --engine {engines} {}: {:.1} s\n{}",
         args.iter()
             .map(|a| a.to_string_lossy())
             .collect::<Vec<_>>()

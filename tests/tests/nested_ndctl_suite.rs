@@ -18,6 +18,11 @@
 //! health is "ok", which its script cannot read), so the command's status is 1. pmem-ns
 //! must say it found the ACPI.NFIT provider (not nfit_test).
 //!
+//! The same command runs every boot on QEMU's NVDIMM too (`--engine nested,qemu`), as a
+//! user compares the two, and the one table has both columns: on QEMU the ACPI.NFIT tests
+//! pass, the error scripts fail for want of error injection and SMART in its `_DSM`, and
+//! the e820 tests are `n/a` (its engine has no legacy pmem).
+//!
 //! The guests have one vCPU here (the product's default is two): ndctl's tests run one at
 //! a time, and a 2-vCPU L1 of this emulated platform broke down in most multi-minute boots
 //! of this suite — its halted vCPU not woken with interrupts pending, a triple fault, a
@@ -113,21 +118,36 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
     // A triple fault of a 2-vCPU L1 or of the guest in it (TCG's, docs/testing.md) runs
     // the command again (up to `BREAKDOWN_TRIES` runs), noted in the run's summary.
     let args: Vec<std::ffi::OsString> = chosen.iter().map(Into::into).collect();
-    let (out, summary) =
-        pmemvm_tests::ndctl::run_nested(&src, BOOT_TIMEOUT_SECS, &args, &out_dir, DEADLINE);
-    let rows = summary["rows"].as_array().cloned().unwrap_or_default();
-    // Each boot's meson text log, for the message of a failure.
-    let logs = || {
-        let mut text = String::new();
-        for b in summary["boots"].as_array().into_iter().flatten() {
-            let d = PathBuf::from(b["dir"].as_str().unwrap_or_default());
-            for n in 1..10 {
-                let f = d.join(format!("ndctl-results/meson-{n}/testlog.txt"));
-                text.push_str(&std::fs::read_to_string(f).unwrap_or_default());
-            }
-        }
-        text
+    // QEMU's NVDIMM beside it in the same command, as a user compares them (one table).
+    let (out, summary) = pmemvm_tests::ndctl::run_engines(
+        "nested,qemu",
+        &src,
+        BOOT_TIMEOUT_SECS,
+        &args,
+        &out_dir,
+        DEADLINE,
+    );
+    let all_rows = summary["rows"].as_array().cloned().unwrap_or_default();
+    let of = |engine: &str| -> Vec<serde_json::Value> {
+        all_rows
+            .iter()
+            .filter(|r| r["engine"] == engine)
+            .cloned()
+            .collect()
     };
+    let rows = of("nested");
+    check_qemu_column(&of("qemu"), &chosen, &engine_logs(&summary, "qemu"), &out);
+    let header = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("test "))
+        .unwrap_or_default();
+    assert!(
+        header.contains("nested") && header.contains("qemu"),
+        "one table with a column per engine:\n{}",
+        out.stdout
+    );
+    let logs = || engine_logs(&summary, "nested");
     assert_eq!(
         rows.len(),
         chosen.len(),
@@ -139,40 +159,7 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
             .iter()
             .find(|r| r["test"] == *name)
             .unwrap_or_else(|| panic!("{name} has no row in summary.json\n{}", out.dump()));
-        if let Some((_, marker)) = SPEED_ON_EMULATION.iter().find(|(t, _)| t == name) {
-            if row["verdict"] != "passed" {
-                assert_eq!(row["verdict"], "failure", "{name}: {row}\n{}", logs());
-                assert!(
-                    logs().contains(marker),
-                    "{name} failed, and not at its check of speed ({marker}):\n{}",
-                    logs()
-                );
-                eprintln!("{name}: failed at its check of speed only ({marker}): the emulated CPU");
-            }
-            continue;
-        }
-        if let Some((_, marker)) = NFIT_TEST_ONLY.iter().find(|(t, _)| t == name) {
-            assert_eq!(row["verdict"], "failure", "{name}: {row}\n{}", logs());
-            assert!(
-                logs().contains(marker),
-                "{name} failed, but not at its nfit_test assumption ({marker}):\n{}",
-                logs()
-            );
-            continue;
-        }
-        assert_eq!(
-            row["verdict"],
-            "passed",
-            "{name}: {row}\n{}\n--- meson logs ---\n{}",
-            out.dump(),
-            logs()
-        );
-        let line = out
-            .stdout
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(*name))
-            .unwrap_or_else(|| panic!("{name} is not in the table:\n{}", out.stdout));
-        assert!(line.contains("pass ("), "{line}");
+        check_nested_row(name, row, &out, &logs);
     }
     assert!(
         logs().contains("found provider: ACPI.NFIT"),
@@ -184,4 +171,108 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
     );
     // 1: the nfit_test-only failure above is a failure of the command too.
     assert_eq!(out.status, Some(1), "the suite's status\n{}", out.dump());
+}
+
+/// Every meson text log of `engine`'s boots, for the message of a failure.
+fn engine_logs(summary: &serde_json::Value, engine: &str) -> String {
+    let mut text = String::new();
+    for b in summary["boots"].as_array().into_iter().flatten() {
+        if b["engine"] != engine {
+            continue;
+        }
+        let d = PathBuf::from(b["dir"].as_str().unwrap_or_default());
+        for n in 1..10 {
+            let f = d.join(format!("ndctl-results/meson-{n}/testlog.txt"));
+            text.push_str(&std::fs::read_to_string(f).unwrap_or_default());
+        }
+    }
+    text
+}
+
+/// QEMU's column: the ACPI.NFIT tests pass on its NVDIMM; the error scripts fail for want of
+/// error injection (and SMART) in its `_DSM`; the e820 tests are `n/a` (no legacy pmem).
+fn check_qemu_column(
+    rows: &[serde_json::Value],
+    chosen: &[&str],
+    logs: &str,
+    out: &pmemvm_tests::pmemvm::Output,
+) {
+    assert_eq!(
+        rows.len(),
+        chosen.len(),
+        "one QEMU row per test\n{}",
+        out.dump()
+    );
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r["test"] == name)
+            .unwrap_or_else(|| panic!("{name} has no QEMU row\n{}", out.dump()))
+            .clone()
+    };
+    for name in ["pmem-ns", "sub-section.sh", "daxctl-devices.sh"] {
+        assert_eq!(row(name)["verdict"], "passed", "QEMU {name}\n{logs}");
+    }
+    for name in ["dax-ext4.sh", "dax-xfs.sh", "device-dax", "revoke-devmem"] {
+        let why = row(name)["not_applicable"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(why.contains("QEMU's engine has none"), "QEMU {name}: {why}");
+    }
+    for name in [
+        "clear.sh",
+        "pmem-errors.sh",
+        "inject-error.sh",
+        "inject-smart.sh",
+        "monitor.sh",
+    ] {
+        assert_eq!(row(name)["verdict"], "failure", "QEMU {name}\n{logs}");
+    }
+    assert!(
+        logs.contains("error injection not supported"),
+        "QEMU's error scripts fail at its _DSM's missing injection:\n{logs}"
+    );
+}
+
+/// One test's result under pmemvm nested: passed, or failed exactly at a known cause.
+fn check_nested_row(
+    name: &str,
+    row: &serde_json::Value,
+    out: &pmemvm_tests::pmemvm::Output,
+    logs: &dyn Fn() -> String,
+) {
+    if let Some((_, marker)) = SPEED_ON_EMULATION.iter().find(|(t, _)| *t == name) {
+        if row["verdict"] != "passed" {
+            assert_eq!(row["verdict"], "failure", "{name}: {row}\n{}", logs());
+            assert!(
+                logs().contains(marker),
+                "{name} failed, and not at its check of speed ({marker}):\n{}",
+                logs()
+            );
+            eprintln!("{name}: failed at its check of speed only ({marker}): the emulated CPU");
+        }
+        return;
+    }
+    if let Some((_, marker)) = NFIT_TEST_ONLY.iter().find(|(t, _)| *t == name) {
+        assert_eq!(row["verdict"], "failure", "{name}: {row}\n{}", logs());
+        assert!(
+            logs().contains(marker),
+            "{name} failed, but not at its nfit_test assumption ({marker}):\n{}",
+            logs()
+        );
+        return;
+    }
+    assert_eq!(
+        row["verdict"],
+        "passed",
+        "{name}: {row}\n{}\n--- meson logs ---\n{}",
+        out.dump(),
+        logs()
+    );
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("{name} is not in the table:\n{}", out.stdout));
+    assert!(line.contains("pass ("), "{line}");
 }
