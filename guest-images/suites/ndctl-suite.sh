@@ -185,6 +185,30 @@ names=""
 # that are not sleeping interruptibly (D, R), and each test script's children, with their
 # kernel stacks, go to the console and to $results/watch.txt: a test that stops making
 # progress says where it waits.
+list_processes() {
+    for p in /proc/[0-9]*; do
+        pid=${p#/proc/}
+        [ "$pid" != $$ ] || continue
+        # Which process is being read, for the watch to name if a read waits.
+        echo "$pid" >"$results/watch.cur"
+        # A process can end between the glob and the read: under `set -e` a failed read
+        # ended the whole watch (one run's watch.txt stopped after its first entry).
+        st=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "$p/status" 2>/dev/null) || st=""
+        cmd=$( (tr '\0' ' ' <"$p/cmdline") 2>/dev/null | cut -c1-160) || cmd=""
+        [ -n "$cmd" ] || continue
+        case "$st:$cmd" in
+            D:*|R:*|*/test/*|*ndctl*|*daxctl*|*sleep*) ;;
+            *) continue ;;
+        esac
+        echo "  $pid $st wchan=$(cat "$p/wchan" 2>/dev/null || true) $cmd"
+        sed 's/^/      /' "$p/stack" 2>/dev/null | head -n 12 || true
+    done
+    echo done >"$results/watch.cur"
+}
+# Reading another process's /proc files can also wait for its locks (cmdline takes its
+# mmap lock, stack its exec lock). So the listing runs on its own and gets 60 s; one that
+# has not finished by then is left (its read ends when the lock is free) and the entry says
+# which process it was reading, by /proc/PID/comm (a read that takes no lock of it).
 watch_tests() {
     n=0
     nap=""
@@ -195,22 +219,23 @@ watch_tests() {
         nap=$!
         wait "$nap"
         n=$((n + ${PMEMVM_NDCTL_WATCH:-120}))
-        {
-            echo "ndctl-suite.sh: meson test still running after $n s; processes waiting:"
-            for p in /proc/[0-9]*; do
-                pid=${p#/proc/}
-                [ "$pid" != $$ ] || continue
-                st=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "$p/status" 2>/dev/null)
-                cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-160)
-                [ -n "$cmd" ] || continue
-                case "$st:$cmd" in
-                    D:*|R:*|*/test/*|*ndctl*|*daxctl*|*sleep*) ;;
-                    *) continue ;;
-                esac
-                echo "  $pid $st wchan=$(cat "$p/wchan" 2>/dev/null) $cmd"
-                sed 's/^/      /' "$p/stack" 2>/dev/null | head -n 12
-            done
-        } >>"$results/watch.txt" 2>&1
+        echo "ndctl-suite.sh: meson test still running after $n s; processes waiting:" \
+            >>"$results/watch.txt"
+        : >"$results/watch.cur"
+        list_processes >>"$results/watch.txt" 2>&1 </dev/null &
+        lister=$!
+        waited=0
+        while [ "$(cat "$results/watch.cur" 2>/dev/null)" != done ] && [ "$waited" -lt 60 ]; do
+            sleep 1
+            waited=$((waited + 1))
+        done
+        cur=$(cat "$results/watch.cur" 2>/dev/null || true)
+        if [ "$cur" != done ]; then
+            kill -9 "$lister" 2>/dev/null || true
+            echo "  (the listing waited 60 s reading /proc/$cur, $(cat "/proc/$cur/comm" 2>/dev/null || echo gone); left)" \
+                >>"$results/watch.txt"
+        fi
+        wait "$lister" 2>/dev/null || true
         tail -n 200 "$results/watch.txt" | sed -n '/still running after '"$n"' s/,$p'
     done
 }
