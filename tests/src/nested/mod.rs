@@ -56,6 +56,7 @@ mod error;
 mod l1;
 mod output;
 mod run_dir;
+pub mod setup_boot;
 
 use breakdown::l1_broke;
 pub use breakdown::{

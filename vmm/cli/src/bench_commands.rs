@@ -94,14 +94,14 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
         },
         req.out.display()
     );
-    if failed
-        .iter()
-        .any(|f| lab::report::is_verify_race(&f.reason))
-    {
-        eprintln!("pmemvm: note: {}", lab::report::VERIFY_RACE_NOTE);
-    }
     let verify_results = r.verify_failures().len();
     if let Some(v) = r.verify_verdict() {
+        for o in &v.observations {
+            eprintln!("[bench] verify observed: {}", o.describe());
+        }
+        if v.observations.iter().any(|o| o.stale_header()) {
+            eprintln!("pmemvm: note: {}", lab::report::STALE_HEADER_NOTE);
+        }
         eprintln!(
             "[bench] verify ({}): {}{}",
             r.verify_job(),

@@ -29,16 +29,16 @@ mod svg;
 mod svg_series;
 mod text;
 mod upstream;
+mod verify;
 
 pub use analysis::{Analysis, MetricAnalysis, SideStats};
-pub use failures::{
-    bench_exit_status, is_verify_failure, is_verify_race, FailedRun, VERIFY_RACE_NOTE,
-};
+pub use failures::{bench_exit_status, is_verify_failure, FailedRun};
 pub use metric::{Metric, MetricGroup};
 pub use provenance::{
     CheckRecord, Deviation, JobFile, Provenance, VerifyExpectation, VerifyVerdict,
 };
 pub use upstream::{ThreadSide, Upstream, UpstreamAnalysis, UpstreamFigure, UpstreamSource};
+pub use verify::{VerifyObservation, STALE_HEADER_NOTE};
 
 /// Errors from writing report files.
 #[derive(Debug, thiserror::Error)]

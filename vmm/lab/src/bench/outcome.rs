@@ -76,11 +76,14 @@ fn tail(text: &str, lines: usize) -> String {
     v[v.len().saturating_sub(lines)..].join(" | ")
 }
 
-/// fio's own words on a job error: its `verify:` and `fio:` lines on stderr.
+/// fio's own words on a job error: its `verify:` and `fio:` lines on stderr, and a checksum's
+/// `crc32c: verify failed at ...`.
 fn fio_detail(stderr: &str) -> String {
     let lines: Vec<&str> = stderr
         .lines()
-        .filter(|l| l.starts_with("verify:") || l.starts_with("fio:"))
+        .filter(|l| {
+            l.starts_with("verify:") || l.starts_with("fio:") || l.contains(": verify failed at ")
+        })
         .take(2)
         .collect();
     lines.join(" | ")
@@ -388,6 +391,21 @@ mod tests {
             "fio --output-format=json --output=/tmp/randread-1.json  /job/randread-1.fio"
         );
         assert_eq!(r.runs[1].command, "", "not reported");
+    }
+
+    #[test]
+    fn fios_detail_keeps_its_verify_checksum_and_fio_lines_only() {
+        let stderr = "note: both iodepth >= 1 and synchronous I/O engine are selected\n\
+                      crc32c: verify failed at file /dev/pmem0 offset 180224, length 4096 \
+                      (requested block: offset=180224, length=4096, flags=88)\n\
+                      \x20      Expected CRC: 1\n\
+                      fio: pid=1, err=84/file:io_u.c:2156, func=io_u_queued_complete\n";
+        assert_eq!(
+            fio_detail(stderr),
+            "crc32c: verify failed at file /dev/pmem0 offset 180224, length 4096 (requested \
+             block: offset=180224, length=4096, flags=88) | fio: pid=1, \
+             err=84/file:io_u.c:2156, func=io_u_queued_complete"
+        );
     }
 
     #[test]

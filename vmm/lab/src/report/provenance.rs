@@ -113,6 +113,8 @@ pub struct VerifyVerdict {
     pub reproduced: Option<bool>,
     /// One sentence.
     pub summary: String,
+    /// What each failed verify found (block, writes), per side and boot.
+    pub observations: Vec<super::VerifyObservation>,
 }
 
 impl BenchReport {
@@ -184,6 +186,7 @@ impl BenchReport {
             sides,
             reproduced,
             summary,
+            observations: self.verify_observations(),
         })
     }
 
@@ -199,9 +202,26 @@ impl BenchReport {
                 x.map_or("no verify outcome reported", |x| x.thread.as_str()),
                 v.summary
             );
+            // Each run in order (passed, what its verify found, or why it did not verify),
+            // then what the verifies before the measurement found.
             for r in self.runs.iter().filter(|r| r.phase == self.verify_job()) {
-                let status = r.outcome.failure().unwrap_or_else(|| "passed".to_owned());
-                let _ = writeln!(out, "  {} boot {}: {status}", r.side, r.boot);
+                let line = match r.outcome.failure() {
+                    None => format!("{} boot {}: passed", r.side, r.boot),
+                    Some(f) => super::VerifyObservation::parse(&r.side, r.boot, &f).map_or_else(
+                        || format!("{} boot {}: {f}", r.side, r.boot),
+                        |o| o.describe(),
+                    ),
+                };
+                let _ = writeln!(out, "  {line}");
+            }
+            for c in self.checks.iter().filter(|c| c.phase == self.verify_job()) {
+                if let Some(o) = c
+                    .error
+                    .as_deref()
+                    .and_then(|e| super::VerifyObservation::parse(&c.side, c.boot, e))
+                {
+                    let _ = writeln!(out, "  {}", o.describe());
+                }
             }
         }
         if !self.checks.is_empty() {
@@ -220,12 +240,8 @@ impl BenchReport {
                 );
             }
         }
-        let races = self
-            .failed_runs()
-            .iter()
-            .any(|f| super::failures::is_verify_race(&f.reason));
-        if races {
-            let _ = writeln!(out, "\nNote: {}.", super::failures::VERIFY_RACE_NOTE);
+        if self.verify_observations().iter().any(|o| o.stale_header()) {
+            let _ = writeln!(out, "\nNote: {}.", super::verify::STALE_HEADER_NOTE);
         }
         let mut seen: Vec<(&str, &Provenance)> = Vec::new();
         for r in &self.runs {
@@ -347,7 +363,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "  off boot 1: fio error 84 in job write-and-verify\n  on boot 1: passed\n"
+                "  off boot 1: a block failed to verify (fio gave no detail)\n  on boot 1: passed\n"
             ),
             "{text}"
         );
