@@ -315,6 +315,10 @@ fn run_record_states_the_machine_and_measured_page_sizes() {
         serde_json::json!([2 << 20, 4096]),
         "{m}"
     );
+    // KVM's own count of how it maps the VM is in the record (its values are checked with
+    // a ring-3 guest below: this guest touches the DIMMs from ring 0, which PVM emulates
+    // without mapping the pages for the guest).
+    assert!(m["kvm_pages"]["pages_4k"].is_u64(), "{m}");
     // THP for RAM: 2 MiB where the kernel allows madvise'd THP.
     let thp = m["thp_enabled"].as_str().unwrap();
     let expect_ram = if thp == "never" { 4096 } else { 2 << 20 };
@@ -462,4 +466,16 @@ fn ring3_ratio_guest_runs_its_loop_in_ring_3_and_reports_every_mode() {
     assert!(cycles.iter().all(|&c| c > 0), "{cycles:?}");
     // Random reads over 16 MiB cost more than the xorshift alone.
     assert!(cycles[1] > cycles[0], "{cycles:?}");
+    // The guest side's page size is KVM's: the loop (run natively at CPL 3 on every kind of
+    // KVM) touched every page of the DIMM, so KVM mapped at least its 16 MiB.
+    let kvm = outcome
+        .machine
+        .kvm_pages
+        .unwrap_or_else(|| panic!("no KVM page counts: {:?}", outcome.machine));
+    let mapped = (kvm.pages_4k << 12) + (kvm.pages_2m << 21) + (kvm.pages_1g << 30);
+    assert!(
+        mapped >= size,
+        "KVM mapped {} for a 16 MiB DIMM the guest touched",
+        kvm.describe()
+    );
 }

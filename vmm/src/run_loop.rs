@@ -231,11 +231,16 @@ impl Vm {
                 }
             }
         }
+        // KVM's mappings as the guest left them: read before the vCPUs are closed (a KVM may
+        // drop a vCPU's mappings with it; PVM's count was 0 after the join).
+        let kvm_pages = crate::host::kvm_stats::read(&*self.vm_fd)
+            .map_err(|e| log::info!("memory: {e}"))
+            .ok();
         let stopped = vcpus.stop_and_join(STOP_DEADLINE);
         services.join();
         unwind_sync.0 = None;
         drop(terminal);
-        let outcome = self.finish(exit.get(), stopped, &statuses);
+        let outcome = self.finish(exit.get(), stopped, &statuses, kvm_pages);
         drop(events);
         if let (Err(_), ExitRequest::StorageFailure(e)) = (&started, &outcome.reason) {
             // The start failure is the error returned; this one is logged.
@@ -382,6 +387,7 @@ impl Vm {
         reason: Option<ExitRequest>,
         stopped: Result<(), Vec<usize>>,
         statuses: &[Arc<crate::vcpu_status::VcpuStatus>],
+        kvm_pages: Option<crate::host::kvm_stats::KvmPages>,
     ) -> RunOutcome {
         let sync_error = sync_all(self.writable_files(), SYNC_DEADLINE);
         // The stores after the last flush (read after the sync, as at each
@@ -406,7 +412,7 @@ impl Vm {
             }
         }
         self.log_rss();
-        let machine = self.describe_machine();
+        let machine = self.describe_machine(kvm_pages);
         // No request: a vCPU thread could not start (the caller reports it).
         let reason = reason.unwrap_or(ExitRequest::Fatal("the VM did not start".into()));
         let timed_out = matches!(reason, ExitRequest::Timeout(_));
@@ -475,7 +481,10 @@ impl Vm {
 
     /// The machine description with the page sizes that backed guest RAM
     /// and each DIMM, read from this process's smaps now that the guest ran.
-    fn describe_machine(&self) -> crate::host::machine::MachineDescription {
+    fn describe_machine(
+        &self,
+        kvm_pages: Option<crate::host::kvm_stats::KvmPages>,
+    ) -> crate::host::machine::MachineDescription {
         let mut maps: Vec<(String, usize, usize)> = self
             .mem
             .iter()
@@ -524,6 +533,10 @@ impl Vm {
             .lock()
             .map(|p| p.clone())
             .unwrap_or_default();
+        if let Some(p) = &kvm_pages {
+            log::info!("memory: KVM maps the guest's memory with {}", p.describe());
+        }
+        m.kvm_pages = kvm_pages;
         m
     }
 

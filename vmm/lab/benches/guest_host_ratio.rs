@@ -11,8 +11,10 @@
 //!   guest is as fast as the host). Done for a 4 KiB-backed DIMM (a file on
 //!   a tmpfs mounted huge=never), a hugetlb DIMM
 //!   (`hugepages,label-size=0`) and a DIMM file on a tmpfs mounted
-//!   huge=always; each backing's page size is measured from smaps on both
-//!   sides. Mode 0 (xorshift only, no memory access) checks that the guest's
+//!   huge=always; the host side's page size is measured from smaps, the
+//!   guest side's is how KVM maps the VM's memory (its binary statistics,
+//!   `pages_4k`/`pages_2m`/`pages_1g`, RAM and DIMM together), or "not
+//!   measured" where KVM does not report them. Mode 0 (xorshift only, no memory access) checks that the guest's
 //!   and the host's TSC count alike.
 //! * fio half (hardware KVM only: vmx/svm in /proc/cpuinfo and no PVM; see
 //!   `fio_half.rs`): fio in the guest on /dev/pmem0 against fio on the host on
@@ -142,7 +144,9 @@ struct Measured {
     host_cycles: [u64; 5],
     guest_cycles: [u64; 5],
     host_page_size: u64,
-    guest_page_size: u64,
+    /// KVM's mappings of the whole VM (16 MiB RAM and the DIMM) when the guest ended;
+    /// None when this host's KVM does not report them.
+    guest_kvm_pages: Option<vmm::host::kvm_stats::KvmPages>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -233,7 +237,7 @@ fn measure(elf: &Path, b: &Backing, a: &Args, cpu: u32) -> Result<Measured, Stri
         host_cycles: host.0,
         guest_cycles: guest,
         host_page_size: host.1,
-        guest_page_size: outcome.machine.dimm_page_size.first().copied().unwrap_or(0),
+        guest_kvm_pages: outcome.machine.kvm_pages,
     })
 }
 
@@ -415,10 +419,16 @@ fn main() {
         let undisturbed = quiet.len();
         let runs = if quiet.is_empty() { runs } else { quiet };
         println!(
-            "\n{} — page size backing the DIMM: host side {}, guest side {} (smaps)",
+            "\n{} — host side: {} pages back the DIMM (smaps); guest side: {}",
             b.name,
             vmm::config::size_text(first.host_page_size),
-            vmm::config::size_text(first.guest_page_size)
+            first.guest_kvm_pages.map_or_else(
+                || "not measured (this KVM reports no page counts)".to_owned(),
+                |p| format!(
+                    "KVM maps the VM's memory with {} (RAM and DIMM together; KVM's statistics)",
+                    p.describe()
+                )
+            )
         );
         println!(
             "  {undisturbed} of {total} runs undisturbed (xorshift-only ratio within 3% of 1); {}",

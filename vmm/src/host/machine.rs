@@ -77,6 +77,10 @@ pub struct MachineDescription {
     pub dimm_page_size: Vec<u64>,
     /// The measurements behind `ram_page_size` and `dimm_page_size`.
     pub page_measurements: Vec<MappingPages>,
+    /// The pages KVM mapped for the guest at each size when the run ended (RAM and DIMMs
+    /// together; KVM's binary statistics), None when KVM does not report them.
+    #[serde(default)]
+    pub kvm_pages: Option<super::kvm_stats::KvmPages>,
 }
 
 impl MachineDescription {

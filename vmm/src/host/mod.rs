@@ -2,10 +2,12 @@
 //! virtualization flags, and whether /dev/kvm is PVM (pagetable-based
 //! virtualization, which emulates guest kernel code and cannot run an
 //! unmodified Linux kernel); [`machine`] describes the host for run and
-//! bench records, [`smaps`] measures the page sizes backing guest memory.
+//! bench records, [`smaps`] measures the page sizes backing guest memory on
+//! the host, [`kvm_stats`] the sizes KVM maps it to the guest with.
 
 use std::path::Path;
 
+pub mod kvm_stats;
 pub mod machine;
 pub mod smaps;
 
