@@ -13,6 +13,7 @@
 pub mod bus;
 pub mod exit;
 pub mod interrupt_line;
+pub mod mapped_write;
 pub mod nvdimm;
 pub mod nvdimm_ars;
 pub mod nvdimm_dsm;

@@ -42,6 +42,9 @@ pub struct FileLabels {
     pub size: u32,
     /// Refuse writes.
     pub readonly: bool,
+    /// Write through a shared mapping ([`crate::mapped_write`]): the file has no write(2)
+    /// (hugetlbfs, a hugetlb memfd).
+    pub through_mapping: bool,
 }
 
 impl FileLabels {
@@ -52,7 +55,15 @@ impl FileLabels {
             base,
             size,
             readonly,
+            through_mapping: false,
         }
+    }
+
+    /// Writes go through a shared mapping of the file (for hugetlbfs, which has no
+    /// write(2)); reads stay pread(2), which hugetlbfs has.
+    pub fn through_mapping(mut self, yes: bool) -> Self {
+        self.through_mapping = yes;
+        self
     }
 
     fn file_offset(&self, off: u64, len: usize) -> io::Result<u64> {
@@ -88,7 +99,11 @@ impl LabelStorage for FileLabels {
             ));
         }
         let at = self.file_offset(off, data.len())?;
-        self.file.write_all_at(data, at)
+        if self.through_mapping {
+            crate::mapped_write::write_through_mapping(&self.file, at, data)
+        } else {
+            self.file.write_all_at(data, at)
+        }
     }
 
     /// fdatasync of the backing file. Linux has no system call that syncs

@@ -375,7 +375,12 @@ fn bad_placement_and_huge_page_input_is_one_sentence_and_status_2() {
     let offline = (last_online_cpu() + 1).to_string();
     let free = vmm::hugepages::free_huge_pages();
     let too_much = format!("{}M,hugepages", (free + 1) * 2 + 16);
-    let on_hugetlbfs = format!("16M,file={}/pm.img", hugetlbfs.0.display());
+    // A labelled DIMM on hugetlbfs larger than the free huge pages (its labels are fine now).
+    let on_hugetlbfs = format!(
+        "{}M,file={}/pm.img",
+        (free * 2 / 16 + 1) * 16,
+        hugetlbfs.0.display()
+    );
     let halt = halt.display().to_string();
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
@@ -395,8 +400,10 @@ fn bad_placement_and_huge_page_input_is_one_sentence_and_status_2() {
             vec!["--memory", &too_much],
             "free 2 MiB huge pages but this host has",
         ),
-        (vec!["--nvdimm", "16M,hugepages"], "needs label-size=0"),
-        (vec!["--nvdimm", &on_hugetlbfs], "is on hugetlbfs"),
+        (
+            vec!["--nvdimm", &on_hugetlbfs],
+            "free 2 MiB huge pages but this host has",
+        ),
         (vec!["--pin", "3-1"], "runs backwards"),
     ];
     for (extra, says) in cases {
@@ -424,6 +431,68 @@ fn bad_placement_and_huge_page_input_is_one_sentence_and_status_2() {
         std::fs::read_dir(&hugetlbfs.0).unwrap().next().is_none(),
         "a refused DIMM left a file on hugetlbfs"
     );
+}
+
+#[test]
+fn labelled_dimms_on_hugetlbfs_get_labels_through_a_mapping_and_keep_them() {
+    let halt = require!(kvm_available().and_then(|()| guest("halt")));
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("placement-hugetlbfs-labels");
+    let hugetlbfs = require!(Mounted::new(
+        &dir.join("hugetlbfs"),
+        "hugetlbfs",
+        "pagesize=2M"
+    ));
+    // Each DIMM: 16M + 128K labels + 4K identity, rounded up to 9 huge pages.
+    let _pages = require!(HugePages::reserve(18));
+    let job = dir.join("job.fio");
+    std::fs::write(&job, "[x]\nioengine=null\nsize=1M\n").unwrap();
+    let file = hugetlbfs.0.join("pm0.img");
+    let (halt, job) = (halt.display().to_string(), job.display().to_string());
+    let dimm = format!("16M,file={}", file.display());
+    let boot = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--engine",
+            "pmemvm",
+            "--kernel",
+            &halt,
+            "--fio",
+            &job,
+            "--timeout",
+            "2",
+            "--nvdimm",
+            &dimm,
+        ];
+        args.extend_from_slice(extra);
+        let out = run(&args, DEADLINE);
+        // The guest halts, the watchdog ends it: the DIMMs were set up.
+        assert_eq!(out.status, Some(124), "{args:?}\n{}", out.dump());
+    };
+    // A labelled hugetlbfs file and a labelled hugetlb temporary DIMM (both refused before:
+    // their label writes used write(2), which hugetlbfs does not have).
+    boot(&["--nvdimm", "16M,hugepages"]);
+    let len = std::fs::metadata(&file).unwrap().len();
+    assert_eq!(
+        len,
+        18 << 20,
+        "16M + labels + identity, in whole huge pages"
+    );
+    // pread works on hugetlbfs: the empty label index pmemvm wrote through the mapping.
+    let f = std::fs::File::open(&file).unwrap();
+    let mut labels = vec![0u8; 128 << 10];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut labels, 16 << 20).unwrap();
+    let sig = b"NAMESPACE_INDEX\0";
+    assert_eq!(
+        labels.windows(sig.len()).filter(|w| *w == sig).count(),
+        2,
+        "two index blocks in the label area"
+    );
+    // The identity page too: a second start takes the file as pmemvm's, labels kept.
+    boot(&[]);
+    let mut again = vec![0u8; 128 << 10];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut again, 16 << 20).unwrap();
+    assert_eq!(again, labels, "a second start left the labels as they were");
 }
 
 #[test]

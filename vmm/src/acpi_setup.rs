@@ -224,7 +224,8 @@ pub fn install(
                 n.backing.spec.label_offset(),
                 d.label_size,
                 d.readonly,
-            ),
+            )
+            .through_mapping(n.backing.fs == crate::hugepages::FsKind::Hugetlbfs),
         );
         handler.add_media(n.media.clone());
     }

@@ -44,12 +44,6 @@ pub enum HugePageError {
         /// Pages free.
         free: u64,
     },
-    /// A hugetlb DIMM with labels (hugetlbfs files cannot be written with write(2)).
-    #[error("--nvdimm {0},hugepages needs label-size=0: hugetlbfs files cannot be written with write(2), which pmemvm's label area and identity page use; add ',label-size=0', or use a file on a tmpfs mounted with huge=always")]
-    HugetlbLabels(String),
-    /// A named file on hugetlbfs with a label area.
-    #[error("NVDIMM backing file {0} is on hugetlbfs, whose files cannot be written with write(2) as the guest's label writes need; add ',label-size=0' for a label-less DIMM there, or put the file on a tmpfs mounted with -o huge=always (2 MiB pages too, labels work)")]
-    HugetlbfsFile(String),
     /// Creating or mapping hugetlb memory failed.
     #[error("{what}: {source}")]
     Io {
@@ -141,9 +135,6 @@ pub fn check(
         ));
     }
     for d in dimms.iter().filter(|d| d.hugepages) {
-        if d.label_size != 0 {
-            return Err(HugePageError::HugetlbLabels(d.size_text.clone()));
-        }
         needed += huge_len(d.file_len()) / HUGE_PAGE_SIZE;
         what.push(format!("--nvdimm {},hugepages", d.size_text));
     }
@@ -213,39 +204,9 @@ pub fn temporary_file(len: u64) -> Result<File, HugePageError> {
     Ok(file)
 }
 
-/// Writes `bytes` at `offset` of a hugetlbfs file (which has no
-/// write(2)) through a shared mapping of the 2 MiB page holding them.
-pub fn write_through_mapping(file: &File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
-    let page = offset - offset % HUGE_PAGE_SIZE;
-    let within = usize::try_from(offset - page).map_err(std::io::Error::other)?;
-    let len = usize::try_from(HUGE_PAGE_SIZE).map_err(std::io::Error::other)?;
-    if within + bytes.len() > len {
-        return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
-    }
-    let off = libc::off_t::try_from(page).map_err(std::io::Error::other)?;
-    // SAFETY: a new shared mapping of one huge page of `file` (open for
-    // writing), at an address the kernel chooses; unmapped below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            off,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `within + bytes.len() <= len` (checked above), so the copy
-    // stays inside the live mapping; `bytes` does not overlap it.
-    unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>().add(within), bytes.len());
-        libc::munmap(p, len);
-    }
-    Ok(())
-}
+/// Writes `bytes` at `offset` of a hugetlbfs file (which has no write(2)) through shared
+/// mappings of the 2 MiB pages holding them.
+pub use devices::mapped_write::write_through_mapping;
 
 /// Guest RAM for `ranges` with the pages `pages` asks for.
 pub fn guest_ram(
@@ -348,14 +309,11 @@ pub fn on_hugetlbfs(path: &Path) -> bool {
 }
 
 /// The length the backing file of `spec` at `path` must have: the region,
-/// labels and identity page; on hugetlbfs (label-less DIMMs only: it has
-/// no write(2) for label writes) rounded up to whole 2 MiB pages.
+/// labels and identity page; on hugetlbfs rounded up to whole 2 MiB pages
+/// (its label and identity writes go through a mapping of that tail).
 pub fn backing_len(spec: &crate::config::NvdimmSpec, path: &Path) -> Result<u64, HugePageError> {
     if !on_hugetlbfs(path) {
         return Ok(spec.file_len());
-    }
-    if spec.label_size != 0 {
-        return Err(HugePageError::HugetlbfsFile(path.display().to_string()));
     }
     Ok(huge_len(spec.file_len()))
 }
@@ -400,17 +358,21 @@ mod tests {
             check(&odd, &[]),
             Err(HugePageError::Unaligned { .. })
         ));
+        // A hugetlb DIMM with labels counts its label and identity tail too.
         let dimm: crate::config::NvdimmSpec = "16M,hugepages".parse().unwrap();
-        assert!(matches!(
-            check(
-                &MemorySpec {
-                    size: 1 << 30,
-                    pages: RamPages::Default
-                },
-                &[dimm]
-            ),
-            Err(HugePageError::HugetlbLabels(_))
-        ));
+        let e = check(
+            &MemorySpec {
+                size: 1 << 30,
+                pages: RamPages::Default,
+            },
+            &[dimm],
+        );
+        if free < 9 {
+            let e = e.unwrap_err().to_string();
+            assert!(e.contains("needs 9 free 2 MiB huge pages"), "{e}");
+        } else {
+            assert!(e.is_ok(), "{e:?}");
+        }
         assert_eq!(huge_len((16 << 20) + 4096), 18 << 20);
         assert!(relatively_aligned(0x7f00_0020_0000, 0x1_0000_0000));
         assert!(!relatively_aligned(0x7f00_0020_1000, 0x1_0000_0000));

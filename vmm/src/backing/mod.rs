@@ -467,7 +467,12 @@ pub fn init_empty_labels(file: &File, spec: &NvdimmSpec) -> std::io::Result<bool
         return Ok(false);
     }
     // Durable like every label write (the guest's go through _DSM + fdatasync).
-    file.write_all_at(&index, spec.label_offset())?;
+    if crate::hugepages::fs_kind(file) == FsKind::Hugetlbfs {
+        // hugetlbfs has no write(2): through a mapping of the tail's page.
+        crate::hugepages::write_through_mapping(file, spec.label_offset(), &index)?;
+    } else {
+        file.write_all_at(&index, spec.label_offset())?;
+    }
     file.sync_data()?;
     Ok(true)
 }
