@@ -12,6 +12,9 @@
 //! namespace uuid, with the pattern. The host then finds the index block
 //! signature in the 128 KiB after the region and the pattern in the region.
 //!
+//! The second test does the same with the DIMM file on hugetlbfs in the L1: hugetlbfs
+//! has no write(2), so pmemvm writes the labels through a mapping of the file's tail.
+//!
 //! Skips with `SKIP:` when the nested tier (QEMU, the Debian kernel package,
 //! a built pmemvm) or ndctl is missing.
 #![allow(clippy::unwrap_used)] // a failed step fails the test with its message
@@ -173,6 +176,17 @@ fn attr<'a>(console: &'a str, name: &str) -> &'a str {
 
 #[test]
 fn ndctl_labels_persist_across_boots() {
+    labels_persist_across_boots(false);
+}
+
+/// The same on a DIMM file on hugetlbfs in the L1 (QEMU's `mem-path=/dev/hugepages` habit):
+/// hugetlbfs has no write(2), so pmemvm writes the guest's labels through a mapping.
+#[test]
+fn ndctl_labels_persist_across_boots_on_hugetlbfs() {
+    labels_persist_across_boots(true);
+}
+
+fn labels_persist_across_boots(on_hugetlbfs: bool) {
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
     let l1 = require!(vm.stock_kernel());
     let deb = pmemvm_tests::stock_kernel::deb();
@@ -182,15 +196,31 @@ fn ndctl_labels_persist_across_boots() {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let token = format!("PMEMVM-LABELS-{nanos:x}");
+    // On hugetlbfs: a mount and 40 huge pages in the L1 (the DIMM takes 33), and the file
+    // copied into the share at the end (hugetlbfs has read(2)).
+    let dimm = if on_hugetlbfs {
+        "/hp/pm0.img"
+    } else {
+        "pm0.img"
+    };
     let boot = |phase: u32| {
         format!(
             "pmemvm boot --kernel vmlinuz --initrd initrd.gz --memory 512M \
-             --nvdimm {DIMM_MIB}M,file=pm0.img --console-log console{phase}.txt \
+             --nvdimm {DIMM_MIB}M,file={dimm} --console-log console{phase}.txt \
              --cmdline 'console=ttyS0 panic=-1 quiet pmemvm_label_phase={phase} pmemvm_label_token={token}'; \
              echo \"boot {phase} status $?\""
         )
     };
-    let script = format!("{}; {}", boot(1), boot(2));
+    let script = if on_hugetlbfs {
+        format!(
+            "mkdir -p /hp && mount -t hugetlbfs -o pagesize=2M none /hp && \
+             echo 40 >/proc/sys/vm/nr_hugepages && {}; {}; cat /hp/pm0.img >pm0.img",
+            boot(1),
+            boot(2)
+        )
+    } else {
+        format!("{}; {}", boot(1), boot(2))
+    };
     let out = vm
         .deadline(Duration::from_secs(600))
         .file("vmlinuz", &l1.vmlinuz)
@@ -232,7 +262,13 @@ fn ndctl_labels_persist_across_boots() {
     // On the host: index blocks in the label area, pattern in the data area.
     let backing = std::fs::read(out.path("pm0.img")).unwrap();
     let region = usize::try_from(DIMM_MIB << 20).unwrap();
-    assert_eq!(backing.len(), region + LABEL_SIZE + 4096);
+    let file_len = region + LABEL_SIZE + 4096;
+    let file_len = if on_hugetlbfs {
+        file_len.div_ceil(2 << 20) * (2 << 20)
+    } else {
+        file_len
+    };
+    assert_eq!(backing.len(), file_len, "{context}");
     let labels = &backing[region..region + LABEL_SIZE];
     let sig = b"NAMESPACE_INDEX\0";
     assert!(
@@ -248,7 +284,8 @@ fn ndctl_labels_persist_across_boots() {
         "pattern not in the data area\n{context}"
     );
     eprintln!(
-        "labels persisted: namespace {uuid1}; {:.1?} total",
+        "labels persisted{}: namespace {uuid1}; {:.1?} total",
+        if on_hugetlbfs { " on hugetlbfs" } else { "" },
         out.elapsed
     );
 }
