@@ -51,7 +51,7 @@ fn writes(boot: &SetupBoot) -> u64 {
 fn bcache_nowait_writes_allocate_without_waiting_only_with_the_flag() {
     let vm = require!(NestedVm::new()
         .and_then(NestedVm::with_pmemvm)
-        .and_then(|vm| with_setup_image(vm, &setup_script())));
+        .and_then(|vm| with_setup_image(vm, "vmlinux", &setup_script())));
     let machine = "--cpus 1 --memory 768M --nvdimm 64M,label-size=0";
     let script = format!(
         "{}\n{}\n",

@@ -6,33 +6,17 @@
 use std::fs;
 use std::time::Duration;
 
-use lab::guest_job::{append_to_initrd, parse_channel, GuestJob, GuestReport};
+use lab::guest_job::{parse_channel, GuestReport};
+use pmemvm_tests::nested::setup_boot::with_setup_image;
 use pmemvm_tests::nested::{guest_image, Mode, NestedError, NestedVm, RunOutput};
 use pmemvm_tests::require;
-
-/// A fio job that touches no device (these tests check the platform in setup.sh).
-const NULL_FIO_JOB: &str = "[null]\nioengine=null\nsize=1M\nbs=4k\nrw=write\n";
 
 /// Quiet: every console byte is an expensive exit when nested.
 const CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 quiet";
 
 fn vm_with_image(kernel: &str, setup: &str) -> Result<NestedVm, NestedError> {
     let vm = NestedVm::new()?.with_pmemvm()?;
-    let kernel_path = guest_image(kernel).map_err(NestedError::Unavailable)?;
-    let initrd = guest_image("initramfs.cpio.gz").map_err(NestedError::Unavailable)?;
-    let base = fs::read(&initrd).expect("read the guest initramfs");
-    let job = GuestJob {
-        fio_job: NULL_FIO_JOB.into(),
-        setup: Some(setup.into()),
-        args: None,
-        ..GuestJob::default()
-    }
-    .archive()
-    .expect("job archive");
-    Ok(vm
-        .deadline(Duration::from_secs(400))
-        .file(kernel, kernel_path)
-        .bytes("initrd.img", append_to_initrd(&base, &job)))
+    Ok(with_setup_image(vm, kernel, setup)?.deadline(Duration::from_secs(400)))
 }
 
 fn channel(out: &RunOutput) -> GuestReport {

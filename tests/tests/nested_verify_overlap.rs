@@ -92,7 +92,7 @@ fn the_verify_failure_needs_overlapping_writes_in_flight_and_nowait_off() {
     // One boot per side, both in one L1 of two vCPUs (a 2-vCPU guest needs them).
     let vm = require!(NestedVm::new()
         .and_then(NestedVm::with_pmemvm)
-        .and_then(|vm| with_setup_image(vm, &setup_script())));
+        .and_then(|vm| with_setup_image(vm, "vmlinux", &setup_script())));
     let machine = "--cpus 2 --memory 512M --nvdimm 64M,label-size=0";
     let script = format!(
         "{}\n{}\n",

@@ -13,10 +13,10 @@ use super::{guest_image, NestedError, NestedVm, RunOutput};
 /// A fio job that touches no device: the work is the setup script's.
 const NULL_FIO_JOB: &str = "[null]\nioengine=null\nsize=1M\nbs=4k\nrw=write\n";
 
-/// Adds the image's `vmlinux` and its initramfs with `setup` as `/job/setup.sh` (as
-/// `initrd.img`) to the files of `vm`'s runs.
-pub fn with_setup_image(vm: NestedVm, setup: &str) -> Result<NestedVm, NestedError> {
-    let kernel = guest_image("vmlinux").map_err(NestedError::Unavailable)?;
+/// Adds the image's `kernel` (`vmlinux` or `bzImage`, under that name) and its initramfs
+/// with `setup` as `/job/setup.sh` (as `initrd.img`) to the files of `vm`'s runs.
+pub fn with_setup_image(vm: NestedVm, kernel: &str, setup: &str) -> Result<NestedVm, NestedError> {
+    let kernel_path = guest_image(kernel).map_err(NestedError::Unavailable)?;
     let initrd = guest_image("initramfs.cpio.gz").map_err(NestedError::Unavailable)?;
     // The image is there: failing to read it is a failure, not a skip.
     let base = fs::read(&initrd)
@@ -30,7 +30,7 @@ pub fn with_setup_image(vm: NestedVm, setup: &str) -> Result<NestedVm, NestedErr
     .archive()
     .expect("job archive of a fixed job");
     Ok(vm
-        .file("vmlinux", kernel)
+        .file(kernel, kernel_path)
         .bytes("initrd.img", append_to_initrd(&base, &job)))
 }
 
