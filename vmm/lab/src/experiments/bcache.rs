@@ -45,13 +45,7 @@ pub fn bucket_kb(size: u64) -> u64 {
 
 pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, ExperimentError> {
     let mut deviations = Vec::new();
-    let c = common(
-        e,
-        p,
-        "RANDWRITE, randread",
-        Some(pmem::THREAD_RANDWRITE_IODEPTH),
-        &mut deviations,
-    )?;
+    let c = common(e, p, Some(pmem::THREAD_RANDWRITE_IODEPTH), &mut deviations)?;
     // Both memory-backed devices live in guest RAM, besides 512 MiB for the guest itself and
     // the default's RAM per job (`ExperimentPlan::default_guest_mem_mib`).
     let beside = (512 + super::plan::GUEST_MEM_PER_JOB_MIB * u64::from(c.jobs)) * MIB;
@@ -165,6 +159,7 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         nvdimm_bytes: None,
         vcpus: c.vcpus,
         jobs: c.jobs,
+        many_job_phases: e.kind.many_job_phases(),
         min_guest_mem_mib: 2 * (size / MIB) + 512,
         guest_mem_mib: 0,
         deviations,

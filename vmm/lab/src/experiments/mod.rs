@@ -120,6 +120,19 @@ enum Kind {
     XfsDaxWrite,
 }
 
+impl Kind {
+    /// The phases whose fio job count is `--jobs` (the thread's 48), as the plan names them;
+    /// "" for the verify-only scripts, which have none (their one job is the verify).
+    fn many_job_phases(self) -> &'static str {
+        match self {
+            Kind::PmemNowait | Kind::BcacheNowait => "RANDWRITE, randread",
+            Kind::PmemRandwrite => "RANDWRITE",
+            Kind::PmemVerify | Kind::BcacheVerify => "",
+            Kind::XfsDaxWrite => "ten-256m-per-thread",
+        }
+    }
+}
+
 /// One experiment of the catalogue.
 #[derive(Debug, Clone, Serialize)]
 pub struct Experiment {
@@ -460,20 +473,21 @@ pub(crate) fn guest_vcpus(e: &Experiment, p: &BenchParams) -> Result<u32, Experi
 
 /// vCPUs, job count, runtime and queue depth from the knobs, with their deviations. The job
 /// count deviates from the thread's only for a real limit (the host's CPUs) or the user's
-/// choice (`--jobs`, `--cpus`), and the deviation says which.
+/// choice (`--jobs`, `--cpus`), and the deviation says which; a plan without many-job phases
+/// (the verify-only scripts) has no job count or queue depth to deviate.
 pub(crate) fn common(
     e: &Experiment,
     p: &BenchParams,
-    many_job_phases: &str,
     thread_iodepth: Option<u32>,
     deviations: &mut Vec<Deviation>,
 ) -> Result<Common, ExperimentError> {
+    let many_job_phases = e.kind.many_job_phases();
     let vcpus = guest_vcpus(e, p)?;
     let jobs = p.jobs.unwrap_or(vcpus.min(THREAD_JOBS));
     if jobs == 0 || jobs > MAX_JOBS {
         return Err(e.invalid("jobs", jobs, format!("use 1 to {MAX_JOBS}")));
     }
-    if jobs != THREAD_JOBS {
+    if jobs != THREAD_JOBS && !many_job_phases.is_empty() {
         let why = match (p.jobs, p.vcpus) {
             (Some(_), _) => "set with --jobs".to_owned(),
             (None, Some(v)) => format!(
@@ -500,7 +514,7 @@ pub(crate) fn common(
         (Some(0), _) | (Some(4097..), _) => {
             return Err(e.invalid("iodepth", p.iodepth.unwrap_or(0), "use 1 to 4096"))
         }
-        (Some(d), Some(t)) if d != t => {
+        (Some(d), Some(t)) if d != t && !many_job_phases.is_empty() => {
             deviations.push(Deviation::new(
                 format!("iodepth ({many_job_phases})"),
                 t.to_string(),

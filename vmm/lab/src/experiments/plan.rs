@@ -139,6 +139,8 @@ pub struct ExperimentPlan {
     pub vcpus: u32,
     /// fio jobs of the many-job phases.
     pub jobs: u32,
+    /// Those phases, as the plan names them ("" when the plan has none: verify-only).
+    pub many_job_phases: &'static str,
     /// Guest memory the experiment needs at least (null_blk devices live in guest RAM), MiB.
     pub min_guest_mem_mib: u64,
     /// Guest memory of every boot, MiB: `--memory` (raised to the minimum), else
@@ -259,10 +261,14 @@ impl ExperimentPlan {
                 }
             );
         }
+        let jobs = if self.many_job_phases.is_empty() {
+            String::new()
+        } else {
+            format!("; {} fio job(s) in {}", self.jobs, self.many_job_phases)
+        };
         let _ = writeln!(
             s,
-            "Guest: {} vCPU(s), {} MiB RAM (at least {} MiB), NVDIMM {}; {} fio job(s) in the \
-             many-job phases",
+            "Guest: {} vCPU(s), {} MiB RAM (at least {} MiB), NVDIMM {}{jobs}",
             self.vcpus,
             self.guest_mem_mib,
             self.min_guest_mem_mib,
@@ -270,7 +276,6 @@ impl ExperimentPlan {
                 "{} (label-less)",
                 super::human(b)
             )),
-            self.jobs
         );
         let _ = writeln!(s, "\nEach boot, in order:");
         let mut step = 1;

@@ -134,13 +134,7 @@ pub(super) fn not_shown(kind: Kind, iodepth_set: bool, deviations: &mut Vec<Devi
 
 pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, ExperimentError> {
     let mut deviations = Vec::new();
-    let c = common(
-        e,
-        p,
-        "RANDWRITE, randread",
-        Some(THREAD_RANDWRITE_IODEPTH),
-        &mut deviations,
-    )?;
+    let c = common(e, p, Some(THREAD_RANDWRITE_IODEPTH), &mut deviations)?;
     // 1 GiB holds the thread's 896 MiB; on a short disk, three quarters of what is free.
     let nvdimm = p.nvdimm_bytes.unwrap_or_else(|| {
         p.host.disk_free_bytes.map_or(GIB, |free| {
@@ -220,6 +214,7 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         nvdimm_bytes: Some(nvdimm),
         vcpus: c.vcpus,
         jobs: c.jobs,
+        many_job_phases: e.kind.many_job_phases(),
         min_guest_mem_mib: 512,
         guest_mem_mib: 0,
         deviations,

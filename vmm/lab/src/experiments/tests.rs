@@ -234,7 +234,35 @@ fn pmem_scales_explicitly_and_says_so() {
         phase_names(&v),
         [("write-and-verify", "write-and-verify", "measured")]
     );
-    assert!(deviation(&v, "jobs").is_some());
+    // A verify-only plan has no many-job phase: no jobs or iodepth entry, even when asked.
+    assert!(deviation(&v, "jobs").is_none(), "{:#?}", v.deviations);
+    let asked = plan(
+        "bcache-verify",
+        &BenchParams {
+            jobs: Some(4),
+            iodepth: Some(8),
+            ..small()
+        },
+    );
+    assert!(
+        asked
+            .deviations
+            .iter()
+            .all(|d| !d.what.starts_with("jobs") && !d.what.starts_with("iodepth")),
+        "{:#?}",
+        asked.deviations
+    );
+    let t = v.render_text(1);
+    assert!(!t.contains("fio job(s) in"), "{t}");
+    // pmem-randwrite's only many-job phase is the fill.
+    assert!(
+        deviation(&rw, "jobs (RANDWRITE)").is_some(),
+        "{:#?}",
+        rw.deviations
+    );
+    assert!(plan("pmem-nowait", &small())
+        .render_text(1)
+        .contains("; 2 fio job(s) in RANDWRITE, randread\n"));
 }
 
 /// The bcache thread's test-bcache.sh at its own sizes.

@@ -57,7 +57,7 @@ pub fn default_nvdimm(disk_free: Option<u64>) -> u64 {
 
 pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, ExperimentError> {
     let mut deviations = Vec::new();
-    let c = common(e, p, "ten-256m-per-thread", Some(1), &mut deviations)?;
+    let c = common(e, p, Some(1), &mut deviations)?;
     let nvdimm = p
         .nvdimm_bytes
         .unwrap_or_else(|| default_nvdimm(p.host.disk_free_bytes));
@@ -155,6 +155,7 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         nvdimm_bytes: Some(nvdimm),
         vcpus: c.vcpus,
         jobs: c.jobs,
+        many_job_phases: e.kind.many_job_phases(),
         // fio's --alloc-size=1048576 (KiB) maps a 1 GiB shared pool: the guest needs room for it.
         min_guest_mem_mib: 1024 + 512,
         guest_mem_mib: 0,
