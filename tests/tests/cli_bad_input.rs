@@ -349,6 +349,44 @@ fn run_with_a_linux_kernel_and_no_initrd_needs_the_image() {
     assert_eq!(snapshot(&dir.0), before, "files changed:\n{}", out.dump());
 }
 
+/// Every command that falls back on the guest image says, when it is not there, what it was
+/// needed for and how to get it: one sentence, status 2, nothing changed (one resolver,
+/// `lab::guest_job::image_for`).
+#[test]
+fn a_missing_guest_image_is_one_sentence_naming_what_it_was_for() {
+    let dir = TempDir::new("no-image");
+    populate(&dir.0);
+    let before = snapshot(&dir.0);
+    for (args, says) in [
+        (
+            &["boot"][..],
+            "no --kernel given and the default guest image is not available",
+        ),
+        (
+            &["run", "--fio", "job.fio", "--engine", "qemu"][..],
+            "no --kernel given and the default guest image is not available",
+        ),
+    ] {
+        let out = run_cmd(
+            Command::new(pmemvm_bin())
+                .current_dir(&dir.0)
+                .env("PMEMVM_IMAGE_DIR", dir.0.join("no-image"))
+                .args(args),
+            Duration::from_secs(30),
+        );
+        assert_eq!(out.status, Some(2), "{args:?}\n{}", out.dump());
+        let errors: Vec<&str> = out.stderr.lines().filter(|l| l.contains("error")).collect();
+        assert_eq!(errors.len(), 1, "{args:?}\n{}", out.dump());
+        assert!(
+            errors[0].contains(says)
+                && errors[0].contains("build the image with guest-images/build.sh"),
+            "{args:?}\n{}",
+            out.dump()
+        );
+        assert_eq!(snapshot(&dir.0), before, "files changed:\n{}", out.dump());
+    }
+}
+
 /// The `./pmemvm` wrapper checks the Rust toolchain before it builds anything: no cargo or
 /// rustc on PATH, or a rustc older than Cargo.toml's `rust-version` (Debian 12's is 1.63), is
 /// one sentence saying how to get one, and status 2.

@@ -4,7 +4,7 @@
 
 use crate::cli::BootArgs;
 use crate::commands::{resolve_kernel, warn_if_host_cannot_run, CommandError};
-use lab::guest_job::find_image_dir;
+use lab::guest_job::{image_for, ImageNeed};
 use lab::preflight;
 use lab::run::{self, RunError, RunSpec};
 use vmm::exit_status;
@@ -122,8 +122,7 @@ pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
             .map_err(RunError::from)?;
         // The modules need an init that loads them: the guest image's, unless --initrd.
         if initrd.is_none() {
-            let image =
-                find_image_dir().map_err(|e| CommandError::ModulesNoInitrd(e.to_string()))?;
+            let image = image_for(ImageNeed::ModulesInitrd)?;
             initrd = Some(image.initramfs.clone());
         }
         let list: Vec<(&str, &[u8], u32)> = files

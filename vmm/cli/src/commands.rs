@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use crate::cli::{AcpiArgs, Command, RunArgs};
 use lab::bench::BenchError;
-use lab::guest_job::{find_image_dir, ImageDir};
+use lab::guest_job::{image_for, ImageDir, ImageNeed};
 use lab::preflight::{self, Needs};
 use lab::run::{self, RunError, RunSpec};
 use vmm::acpi_setup::{self, PlacedNvdimm};
@@ -18,12 +18,10 @@ pub enum CommandError {
     /// Building or running the VM.
     #[error(transparent)]
     Vm(#[from] VmError),
-    /// No kernel given and no default image.
-    #[error("no --kernel given and the default guest image is not available: {0}")]
-    NoImage(String),
-    /// `boot --modules` without an initrd and no guest image to take one from.
-    #[error("--modules without --initrd boots the guest image's initramfs (its /init loads the modules), which is not available: {0}; give --initrd or build the image with guest-images/build.sh")]
-    ModulesNoInitrd(String),
+    /// The guest image was needed (no `--kernel`, or `--modules` without `--initrd`) and is
+    /// not there.
+    #[error(transparent)]
+    Image(#[from] lab::guest_job::ImageUnavailable),
     /// A job run.
     #[error(transparent)]
     Run(#[from] RunError),
@@ -95,10 +93,7 @@ impl CommandError {
             Self::Dump(e) => e.is_usage(),
             Self::CrashCheck(e) => e.is_usage(),
             Self::Suite(e) => e.is_usage(),
-            Self::NoImage(_)
-            | Self::ModulesNoInitrd(_)
-            | Self::Output { .. }
-            | Self::Input { .. } => true,
+            Self::Image(_) | Self::Output { .. } | Self::Input { .. } => true,
         }
     }
 }
@@ -112,7 +107,7 @@ pub fn resolve_kernel(
     if let Some(k) = kernel {
         return Ok((k.clone(), initrd.cloned(), None));
     }
-    let image = find_image_dir().map_err(|e| CommandError::NoImage(e.to_string()))?;
+    let image = image_for(ImageNeed::NoKernel)?;
     let initrd = initrd.cloned().unwrap_or_else(|| image.initramfs.clone());
     Ok((image.vmlinux.clone(), Some(initrd), Some(image)))
 }

@@ -54,15 +54,8 @@ pub enum BenchError {
     Preflight(#[from] PreflightError),
     /// A side boots its own kernel without an initrd and there is no guest image to take the
     /// initramfs from.
-    #[error("side {side} boots {kernel} without initrd=, and the guest image's initramfs (which runs the job) is not available: {reason}")]
-    NoInitrd {
-        /// Side.
-        side: String,
-        /// Its kernel.
-        kernel: PathBuf,
-        /// Why the image is missing.
-        reason: String,
-    },
+    #[error(transparent)]
+    Image(#[from] guest_job::ImageUnavailable),
     /// The plan cannot be printed as JSON.
     #[error("cannot serialise the plan as JSON")]
     PlanJson(#[source] serde_json::Error),
@@ -72,7 +65,7 @@ impl BenchError {
     /// True when the user's input is at fault (exit status 2).
     pub fn is_usage(&self) -> bool {
         match self {
-            Self::Experiment(_) | Self::Side(_) | Self::Only(_) | Self::NoInitrd { .. } => true,
+            Self::Experiment(_) | Self::Side(_) | Self::Only(_) | Self::Image(_) => true,
             Self::Report(ReportError::CreateDir { .. }) => true,
             Self::Report(_) | Self::PlanJson(_) => false,
             Self::Run(e) => e.is_usage(),
@@ -325,10 +318,9 @@ fn side_files(side: &Side, req: &BenchRequest) -> Result<SideFiles, BenchError> 
     let modules = side_modules(side, req)?;
     let mut initrd = side.initrd.clone().or_else(|| req.initrd.clone());
     if let (Some(k), None) = (&kernel, &initrd) {
-        let image = guest_job::find_image_dir().map_err(|e| BenchError::NoInitrd {
+        let image = guest_job::image_for(guest_job::ImageNeed::SideInitrd {
             side: side.label.clone(),
             kernel: k.clone(),
-            reason: e.to_string(),
         })?;
         initrd = Some(image.initramfs);
     }

@@ -525,6 +525,9 @@ pub fn find_image_above(start: &Path) -> Result<ImageDir, GuestJobError> {
     })
 }
 
+mod image;
+pub use image::{image_for, ImageNeed, ImageUnavailable};
+
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -51,17 +51,9 @@ pub enum RunError {
     /// The job archive.
     #[error(transparent)]
     Job(#[from] guest_job::GuestJobError),
-    /// A Linux kernel without an initrd, and no guest image to take the initramfs from.
-    #[error("--kernel {} without --initrd: the job runs from the guest image's initramfs, which is not available ({reason}); give --initrd, or build the image with guest-images/build.sh", kernel.display())]
-    NoInitrd {
-        /// The kernel given.
-        kernel: PathBuf,
-        /// Why the image is missing.
-        reason: String,
-    },
-    /// No kernel given and no guest image.
-    #[error("no --kernel given and the default guest image is not available: {0}")]
-    NoImage(String),
+    /// The guest image was needed (no kernel, or no initrd to run the job) and is not there.
+    #[error(transparent)]
+    Image(#[from] guest_job::ImageUnavailable),
     /// A prerequisite of the engine or the host is not met.
     #[error(transparent)]
     Preflight(#[from] PreflightError),
@@ -99,9 +91,7 @@ impl RunError {
             Self::Vm(e) => e.is_usage(),
             Self::Gdb(e) => e.is_usage(),
             Self::Engine(e) => e.is_usage(),
-            Self::Input { .. } | Self::Preflight(_) | Self::NoImage(_) | Self::NoInitrd { .. } => {
-                true
-            }
+            Self::Input { .. } | Self::Preflight(_) | Self::Image(_) => true,
             Self::Transfer(e) => e.is_usage(),
             Self::Modules(e) => e.is_usage(),
             Self::PmemvmOnly(_) | Self::ControlPmemvmOnly(_) | Self::RecordOnQemu(_) => true,
@@ -299,16 +289,13 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         // initramfs (its /init runs jobs); without the image the job could not
         // run at all, so that is refused rather than booted without it.
         Some(k) if linux && spec.initrd.is_none() => {
-            let image = guest_job::find_image_dir().map_err(|e| RunError::NoInitrd {
-                kernel: k.clone(),
-                reason: e.to_string(),
-            })?;
+            let image =
+                guest_job::image_for(guest_job::ImageNeed::JobInitrd { kernel: k.clone() })?;
             (k.clone(), Some(image.initramfs.clone()), None)
         }
         Some(k) => (k.clone(), spec.initrd.clone(), None),
         None => {
-            let image =
-                guest_job::find_image_dir().map_err(|e| RunError::NoImage(e.to_string()))?;
+            let image = guest_job::image_for(guest_job::ImageNeed::NoKernel)?;
             let kernel = match engine {
                 Engine::Qemu => image.bz_image.clone(),
                 _ => image.vmlinux.clone(),
