@@ -110,6 +110,7 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
     if matches!(e.kind, Kind::BcacheNowait) {
         runtime_deviation(&c, "RANDWRITE, randread", &mut deviations);
     }
+    super::software_deviations(&mut deviations);
     deviations.push(Deviation::new(
         "module load",
         "modprobe null_blk; insmod bcache.ko [bch_nowait=1] per side",

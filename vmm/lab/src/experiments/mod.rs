@@ -131,6 +131,14 @@ impl Kind {
             Kind::XfsDaxWrite => "ten-256m-per-thread",
         }
     }
+
+    /// Whether the script has a phase bound by a runtime (`--runtime` applies).
+    fn timed(self) -> bool {
+        matches!(
+            self,
+            Kind::PmemNowait | Kind::PmemRandwrite | Kind::BcacheNowait
+        )
+    }
 }
 
 /// One experiment of the catalogue.
@@ -482,6 +490,31 @@ pub(crate) fn common(
     deviations: &mut Vec<Deviation>,
 ) -> Result<Common, ExperimentError> {
     let many_job_phases = e.kind.many_job_phases();
+    // Knobs of phases a plan does not have are refused, not ignored.
+    if many_job_phases.is_empty() {
+        let why = format!(
+            "{} has no many-job phase: its one job is the thread's write-and-verify (one job, \
+             iodepth 16)",
+            e.name
+        );
+        if let Some(j) = p.jobs {
+            return Err(e.invalid("--jobs", j, why));
+        }
+        if let Some(d) = p.iodepth {
+            return Err(e.invalid("--iodepth", d, why));
+        }
+    }
+    if let (Some(r), false) = (p.runtime_s, e.kind.timed()) {
+        return Err(e.invalid(
+            "--runtime",
+            format!("{r} s"),
+            format!(
+                "{} has no timed phase: its jobs end when they have written (and verified) \
+                 their size",
+                e.name
+            ),
+        ));
+    }
     let vcpus = guest_vcpus(e, p)?;
     let jobs = p.jobs.unwrap_or(vcpus.min(THREAD_JOBS));
     if jobs == 0 || jobs > MAX_JOBS {
@@ -532,6 +565,25 @@ pub(crate) fn common(
         runtime,
         iodepth,
     })
+}
+
+/// The kernel and fio the NOWAIT threads ran (their posted `git log` and fio banner) against
+/// the guest image's.
+pub(crate) fn software_deviations(deviations: &mut Vec<Deviation>) {
+    deviations.push(Deviation::new(
+        "kernel",
+        "linux-block for-next of May 2023 with the patch",
+        "Debian's linux-source-6.1 with pmemvm's port of the patch (the guest image; a side \
+         may boot its own)",
+        "the thread's tree is not a release; the patch is carried onto Debian 12's kernel \
+         (docs/guest-image.md)",
+    ));
+    deviations.push(Deviation::new(
+        "fio",
+        "fio-3.34",
+        "fio-3.33",
+        "Debian 12's fio source package, built static into the guest image",
+    ));
 }
 
 /// The deviation of a shortened runtime, if it is one.

@@ -173,8 +173,20 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         };
         deviations.push(Deviation::new("--size", "896M", human(size), why));
     }
+    match e.kind {
+        Kind::PmemNowait => runtime_deviation(&c, "RANDWRITE bound, randread", &mut deviations),
+        Kind::PmemRandwrite => runtime_deviation(&c, "RANDWRITE bound", &mut deviations),
+        _ => {}
+    }
+    super::software_deviations(&mut deviations);
     if !matches!(e.kind, Kind::PmemVerify) {
-        runtime_deviation(&c, "RANDWRITE bound, randread", &mut deviations);
+        deviations.push(Deviation::new(
+            "device state between sides",
+            "one /dev/pmem0 for both loads: the on side started on the off side's data",
+            "a new, zeroed NVDIMM every boot",
+            "boots are independent (sides alternate, --runs repeats them); each side's own \
+             verify and fill write the device before it is measured",
+        ));
     }
     deviations.push(Deviation::new(
         "module load",

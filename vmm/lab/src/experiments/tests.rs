@@ -155,10 +155,13 @@ fn pmem_nowait_is_the_v1_script() {
         "direct",
         "iodepth (randread)",
         "fio options (randread-1, randread-2, randread-3)",
+        "kernel",
+        "fio",
+        "device state between sides",
     ] {
         assert!(deviation(&p, what).is_some(), "{what}: {:#?}", p.deviations);
     }
-    assert_eq!(p.deviations.len(), 6, "{:#?}", p.deviations);
+    assert_eq!(p.deviations.len(), 9, "{:#?}", p.deviations);
     // The measured phases' jobs end with the logs and percentiles, the others do not.
     for r in &p.phases[2..] {
         has(
@@ -234,24 +237,51 @@ fn pmem_scales_explicitly_and_says_so() {
         phase_names(&v),
         [("write-and-verify", "write-and-verify", "measured")]
     );
-    // A verify-only plan has no many-job phase: no jobs or iodepth entry, even when asked.
+    // A verify-only plan has no many-job phase: no jobs or iodepth entry, and the knobs of
+    // phases a plan does not have are refused, naming why.
     assert!(deviation(&v, "jobs").is_none(), "{:#?}", v.deviations);
-    let asked = plan(
-        "bcache-verify",
-        &BenchParams {
-            jobs: Some(4),
-            iodepth: Some(8),
-            ..small()
-        },
-    );
-    assert!(
-        asked
-            .deviations
-            .iter()
-            .all(|d| !d.what.starts_with("jobs") && !d.what.starts_with("iodepth")),
-        "{:#?}",
-        asked.deviations
-    );
+    for (name, knobs, what) in [
+        (
+            "bcache-verify",
+            BenchParams {
+                jobs: Some(4),
+                ..small()
+            },
+            "--jobs",
+        ),
+        (
+            "pmem-verify",
+            BenchParams {
+                iodepth: Some(8),
+                ..small()
+            },
+            "--iodepth",
+        ),
+        (
+            "pmem-verify",
+            BenchParams {
+                runtime_s: Some(5),
+                ..small()
+            },
+            "--runtime",
+        ),
+        (
+            "xfs-dax-write",
+            BenchParams {
+                runtime_s: Some(5),
+                ..small()
+            },
+            "--runtime",
+        ),
+    ] {
+        let e = find_experiment(name)
+            .unwrap()
+            .plan(&knobs)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with(&format!("{name}: {what} = ")), "{e}");
+        assert!(e.contains("has no"), "{e}");
+    }
     let t = v.render_text(1);
     assert!(!t.contains("fio job(s) in"), "{t}");
     // pmem-randwrite's only many-job phase is the fill.
@@ -532,7 +562,7 @@ fn plan_text_shows_phases_job_texts_and_deviations() {
         "fio --output-format=json --output=/tmp/randread-3.json /job/randread-3.fio",
         "   | [RANDWRITE]",
         "   | numjobs=2",
-        "Deviations from the thread (7):",
+        "Deviations from the thread (10):",
         "  - jobs (RANDWRITE, randread): thread 48, here 2:",
     ] {
         assert!(t.contains(want), "{want:?} missing in\n{t}");
@@ -540,7 +570,7 @@ fn plan_text_shows_phases_job_texts_and_deviations() {
     let json = serde_json::to_value(&p).unwrap();
     assert_eq!(json["phases"][2]["role"]["measured"]["repetition"], 1);
     assert_eq!(json["phases"][0]["role"], "check");
-    assert!(json["deviations"].as_array().unwrap().len() == 7);
+    assert!(json["deviations"].as_array().unwrap().len() == 10);
 }
 
 #[test]
