@@ -193,7 +193,8 @@ impl BenchReport {
     /// The sections on checks, verify outcome, provenance and deviations (empty when none).
     pub(super) fn provenance_sections(&self) -> String {
         let mut out = String::new();
-        if let Some(v) = self.verify_verdict() {
+        let verdict = self.verify_verdict();
+        if let Some(v) = &verdict {
             let x = self.verify_expectation.as_ref();
             let _ = writeln!(
                 out,
@@ -240,7 +241,7 @@ impl BenchReport {
                 );
             }
         }
-        if self.verify_observations().iter().any(|o| o.stale_header()) {
+        if verdict.is_some_and(|v| v.observations.iter().any(|o| o.stale_header())) {
             let _ = writeln!(out, "\nNote: {}.", super::verify::STALE_HEADER_NOTE);
         }
         let mut seen: Vec<(&str, &Provenance)> = Vec::new();
