@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use crate::cli::BenchArgs;
-use crate::commands::CommandError;
+use crate::args::BenchArgs;
+use crate::error::CommandError;
 use lab::bench::{BenchRequest, Runner};
 use vmm::exit_status;
 

@@ -2,7 +2,7 @@
 //! (pmemvm inside a QEMU TCG L1), with the debugger, the control socket and
 //! the panic dump when asked for.
 
-use crate::cli::BootArgs;
+use crate::args::BootArgs;
 use crate::commands::{resolve_kernel, warn_if_host_cannot_run, CommandError};
 use lab::guest_job::{image_for, ImageNeed};
 use lab::preflight;
@@ -111,7 +111,7 @@ fn nested_probe_spec() -> RunSpec {
 
 /// `pmemvm boot`: returns the exit status.
 pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
-    if args.engine == crate::cli::BootEngineArg::Nested {
+    if args.engine == crate::args::BootEngineArg::Nested {
         return boot_nested(args);
     }
     let (kernel, mut initrd, _) = resolve_kernel(args.kernel.as_ref(), args.initrd.as_ref())?;

@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 
-use crate::cli::{AcpiArgs, Command, RunArgs};
-use lab::bench::BenchError;
+use crate::args::{AcpiArgs, RunArgs};
+use crate::cli::Command;
+pub use crate::error::CommandError;
 use lab::guest_job::{image_for, ImageDir, ImageNeed};
 use lab::preflight::{self, Needs};
 use lab::run::{self, RunError, RunSpec};
@@ -11,92 +12,6 @@ use vmm::acpi_setup::{self, PlacedNvdimm};
 use vmm::exit_status;
 use vmm::memory;
 use vmm::vm::VmError;
-
-/// Errors of a subcommand.
-#[derive(Debug, thiserror::Error)]
-pub enum CommandError {
-    /// Building or running the VM.
-    #[error(transparent)]
-    Vm(#[from] VmError),
-    /// The guest image was needed (no `--kernel`, or `--modules` without `--initrd`) and is
-    /// not there.
-    #[error(transparent)]
-    Image(#[from] lab::guest_job::ImageUnavailable),
-    /// A job run.
-    #[error(transparent)]
-    Run(#[from] RunError),
-    /// A benchmark.
-    #[error(transparent)]
-    Bench(#[from] BenchError),
-    /// Merging results.
-    #[error(transparent)]
-    Merge(#[from] lab::fleet::merge::MergeError),
-    /// Writing the Slurm scripts.
-    #[error(transparent)]
-    Slurm(#[from] lab::fleet::slurm::SlurmError),
-    /// Reading a kernel configuration.
-    #[error(transparent)]
-    Kconfig(#[from] lab::kconfig::KconfigError),
-    /// Reading a backing file's media state.
-    #[error(transparent)]
-    Media(#[from] vmm::media::MediaSetupError),
-    /// The debugger's endpoint.
-    #[error(transparent)]
-    Gdb(#[from] vmm::gdb::GdbError),
-    /// `--api`.
-    #[error(transparent)]
-    Api(#[from] vmm::api::ApiError),
-    /// `--dump-on-panic`.
-    #[error(transparent)]
-    Dump(#[from] vmm::dump::DumpError),
-    /// `crash-check`'s inputs.
-    #[error(transparent)]
-    CrashCheck(#[from] lab::crash_check::CrashCheckError),
-    /// `pmemvm suite`.
-    #[error(transparent)]
-    Suite(#[from] lab::suite::SuiteError),
-    /// A job input file.
-    #[error("cannot read {what} {path}: {source}")]
-    Input {
-        /// What.
-        what: &'static str,
-        /// Path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Writing output files.
-    #[error("cannot write {path}: {source}")]
-    Output {
-        /// Path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl CommandError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
-        match self {
-            Self::Vm(e) => e.is_usage(),
-            Self::Run(e) => e.is_usage(),
-            Self::Bench(e) => e.is_usage(),
-            Self::Kconfig(e) => e.is_usage(),
-            Self::Merge(e) => e.is_usage(),
-            Self::Slurm(e) => e.is_usage(),
-            Self::Media(e) => e.is_usage(),
-            Self::Gdb(e) => e.is_usage(),
-            Self::Api(e) => e.is_usage(),
-            Self::Dump(e) => e.is_usage(),
-            Self::CrashCheck(e) => e.is_usage(),
-            Self::Suite(e) => e.is_usage(),
-            Self::Image(_) | Self::Output { .. } | Self::Input { .. } => true,
-        }
-    }
-}
 
 /// The kernel and initrd to boot: the user's, or the project's guest image
 /// (its PVH vmlinux and initramfs) when no `--kernel` is given.
@@ -458,7 +373,7 @@ fn print_summary(result: &run::RunResult) {
 }
 
 /// `--pin`, `--host-node` and huge pages against this host, before anything is built.
-fn check_host(m: &crate::cli::MachineArgs) -> Result<(), CommandError> {
+fn check_host(m: &crate::args::MachineArgs) -> Result<(), CommandError> {
     let placement = m.placement();
     vmm::memory_placement::check_host_placement(m.cpus, &m.memory, &placement, &m.nvdimm)
         .map_err(VmError::from)?;
@@ -488,7 +403,7 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
     match command {
         Command::Boot(a) => {
             check_host(&a.machine)?;
-            if a.engine == crate::cli::BootEngineArg::Nested {
+            if a.engine == crate::args::BootEngineArg::Nested {
                 if a.control.dump_on_panic.is_some() {
                     return Err(RunError::from(lab::engine::EngineError::from(
                         lab::nested::NestedError::Unsupported("--dump-on-panic"),
@@ -511,7 +426,7 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
         }
         Command::Run(a) => preflight_run(a, &mut needs)?,
         Command::CrashCheck(a) => preflight_run(&a.run, &mut needs)?,
-        Command::Suite(crate::suite_commands::SuiteCommand::Ndctl(a)) => {
+        Command::Suite(crate::suite_args::SuiteCommand::Ndctl(a)) => {
             crate::suite_commands::preflight(a)?;
             if !a.plan {
                 // Each boot runs a command in a Debian root file system, on the engine.

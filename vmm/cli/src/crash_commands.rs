@@ -3,62 +3,8 @@
 
 use std::path::PathBuf;
 
-use clap::Args;
-use vmm::record::images::{self, ImageError, Request, Selection};
-
-/// `pmemvm crash-images DIR --out OUT [--at N|--every K|--all] [--torn SEED]`.
-#[derive(Debug, Args)]
-pub struct CrashImagesArgs {
-    /// The directory a run recorded into (`--nvdimm ...,record=DIR`).
-    pub dir: PathBuf,
-    /// Where the images and images.json go: a new or empty directory.
-    #[arg(long, value_name = "OUT")]
-    pub out: PathBuf,
-    /// Which images.
-    #[command(flatten)]
-    pub which: ImageSelection,
-}
-
-/// Which crash images, for `crash-images` and `crash-check`.
-#[derive(Debug, Args)]
-pub struct ImageSelection {
-    /// Only the image after flush N (0: before the first flush).
-    #[arg(long, value_name = "N", group = "which")]
-    pub at: Option<u64>,
-    /// The images after flushes 0, K, 2K, ... and the last.
-    #[arg(long, value_name = "K", group = "which")]
-    pub every: Option<u64>,
-    /// Every flush's image (the default).
-    #[arg(long, group = "which")]
-    pub all: bool,
-    /// Also a torn variant of each image: a random subset, drawn with SEED,
-    /// of the 64-byte lines stored after that flush (the same SEED gives the
-    /// same bytes).
-    #[arg(long, value_name = "SEED")]
-    pub torn: Option<u64>,
-    /// Use a log that ends without its end record (pmemvm was killed while
-    /// recording): its complete flushes only.
-    #[arg(long)]
-    pub partial: bool,
-}
-
-impl ImageSelection {
-    /// The request for the log in `dir`, images into `out`.
-    fn request(&self, dir: &std::path::Path, out: PathBuf) -> Request {
-        let select = match (self.at, self.every) {
-            (Some(n), _) => Selection::At(n),
-            (_, Some(k)) => Selection::Every(k),
-            _ => Selection::All,
-        };
-        Request {
-            dir: dir.to_path_buf(),
-            out,
-            select,
-            torn: self.torn,
-            partial: self.partial,
-        }
-    }
-}
+use crate::crash_args::{CrashCheckArgs, CrashImagesArgs};
+use vmm::record::images::{self, ImageError};
 
 /// Bad input (exit status 2) or a failure while writing (1).
 pub fn is_usage(e: &ImageError) -> bool {
@@ -85,40 +31,6 @@ pub fn crash_images(a: &CrashImagesArgs) -> Result<String, ImageError> {
     ))
 }
 
-/// `pmemvm crash-check DIR [--at N|--every K|--all] [--torn SEED] [RUN OPTIONS] -- CMD`.
-#[derive(Debug, Args)]
-pub struct CrashCheckArgs {
-    /// The directory a run recorded into (`--nvdimm ...,record=DIR`).
-    pub dir: PathBuf,
-    /// Keep the images (and images.json) in this new or empty directory;
-    /// by default they go to a temporary one, removed at the end.
-    #[arg(long, value_name = "DIR")]
-    pub images: Option<PathBuf>,
-    /// Which images (as for crash-images).
-    #[command(flatten)]
-    pub which: ImageSelection,
-    /// Run nothing here: write SHARED/check.sbatch (a Slurm job array, one task
-    /// per selected flush, each running this command for its flush on any
-    /// node), SHARED/report.sbatch (the table of every image) and
-    /// SHARED/submit.sh. DIR and SHARED must be on a file system every node
-    /// shares.
-    #[arg(long, value_name = "SHARED", conflicts_with = "images")]
-    pub slurm: Option<PathBuf>,
-    /// What one array task of --slurm runs: the I-th selected flush only, its
-    /// result into SHARED/results (written into check.sbatch).
-    #[arg(long, value_name = "I", requires = "slurm", hide = true)]
-    pub slurm_task: Option<usize>,
-    /// What the report job of --slurm runs: the table of SHARED/results.
-    #[arg(long, requires = "slurm", conflicts_with = "slurm_task", hide = true)]
-    pub slurm_report: bool,
-    /// How each image is booted and checked: the options of `pmemvm run`;
-    /// the image is the guest's first DIMM (nmem0, /dev/pmem0 on a label-less
-    /// DIMM), any --nvdimm given here come after it; --json writes the
-    /// summary (every image's status, output and time).
-    #[command(flatten)]
-    pub run: crate::cli::RunArgs,
-}
-
 /// A temporary images directory, removed on drop.
 struct TempImages(Option<PathBuf>);
 
@@ -131,7 +43,7 @@ impl Drop for TempImages {
 }
 
 /// Runs the check; the exit status is 0 when every image passed, 1 when one failed.
-pub fn crash_check(a: &CrashCheckArgs) -> Result<u8, crate::commands::CommandError> {
+pub fn crash_check(a: &CrashCheckArgs) -> Result<u8, crate::error::CommandError> {
     let template = crate::commands::run_spec(&a.run)?;
     // Refusals of the engine, before any image is written.
     lab::run::engine_for(&template)?;
@@ -176,7 +88,7 @@ fn slurm(
     a: &CrashCheckArgs,
     shared: &std::path::Path,
     template: &lab::run::RunSpec,
-) -> Result<u8, crate::commands::CommandError> {
+) -> Result<u8, crate::error::CommandError> {
     use lab::crash_check::CrashCheckError;
     use lab::fleet::crash_array;
     let flushes =
@@ -201,7 +113,7 @@ fn slurm(
         let part = path.with_extension("json.part");
         std::fs::write(&part, text)
             .and_then(|()| std::fs::rename(&part, &path))
-            .map_err(|source| crate::commands::CommandError::Output {
+            .map_err(|source| crate::error::CommandError::Output {
                 path: path.clone(),
                 source,
             })?;
@@ -238,10 +150,10 @@ fn slurm(
 fn finish(
     a: &CrashCheckArgs,
     report: &lab::crash_check::CrashCheck,
-) -> Result<u8, crate::commands::CommandError> {
+) -> Result<u8, crate::error::CommandError> {
     if let Some(path) = &a.run.json {
         let text = serde_json::to_string_pretty(report).unwrap_or_default();
-        std::fs::write(path, text).map_err(|source| crate::commands::CommandError::Output {
+        std::fs::write(path, text).map_err(|source| crate::error::CommandError::Output {
             path: path.clone(),
             source,
         })?;

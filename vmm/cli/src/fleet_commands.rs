@@ -3,8 +3,8 @@
 
 use lab::bench::BenchRequest;
 
-use crate::cli::{BenchArgs, ReportArgs};
-use crate::commands::CommandError;
+use crate::args::{BenchArgs, ReportArgs};
+use crate::error::CommandError;
 
 /// `pmemvm report`: the merged report on stdout (files in `--out`); 0 when every planned boot
 /// is in and produced figures, 1 otherwise, 2 for bad input.

@@ -2,21 +2,23 @@
 //! in the `lab` library (experiments, runs, reports) on top of the `vmm`
 //! core (the VMM itself).
 
+mod args;
 mod bench_commands;
 mod boot_commands;
 mod cli;
 mod commands;
+mod crash_args;
 mod crash_commands;
 mod ctl;
+mod error;
 mod fleet_commands;
+mod suite_args;
 mod suite_commands;
 
 use std::process::ExitCode;
 
-use crate::cli::{
-    AcpiArgs, BenchArgs, BootArgs, Cli, Command, KconfigArgs, NvdimmCommand, PreflightArgs,
-    ReportArgs, RunArgs,
-};
+use crate::args::{AcpiArgs, BenchArgs, BootArgs, ReportArgs, RunArgs};
+use crate::cli::{Cli, Command, KconfigArgs, NvdimmCommand, PreflightArgs};
 use clap::Parser;
 use vmm::exit_status;
 
@@ -101,7 +103,7 @@ fn ctl(args: &crate::cli::CtlArgs) -> Result<u8, Failure> {
     }
 }
 
-fn crash_images(args: &crate::crash_commands::CrashImagesArgs) -> Result<u8, Failure> {
+fn crash_images(args: &crate::crash_args::CrashImagesArgs) -> Result<u8, Failure> {
     match crate::crash_commands::crash_images(args) {
         Ok(text) => {
             println!("{text}");
@@ -117,7 +119,7 @@ fn crash_images(args: &crate::crash_commands::CrashImagesArgs) -> Result<u8, Fai
     }
 }
 
-fn crash_check(args: &crate::crash_commands::CrashCheckArgs) -> Result<u8, Failure> {
+fn crash_check(args: &crate::crash_args::CrashCheckArgs) -> Result<u8, Failure> {
     Ok(crate::crash_commands::crash_check(args)?)
 }
 
@@ -135,7 +137,7 @@ fn nvdimm_badblocks(file: &std::path::Path) -> Result<u8, Failure> {
     Ok(0)
 }
 
-fn suite_ndctl(args: &crate::suite_commands::NdctlArgs) -> Result<u8, Failure> {
+fn suite_ndctl(args: &crate::suite_args::NdctlArgs) -> Result<u8, Failure> {
     Ok(crate::suite_commands::ndctl(args)?)
 }
 
@@ -167,7 +169,7 @@ fn main() -> ExitCode {
         Command::CrashImages(a) => crash_images(a),
         Command::CrashCheck(a) => crash_check(a),
         Command::Nvdimm(NvdimmCommand::Badblocks { file }) => nvdimm_badblocks(file),
-        Command::Suite(crate::suite_commands::SuiteCommand::Ndctl(a)) => suite_ndctl(a),
+        Command::Suite(crate::suite_args::SuiteCommand::Ndctl(a)) => suite_ndctl(a),
         Command::RunJob(a) => Ok(lab::child::serve(&a.spec, &a.outcome)),
     };
     match result {

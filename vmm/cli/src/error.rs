@@ -1,0 +1,94 @@
+//! The one error type of the subcommands, and which of its cases are the user's input
+//! (exit status 2).
+
+use std::path::PathBuf;
+
+use lab::bench::BenchError;
+use lab::run::RunError;
+use vmm::vm::VmError;
+
+/// Errors of a subcommand.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// Building or running the VM.
+    #[error(transparent)]
+    Vm(#[from] VmError),
+    /// The guest image was needed (no `--kernel`, or `--modules` without `--initrd`) and is
+    /// not there.
+    #[error(transparent)]
+    Image(#[from] lab::guest_job::ImageUnavailable),
+    /// A job run.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// A benchmark.
+    #[error(transparent)]
+    Bench(#[from] BenchError),
+    /// Merging results.
+    #[error(transparent)]
+    Merge(#[from] lab::fleet::merge::MergeError),
+    /// Writing the Slurm scripts.
+    #[error(transparent)]
+    Slurm(#[from] lab::fleet::slurm::SlurmError),
+    /// Reading a kernel configuration.
+    #[error(transparent)]
+    Kconfig(#[from] lab::kconfig::KconfigError),
+    /// Reading a backing file's media state.
+    #[error(transparent)]
+    Media(#[from] vmm::media::MediaSetupError),
+    /// The debugger's endpoint.
+    #[error(transparent)]
+    Gdb(#[from] vmm::gdb::GdbError),
+    /// `--api`.
+    #[error(transparent)]
+    Api(#[from] vmm::api::ApiError),
+    /// `--dump-on-panic`.
+    #[error(transparent)]
+    Dump(#[from] vmm::dump::DumpError),
+    /// `crash-check`'s inputs.
+    #[error(transparent)]
+    CrashCheck(#[from] lab::crash_check::CrashCheckError),
+    /// `pmemvm suite`.
+    #[error(transparent)]
+    Suite(#[from] lab::suite::SuiteError),
+    /// A job input file.
+    #[error("cannot read {what} {path}: {source}")]
+    Input {
+        /// What.
+        what: &'static str,
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing output files.
+    #[error("cannot write {path}: {source}")]
+    Output {
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl CommandError {
+    /// True when the user's input is at fault (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Self::Vm(e) => e.is_usage(),
+            Self::Run(e) => e.is_usage(),
+            Self::Bench(e) => e.is_usage(),
+            Self::Kconfig(e) => e.is_usage(),
+            Self::Merge(e) => e.is_usage(),
+            Self::Slurm(e) => e.is_usage(),
+            Self::Media(e) => e.is_usage(),
+            Self::Gdb(e) => e.is_usage(),
+            Self::Api(e) => e.is_usage(),
+            Self::Dump(e) => e.is_usage(),
+            Self::CrashCheck(e) => e.is_usage(),
+            Self::Suite(e) => e.is_usage(),
+            Self::Image(_) | Self::Output { .. } | Self::Input { .. } => true,
+        }
+    }
+}
