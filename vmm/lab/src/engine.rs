@@ -83,13 +83,30 @@ impl EngineError {
     }
 }
 
+/// The control socket and the panic dump of a run (engine pmemvm); `run` checks them before
+/// anything boots.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct RunControl {
+    /// `--api PATH`: serve the control socket there.
+    pub api: Option<PathBuf>,
+    /// `--dump-on-panic FILE`: write the guest's memory there when it panics.
+    pub dump_on_panic: Option<PathBuf>,
+}
+
+impl RunControl {
+    /// True when neither is asked for.
+    pub fn is_empty(&self) -> bool {
+        self.api.is_none() && self.dump_on_panic.is_none()
+    }
+}
+
 /// One guest boot, as the engines see it.
 #[derive(Debug)]
 pub struct Machine<'a> {
     /// `--gdb ADDR` and `--gdb-wait`.
     pub gdb: Option<(&'a vmm::gdb::GdbAddr, bool)>,
     /// `--api` and `--dump-on-panic` (engine pmemvm).
-    pub control: &'a crate::run::RunControl,
+    pub control: &'a RunControl,
     /// Kernel file.
     pub kernel: &'a Path,
     /// Initrd file, without the job.

@@ -162,7 +162,7 @@ pub fn engine_on_this_host(
     // The L1 preparation's tools (prepare.sh reports them itself when run
     // without the wrapper).
     if engine == Engine::Nested && allow_install {
-        for p in crate::nested::missing_tool_packages() {
+        for p in crate::nested::prepare::missing_tool_packages() {
             if !needs.packages.contains(&p) {
                 needs.packages.push(p);
             }
@@ -172,10 +172,10 @@ pub fn engine_on_this_host(
 }
 
 /// Host memory a guest of `guest_bytes` takes on `engine`: with `nested`,
-/// the L1 around it too ([`crate::nested::engine::L1_OVERHEAD_MIB`]).
+/// the L1 around it too ([`crate::nested::prepare::L1_OVERHEAD_MIB`]).
 pub fn guest_memory_on_host(engine: Engine, guest_bytes: u64) -> u64 {
     match engine {
-        Engine::Nested => guest_bytes.saturating_add(crate::nested::engine::L1_OVERHEAD_MIB << 20),
+        Engine::Nested => guest_bytes.saturating_add(crate::nested::prepare::L1_OVERHEAD_MIB << 20),
         _ => guest_bytes,
     }
 }

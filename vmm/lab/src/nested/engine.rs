@@ -18,9 +18,7 @@ use super::{cache_dir, io_err, prepare_l1, L1Image, NestedError};
 use crate::engine::{Ended, EngineError, GuestEngine, Machine};
 use crate::preflight::Engine;
 
-/// What the L1 needs beside the guest's RAM: its kernel and initramfs, pmemvm
-/// and the page cache of the kernel, initrd and the mapped DIMM pages.
-pub const L1_OVERHEAD_MIB: u64 = 1024;
+pub use super::prepare::L1_OVERHEAD_MIB;
 /// Time the L1 takes to boot and to set up under TCG, on top of a run's
 /// `--timeout`.
 pub const L1_BOOT_ALLOWANCE: Duration = Duration::from_secs(240);

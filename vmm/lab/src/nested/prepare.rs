@@ -58,6 +58,10 @@ pub fn cache_dir() -> PathBuf {
     }
 }
 
+/// What the L1 needs beside the guest's RAM: its kernel and initramfs, pmemvm
+/// and the page cache of the kernel, initrd and the mapped DIMM pages.
+pub const L1_OVERHEAD_MIB: u64 = 1024;
+
 /// The Debian packages of the preparation tools that are missing here
 /// (deduplicated, in [`TOOLS`] order).
 pub fn missing_tool_packages() -> Vec<&'static str> {

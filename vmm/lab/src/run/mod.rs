@@ -159,21 +159,9 @@ pub struct RunSpec {
     pub control: RunControl,
 }
 
-/// The control socket and the panic dump of a run (engine pmemvm).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct RunControl {
-    /// `--api PATH`: serve the control socket there.
-    pub api: Option<PathBuf>,
-    /// `--dump-on-panic FILE`: write the guest's memory there when it panics.
-    pub dump_on_panic: Option<PathBuf>,
-}
+pub use crate::engine::RunControl;
 
 impl RunControl {
-    /// True when neither is asked for.
-    pub fn is_empty(&self) -> bool {
-        self.api.is_none() && self.dump_on_panic.is_none()
-    }
-
     /// Refuses paths that exist (and a socket that cannot be made), before
     /// anything boots; nothing is left behind.
     pub fn check(&self) -> Result<(), RunError> {
