@@ -7,7 +7,8 @@
 //! an accepted `--nvdimm` spec has a 16 MiB-multiple region size that is
 //! exactly the guest's range, a label area that is 0 or a 4 KiB multiple of
 //! at least 128 KiB below 4 GiB, the label area right after the region and
-//! the identity page after that, and a NUMA node of at most 255.
+//! the identity page after that, a NUMA node of at most 255, and it is
+//! written back (`Display`) as text that parses to the same spec.
 
 use vmm::config::{parse_size, NvdimmSpec};
 
@@ -44,6 +45,12 @@ pub fn run(data: &[u8]) {
             assert_eq!(s.file_len(), s.size + s.label_size + 4096, "{text:?}");
             assert!(s.node.is_none_or(|n| n <= 255), "{text:?}");
             assert!(s.file.as_ref().is_none_or(|f| !f.as_os_str().is_empty()));
+            let written = s.to_string();
+            assert_eq!(
+                written.parse::<NvdimmSpec>().ok().as_ref(),
+                Some(&s),
+                "{text:?} written as {written:?}"
+            );
         }
         Err(e) => assert!(!e.to_string().is_empty()),
     }

@@ -9,6 +9,7 @@ pub mod legacy_pmem;
 
 pub use legacy_pmem::{LegacyPmemError, LegacyPmemSpec};
 mod machine;
+mod spec_text;
 pub use machine::{join_cmdline, ConsoleMode, RamPages, VmConfig, DEFAULT_CMDLINE, DEFAULT_MEMORY};
 
 use std::path::PathBuf;

@@ -12,34 +12,6 @@ use vmm::config::{DiskSpec, LegacyPmemSpec, NvdimmSpec};
 use super::l1::Mount;
 use super::NestedError;
 
-/// The `--nvdimm` option of `spec` with its backing file at `path` (as the
-/// L1 sees it).
-pub(super) fn nvdimm_arg(spec: &NvdimmSpec, path: &str, record: Option<&str>) -> String {
-    let mut s = format!("{},file={path}", spec.size);
-    if spec.readonly {
-        s.push_str(",readonly");
-    }
-    s.push_str(&format!(",label-size={}", spec.label_size));
-    if spec.prealloc {
-        s.push_str(",prealloc");
-    }
-    if let Some(n) = spec.node {
-        s.push_str(&format!(",node={n}"));
-    }
-    if !spec.badblocks.is_empty() {
-        let ranges: Vec<String> = spec
-            .badblocks
-            .iter()
-            .map(|(off, len)| format!("{off}+{len}"))
-            .collect();
-        s.push_str(&format!(",badblocks={}", ranges.join(":")));
-    }
-    if let Some(dir) = record {
-        s.push_str(&format!(",record={dir}"));
-    }
-    s
-}
-
 /// Where a `record=` directory is in L1: its parent (which must exist)
 /// shared like a backing file's directory, the directory by its name there.
 pub(super) fn place_record_dir(dir: &Path, mounts: &mut Vec<Mount>) -> Result<String, NestedError> {
@@ -176,7 +148,15 @@ pub(super) fn place_dimms(
             None => None,
         };
         args.push("--nvdimm".to_string());
-        args.push(nvdimm_arg(spec, &path, record.as_deref()));
+        // The spec's own spelling (its Display parses back to it), with the L1 paths.
+        args.push(
+            NvdimmSpec {
+                file: Some(PathBuf::from(path)),
+                record: record.map(PathBuf::from),
+                ..spec.clone()
+            }
+            .to_string(),
+        );
     }
     for (i, spec) in legacy.iter().enumerate() {
         let temp = format!("legacy{i}.img");
@@ -251,18 +231,10 @@ mod tests {
             place_dimms(&share, &[user, in_share, temp], &[], &[disk, outside]).expect("placed");
         assert_eq!(mounts.len(), 1);
         assert_eq!(mounts[0].tag, "dimm0");
-        assert_eq!(
-            args[1],
-            format!("{},file=/host/dimm0/sub-user.img,label-size=0", 64u64 << 20)
-        );
-        assert_eq!(
-            args[3],
-            format!("{},file=t.img,readonly,label-size=131072", 16u64 << 20)
-        );
-        assert_eq!(
-            args[5],
-            format!("{},file=pmem2.img,label-size=131072,node=1", 32u64 << 20)
-        );
+        // Each spec as the user typed it, the L1's path in place of the host's.
+        assert_eq!(args[1], "64M,file=/host/dimm0/sub-user.img,label-size=0");
+        assert_eq!(args[3], "16M,file=t.img,readonly");
+        assert_eq!(args[5], "32M,file=pmem2.img,node=1");
         assert_eq!(
             args[6..],
             [
