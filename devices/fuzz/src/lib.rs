@@ -15,4 +15,5 @@ pub mod flush_hint;
 pub mod get_archive;
 pub mod media_dsm;
 pub mod pio_bus;
+pub mod verify_line;
 pub mod virtio_blk;
