@@ -92,6 +92,18 @@ impl std::str::FromStr for MemorySpec {
     }
 }
 
+impl std::fmt::Display for MemorySpec {
+    /// The `--memory` text that parses back to this spec (the size in bytes).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.size)?;
+        match self.pages {
+            RamPages::Default => Ok(()),
+            RamPages::Hugetlb => f.write_str(",hugepages"),
+            RamPages::Thp => f.write_str(",thp"),
+        }
+    }
+}
+
 /// Free 2 MiB hugetlb pages (HugePages_Free − HugePages_Rsvd), from /proc/meminfo.
 pub fn free_huge_pages() -> u64 {
     let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
@@ -321,6 +333,18 @@ pub fn backing_len(spec: &crate::config::NvdimmSpec, path: &Path) -> Result<u64,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_specs_read_back_as_written() {
+        for text in ["512M", "4G,hugepages", "1G,thp"] {
+            let m: MemorySpec = text.parse().unwrap();
+            assert_eq!(m.to_string().parse::<MemorySpec>(), Ok(m), "{text:?}");
+        }
+        assert_eq!(
+            "1G,thp".parse::<MemorySpec>().unwrap().to_string(),
+            "1073741824,thp"
+        );
+    }
 
     #[test]
     fn memory_specs() {

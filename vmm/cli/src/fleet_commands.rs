@@ -112,14 +112,7 @@ fn forwarded_args(args: &BenchArgs) -> Vec<String> {
     };
     // Unset, each node sizes the guest by its own CPUs, as a bench run there would.
     opt("--cpus", args.cpus.map(|n| n.to_string()));
-    opt(
-        "--memory",
-        args.memory.map(|m| match m.pages {
-            vmm::hugepages::RamPages::Default => m.size.to_string(),
-            vmm::hugepages::RamPages::Hugetlb => format!("{},hugepages", m.size),
-            vmm::hugepages::RamPages::Thp => format!("{},thp", m.size),
-        }),
-    );
+    opt("--memory", args.memory.map(|m| m.to_string()));
     opt("--pin", args.pin.as_ref().map(|p| p.pin_text.clone()));
     opt("--host-node", args.host_node.map(|n| n.to_string()));
     opt("--jobs", args.jobs.map(|n| n.to_string()));
