@@ -23,14 +23,8 @@ fn boot_nested(args: &BootArgs) -> Result<u8, CommandError> {
         )
     };
     let m = &args.machine;
-    if m.pin.is_some() {
-        return refuse("--pin");
-    }
-    if m.host_node.is_some() {
-        return refuse("--host-node");
-    }
-    if m.memory.pages != vmm::hugepages::RamPages::Default {
-        return refuse("--memory SIZE,hugepages/thp");
+    if let Some(what) = lab::engine::pmemvm_only_option(&m.placement(), m.memory.pages, &m.nvdimm) {
+        return refuse(what);
     }
     if args.console.console_log.is_some() || args.channel.is_some() {
         return refuse("--console-log/--channel of boot");

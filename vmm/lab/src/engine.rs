@@ -83,6 +83,27 @@ impl EngineError {
     }
 }
 
+/// The first option of a machine that only the pmemvm engine honours (host
+/// placement and huge pages), as the user typed its name: the one check every
+/// other engine (QEMU, nested; `run`, `bench`, `boot`, Slurm) refuses with.
+pub fn pmemvm_only_option(
+    placement: &vmm::placement::Placement,
+    ram_pages: vmm::hugepages::RamPages,
+    nvdimms: &[vmm::config::NvdimmSpec],
+) -> Option<&'static str> {
+    if !placement.pin.is_empty() {
+        Some("--pin")
+    } else if placement.host_node.is_some() {
+        Some("--host-node")
+    } else if ram_pages != vmm::hugepages::RamPages::Default {
+        Some("--memory SIZE,hugepages/thp")
+    } else if nvdimms.iter().any(|n| n.hugepages) {
+        Some("--nvdimm SIZE,hugepages")
+    } else {
+        None
+    }
+}
+
 /// The control socket and the panic dump of a run (engine pmemvm); `run` checks them before
 /// anything boots.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]

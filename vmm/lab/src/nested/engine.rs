@@ -113,14 +113,8 @@ impl NestedEngine {
     }
 
     fn boot_nested(&self, m: &Machine<'_>) -> Result<Ended, NestedError> {
-        if !m.placement.pin.is_empty() {
-            return Err(NestedError::Unsupported("--pin"));
-        }
-        if m.placement.host_node.is_some() {
-            return Err(NestedError::Unsupported("--host-node"));
-        }
-        if m.ram_pages != vmm::hugepages::RamPages::Default {
-            return Err(NestedError::Unsupported("--memory SIZE,hugepages/thp"));
+        if let Some(what) = crate::engine::pmemvm_only_option(m.placement, m.ram_pages, m.nvdimms) {
+            return Err(NestedError::Unsupported(what));
         }
         if m.control.dump_on_panic.is_some() {
             return Err(NestedError::Unsupported("--dump-on-panic"));

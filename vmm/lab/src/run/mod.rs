@@ -204,25 +204,7 @@ impl Drop for Scratch {
 /// Default kernel command line for jobs in the guest image.
 pub const JOB_CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 loglevel=4 swiotlb=noforce";
 
-/// The first option of a machine that only the pmemvm engine honours (host
-/// placement and huge pages), as the user typed its name.
-pub fn pmemvm_only_option(
-    placement: &vmm::placement::Placement,
-    ram_pages: vmm::hugepages::RamPages,
-    nvdimms: &[NvdimmSpec],
-) -> Option<&'static str> {
-    if !placement.pin.is_empty() {
-        Some("--pin")
-    } else if placement.host_node.is_some() {
-        Some("--host-node")
-    } else if ram_pages != vmm::hugepages::RamPages::Default {
-        Some("--memory SIZE,hugepages/thp")
-    } else if nvdimms.iter().any(|n| n.hugepages) {
-        Some("--nvdimm SIZE,hugepages")
-    } else {
-        None
-    }
-}
+pub use crate::engine::pmemvm_only_option;
 
 /// The engine `spec` runs on here, and the refusal of an option that engine cannot
 /// honour (`--pin`, `--host-node`, huge pages on QEMU): what `run` does first and what
