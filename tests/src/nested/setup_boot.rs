@@ -46,6 +46,31 @@ pub fn boot_line(name: &str, machine: &str, append: &str) -> String {
     )
 }
 
+/// The same boot as [`boot_line`], as an argument vector for a run of its own: a `pmemvm`
+/// command, so the harness runs it once more when it meets the deadline in an L1 of two or
+/// more vCPUs (`nested::breakdown`).
+pub fn boot_argv(name: &str, machine: &str, append: &str) -> Vec<String> {
+    let mut argv: Vec<String> = [
+        "pmemvm",
+        "boot",
+        "--kernel",
+        "vmlinux",
+        "--initrd",
+        "initrd.img",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    argv.extend(machine.split_whitespace().map(str::to_owned));
+    argv.push("--cmdline".into());
+    argv.push(format!("console=ttyS0 reboot=acpi panic=-1 quiet {append}"));
+    argv.push("--console-log".into());
+    argv.push(format!("console-{name}.txt"));
+    argv.push("--channel".into());
+    argv.push(format!("channel-{name}.bin"));
+    argv
+}
+
 /// What one boot of [`boot_line`] sent back.
 #[derive(Debug)]
 pub struct SetupBoot {
@@ -72,7 +97,11 @@ impl SetupBoot {
             "boot {name}\n{}\nsetup output:\n{setup}\nconsole:\n{console}",
             out.dump()
         );
-        assert!(out.stdout.contains(&format!("{name}-status=0")), "{ctx}");
+        // A boot of its own ([`boot_argv`]) is the run's status; in a script, its line.
+        let ok = out.status == 0
+            && (out.stdout.contains(&format!("{name}-status=0"))
+                || !out.stdout.contains(&format!("{name}-status=")));
+        assert!(ok, "{ctx}");
         assert_eq!(report.status, Some(0), "{ctx}");
         SetupBoot { report, ctx }
     }
