@@ -39,14 +39,14 @@ pub fn with_setup_image(vm: NestedVm, kernel: &str, setup: &str) -> Result<Neste
 /// on stdout. `machine` holds the other options (`--cpus`, `--memory`, `--nvdimm`, ...);
 /// `append` goes on the kernel command line.
 pub fn boot_line(name: &str, machine: &str, append: &str) -> String {
-    format!(
-        "pmemvm boot --kernel vmlinux --initrd initrd.img {machine} --cmdline 'console=ttyS0 \
-         reboot=acpi panic=-1 quiet {append}' --console-log console-{name}.txt \
-         --channel channel-{name}.bin; echo {name}-status=$?"
-    )
+    let words: Vec<String> = boot_argv(name, machine, append)
+        .iter()
+        .map(|w| lab::nested::share::shell_quote(w))
+        .collect();
+    format!("{}; echo {name}-status=$?", words.join(" "))
 }
 
-/// The same boot as [`boot_line`], as an argument vector for a run of its own: a `pmemvm`
+/// The boot of [`boot_line`] as an argument vector, for a run of its own: a `pmemvm`
 /// command, so the harness runs it once more when it meets the deadline in an L1 of two or
 /// more vCPUs (`nested::breakdown`).
 pub fn boot_argv(name: &str, machine: &str, append: &str) -> Vec<String> {
