@@ -17,8 +17,11 @@ use crate::bus::BusDevice;
 
 /// The interrupt enable and identification registers' offsets (with DLAB
 /// set, offset 1 is the divisor's high byte, whose write raises nothing).
+const THR: u8 = 0;
 const IER: u8 = 1;
 const IIR: u8 = 2;
+/// LCR bit 7: the divisor latch is addressed at offsets 0 and 1.
+const LCR_DLAB: u8 = 0x80;
 /// IIR bit 0: no interrupt pending.
 const IIR_NONE: u8 = 1;
 /// IER bits 0 and 1: received data, transmitter empty.
@@ -38,10 +41,14 @@ fn stamp() -> u64 {
 
 /// An injected loss of interrupts (`PMEMVM_TEST_FAULT`, debug builds): the
 /// irqfd is not signalled, as if the host had dropped the edge. Counted are
-/// the interrupts raised by the guest enabling one in IER (as Linux's 8250
-/// driver does to start sending): one raised while the guest's handler runs
-/// is found by the handler's next pass over IIR even when its edge is lost,
-/// so only these leave a guest waiting.
+/// the interrupts raised by the guest enabling one in IER once it has sent
+/// its first byte (as Linux's 8250 driver does to start sending again after
+/// it sent all it had): one raised while the guest's handler runs is found
+/// by the handler's next pass over IIR even when its edge is lost, so only
+/// these leave a guest waiting; the driver's probes and port setup before
+/// the first byte are not counted, so the n-th is the n-th time the guest
+/// started sending anew, whatever the kernel did at boot and however its
+/// output was cut into writes (a count from boot was not reproducible).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LostInterrupts {
     /// Only the n-th such interrupt (counting from 1) is lost.
@@ -62,6 +69,8 @@ pub struct EventFdTrigger {
     count: AtomicU64,
     /// Set while the guest's IER write is being handled.
     in_ier_write: AtomicBool,
+    /// Set once the guest has written its first byte to THR.
+    sending: AtomicBool,
     /// Set once a `From` loss has begun: every edge after it is lost.
     losing: AtomicBool,
     lost: OnceLock<LostInterrupts>,
@@ -75,6 +84,7 @@ impl EventFdTrigger {
             raised: Arc::new(AtomicU64::new(0)),
             count: AtomicU64::new(0),
             in_ier_write: AtomicBool::new(false),
+            sending: AtomicBool::new(false),
             losing: AtomicBool::new(false),
             lost: OnceLock::new(),
         }
@@ -96,7 +106,7 @@ impl EventFdTrigger {
         if self.losing.load(Ordering::Relaxed) {
             return true;
         }
-        if !self.in_ier_write.load(Ordering::Relaxed) {
+        if !self.in_ier_write.load(Ordering::Relaxed) || !self.sending.load(Ordering::Relaxed) {
             return false;
         }
         let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
@@ -225,8 +235,14 @@ impl BusDevice for SerialDevice {
 
     fn write(&mut self, offset: u64, data: &[u8]) {
         if let (Ok(off), Some(&value)) = (u8::try_from(offset), data.first()) {
-            let in_ier = &self.uart.interrupt_evt().in_ier_write;
-            in_ier.store(off == IER, Ordering::Relaxed);
+            let trigger = self.uart.interrupt_evt();
+            if off == THR
+                && !trigger.sending.load(Ordering::Relaxed)
+                && self.uart.state().line_control & LCR_DLAB == 0
+            {
+                trigger.sending.store(true, Ordering::Relaxed);
+            }
+            trigger.in_ier_write.store(off == IER, Ordering::Relaxed);
             let result = self.uart.write(off, value);
             self.uart
                 .interrupt_evt()
@@ -327,35 +343,52 @@ mod tests {
             let mut b = [0u8];
             s.read(2, &mut b);
         };
+        // Starts sending anew: THRE disabled, then enabled (raised at once).
+        let restart = |s: &mut SerialDevice| {
+            s.write(1, &[0]);
+            s.write(1, &[2]);
+        };
         let irq = EventFd::new(libc::EFD_NONBLOCK).unwrap();
         let mut s = SerialDevice::new(irq.try_clone().unwrap(), Box::new(std::io::sink()));
         s.lose_interrupts(LostInterrupts::Once(2));
-        // IER write 1 (THRE enabled: raised), then output raises it twice
-        // more (each after an IIR read, as the guest's handler does): counted
-        // are only the IER writes, so all three arrive.
-        s.write(1, &[2]);
-        assert!(fired(&irq));
+        // Before the first byte (the driver probing and setting up the
+        // port) no IER write is counted, with or without the divisor latch
+        // addressed at offset 0.
+        for _ in 0..3 {
+            restart(&mut s);
+            assert!(
+                fired(&irq),
+                "an IER write before the first byte is not counted"
+            );
+            answer(&mut s);
+        }
+        s.write(3, &[LCR_DLAB]);
+        s.write(0, &[1]);
+        s.write(3, &[0x03]);
+        restart(&mut s);
+        assert!(fired(&irq), "a divisor write is not the first byte");
+        // The first byte, then output raising it twice more (each after an
+        // IIR read, as the guest's handler does): not counted either.
         for _ in 0..2 {
             answer(&mut s);
             s.write(0, b"x");
             assert!(fired(&irq), "an interrupt raised by output is not counted");
         }
-        // IER write 2 is lost; IER write 3 arrives.
-        for expect in [false, true] {
+        // IER write 1 after the first byte arrives, 2 is lost, 3 arrives.
+        for expect in [true, false, true] {
             answer(&mut s);
-            s.write(1, &[0]);
-            s.write(1, &[2]);
+            restart(&mut s);
             assert_eq!(fired(&irq), expect);
         }
         // From the 2nd IER write on, every edge is lost, raised again or by output.
         let irq = EventFd::new(libc::EFD_NONBLOCK).unwrap();
         let mut s = SerialDevice::new(irq.try_clone().unwrap(), Box::new(std::io::sink()));
         s.lose_interrupts(LostInterrupts::From(2));
-        s.write(1, &[2]);
+        s.write(0, b"x");
+        restart(&mut s);
         assert!(fired(&irq));
         answer(&mut s);
-        s.write(1, &[0]);
-        s.write(1, &[2]);
+        restart(&mut s);
         assert!(!fired(&irq));
         s.raise_again().unwrap();
         answer(&mut s);

@@ -1,15 +1,32 @@
 //! Tier 5 for pmemvm's lost-interrupt watch (vmm/src/lost_interrupt.rs):
-//! a 2-vCPU guest under pmemvm (in the nested harness's L1) whose channel
+//! a guest under pmemvm (in the nested harness's L1) whose channel
 //! UART (ttyS1) loses interrupts below pmemvm, as the host's KVM on a
 //! TCG-emulated SVM once did in CI (the guest sat idle with its results
 //! unsent until `--timeout`). The loss is injected with `PMEMVM_TEST_FAULT`
 //! (debug builds): the irqfd is not signalled, as if the edge were dropped.
 //! One L1 boot, two pmemvm runs of `pmemvm run -- CMD` printing 1000 lines:
 //!
-//! 1. one interrupt lost (`channel-irq-lost-once=12`): pmemvm sees the
+//! The guest has one vCPU: with two, Linux's 8250 driver sometimes decides
+//! at port open that the UART does not re-assert its transmitter-empty
+//! interrupt (its THRE test reads IIR while its own interrupt handler on the
+//! other CPU may read it first) and then polls the port every 0.2 s besides
+//! (UART_BUG_THRE, the backup timer): such a guest never waits for a lost
+//! interrupt (measured: the "every one lost" run sent its 9 KB at 16 bytes per
+//! poll and ended with status 0 after 146 s, the watch never having seen an
+//! interrupt wait). Which of the two a 2-vCPU boot does is the guest's own
+//! race, so the outcome the test asserts is only certain with one vCPU. The
+//! watch's rule for several vCPUs (every one idle) is unit-tested in
+//! `lost_interrupt` and `vcpu_status`.
+//!
+//! The loss counts the interrupts the guest raises by enabling the
+//! transmitter-empty interrupt in IER after its first byte (it starts sending
+//! anew so): the first such one comes for certain (the guest sends its
+//! guest-info frame before the command and the next frames after it).
+//!
+//! 1. one interrupt lost (`channel-irq-lost-once=1`): pmemvm sees the
 //!    guest idle with ttyS1's interrupt unanswered, raises it again, and
 //!    the run ends as if nothing happened (status 0, every line back);
-//! 2. every interrupt lost from the 12th (`channel-irq-lost=12`): the run
+//! 2. every interrupt lost from the first (`channel-irq-lost=1`): the run
 //!    ends with status 5 and the sentence that the interrupt was lost below
 //!    pmemvm, with each vCPU's state, long before its `--timeout` of 600 s.
 
@@ -27,11 +44,11 @@ const RUN_TIMEOUT_SECS: f64 = 600.0;
 
 /// Runs in L1 (cwd = the share): both pmemvm runs, statuses to files.
 const STEPS: &str = r#"
-common="--kernel vmlinux --initrd initramfs.cpio.gz --cpus 2 --memory 512M --nvdimm 64M,label-size=0 --timeout 600"
+common="--kernel vmlinux --initrd initramfs.cpio.gz --cpus 1 --memory 512M --nvdimm 64M,label-size=0 --timeout 600"
 cmd='i=0; while [ $i -lt 1000 ]; do echo line-$i; i=$((i+1)); done'
-# A 2-vCPU guest in a TCG-run L1 triple-faults now and then (docs/testing.md
-# §6b): a run that ends so (status 4) is run again, up to $TRIES runs, noted.
-for run in once:channel-irq-lost-once=12 lost:channel-irq-lost=12; do
+# A guest in a TCG-run L1 triple-faults now and then (docs/testing.md §6b):
+# a run that ends so (status 4) is run again, up to $TRIES runs, noted.
+for run in once:channel-irq-lost-once=1 lost:channel-irq-lost=1; do
     name=${run%%:*}
     try=1
     while :; do
@@ -104,8 +121,7 @@ fn a_lost_channel_interrupt_is_raised_again_or_ends_the_run_with_the_reason() {
     assert!(
         lost.contains("ttyS1's interrupt (IRQ 3) has gone unanswered for")
             && lost.contains("the interrupt was lost below pmemvm")
-            && lost.contains("vCPU 0: in the guest, halted")
-            && lost.contains("vCPU 1: in the guest, halted"),
+            && lost.contains("vCPU 0: in the guest, halted"),
         "{}",
         dump("lost")
     );

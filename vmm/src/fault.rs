@@ -22,7 +22,8 @@ pub struct Faults {
     /// before the flush (a host call that hangs, as on a stalled disk).
     pub flush_stall_secs: Option<u64>,
     /// The channel's UART (ttyS1) drops interrupts as if the host lost their
-    /// edge: `channel-irq-lost-once=N` the N-th, `channel-irq-lost=N` all from the N-th.
+    /// edge: `channel-irq-lost-once=N` the N-th, `channel-irq-lost=N` all from the N-th
+    /// (counted: the times the guest starts sending anew after its first byte).
     pub channel_interrupts_lost: Option<LostInterrupts>,
 }
 
