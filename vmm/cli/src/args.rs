@@ -78,6 +78,55 @@ impl MachineArgs {
             ..self.pin.clone().unwrap_or_default()
         }
     }
+
+    /// Takes the machine from `--machine FILE` when given (see
+    /// [`Self::machine_file`]), so every later step sees one description.
+    pub fn load_machine_file(&mut self) -> Result<(), MachineFileError> {
+        let Some(path) = self.machine_file.take() else {
+            return Ok(());
+        };
+        let bad = |why: String| MachineFileError {
+            path: path.clone(),
+            why,
+        };
+        let text = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
+        let m: config::MachineSpec =
+            serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
+        self.cpus = m.cpus;
+        self.memory = m.memory_spec();
+        self.host_node = m.placement.host_node;
+        self.pin = (!m.placement.pin.is_empty()).then(|| vmm::placement::Placement {
+            host_node: None,
+            ..m.placement.clone()
+        });
+        self.nvdimm = m.nvdimms;
+        self.disk = m.disks;
+        self.pmem_legacy = m.legacy_pmem;
+        Ok(())
+    }
+
+    /// The machine these options describe.
+    pub fn spec(&self) -> config::MachineSpec {
+        config::MachineSpec {
+            cpus: self.cpus,
+            memory: self.memory.size,
+            ram_pages: self.memory.pages,
+            placement: self.placement(),
+            nvdimms: self.nvdimm.clone(),
+            disks: self.disk.clone(),
+            legacy_pmem: self.pmem_legacy.clone(),
+        }
+    }
+}
+
+/// `--machine FILE` could not be read as a machine description.
+#[derive(Debug, thiserror::Error)]
+#[error("--machine {}: not a machine description pmemvm wrote ({why})", path.display())]
+pub struct MachineFileError {
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    pub why: String,
 }
 
 fn parse_nvdimm(s: &str) -> Result<NvdimmSpec, String> {
@@ -133,15 +182,21 @@ pub struct MachineArgs {
     /// 1 GiB boundary after the NVDIMMs. Not with --engine qemu.
     #[arg(long = "pmem-legacy", value_parser = parse_pmem_legacy, value_name = "SPEC")]
     pub pmem_legacy: Vec<LegacyPmemSpec>,
+    /// The whole machine from a file pmemvm wrote (the serialized machine
+    /// description the nested engine hands to `pmemvm boot` in its L1): it
+    /// replaces --cpus, --memory, --pin, --host-node, --nvdimm, --disk and
+    /// --pmem-legacy.
+    #[arg(long = "machine", value_name = "FILE", hide = true)]
+    pub machine_file: Option<PathBuf>,
 }
 
-/// `pmemvm boot`.
-#[derive(Debug, Args)]
-pub struct BootArgs {
+/// What the machine boots (`boot` and `run`).
+#[derive(Debug, Args, Clone)]
+pub struct KernelArgs {
     /// Guest kernel: ELF vmlinux (PVH) or bzImage. Default: the project's guest image.
     #[arg(long, value_name = "PATH")]
     pub kernel: Option<PathBuf>,
-    /// Initial ramdisk.
+    /// Initial ramdisk (default: the guest image's initramfs).
     #[arg(long, value_name = "PATH")]
     pub initrd: Option<PathBuf>,
     /// The kernel's modules: what `make modules_install INSTALL_MOD_PATH=X` wrote (X or
@@ -149,12 +204,33 @@ pub struct BootArgs {
     /// modules and their dependencies go into the initrd and the guest's init loads them.
     #[arg(long, value_name = "DIR")]
     pub modules: Option<PathBuf>,
-    /// Whole kernel command line (replaces the default).
+    /// Whole kernel command line (replaces the default, a console on ttyS0).
     #[arg(long, value_name = "STR")]
     pub cmdline: Option<String>,
     /// Appended to the kernel command line (e.g. nd_pmem.nowait=0); repeatable.
     #[arg(long = "append", value_name = "STR")]
     pub append: Vec<String>,
+}
+
+impl KernelArgs {
+    /// What the machine boots, as given.
+    pub fn files(&self) -> config::BootFiles {
+        config::BootFiles {
+            kernel: self.kernel.clone(),
+            initrd: self.initrd.clone(),
+            modules: self.modules.clone(),
+            cmdline: self.cmdline.clone(),
+            append: self.append.clone(),
+        }
+    }
+}
+
+/// `pmemvm boot`.
+#[derive(Debug, Args)]
+pub struct BootArgs {
+    /// What it boots.
+    #[command(flatten)]
+    pub boot: KernelArgs,
     /// The machine.
     #[command(flatten)]
     pub machine: MachineArgs,
@@ -223,17 +299,8 @@ impl BootArgs {
             kernel,
             initrd,
             initrd_append: Vec::new(),
-            cmdline: config::join_cmdline(
-                self.cmdline.as_deref().unwrap_or(config::DEFAULT_CMDLINE),
-                &self.append,
-            ),
-            cpus: self.machine.cpus,
-            memory: self.machine.memory.size,
-            ram_pages: self.machine.memory.pages,
-            placement: self.machine.placement(),
-            nvdimms: self.machine.nvdimm.clone(),
-            disks: self.machine.disk.clone(),
-            legacy_pmem: self.machine.pmem_legacy.clone(),
+            cmdline: self.boot.files().cmdline_or(config::DEFAULT_CMDLINE),
+            machine: self.machine.spec(),
             console: ConsoleMode::from_choice(
                 self.console.console || self.console.console_log.is_none(),
                 self.console.console_log.clone(),
@@ -341,23 +408,9 @@ pub struct RunArgs {
     /// Give up (and keep partial results) after this many seconds.
     #[arg(long, default_value = "600", value_parser = parse_seconds, value_name = "SECS")]
     pub timeout: u64,
-    /// Guest kernel (default: the guest image's).
-    #[arg(long, value_name = "PATH")]
-    pub kernel: Option<PathBuf>,
-    /// Initrd (default: the guest image's initramfs).
-    #[arg(long, value_name = "PATH")]
-    pub initrd: Option<PathBuf>,
-    /// The kernel's modules: what `make modules_install INSTALL_MOD_PATH=X` wrote (X or
-    /// X/lib/modules/RELEASE, of the kernel's release); the NVDIMM, DAX and file-system
-    /// modules and their dependencies go into the initrd and the guest's init loads them.
-    #[arg(long, value_name = "DIR")]
-    pub modules: Option<PathBuf>,
-    /// Whole kernel command line (default: a console on ttyS0).
-    #[arg(long, value_name = "STR")]
-    pub cmdline: Option<String>,
-    /// Appended to the kernel command line (e.g. nd_pmem.nowait=0); repeatable.
-    #[arg(long = "append", value_name = "STR")]
-    pub append: Vec<String>,
+    /// What it boots.
+    #[command(flatten)]
+    pub boot: KernelArgs,
     /// The machine.
     #[command(flatten)]
     pub machine: MachineArgs,
@@ -495,3 +548,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PATH")]
     pub api: Option<PathBuf>,
 }
+
+#[cfg(test)]
+#[path = "args_tests.rs"]
+mod tests;

@@ -29,7 +29,7 @@ fn boot_nested(args: &BootArgs) -> Result<u8, CommandError> {
     if args.console.console_log.is_some() || args.channel.is_some() {
         return refuse("--console-log/--channel of boot");
     }
-    if args.modules.is_some() {
+    if args.boot.modules.is_some() {
         return refuse("--modules of boot");
     }
     if args.control.dump_on_panic.is_some() {
@@ -43,10 +43,13 @@ fn boot_nested(args: &BootArgs) -> Result<u8, CommandError> {
         // QEMU listens there: refused as on this host, before the L1 starts.
         drop(vmm::gdb::GdbListener::bind(addr, false)?);
     }
-    let (kernel, initrd, _) = resolve_kernel(args.kernel.as_ref(), args.initrd.as_ref())?;
+    let (kernel, initrd, _) = resolve_kernel(args.boot.kernel.as_ref(), args.boot.initrd.as_ref())?;
     run::check_inputs(&RunSpec {
-        kernel: Some(kernel.clone()),
-        initrd: initrd.clone(),
+        boot: vmm::config::BootFiles {
+            kernel: Some(kernel.clone()),
+            initrd: initrd.clone(),
+            ..Default::default()
+        },
         ..nested_probe_spec()
     })?;
     preflight::memory(
@@ -62,11 +65,7 @@ fn boot_nested(args: &BootArgs) -> Result<u8, CommandError> {
         kernel: &config.kernel,
         initrd: config.initrd.as_deref(),
         cmdline: &config.cmdline,
-        cpus: config.cpus,
-        memory: config.memory,
-        nvdimms: &config.nvdimms,
-        disks: &config.disks,
-        legacy_pmem: &config.legacy_pmem,
+        spec: &config.machine,
         gdb: args.gdb.as_ref().map(|a| (a, args.gdb_wait)),
         api: args.control.api.as_deref(),
     };
@@ -83,18 +82,11 @@ fn nested_probe_spec() -> RunSpec {
         gdb_wait: false,
         control: Default::default(),
         engine: lab::run::Engine::Nested,
-        kernel: None,
-        initrd: None,
-        modules: None,
-        cmdline: None,
-        extra_cmdline: Vec::new(),
-        cpus: 1,
-        memory: 0,
-        ram_pages: vmm::hugepages::RamPages::Default,
-        placement: vmm::placement::Placement::default(),
-        nvdimms: Vec::new(),
-        disks: Vec::new(),
-        legacy_pmem: Vec::new(),
+        boot: vmm::config::BootFiles::default(),
+        machine: vmm::config::MachineSpec {
+            memory: 0,
+            ..Default::default()
+        },
         job: lab::guest_job::GuestJob::default(),
         command: None,
         stream_console: false,
@@ -108,9 +100,10 @@ pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
     if args.engine == crate::args::BootEngineArg::Nested {
         return boot_nested(args);
     }
-    let (kernel, mut initrd, _) = resolve_kernel(args.kernel.as_ref(), args.initrd.as_ref())?;
+    let (kernel, mut initrd, _) =
+        resolve_kernel(args.boot.kernel.as_ref(), args.boot.initrd.as_ref())?;
     let mut modules = Vec::new();
-    if let Some(dir) = &args.modules {
+    if let Some(dir) = &args.boot.modules {
         let files = lab::modules::ModuleTree::open(dir, &kernel)
             .and_then(|t| t.pack())
             .map_err(RunError::from)?;

@@ -230,18 +230,8 @@ fn run_spec_with(args: &RunArgs, build_rootfs: bool) -> Result<RunSpec, CommandE
             dump_on_panic: args.control.dump_on_panic.clone(),
         },
         engine: args.engine.into(),
-        kernel: args.kernel.clone(),
-        initrd: args.initrd.clone(),
-        modules: args.modules.clone(),
-        cmdline: args.cmdline.clone(),
-        extra_cmdline: args.append.clone(),
-        cpus: args.machine.cpus,
-        memory: args.machine.memory.size,
-        ram_pages: args.machine.memory.pages,
-        placement: args.machine.placement(),
-        nvdimms: args.machine.nvdimm.clone(),
-        disks: args.machine.disk.clone(),
-        legacy_pmem: args.machine.pmem_legacy.clone(),
+        boot: args.boot.files(),
+        machine: args.machine.spec(),
         job: lab::guest_job::GuestJob {
             fio_job,
             setup,
@@ -384,6 +374,7 @@ fn check_host(m: &crate::args::MachineArgs) -> Result<(), CommandError> {
 fn preflight_run(a: &RunArgs, needs: &mut Needs) -> Result<(), CommandError> {
     let spec = run_spec_with(a, false)?;
     if spec
+        .boot
         .kernel
         .as_deref()
         .is_none_or(vmm::boot::looks_like_linux)
@@ -392,7 +383,7 @@ fn preflight_run(a: &RunArgs, needs: &mut Needs) -> Result<(), CommandError> {
     }
     // The options the resolved engine cannot honour, before any install or build.
     lab::run::engine_for(&spec)?;
-    needs.image = a.kernel.is_none();
+    needs.image = a.boot.kernel.is_none();
     Ok(())
 }
 
@@ -422,7 +413,8 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
                 .map_err(RunError::from)?;
             }
             // --modules without --initrd boots the image's initramfs (its init loads them).
-            needs.image = a.kernel.is_none() || a.modules.is_some() && a.initrd.is_none();
+            needs.image =
+                a.boot.kernel.is_none() || a.boot.modules.is_some() && a.boot.initrd.is_none();
         }
         Command::Run(a) => preflight_run(a, &mut needs)?,
         Command::CrashCheck(a) => preflight_run(&a.run, &mut needs)?,

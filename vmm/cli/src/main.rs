@@ -147,7 +147,13 @@ fn main() -> ExitCode {
     if let Err(e) = vmm::signals::calm_describe_signal() {
         eprintln!("pmemvm: warning: SIGQUIT could not be made harmless before the VM starts: {e}");
     }
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Command::Boot(a) = &mut cli.command {
+        if let Err(e) = a.machine.load_machine_file() {
+            eprintln!("pmemvm: {e}");
+            return ExitCode::from(vmm::exit_status::USAGE);
+        }
+    }
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use vm_memory::{Bytes, GuestAddress};
-use vmm::config::{ConsoleMode, NvdimmSpec, VmConfig};
+use vmm::config::{ConsoleMode, MachineSpec, NvdimmSpec, VmConfig};
 use vmm::host::machine::MachineDescription;
 use vmm::hugepages::RamPages;
 use vmm::placement::{pin_current_thread, Placement};
@@ -161,17 +161,19 @@ fn measure(elf: &Path, b: &Backing, a: &Args, cpu: u32) -> Result<Measured, Stri
         initrd: None,
         initrd_append: Vec::new(),
         cmdline: String::new(),
-        cpus: 1,
-        memory: 16 << 20,
-        ram_pages: RamPages::Default,
-        placement: Placement {
-            pin: vec![cpu],
-            pin_text: cpu.to_string(),
-            host_node: None,
+        machine: MachineSpec {
+            cpus: 1,
+            memory: 16 << 20,
+            ram_pages: RamPages::Default,
+            placement: Placement {
+                pin: vec![cpu],
+                pin_text: cpu.to_string(),
+                host_node: None,
+            },
+            nvdimms: vec![b.spec.clone()],
+            disks: Vec::new(),
+            legacy_pmem: Vec::new(),
         },
-        nvdimms: vec![b.spec.clone()],
-        disks: Vec::new(),
-        legacy_pmem: Vec::new(),
         console: ConsoleMode::Null,
         channel: None,
     };

@@ -248,18 +248,12 @@ mod tests {
             control: Default::default(),
             command: None,
             engine: run::Engine::Pmemvm,
-            kernel: None,
-            initrd: None,
-            modules: None,
-            cmdline: None,
-            extra_cmdline: vec![],
-            cpus: 1,
-            memory: 256 << 20,
-            ram_pages: Default::default(),
-            placement: Default::default(),
-            nvdimms: vec![],
-            disks: vec![],
-            legacy_pmem: Vec::new(),
+            boot: Default::default(),
+            machine: vmm::config::MachineSpec {
+                cpus: 1,
+                memory: 256 << 20,
+                ..Default::default()
+            },
             job: Default::default(),
             stream_console: false,
             console_log: None,
@@ -279,7 +273,7 @@ mod tests {
             &std::fs::read(dir.join("run-spec.json")).expect("spec written"),
         )
         .expect("spec round-trips");
-        assert_eq!(back.memory, 256 << 20);
+        assert_eq!(back.machine, spec.machine);
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 

@@ -226,7 +226,9 @@ pub fn check(
                 .len();
             copy_image(&image, &work, size)?;
             let mut spec = template.clone();
-            spec.nvdimms.insert(0, image_spec(&manifest, size, &work)?);
+            spec.machine
+                .nvdimms
+                .insert(0, image_spec(&manifest, size, &work)?);
             let start = Instant::now();
             let result = run(&spec);
             let _ = std::fs::remove_file(&work);

@@ -136,22 +136,10 @@ pub struct Machine<'a> {
     pub job_archive: &'a [u8],
     /// Kernel command line.
     pub cmdline: &'a str,
-    /// vCPUs.
-    pub cpus: u8,
-    /// RAM bytes.
-    pub memory: u64,
-    /// Which pages back RAM (pmemvm only).
-    pub ram_pages: vmm::hugepages::RamPages,
-    /// vCPU pinning and host NUMA binding (pmemvm only).
-    pub placement: &'a vmm::placement::Placement,
-    /// The user's DIMMs, in order.
-    pub nvdimms: &'a [NvdimmSpec],
-    /// virtio disks: the user's `--disk`s, then the root file system and the
-    /// transfer disks of a command run.
-    pub disks: &'a [vmm::config::DiskSpec],
-    /// The user's legacy persistent-memory ranges (E820 type 12), in order;
-    /// pmemvm and nested only.
-    pub legacy_pmem: &'a [vmm::config::LegacyPmemSpec],
+    /// vCPUs, RAM, placement and devices: the user's NVDIMMs and legacy
+    /// ranges, and as virtio disks the user's `--disk`s, then the root file
+    /// system and the transfer disks of a command run.
+    pub spec: &'a vmm::config::MachineSpec,
     /// COM1 goes here (and to stdout when `stream_console`).
     pub console: &'a Path,
     /// COM2 (the job's result channel) goes here.
@@ -240,13 +228,7 @@ impl GuestEngine for Pmemvm {
             initrd: m.initrd.map(Path::to_path_buf),
             initrd_append: m.job_archive.to_vec(),
             cmdline: m.cmdline.to_string(),
-            cpus: m.cpus,
-            memory: m.memory,
-            ram_pages: m.ram_pages,
-            placement: m.placement.clone(),
-            nvdimms: m.nvdimms.to_vec(),
-            disks: m.disks.to_vec(),
-            legacy_pmem: m.legacy_pmem.to_vec(),
+            machine: m.spec.clone(),
             // The scratch copy is kept either way: its tail explains failures.
             console: ConsoleMode::from_choice(m.stream_console, Some(m.console.to_path_buf())),
             channel: Some(m.channel.to_path_buf()),
@@ -321,7 +303,7 @@ impl GuestEngine for Qemu {
     }
 
     fn boot(&self, m: &Machine<'_>) -> Result<Ended, EngineError> {
-        if let Some(l) = m.legacy_pmem.first() {
+        if let Some(l) = m.spec.legacy_pmem.first() {
             return Err(EngineError::LegacyPmemOnQemu(l.to_string()));
         }
         let mut ended = Ended {
@@ -345,6 +327,7 @@ impl GuestEngine for Qemu {
         })?;
         // QEMU needs named backing files: temporary ones live in the scratch dir.
         let dimms: Vec<(&NvdimmSpec, PathBuf)> = m
+            .spec
             .nvdimms
             .iter()
             .enumerate()
@@ -382,13 +365,13 @@ impl GuestEngine for Qemu {
         let machine = QemuMachine {
             qemu: &self.qemu,
             accel: self.accel,
-            cpus: m.cpus,
-            memory: m.memory,
+            cpus: m.spec.cpus,
+            memory: m.spec.memory,
             kernel: m.kernel,
             initrd: Some(&initrd_file),
             cmdline: m.cmdline,
             nvdimms: dimms,
-            disks: m.disks,
+            disks: &m.spec.disks,
             console: m.console,
             channel: m.channel,
         };

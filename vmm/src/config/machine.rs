@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::{DiskSpec, LegacyPmemSpec, NvdimmSpec};
+use super::MachineSpec;
 
 /// Where guest console output goes and where guest input comes from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,9 +44,11 @@ impl ConsoleMode {
     }
 }
 
-/// A validated description of the VM to build.
+/// A validated description of the VM to build: the machine and what it boots.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VmConfig {
+    /// vCPUs, RAM, devices and host placement.
+    pub machine: MachineSpec,
     /// Kernel image (ELF vmlinux or bzImage).
     pub kernel: PathBuf,
     /// Optional initrd.
@@ -55,20 +57,6 @@ pub struct VmConfig {
     pub initrd_append: Vec<u8>,
     /// Kernel command line.
     pub cmdline: String,
-    /// Number of vCPUs.
-    pub cpus: u8,
-    /// Guest RAM in bytes.
-    pub memory: u64,
-    /// Which pages back guest RAM (`--memory SIZE,hugepages|thp`).
-    pub ram_pages: RamPages,
-    /// vCPU pinning and host NUMA binding (`--pin`, `--host-node`).
-    pub placement: crate::placement::Placement,
-    /// NVDIMMs in order.
-    pub nvdimms: Vec<NvdimmSpec>,
-    /// virtio disks in order (`/dev/vda`, `/dev/vdb`, ...).
-    pub disks: Vec<DiskSpec>,
-    /// Legacy persistent-memory ranges (E820 type 12, `--pmem-legacy`), in order.
-    pub legacy_pmem: Vec<LegacyPmemSpec>,
     /// Console (COM1).
     pub console: ConsoleMode,
     /// Where COM2 output goes (`None` → discarded).

@@ -9,8 +9,10 @@ pub mod legacy_pmem;
 
 pub use legacy_pmem::{LegacyPmemError, LegacyPmemSpec};
 mod machine;
+mod machine_spec;
 mod spec_text;
 pub use machine::{join_cmdline, ConsoleMode, RamPages, VmConfig, DEFAULT_CMDLINE, DEFAULT_MEMORY};
+pub use machine_spec::{BootFiles, MachineSpec};
 
 use std::path::PathBuf;
 

@@ -29,7 +29,7 @@ use crate::boot::{self, BootError, BootInputs};
 use crate::config::VmConfig;
 use crate::cpu::{self, CpuSetupError};
 use crate::host::HostKvm;
-use crate::hugepages::{self, MemorySpec};
+use crate::hugepages;
 use crate::layout;
 use crate::memory::{self, MemoryLayoutError};
 use crate::placement::{self, Placement, PlacementError};
@@ -301,20 +301,20 @@ impl Vm {
         let host = HostKvm::probe();
         let kvm = open_kvm()?;
         let max_cpus = kvm.get_max_vcpus();
-        if usize::from(config.cpus) > max_cpus || config.cpus == 0 {
+        if usize::from(config.machine.cpus) > max_cpus || config.machine.cpus == 0 {
             return Err(VmError::TooManyCpus {
-                asked: config.cpus,
+                asked: config.machine.cpus,
                 max: max_cpus,
             });
         }
-        let ram = memory::ram_regions(config.memory)?;
+        let ram = memory::ram_regions(config.machine.memory)?;
         let slots_max = kvm.get_nr_memslots().saturating_sub(ram.len());
         let dimm_max = slots_max.min(usize::try_from(layout::NVDIMM_FLUSH_HINT_MAX).unwrap_or(0));
         // Legacy ranges take memslots too (they have no flush-hint page).
-        let dimm_max = dimm_max.min(slots_max.saturating_sub(config.legacy_pmem.len()));
-        if config.nvdimms.len() > dimm_max {
+        let dimm_max = dimm_max.min(slots_max.saturating_sub(config.machine.legacy_pmem.len()));
+        if config.machine.nvdimms.len() > dimm_max {
             return Err(VmError::TooManyNvdimms {
-                asked: config.nvdimms.len(),
+                asked: config.machine.nvdimms.len(),
                 max: dimm_max,
             });
         }
@@ -323,23 +323,25 @@ impl Vm {
             .map_err(kvm_err("supported CPUID query"))?;
         // The guest gets this CPUID, so its address width bounds the DIMMs.
         let phys_bits = memory::phys_addr_bits(cpuid.as_slice());
-        let spa_sizes: Vec<u64> = config.nvdimms.iter().map(|n| n.spa_size()).collect();
+        let spa_sizes: Vec<u64> = config
+            .machine
+            .nvdimms
+            .iter()
+            .map(|n| n.spa_size())
+            .collect();
         let bases = memory::nvdimm_bases(&ram, &spa_sizes, phys_bits)?;
         let placed: Vec<(u64, u64)> = bases.iter().copied().zip(spa_sizes).collect();
-        let legacy_sizes: Vec<u64> = config.legacy_pmem.iter().map(|l| l.size).collect();
+        let legacy_sizes: Vec<u64> = config.machine.legacy_pmem.iter().map(|l| l.size).collect();
         let legacy_bases = memory::legacy_pmem_bases(&ram, &placed, &legacy_sizes, phys_bits)?;
         let legacy_ranges: Vec<(u64, u64)> =
             legacy_bases.iter().copied().zip(legacy_sizes).collect();
-        backing::legacy::check_paths(&config.legacy_pmem, &config.nvdimms)?;
-        crate::config::resolve_nodes(&config.nvdimms)?;
+        backing::legacy::check_paths(&config.machine.legacy_pmem, &config.machine.nvdimms)?;
+        crate::config::resolve_nodes(&config.machine.nvdimms)?;
         crate::memory_placement::check_host_placement(
-            config.cpus,
-            &MemorySpec {
-                size: config.memory,
-                pages: config.ram_pages,
-            },
-            &config.placement,
-            &config.nvdimms,
+            config.machine.cpus,
+            &config.machine.memory_spec(),
+            &config.machine.placement,
+            &config.machine.nvdimms,
         )?;
         boot::detect_format(&config.kernel)?;
 
@@ -361,13 +363,13 @@ impl Vm {
             .iter()
             .map(|&(a, l)| (GuestAddress(a), usize::try_from(l).unwrap_or(usize::MAX)))
             .collect();
-        let mem = hugepages::guest_ram(&ranges, config.ram_pages)?;
+        let mem = hugepages::guest_ram(&ranges, config.machine.ram_pages)?;
         let mut slot = 0u32;
         for region in mem.iter() {
             let host = mem
                 .get_host_address(region.start_addr())
                 .map_err(|_| VmError::Acpi("guest RAM has no host mapping".into()))?;
-            if let Some(node) = config.placement.host_node {
+            if let Some(node) = config.machine.placement.host_node {
                 let len = usize::try_from(region.len()).unwrap_or(usize::MAX);
                 placement::bind_memory(host as usize, len, node, "guest RAM")?;
             }
@@ -402,19 +404,24 @@ impl Vm {
         if let Some(p) = &config.channel {
             check_output("channel file", p)?;
         }
-        for dir in config.nvdimms.iter().filter_map(|n| n.record.as_deref()) {
+        for dir in config
+            .machine
+            .nvdimms
+            .iter()
+            .filter_map(|n| n.record.as_deref())
+        {
             crate::record::check_dir(dir)?;
         }
         // Disks are only opened (never created): before any DIMM file is.
-        let open_disks = crate::disk::open_all(&config.disks)?;
+        let open_disks = crate::disk::open_all(&config.machine.disks)?;
         // From here on the user's files may be created.
-        let mut legacy_pmem = Vec::with_capacity(config.legacy_pmem.len());
-        for (b, base) in backing::legacy::open_all(&config.legacy_pmem)?
+        let mut legacy_pmem = Vec::with_capacity(config.machine.legacy_pmem.len());
+        for (b, base) in backing::legacy::open_all(&config.machine.legacy_pmem)?
             .into_iter()
             .zip(legacy_bases)
         {
             let mapping = b.map()?;
-            if let Some(node) = config.placement.host_node {
+            if let Some(node) = config.machine.placement.host_node {
                 let what = format!("--pmem-legacy {}", b.display);
                 placement::bind_memory(mapping.as_ptr() as usize, mapping.size(), node, &what)?;
             }
@@ -434,12 +441,17 @@ impl Vm {
                 base,
             });
         }
-        let backings = backing::open_all(&config.nvdimms)?;
+        let backings = backing::open_all(&config.machine.nvdimms)?;
         let mut nvdimms = Vec::with_capacity(backings.len());
         let mut media_started = crate::media::SetupGuard::default();
         for (i, (b, base)) in backings.into_iter().zip(bases).enumerate() {
             let mapping = b.map()?;
-            crate::memory_placement::place_dimm(&b, &mapping, base, config.placement.host_node)?;
+            crate::memory_placement::place_dimm(
+                &b,
+                &mapping,
+                base,
+                config.machine.placement.host_node,
+            )?;
             // A recorded DIMM's slot keeps KVM's dirty log: each flush takes
             // the pages stored to since the one before.
             let dirty_log = match b.spec.record.is_some() {
@@ -505,7 +517,7 @@ impl Vm {
             )?))),
         };
         let dsm = crate::acpi_setup::install(
-            config.cpus,
+            config.machine.cpus,
             &ram,
             &mem,
             (&nvdimms, events.clone()),
@@ -513,12 +525,12 @@ impl Vm {
             &mut pio,
         )?;
 
-        let mut vcpus = Vec::with_capacity(config.cpus.into());
-        for i in 0..config.cpus {
+        let mut vcpus = Vec::with_capacity(config.machine.cpus.into());
+        for i in 0..config.machine.cpus {
             let vcpu = vm_fd
                 .create_vcpu(i.into())
                 .map_err(kvm_err("vCPU creation"))?;
-            cpu::configure(&vcpu, &mem, cpuid.clone(), i, config.cpus, entry)?;
+            cpu::configure(&vcpu, &mem, cpuid.clone(), i, config.machine.cpus, entry)?;
             vcpus.push(vcpu);
         }
         for n in &mut nvdimms {
@@ -543,7 +555,7 @@ impl Vm {
             host,
             dsm,
             events,
-            placement: config.placement.clone(),
+            placement: config.machine.placement.clone(),
             kernel: config.kernel.clone(),
             disks,
             vcpu_policy: Arc::default(),

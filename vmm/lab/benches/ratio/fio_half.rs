@@ -90,20 +90,16 @@ fn guest_fio(file: &Path, rw: &str) -> Result<(f64, u64, MachineDescription), St
         control: Default::default(),
         command: None,
         engine: Engine::Pmemvm,
-        kernel: None,
-        initrd: None,
-        modules: None,
-        cmdline: None,
-        extra_cmdline: Vec::new(),
-        cpus: 1,
-        memory: 1 << 30,
-        ram_pages: vmm::hugepages::RamPages::Thp,
-        placement: vmm::placement::Placement::default(),
-        nvdimms: vec![format!("1G,file={},label-size=0", file.display())
-            .parse()
-            .map_err(|e: vmm::config::ConfigError| e.to_string())?],
-        disks: Vec::new(),
-        legacy_pmem: Vec::new(),
+        boot: vmm::config::BootFiles::default(),
+        machine: vmm::config::MachineSpec {
+            cpus: 1,
+            memory: 1 << 30,
+            ram_pages: vmm::hugepages::RamPages::Thp,
+            nvdimms: vec![format!("1G,file={},label-size=0", file.display())
+                .parse()
+                .map_err(|e: vmm::config::ConfigError| e.to_string())?],
+            ..Default::default()
+        },
         job: GuestJob {
             // The devdax data starts at offset 0 of /dev/dax0.0.
             fio_job: job("/dev/dax0.0", 0, rw),

@@ -470,22 +470,26 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 },
                 command: None,
                 engine,
-                kernel: inputs.kernel.clone(),
-                initrd: inputs.initrd.clone(),
-                modules: inputs.modules.clone(),
-                cmdline: None,
-                extra_cmdline: if extra.is_empty() {
-                    vec![]
-                } else {
-                    vec![extra.clone()]
+                boot: vmm::config::BootFiles {
+                    kernel: inputs.kernel.clone(),
+                    initrd: inputs.initrd.clone(),
+                    modules: inputs.modules.clone(),
+                    cmdline: None,
+                    append: if extra.is_empty() {
+                        vec![]
+                    } else {
+                        vec![extra.clone()]
+                    },
                 },
-                cpus,
-                memory,
-                ram_pages: req.ram_pages,
-                placement: req.placement.clone(),
-                nvdimms: nvdimms.clone(),
-                disks: Vec::new(),
-                legacy_pmem: Vec::new(),
+                machine: vmm::config::MachineSpec {
+                    cpus,
+                    memory,
+                    ram_pages: req.ram_pages,
+                    placement: req.placement.clone(),
+                    nvdimms: nvdimms.clone(),
+                    disks: Vec::new(),
+                    legacy_pmem: Vec::new(),
+                },
                 job: plan.guest_job(),
                 stream_console: false,
                 console_log: None,

@@ -9,10 +9,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use vmm::config::{DiskSpec, LegacyPmemSpec, NvdimmSpec};
+use vmm::config::MachineSpec;
 
 use super::l1::{l1_command, run_l1, L1Options, INTERACTIVE_TTY};
-use super::placement::{in_share, place_dimms};
+use super::placement::{in_share, place_machine, write_machine, MACHINE_FILE};
 use super::share::{forwarded_env, install_binary, l1_dir, tail, write_command};
 use super::{cache_dir, io_err, prepare_l1, L1Image, NestedError};
 use crate::engine::{Ended, EngineError, GuestEngine, Machine};
@@ -68,15 +68,9 @@ fn pmemvm_messages(stderr: &str) -> Option<String> {
     (!lines.is_empty()).then(|| lines.join("; "))
 }
 
-/// Common argv of `pmemvm boot` in L1: the machine and its DIMMs.
-fn boot_argv(
-    kernel: &str,
-    initrd: Option<&str>,
-    cmdline: &str,
-    cpus: u8,
-    memory: u64,
-    dimm_args: Vec<String>,
-) -> Vec<String> {
+/// Common argv of `pmemvm boot` in L1: what it boots and the machine, which
+/// the L1 reads serialized from the share ([`write_machine`]).
+fn boot_argv(kernel: &str, initrd: Option<&str>, cmdline: &str) -> Vec<String> {
     let mut argv: Vec<String> = ["pmemvm", "boot", "--kernel", kernel]
         .iter()
         .map(|s| s.to_string())
@@ -87,12 +81,9 @@ fn boot_argv(
     argv.extend([
         "--cmdline".to_string(),
         cmdline.to_string(),
-        "--cpus".to_string(),
-        cpus.to_string(),
-        "--memory".to_string(),
-        memory.to_string(),
+        "--machine".to_string(),
+        MACHINE_FILE.to_string(),
     ]);
-    argv.extend(dimm_args);
     argv
 }
 
@@ -113,7 +104,9 @@ impl NestedEngine {
     }
 
     fn boot_nested(&self, m: &Machine<'_>) -> Result<Ended, NestedError> {
-        if let Some(what) = crate::engine::pmemvm_only_option(m.placement, m.ram_pages, m.nvdimms) {
+        if let Some(what) =
+            crate::engine::pmemvm_only_option(&m.spec.placement, m.spec.ram_pages, &m.spec.nvdimms)
+        {
             return Err(NestedError::Unsupported(what));
         }
         if m.control.dump_on_panic.is_some() {
@@ -124,7 +117,8 @@ impl NestedEngine {
             eprintln!("pmemvm: warning: --engine nested: {w}");
         }
         let share = m.scratch;
-        let (dimm_args, mounts, _locks) = place_dimms(share, m.nvdimms, m.legacy_pmem, m.disks)?;
+        let (l1_machine, mounts, _locks) = place_machine(share, m.spec)?;
+        write_machine(share, &l1_machine)?;
         fs::copy(m.kernel, share.join("kernel")).map_err(io_err(format!(
             "copy {} into the share",
             m.kernel.display()
@@ -135,14 +129,7 @@ impl NestedEngine {
         };
         let initrd = crate::guest_job::append_to_initrd(&initrd, m.job_archive);
         fs::write(share.join("initrd"), initrd).map_err(io_err("write the job initrd"))?;
-        let mut argv = boot_argv(
-            "kernel",
-            Some("initrd"),
-            m.cmdline,
-            m.cpus,
-            m.memory,
-            dimm_args,
-        );
+        let mut argv = boot_argv("kernel", Some("initrd"), m.cmdline);
         if let Some((addr, wait)) = m.gdb {
             argv.extend(super::gdb::l1_args(&self.qemu, addr, wait));
         }
@@ -163,8 +150,8 @@ impl NestedEngine {
         let words: Vec<&str> = argv.iter().map(String::as_str).collect();
         write_command(share, &env(), &words, &mounts, None)?;
         let opts = L1Options {
-            memory_mib: l1_memory_mib(m.memory),
-            cpus: l1_cpus(m.cpus, host_cpus()),
+            memory_mib: l1_memory_mib(m.spec.memory),
+            cpus: l1_cpus(m.spec.cpus, host_cpus()),
             mounts,
             interactive: false,
             gdb: m.gdb.map(|(addr, _)| super::l1::gdb_chardev(addr)),
@@ -247,16 +234,8 @@ pub struct InteractiveBoot<'a> {
     pub initrd: Option<&'a Path>,
     /// Kernel command line.
     pub cmdline: &'a str,
-    /// vCPUs.
-    pub cpus: u8,
-    /// RAM bytes.
-    pub memory: u64,
-    /// The user's DIMMs.
-    pub nvdimms: &'a [NvdimmSpec],
-    /// The virtio disks.
-    pub disks: &'a [DiskSpec],
-    /// The user's legacy persistent-memory ranges.
-    pub legacy_pmem: &'a [LegacyPmemSpec],
+    /// vCPUs, RAM and the devices (no host placement: refused before).
+    pub spec: &'a MachineSpec,
     /// `--gdb ADDR` and `--gdb-wait`: QEMU listens at ADDR on this host and
     /// pmemvm in the L1 serves gdb through the L1's third serial port.
     pub gdb: Option<(&'a vmm::gdb::GdbAddr, bool)>,
@@ -309,7 +288,8 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
         N.fetch_add(1, Ordering::Relaxed)
     )));
     fs::create_dir_all(&share.0).map_err(io_err(format!("create {}", share.0.display())))?;
-    let (dimm_args, mounts, _locks) = place_dimms(&share.0, b.nvdimms, b.legacy_pmem, b.disks)?;
+    let (l1_machine, mounts, _locks) = place_machine(&share.0, b.spec)?;
+    write_machine(&share.0, &l1_machine)?;
     fs::copy(b.kernel, share.0.join("kernel")).map_err(io_err(format!(
         "copy {} into the share",
         b.kernel.display()
@@ -318,14 +298,7 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
         fs::copy(i, share.0.join("initrd"))
             .map_err(io_err(format!("copy {} into the share", i.display())))?;
     }
-    let mut argv = boot_argv(
-        "kernel",
-        b.initrd.map(|_| "initrd"),
-        b.cmdline,
-        b.cpus,
-        b.memory,
-        dimm_args,
-    );
+    let mut argv = boot_argv("kernel", b.initrd.map(|_| "initrd"), b.cmdline);
     if let Some((addr, wait)) = b.gdb {
         argv.extend(super::gdb::l1_args(qemu, addr, wait));
     }
@@ -336,8 +309,8 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
     let words: Vec<&str> = argv.iter().map(String::as_str).collect();
     write_command(&share.0, &env(), &words, &mounts, Some(INTERACTIVE_TTY))?;
     let opts = L1Options {
-        memory_mib: l1_memory_mib(b.memory),
-        cpus: l1_cpus(b.cpus, host_cpus()),
+        memory_mib: l1_memory_mib(b.spec.memory),
+        cpus: l1_cpus(b.spec.cpus, host_cpus()),
         mounts,
         interactive: true,
         gdb: b.gdb.map(|(addr, _)| super::l1::gdb_chardev(addr)),

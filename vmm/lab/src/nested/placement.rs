@@ -7,7 +7,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use vmm::config::{DiskSpec, LegacyPmemSpec, NvdimmSpec};
+#[cfg(test)]
+use vmm::config::LegacyPmemSpec;
+use vmm::config::{DiskSpec, MachineSpec, NvdimmSpec};
 
 use super::l1::Mount;
 use super::NestedError;
@@ -117,20 +119,24 @@ pub(super) fn mount_of(host_dir: PathBuf, mounts: &mut Vec<Mount>) -> Mount {
     m
 }
 
-/// The `--nvdimm`, `--pmem-legacy` and `--disk` options of `pmemvm boot` in
-/// L1, with each backing file where L1 sees it ([`place_file`]: temporary
-/// DIMMs are `pmemN.img`, temporary legacy ranges `legacyN.img` in the
-/// share; disks are always files), and the mounts and host locks that takes.
-pub(super) fn place_dimms(
+/// The machine as `pmemvm boot` in L1 sees it: `machine` with each backing
+/// file where L1 sees it ([`place_file`]: temporary DIMMs are `pmemN.img`,
+/// temporary legacy ranges `legacyN.img` in the share; disks are always
+/// files), `record=` directories through their parents, and the mounts and
+/// host locks that takes. The L1 receives it serialized (`boot --machine`).
+pub(super) fn place_machine(
     share: &Path,
-    nvdimms: &[NvdimmSpec],
-    legacy: &[LegacyPmemSpec],
-    disks: &[DiskSpec],
-) -> Result<(Vec<String>, Vec<Mount>, HostLocks), NestedError> {
-    let mut args = Vec::new();
+    machine: &MachineSpec,
+) -> Result<(MachineSpec, Vec<Mount>, HostLocks), NestedError> {
     let mut mounts: Vec<Mount> = Vec::new();
     let mut locks = Vec::new();
-    for (i, spec) in nvdimms.iter().enumerate() {
+    let mut l1 = MachineSpec {
+        nvdimms: Vec::new(),
+        disks: Vec::new(),
+        legacy_pmem: Vec::new(),
+        ..machine.clone()
+    };
+    for (i, spec) in machine.nvdimms.iter().enumerate() {
         if spec.hugepages {
             return Err(NestedError::Unsupported("--nvdimm SIZE,hugepages"));
         }
@@ -147,18 +153,13 @@ pub(super) fn place_dimms(
             Some(dir) => Some(place_record_dir(dir, &mut mounts)?),
             None => None,
         };
-        args.push("--nvdimm".to_string());
-        // The spec's own spelling (its Display parses back to it), with the L1 paths.
-        args.push(
-            NvdimmSpec {
-                file: Some(PathBuf::from(path)),
-                record: record.map(PathBuf::from),
-                ..spec.clone()
-            }
-            .to_string(),
-        );
+        l1.nvdimms.push(NvdimmSpec {
+            file: Some(PathBuf::from(path)),
+            record: record.map(PathBuf::from),
+            ..spec.clone()
+        });
     }
-    for (i, spec) in legacy.iter().enumerate() {
+    for (i, spec) in machine.legacy_pmem.iter().enumerate() {
         let temp = format!("legacy{i}.img");
         let path = place_file(
             share,
@@ -168,11 +169,9 @@ pub(super) fn place_dimms(
             &mut mounts,
             &mut locks,
         )?;
-        args.push("--pmem-legacy".to_string());
-        // The spec's own spelling (its Display parses back to it), with the L1 path.
-        args.push(spec.with_file(path.into()).to_string());
+        l1.legacy_pmem.push(spec.with_file(path.into()));
     }
-    for (i, disk) in disks.iter().enumerate() {
+    for (i, disk) in machine.disks.iter().enumerate() {
         let path = place_file(
             share,
             Some(&disk.path),
@@ -181,16 +180,24 @@ pub(super) fn place_dimms(
             &mut mounts,
             &mut locks,
         )?;
-        args.push("--disk".to_string());
-        args.push(
-            DiskSpec {
-                path: PathBuf::from(path),
-                readonly: disk.readonly,
-            }
-            .to_string(),
-        );
+        l1.disks.push(DiskSpec {
+            path: PathBuf::from(path),
+            readonly: disk.readonly,
+        });
     }
-    Ok((args, mounts, HostLocks(locks)))
+    Ok((l1, mounts, HostLocks(locks)))
+}
+
+/// The file in the share the L1's `pmemvm boot --machine` reads.
+pub(super) const MACHINE_FILE: &str = "machine.json";
+
+/// Writes `machine` (as the L1 sees it) into the share for `boot --machine`.
+pub(super) fn write_machine(share: &Path, machine: &MachineSpec) -> Result<(), NestedError> {
+    let json = serde_json::to_vec_pretty(machine).map_err(|e| NestedError::Io {
+        what: "serialise the machine for the L1".into(),
+        source: std::io::Error::other(e),
+    })?;
+    fs::write(share.join(MACHINE_FILE), json).map_err(super::io_err("write the machine file"))
 }
 
 /// A file of the share by its path relative to the share.
@@ -206,6 +213,25 @@ pub(super) fn in_share(share: &Path, path: &Path) -> Result<String, NestedError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn machine(
+        nvdimms: Vec<NvdimmSpec>,
+        legacy_pmem: Vec<LegacyPmemSpec>,
+        disks: Vec<DiskSpec>,
+    ) -> MachineSpec {
+        MachineSpec {
+            nvdimms,
+            legacy_pmem,
+            disks,
+            ..MachineSpec::default()
+        }
+    }
+
+    /// The devices' words of the machine as the L1 sees it (after `--cpus N
+    /// --memory M`), each spec spelled by its `Display`.
+    fn words(l1: &MachineSpec) -> Vec<String> {
+        l1.to_args()[4..].to_vec()
+    }
 
     #[test]
     fn dimms_are_placed_in_the_share_or_through_their_directory() {
@@ -227,8 +253,12 @@ mod tests {
         let outside: DiskSpec = format!("{}/sub-disk.img", std::env::temp_dir().display())
             .parse()
             .expect("disk");
-        let (args, mounts, _) =
-            place_dimms(&share, &[user, in_share, temp], &[], &[disk, outside]).expect("placed");
+        let (l1, mounts, _) = place_machine(
+            &share,
+            &machine(vec![user, in_share, temp], vec![], vec![disk, outside]),
+        )
+        .expect("placed");
+        let args = words(&l1);
         assert_eq!(mounts.len(), 1);
         assert_eq!(mounts[0].tag, "dimm0");
         // Each spec as the user typed it, the L1's path in place of the host's.
@@ -251,14 +281,16 @@ mod tests {
         let spec: NvdimmSpec = format!("16M,file={}", held.display())
             .parse()
             .expect("spec");
-        let err = place_dimms(Path::new("/no-share"), &[spec], &[], &[]).expect_err("locked");
+        let err = place_machine(Path::new("/no-share"), &machine(vec![spec], vec![], vec![]))
+            .expect_err("locked");
         assert!(
             err.to_string().contains("in use by another pmemvm"),
             "{err}"
         );
         drop(holder);
         let missing: NvdimmSpec = "16M,file=/no/such/dir/x.img".parse().expect("spec");
-        let err = place_dimms(&share, &[missing], &[], &[]).expect_err("no directory");
+        let err = place_machine(&share, &machine(vec![missing], vec![], vec![]))
+            .expect_err("no directory");
         assert!(err.is_usage());
         assert!(err.to_string().contains("/no/such/dir/x.img"), "{err}");
         fs::remove_dir_all(&share).expect("cleanup");
@@ -280,8 +312,10 @@ mod tests {
             .parse()
             .expect("spec");
         let temp: LegacyPmemSpec = "1G".parse().expect("spec");
-        let (args, mounts, _) =
-            place_dimms(&share, &[dimm], &[user, ro, temp], &[]).expect("placed");
+        let (l1, mounts, _) =
+            place_machine(&share, &machine(vec![dimm], vec![user, ro, temp], vec![]))
+                .expect("placed");
+        let args = words(&l1);
         assert_eq!(mounts.len(), 1, "the DIMM's directory is mounted once");
         assert_eq!(
             args[2..],

@@ -10,7 +10,6 @@ use crate::engine::{self, Machine};
 use crate::guest_job::{self, GuestJob, GuestReport, FIO_JSON_FRAME};
 use crate::nested::share::tail;
 use crate::preflight::PreflightError;
-use vmm::config::NvdimmSpec;
 use vmm::exit_status;
 use vmm::host::HostKvm;
 use vmm::vm::VmError;
@@ -109,35 +108,11 @@ pub use crate::preflight::Engine;
 pub struct RunSpec {
     /// Engine.
     pub engine: Engine,
-    /// Kernel (None → guest image).
-    pub kernel: Option<PathBuf>,
-    /// Initrd (None → guest image's).
-    pub initrd: Option<PathBuf>,
-    /// The kernel's modules (`--modules DIR`), packed into the job archive.
-    #[serde(default)]
-    pub modules: Option<PathBuf>,
-    /// Full command line (None → default).
-    pub cmdline: Option<String>,
-    /// Appended to the command line (e.g. `nd_pmem.nowait=0`).
-    pub extra_cmdline: Vec<String>,
-    /// vCPUs.
-    pub cpus: u8,
-    /// RAM.
-    pub memory: u64,
-    /// Which pages back RAM.
-    #[serde(default)]
-    pub ram_pages: vmm::hugepages::RamPages,
-    /// vCPU pinning, host NUMA binding.
-    #[serde(default)]
-    pub placement: vmm::placement::Placement,
-    /// NVDIMMs.
-    pub nvdimms: Vec<NvdimmSpec>,
-    /// virtio disks (`--disk`).
-    #[serde(default)]
-    pub disks: Vec<vmm::config::DiskSpec>,
-    /// Legacy persistent-memory ranges (`--pmem-legacy`; not on QEMU).
-    #[serde(default)]
-    pub legacy_pmem: Vec<vmm::config::LegacyPmemSpec>,
+    /// What it boots (kernel and initrd `None`: the guest image's; command
+    /// line `None`: the job default).
+    pub boot: vmm::config::BootFiles,
+    /// vCPUs, RAM, placement and the user's devices.
+    pub machine: vmm::config::MachineSpec,
     /// The job.
     pub job: GuestJob,
     /// A command (`run -- CMD`) instead of fio, with its transfers.
@@ -213,6 +188,7 @@ pub fn engine_for(spec: &RunSpec) -> Result<Engine, RunError> {
     let kvm = HostKvm::probe();
     // A guest that is not Linux (e.g. a test payload) may still run on a PVM KVM.
     let linux = spec
+        .boot
         .kernel
         .as_deref()
         .is_none_or(vmm::boot::looks_like_linux);
@@ -225,13 +201,22 @@ pub fn engine_for(spec: &RunSpec) -> Result<Engine, RunError> {
         return Err(RunError::ControlPmemvmOnly("qemu"));
     }
     if engine == Engine::Qemu {
-        if let Some(option) = pmemvm_only_option(&spec.placement, spec.ram_pages, &spec.nvdimms) {
+        if let Some(option) = pmemvm_only_option(
+            &spec.machine.placement,
+            spec.machine.ram_pages,
+            &spec.machine.nvdimms,
+        ) {
             return Err(RunError::PmemvmOnly(option));
         }
-        if let Some(l) = spec.legacy_pmem.first() {
+        if let Some(l) = spec.machine.legacy_pmem.first() {
             return Err(engine::EngineError::LegacyPmemOnQemu(l.to_string()).into());
         }
-        if let Some(dir) = spec.nvdimms.iter().find_map(|n| n.record.as_deref()) {
+        if let Some(dir) = spec
+            .machine
+            .nvdimms
+            .iter()
+            .find_map(|n| n.record.as_deref())
+        {
             return Err(RunError::RecordOnQemu(dir.display().to_string()));
         }
     }
@@ -251,19 +236,20 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     step("inputs checked and engine chosen");
     let kvm = HostKvm::probe();
     let linux = spec
+        .boot
         .kernel
         .as_deref()
         .is_none_or(vmm::boot::looks_like_linux);
-    let (kernel, initrd, image) = match &spec.kernel {
+    let (kernel, initrd, image) = match &spec.boot.kernel {
         // A Linux kernel without --initrd runs the job from the guest image's
         // initramfs (its /init runs jobs); without the image the job could not
         // run at all, so that is refused rather than booted without it.
-        Some(k) if linux && spec.initrd.is_none() => {
+        Some(k) if linux && spec.boot.initrd.is_none() => {
             let image =
                 guest_job::image_for(guest_job::ImageNeed::JobInitrd { kernel: k.clone() })?;
             (k.clone(), Some(image.initramfs.clone()), None)
         }
-        Some(k) => (k.clone(), spec.initrd.clone(), None),
+        Some(k) => (k.clone(), spec.boot.initrd.clone(), None),
         None => {
             let image = guest_job::image_for(guest_job::ImageNeed::NoKernel)?;
             let kernel = match engine {
@@ -271,32 +257,29 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
                 _ => image.vmlinux.clone(),
             };
             let initrd = spec
+                .boot
                 .initrd
                 .clone()
                 .or_else(|| Some(image.initramfs.clone()));
             (kernel, initrd, Some(image))
         }
     };
-    let cmdline = vmm::config::join_cmdline(
-        spec.cmdline.as_deref().unwrap_or(JOB_CMDLINE),
-        &spec.extra_cmdline,
-    );
+    let cmdline = spec.boot.cmdline_or(JOB_CMDLINE);
     let scratch = Scratch::new()?;
     let mut job = spec.job.clone();
     let mut packed = None;
-    if let Some(dir) = &spec.modules {
+    if let Some(dir) = &spec.boot.modules {
         let tree = crate::modules::ModuleTree::open(dir, &kernel)?;
         let files = tree.pack()?;
         packed = Some(tree.describe(&files));
         job.extra_files.extend(files);
     }
-    let nvdimms = spec.nvdimms.clone();
-    let mut disks = spec.disks.clone();
+    let mut machine_spec = spec.machine.clone();
     let transfer = match &spec.command {
         Some(c) => {
-            let t = crate::transfer::prepare(c, &scratch.0, disks.len())?;
+            let t = crate::transfer::prepare(c, &scratch.0, machine_spec.disks.len())?;
             job.extra_files.extend(t.files.iter().cloned());
-            disks.extend(t.disks.iter().cloned());
+            machine_spec.disks.extend(t.disks.iter().cloned());
             Some((c, t))
         }
         None => None,
@@ -330,9 +313,10 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
             .and_then(|i| std::fs::read(&i.manifest).ok())
             .and_then(|b| serde_json::from_slice(&b).ok()),
         cmdline: cmdline.clone(),
-        cpus: spec.cpus,
-        memory: spec.memory,
+        cpus: spec.machine.cpus,
+        memory: spec.machine.memory,
         nvdimms: spec
+            .machine
             .nvdimms
             .iter()
             .map(|n| DimmDescription {
@@ -346,8 +330,8 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         exits: None,
         nvdimm_stats: Vec::new(),
         machine: vmm::host::machine::MachineDescription::probe().with_run(
-            &spec.placement.pin,
-            spec.placement.host_node,
+            &spec.machine.placement.pin,
+            spec.machine.placement.host_node,
             Vec::new(),
         ),
         wall_seconds: 0.0,
@@ -375,13 +359,7 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         initrd: initrd.as_deref(),
         job_archive: &archive,
         cmdline: &cmdline,
-        cpus: spec.cpus,
-        memory: spec.memory,
-        ram_pages: spec.ram_pages,
-        placement: &spec.placement,
-        nvdimms: &nvdimms,
-        disks: &disks,
-        legacy_pmem: &spec.legacy_pmem,
+        spec: &machine_spec,
         console: &console,
         channel: &channel,
         scratch: &scratch.0,
@@ -484,8 +462,8 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
 /// every host.
 pub fn check_inputs(spec: &RunSpec) -> Result<(), RunError> {
     let files = [
-        ("kernel", spec.kernel.as_ref()),
-        ("initrd", spec.initrd.as_ref()),
+        ("kernel", spec.boot.kernel.as_ref()),
+        ("initrd", spec.boot.initrd.as_ref()),
     ];
     for (what, path) in files {
         let Some(path) = path else { continue };
@@ -505,9 +483,10 @@ pub fn check_inputs(spec: &RunSpec) -> Result<(), RunError> {
             source,
         })?;
     }
-    if let Some(dir) = &spec.modules {
+    if let Some(dir) = &spec.boot.modules {
         // Without --kernel, the guest image's (no image: run_job says so).
         let kernel = spec
+            .boot
             .kernel
             .clone()
             .or_else(|| guest_job::find_image_dir().ok().map(|i| i.vmlinux));

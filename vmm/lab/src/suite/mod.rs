@@ -358,18 +358,22 @@ fn boot_spec(
     };
     Ok(RunSpec {
         engine,
-        kernel: req.nfit_test.as_ref().map(|k| k.kernel.clone()),
-        initrd: None,
-        modules: modules.map(Path::to_path_buf),
-        cmdline: None,
-        extra_cmdline,
-        cpus: req.cpus,
-        memory,
-        ram_pages: vmm::hugepages::RamPages::Default,
-        placement: vmm::placement::Placement::default(),
-        nvdimms,
-        disks: Vec::new(),
-        legacy_pmem,
+        boot: vmm::config::BootFiles {
+            kernel: req.nfit_test.as_ref().map(|k| k.kernel.clone()),
+            initrd: None,
+            modules: modules.map(Path::to_path_buf),
+            cmdline: None,
+            append: extra_cmdline,
+        },
+        machine: vmm::config::MachineSpec {
+            cpus: req.cpus,
+            memory,
+            ram_pages: vmm::hugepages::RamPages::Default,
+            placement: vmm::placement::Placement::default(),
+            nvdimms,
+            disks: Vec::new(),
+            legacy_pmem,
+        },
         job: crate::guest_job::GuestJob {
             fio_job: crate::guest_job::PHASES_FALLBACK_JOB
                 .replace("has phases (/job/phases)", "is a command (/job/cmd.sh)"),
