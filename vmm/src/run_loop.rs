@@ -39,7 +39,7 @@ use crate::exit_sync::{sync_all, SyncOnUnwind};
 /// How a run is watched.
 #[derive(Debug, Clone, Copy)]
 pub struct RunOptions {
-    /// End the VM (status 5) when it runs longer than this.
+    /// End the VM (status 124, [`crate::exit_status::TIMED_OUT`]) when it runs longer than this.
     pub timeout: Option<Duration>,
     /// Faults to inject (tests; see [`crate::fault`]).
     pub faults: Faults,

@@ -7,13 +7,15 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{self, Machine};
-use crate::guest_job::{self, GuestJob, GuestReport, FIO_JSON_FRAME};
+use crate::guest_job::{self, GuestJob};
 use crate::nested::share::tail;
 use crate::preflight::PreflightError;
 use vmm::exit_status;
 use vmm::host::HostKvm;
 use vmm::vm::VmError;
 
+mod collect;
+mod prepare;
 mod record;
 use record::PendingHashes;
 pub use record::{describe_host, DimmDescription, HashedFile, HostDescription, RunResult};
@@ -235,56 +237,17 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let engine = engine_for(spec)?;
     step("inputs checked and engine chosen");
     let kvm = HostKvm::probe();
-    let linux = spec
-        .boot
-        .kernel
-        .as_deref()
-        .is_none_or(vmm::boot::looks_like_linux);
-    let (kernel, initrd, image) = match &spec.boot.kernel {
-        // A Linux kernel without --initrd runs the job from the guest image's
-        // initramfs (its /init runs jobs); without the image the job could not
-        // run at all, so that is refused rather than booted without it.
-        Some(k) if linux && spec.boot.initrd.is_none() => {
-            let image =
-                guest_job::image_for(guest_job::ImageNeed::JobInitrd { kernel: k.clone() })?;
-            (k.clone(), Some(image.initramfs.clone()), None)
-        }
-        Some(k) => (k.clone(), spec.boot.initrd.clone(), None),
-        None => {
-            let image = guest_job::image_for(guest_job::ImageNeed::NoKernel)?;
-            let kernel = match engine {
-                Engine::Qemu => image.bz_image.clone(),
-                _ => image.vmlinux.clone(),
-            };
-            let initrd = spec
-                .boot
-                .initrd
-                .clone()
-                .or_else(|| Some(image.initramfs.clone()));
-            (kernel, initrd, Some(image))
-        }
-    };
-    let cmdline = spec.boot.cmdline_or(JOB_CMDLINE);
     let scratch = Scratch::new()?;
-    let mut job = spec.job.clone();
-    let mut packed = None;
-    if let Some(dir) = &spec.boot.modules {
-        let tree = crate::modules::ModuleTree::open(dir, &kernel)?;
-        let files = tree.pack()?;
-        packed = Some(tree.describe(&files));
-        job.extra_files.extend(files);
-    }
-    let mut machine_spec = spec.machine.clone();
-    let transfer = match &spec.command {
-        Some(c) => {
-            let t = crate::transfer::prepare(c, &scratch.0, machine_spec.disks.len())?;
-            job.extra_files.extend(t.files.iter().cloned());
-            machine_spec.disks.extend(t.disks.iter().cloned());
-            Some((c, t))
-        }
-        None => None,
-    };
-    let archive = job.archive()?;
+    let prepare::Prepared {
+        kernel,
+        initrd,
+        image,
+        cmdline,
+        modules: packed,
+        machine: machine_spec,
+        transfer,
+        archive,
+    } = prepare::prepare(spec, engine, &scratch.0)?;
     step("job archive packed");
     let console = scratch.0.join("console.log");
     let channel = scratch.0.join("channel.bin");
@@ -389,71 +352,19 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         })?;
     }
     let channel_bytes = std::fs::read(&channel).unwrap_or_default();
-    let report = match guest_job::parse_channel(&channel_bytes) {
-        Ok(r) => r,
-        Err(e) => {
-            result
-                .error
-                .get_or_insert(format!("the guest's result channel is damaged: {e}"));
-            GuestReport::default()
-        }
-    };
-    for (name, bytes) in &report.files {
-        if name == FIO_JSON_FRAME {
-            match serde_json::from_slice::<serde_json::Value>(strip_to_json(bytes)) {
-                Ok(v) => result.fio = Some(v),
-                Err(e) => {
-                    result
-                        .error
-                        .get_or_insert(format!("fio's JSON output could not be parsed: {e}"));
-                }
-            }
-        } else {
-            result
-                .guest_files
-                .insert(name.clone(), String::from_utf8_lossy(bytes).into_owned());
-        }
-    }
-    let mut transfer_status = None;
-    if let Some((c, t)) = &transfer {
-        let mut outcome = crate::transfer::CommandOutcome::default();
-        if let Err(e) = crate::transfer::collect(c, t, &report, &console_text, &mut outcome) {
-            if e.is_usage() {
-                transfer_status = Some(exit_status::USAGE);
-            }
-            result.error.get_or_insert(e.to_string());
-        }
-        result.command = Some(outcome);
-    }
-    result.status = match (report.status, vm_status) {
-        (Some(s), _) => s,
-        (None, Some(s)) if result.error.is_some() => s.max(exit_status::RUNTIME_ERROR),
-        (None, _) => {
-            result
-                .error
-                .get_or_insert("the guest ended without reporting a job status".into());
-            exit_status::RUNTIME_ERROR
-        }
-    };
-    if let Some(s) = transfer_status {
-        result.status = s;
-    }
-    if let Some(missing) = result.guest_files.get(guest_job::MISSING_DEVICES_FRAME) {
-        result.error = Some(guest_job::missing_devices_message(missing));
-    }
-    // A command's own non-zero status is its result, passed through, not a failure of pmemvm.
-    if result.status != 0 && result.error.is_none() && transfer.is_none() {
-        let detail = result
-            .guest_files
-            .get("fio.stderr")
-            .or_else(|| result.guest_files.get("setup.log"))
-            .map(|t| tail(t, 10))
-            .unwrap_or_default();
-        result.error = Some(format!(
-            "the job failed in the guest with status {}: {detail}",
-            result.status
-        ));
-    }
+    let transfer = transfer.as_ref().map(|(c, t)| (*c, t));
+    let got = collect::collect(
+        result.error.take(),
+        &channel_bytes,
+        &console_text,
+        vm_status,
+        transfer,
+    );
+    result.fio = got.fio;
+    result.guest_files = got.guest_files;
+    result.command = got.command;
+    result.status = got.status;
+    result.error = got.error;
     Ok(result)
 }
 
@@ -497,14 +408,6 @@ pub fn check_inputs(spec: &RunSpec) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Skips leading noise (fio warnings) before the JSON object.
-fn strip_to_json(bytes: &[u8]) -> &[u8] {
-    match bytes.iter().position(|&b| b == b'{') {
-        Some(i) => &bytes[i..],
-        None => bytes,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -526,11 +429,5 @@ mod tests {
         let e = RunError::from(Engine::Pmemvm.resolve(&pvm).unwrap_err());
         assert!(e.is_usage());
         assert!(e.to_string().contains("--engine qemu"), "{e}");
-    }
-
-    #[test]
-    fn json_is_found_after_fio_noise() {
-        assert_eq!(strip_to_json(b"fio: warning\n{\"a\":1}"), b"{\"a\":1}");
-        assert_eq!(strip_to_json(b"no json"), b"no json");
     }
 }
