@@ -40,7 +40,11 @@ fn placement_on_an_engine_that_cannot_honour_it_is_refused_before_anything() {
                 args.extend_from_slice(extra);
                 let out = pmemvm(&args);
                 assert_eq!(out.status, Some(2), "{args:?}\n{}", out.dump());
-                let want = format!("{option} applies to --engine pmemvm only");
+                // Each engine's own sentence, the same as `run` and `boot` give.
+                let want = match engine {
+                    "qemu" => format!("{option} applies to --engine pmemvm only"),
+                    _ => format!("{option} is not available with --engine nested"),
+                };
                 assert!(out.stderr.contains(&want), "{args:?}\n{}", out.dump());
                 assert_eq!(
                     out.stderr.lines().count(),

@@ -23,17 +23,18 @@ fn boot_nested(args: &BootArgs) -> Result<u8, CommandError> {
         )
     };
     let m = &args.machine;
-    if let Some(what) = lab::engine::pmemvm_only_option(&m.placement(), m.memory.pages, &m.nvdimm) {
-        return refuse(what);
+    let control = lab::run::RunControl {
+        api: args.control.api.clone(),
+        dump_on_panic: args.control.dump_on_panic.clone(),
+    };
+    if let Some(refusal) = lab::run::Engine::Nested.refusal(&m.spec(), &control) {
+        return Err(RunError::from(refusal).into());
     }
     if args.console.console_log.is_some() || args.channel.is_some() {
         return refuse("--console-log/--channel of boot");
     }
     if args.boot.modules.is_some() {
         return refuse("--modules of boot");
-    }
-    if args.control.dump_on_panic.is_some() {
-        return refuse("--dump-on-panic");
     }
     if let Some(p) = &args.control.api {
         // QEMU listens there: refused as on this host, before the L1 starts.
@@ -53,11 +54,11 @@ fn boot_nested(args: &BootArgs) -> Result<u8, CommandError> {
         ..nested_probe_spec()
     })?;
     preflight::memory(
-        preflight::guest_memory_on_host(lab::run::Engine::Nested, m.memory.size),
+        lab::run::Engine::Nested.memory_on_host(m.memory.size),
         preflight::mem_available(),
     )
     .map_err(RunError::from)?;
-    let qemu = lab::qemu::find_qemu().ok_or(RunError::from(preflight::PreflightError::NoQemu {
+    let qemu = lab::qemu::find_qemu().ok_or(RunError::from(lab::engine::Unavailable::NoQemu {
         engine: "nested",
     }))?;
     let config = args.to_config(kernel, initrd);

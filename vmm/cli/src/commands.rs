@@ -217,7 +217,7 @@ fn run_spec_with(args: &RunArgs, build_rootfs: bool) -> Result<RunSpec, CommandE
     if args.machine.memory.pages != vmm::hugepages::RamPages::Hugetlb {
         // hugetlb RAM is not in MemAvailable; Vm::build counts free huge pages.
         preflight::memory(
-            preflight::guest_memory_on_host(args.engine.into(), args.machine.memory.size),
+            lab::run::Engine::from(args.engine).memory_on_host(args.machine.memory.size),
             preflight::mem_available(),
         )
         .map_err(RunError::from)?;
@@ -395,19 +395,18 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
         Command::Boot(a) => {
             check_host(&a.machine)?;
             if a.engine == crate::args::BootEngineArg::Nested {
-                if a.control.dump_on_panic.is_some() {
-                    return Err(RunError::from(lab::engine::EngineError::from(
-                        lab::nested::NestedError::Unsupported("--dump-on-panic"),
-                    ))
-                    .into());
+                let control = lab::run::RunControl {
+                    api: a.control.api.clone(),
+                    dump_on_panic: a.control.dump_on_panic.clone(),
+                };
+                if let Some(refusal) = lab::run::Engine::Nested.refusal(&a.machine.spec(), &control)
+                {
+                    return Err(RunError::from(refusal).into());
                 }
                 preflight::engine_on_this_host(lab::run::Engine::Nested, true, &mut needs)
                     .map_err(RunError::from)?;
                 preflight::memory(
-                    preflight::guest_memory_on_host(
-                        lab::run::Engine::Nested,
-                        a.machine.memory.size,
-                    ),
+                    lab::run::Engine::Nested.memory_on_host(a.machine.memory.size),
                     preflight::mem_available(),
                 )
                 .map_err(RunError::from)?;

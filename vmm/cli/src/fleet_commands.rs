@@ -62,14 +62,18 @@ pub fn report(args: &ReportArgs) -> Result<u8, CommandError> {
 /// the scripts.
 pub fn slurm(args: &BenchArgs, req: &BenchRequest) -> Result<u8, CommandError> {
     let (_, plan) = lab::bench::plan(req)?;
-    // An engine named outright that cannot honour host placement would fail every task.
-    if matches!(
-        req.engine,
-        lab::run::Engine::Qemu | lab::run::Engine::Nested
-    ) {
-        if let Some(option) = lab::run::pmemvm_only_option(&req.placement, req.ram_pages, &[]) {
-            return Err(lab::run::RunError::PmemvmOnly(option).into());
-        }
+    // An engine named outright that cannot honour host placement would fail every task
+    // (`auto` is resolved on each node).
+    let shared = vmm::config::MachineSpec {
+        ram_pages: req.ram_pages,
+        placement: req.placement.clone(),
+        ..Default::default()
+    };
+    if let Some(refusal) = req
+        .engine
+        .refusal(&shared, &lab::run::RunControl::default())
+    {
+        return Err(lab::run::RunError::from(refusal).into());
     }
     lab::preflight::output_dir(&req.out).map_err(lab::bench::BenchError::from)?;
     let sides: Vec<String> = plan.sides.iter().map(|s| s.label.clone()).collect();

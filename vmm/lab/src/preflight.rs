@@ -9,7 +9,6 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
 use vmm::host::HostKvm;
 
 /// Memory the host keeps beside a guest: QEMU or pmemvm's own process,
@@ -41,21 +40,9 @@ pub fn host_cpus() -> Result<Option<u32>, PreflightError> {
 /// A prerequisite that is not met.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PreflightError {
-    /// /dev/kvm is missing or not usable by this user.
-    #[error("--engine pmemvm needs /dev/kvm, which cannot be opened ({why}); load kvm-intel or kvm-amd and check its permissions, or use --engine qemu")]
-    NoKvm {
-        /// The open error.
-        why: String,
-    },
-    /// The host's KVM cannot run Linux (PVM, no vmx/svm).
-    #[error("--engine pmemvm cannot run the guest image here: {0}; use --engine qemu (or auto), or --engine nested for pmemvm itself inside a QEMU L1 (slow, functional only)")]
-    HostCannotRunLinux(String),
-    /// QEMU is needed and not installed.
-    #[error("--engine {engine} needs qemu-system-x86_64, which is not on PATH; run through ./pmemvm (it installs it) or apt-get install qemu-system-x86")]
-    NoQemu {
-        /// The engine as the user wrote it.
-        engine: &'static str,
-    },
+    /// The engine is not usable here (no KVM that runs Linux, no QEMU).
+    #[error(transparent)]
+    Engine(#[from] crate::engine::Unavailable),
     /// Not enough memory for the guest.
     #[error("the guest needs {need_mib} MiB of RAM plus {overhead_mib} MiB for the VMM, but this host has {avail_mib} MiB available (MemAvailable); use a smaller --memory or free memory")]
     Memory {
@@ -116,8 +103,8 @@ impl Needs {
     }
 }
 
-/// The Debian package that provides `qemu-system-x86_64`.
-pub const QEMU_PACKAGE: &str = "qemu-system-x86";
+use crate::engine::Unavailable;
+pub use crate::engine::QEMU_PACKAGE;
 
 /// The engine that will run, and what it lacks. `qemu_found` says whether
 /// qemu-system-x86_64 is installed: a missing QEMU is a need (the wrapper
@@ -132,13 +119,14 @@ pub fn engine(
 ) -> Result<Engine, PreflightError> {
     let engine = requested.resolve(host)?;
     match engine {
-        Engine::Pmemvm => kvm_open.map_err(|why| PreflightError::NoKvm { why })?,
+        Engine::Pmemvm => kvm_open.map_err(|why| Unavailable::NoKvm { why })?,
         _ if qemu_found => {}
-        _ if allow_install => needs.packages.push(QEMU_PACKAGE),
+        _ if allow_install => needs.packages.extend(engine.packages()),
         _ => {
-            return Err(PreflightError::NoQemu {
+            return Err(Unavailable::NoQemu {
                 engine: requested.name(),
-            })
+            }
+            .into())
         }
     }
     Ok(engine)
@@ -169,15 +157,6 @@ pub fn engine_on_this_host(
         }
     }
     Ok(engine)
-}
-
-/// Host memory a guest of `guest_bytes` takes on `engine`: with `nested`,
-/// the L1 around it too ([`crate::nested::prepare::L1_OVERHEAD_MIB`]).
-pub fn guest_memory_on_host(engine: Engine, guest_bytes: u64) -> u64 {
-    match engine {
-        Engine::Nested => guest_bytes.saturating_add(crate::nested::prepare::L1_OVERHEAD_MIB << 20),
-        _ => guest_bytes,
-    }
 }
 
 /// Whether /dev/kvm opens read-write.
@@ -288,45 +267,7 @@ fn writable(dir: &Path) -> bool {
     unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
 }
 
-/// Which VMM runs the guest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Engine {
-    /// pmemvm itself.
-    Pmemvm,
-    /// qemu-system-x86_64 with its own NVDIMM.
-    Qemu,
-    /// pmemvm where this host's KVM can run Linux, QEMU otherwise.
-    Auto,
-    /// pmemvm inside a QEMU TCG L1 with emulated SVM (hosts without hardware
-    /// virtualization; functional only).
-    Nested,
-}
-
-impl Engine {
-    /// The engine to use on this host: `Auto` resolved; `Pmemvm` refused
-    /// up front on a KVM that cannot run an unmodified kernel.
-    pub fn resolve(self, host: &HostKvm) -> Result<Engine, PreflightError> {
-        match self {
-            Engine::Auto if host.cannot_run_linux() => Ok(Engine::Qemu),
-            Engine::Auto => Ok(Engine::Pmemvm),
-            Engine::Pmemvm if host.cannot_run_linux() => Err(PreflightError::HostCannotRunLinux(
-                host.explanation().unwrap_or_default(),
-            )),
-            other => Ok(other),
-        }
-    }
-
-    /// Lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Pmemvm => "pmemvm",
-            Engine::Qemu => "qemu",
-            Engine::Auto => "auto",
-            Engine::Nested => "nested",
-        }
-    }
-}
+pub use crate::engine::Engine;
 
 #[cfg(test)]
 mod tests {
@@ -360,7 +301,10 @@ mod tests {
     fn pmemvm_engine_needs_a_kvm_that_runs_linux_and_opens() {
         let mut needs = Needs::default();
         let err = engine(Engine::Pmemvm, &PVM, Ok(()), true, true, &mut needs).unwrap_err();
-        assert!(matches!(err, PreflightError::HostCannotRunLinux(_)));
+        assert!(matches!(
+            err,
+            PreflightError::Engine(Unavailable::HostCannotRunLinux(_))
+        ));
         let err = engine(
             Engine::Pmemvm,
             &HW,

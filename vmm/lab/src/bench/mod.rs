@@ -246,13 +246,14 @@ pub fn prepare(
     };
     control.check()?;
     let engine = preflight::engine_on_this_host(req.engine, allow_install, needs)?;
-    if engine != Engine::Pmemvm {
-        if let Some(option) = run::pmemvm_only_option(&req.placement, req.ram_pages, &[]) {
-            return Err(RunError::PmemvmOnly(option).into());
-        }
-    }
-    if engine == Engine::Qemu && !control.is_empty() {
-        return Err(RunError::ControlPmemvmOnly("qemu").into());
+    // The machine every boot shares (the DIMMs and sides differ).
+    let shared = vmm::config::MachineSpec {
+        ram_pages: req.ram_pages,
+        placement: req.placement.clone(),
+        ..Default::default()
+    };
+    if let Some(refusal) = engine.refusal(&shared, &control) {
+        return Err(RunError::from(refusal).into());
     }
     let memory = plan.guest_mem_mib << 20;
     vmm::memory_placement::check_host_placement(
@@ -267,10 +268,7 @@ pub fn prepare(
     .map_err(|e| RunError::from(vmm::vm::VmError::from(e)))?;
     if req.ram_pages != vmm::hugepages::RamPages::Hugetlb {
         // hugetlb RAM is not in MemAvailable; the check above counted free huge pages.
-        preflight::memory(
-            preflight::guest_memory_on_host(engine, memory),
-            preflight::mem_available(),
-        )?;
+        preflight::memory(engine.memory_on_host(memory), preflight::mem_available())?;
     }
     if let Some(bytes) = plan.nvdimm_bytes {
         let tmp = std::env::temp_dir();

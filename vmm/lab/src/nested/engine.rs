@@ -15,8 +15,8 @@ use super::l1::{l1_command, run_l1, L1Options, INTERACTIVE_TTY};
 use super::placement::{in_share, place_machine, write_machine, MACHINE_FILE};
 use super::share::{forwarded_env, install_binary, l1_dir, tail, write_command};
 use super::{cache_dir, io_err, prepare_l1, L1Image, NestedError};
+use crate::engine::Engine;
 use crate::engine::{Ended, EngineError, GuestEngine, Machine};
-use crate::preflight::Engine;
 
 pub use super::prepare::L1_OVERHEAD_MIB;
 /// Time the L1 takes to boot and to set up under TCG, on top of a run's
@@ -104,14 +104,6 @@ impl NestedEngine {
     }
 
     fn boot_nested(&self, m: &Machine<'_>) -> Result<Ended, NestedError> {
-        if let Some(what) =
-            crate::engine::pmemvm_only_option(&m.spec.placement, m.spec.ram_pages, &m.spec.nvdimms)
-        {
-            return Err(NestedError::Unsupported(what));
-        }
-        if m.control.dump_on_panic.is_some() {
-            return Err(NestedError::Unsupported("--dump-on-panic"));
-        }
         let api = m.control.api.as_deref();
         if let Some(w) = crate::qemu::nested_qemu_warning(&self.qemu) {
             eprintln!("pmemvm: warning: --engine nested: {w}");
@@ -221,6 +213,9 @@ impl GuestEngine for NestedEngine {
     }
 
     fn boot(&self, m: &Machine<'_>) -> Result<Ended, EngineError> {
+        if let Some(refusal) = Engine::Nested.refusal(m.spec, m.control) {
+            return Err(refusal.into());
+        }
         Ok(self.boot_nested(m)?)
     }
 }

@@ -64,15 +64,12 @@ pub enum RunError {
     /// `--modules`.
     #[error(transparent)]
     Modules(#[from] crate::modules::ModulesError),
-    /// `--pin`, `--host-node` or huge pages with the QEMU engine.
-    #[error("{0} applies to --engine pmemvm only (QEMU places its guest itself); drop it or use --engine pmemvm")]
-    PmemvmOnly(&'static str),
-    /// `--api`/`--dump-on-panic` with the QEMU engine.
-    #[error("--api and --dump-on-panic apply to --engine pmemvm and nested, and this run's engine is {0}: QEMU has its own (QMP's dump-guest-memory, -device pvpanic)")]
-    ControlPmemvmOnly(&'static str),
-    /// `record=` with the QEMU engine.
-    #[error("--nvdimm ...,record={0} needs pmemvm's NVDIMM (--engine pmemvm or nested): QEMU's NVDIMM has no flush hints, so a guest on it makes no flush pmemvm could record")]
-    RecordOnQemu(String),
+    /// The engine is not usable here.
+    #[error(transparent)]
+    Unavailable(#[from] engine::Unavailable),
+    /// An option the engine cannot honour (`--pin`, `--api`, `record=` ... on QEMU).
+    #[error(transparent)]
+    Refused(#[from] engine::Refusal),
 
     /// Host I/O.
     #[error("{what}: {source}")]
@@ -95,7 +92,7 @@ impl RunError {
             Self::Input { .. } | Self::Preflight(_) | Self::Image(_) => true,
             Self::Transfer(e) => e.is_usage(),
             Self::Modules(e) => e.is_usage(),
-            Self::PmemvmOnly(_) | Self::ControlPmemvmOnly(_) | Self::RecordOnQemu(_) => true,
+            Self::Unavailable(_) | Self::Refused(_) => true,
             Self::Api(e) => e.is_usage(),
             Self::Dump(e) => e.is_usage(),
             Self::Job(_) | Self::Io { .. } => false,
@@ -103,7 +100,7 @@ impl RunError {
     }
 }
 
-pub use crate::preflight::Engine;
+pub use crate::engine::Engine;
 
 /// Everything a job run needs (serialisable: a bench hands it to a child process).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -181,8 +178,6 @@ impl Drop for Scratch {
 /// Default kernel command line for jobs in the guest image.
 pub const JOB_CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 loglevel=4 swiotlb=noforce";
 
-pub use crate::engine::pmemvm_only_option;
-
 /// The engine `spec` runs on here, and the refusal of an option that engine cannot
 /// honour (`--pin`, `--host-node`, huge pages on QEMU): what `run` does first and what
 /// `pmemvm preflight run` checks, so the refusal comes before any install or build.
@@ -195,32 +190,11 @@ pub fn engine_for(spec: &RunSpec) -> Result<Engine, RunError> {
         .as_deref()
         .is_none_or(vmm::boot::looks_like_linux);
     let engine = match spec.engine.resolve(&kvm) {
-        Err(PreflightError::HostCannotRunLinux(_)) if !linux => Engine::Pmemvm,
+        Err(engine::Unavailable::HostCannotRunLinux(_)) if !linux => Engine::Pmemvm,
         other => other?,
     };
-    // (The nested engine names what it cannot honour itself: --dump-on-panic.)
-    if engine == Engine::Qemu && !spec.control.is_empty() {
-        return Err(RunError::ControlPmemvmOnly("qemu"));
-    }
-    if engine == Engine::Qemu {
-        if let Some(option) = pmemvm_only_option(
-            &spec.machine.placement,
-            spec.machine.ram_pages,
-            &spec.machine.nvdimms,
-        ) {
-            return Err(RunError::PmemvmOnly(option));
-        }
-        if let Some(l) = spec.machine.legacy_pmem.first() {
-            return Err(engine::EngineError::LegacyPmemOnQemu(l.to_string()).into());
-        }
-        if let Some(dir) = spec
-            .machine
-            .nvdimms
-            .iter()
-            .find_map(|n| n.record.as_deref())
-        {
-            return Err(RunError::RecordOnQemu(dir.display().to_string()));
-        }
+    if let Some(refusal) = engine.refusal(&spec.machine, &spec.control) {
+        return Err(refusal.into());
     }
     Ok(engine)
 }

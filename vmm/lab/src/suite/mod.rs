@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::preflight::Engine;
+use crate::engine::Engine;
 use crate::run::{RunError, RunSpec};
 use crate::transfer::{CommandJob, GetSpec, PutSpec};
 
