@@ -171,6 +171,36 @@ impl BusDevice for DsmDoorbell {
     }
 }
 
+/// The tables a guest of `machine` laid out as `placed` gets, without a VM:
+/// what `pmemvm acpi` writes. The DIMMs' serials are read from existing
+/// backing files (read-only, nothing is created), order-based otherwise —
+/// as a guest would see them. [`install`] assembles them the same way
+/// ([`describe`], [`build`]) from the opened backings.
+pub fn machine_tables(
+    machine: &crate::config::MachineSpec,
+    placed: &crate::memory::MachineLayout,
+) -> Result<AcpiTables, AcpiSetupError> {
+    let nodes = crate::config::resolve_nodes(&machine.nvdimms)?;
+    let dimms: Vec<PlacedNvdimm> = machine
+        .nvdimms
+        .iter()
+        .zip(&placed.nvdimms)
+        .zip(nodes)
+        .map(|((spec, &(base, _)), node)| PlacedNvdimm {
+            spec,
+            base,
+            serial: identity::peek_serial(spec),
+            node,
+        })
+        .collect();
+    build(&describe(
+        machine.cpus,
+        &placed.ram,
+        &dimms,
+        machine.disks.len(),
+    ))
+}
+
 /// Writes the tables into guest memory and puts the DSM doorbell and the
 /// GED's event register (`events`, given with DIMMs) on the bus.
 /// Returns the DSM handler (for its counters) when there is any DIMM.

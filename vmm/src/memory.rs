@@ -102,6 +102,39 @@ fn align_up(v: u64, align: u64) -> Option<u64> {
     v.checked_add(align - 1).map(|x| x & !(align - 1))
 }
 
+/// Where a machine's memory lies in the guest's physical address space:
+/// the one placement `Vm::build` maps and `pmemvm acpi` describes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineLayout {
+    /// RAM regions.
+    pub ram: Vec<RamRegion>,
+    /// Each NVDIMM's range (base, length of its SPA range), in order.
+    pub nvdimms: Vec<(u64, u64)>,
+    /// Each legacy persistent-memory range (base, length), in order.
+    pub legacy: Vec<(u64, u64)>,
+}
+
+/// The layout of `machine` in an address space of `phys_bits` bits: RAM
+/// ([`ram_regions`]), the NVDIMMs above it ([`nvdimm_bases`]), the legacy
+/// ranges after them ([`legacy_pmem_bases`]).
+pub fn machine_layout(
+    machine: &crate::config::MachineSpec,
+    phys_bits: u8,
+) -> Result<MachineLayout, MemoryLayoutError> {
+    let ram = ram_regions(machine.memory)?;
+    let sizes: Vec<u64> = machine.nvdimms.iter().map(|n| n.spa_size()).collect();
+    let bases = nvdimm_bases(&ram, &sizes, phys_bits)?;
+    let nvdimms: Vec<(u64, u64)> = bases.into_iter().zip(sizes).collect();
+    let legacy_sizes: Vec<u64> = machine.legacy_pmem.iter().map(|l| l.size).collect();
+    let legacy_bases = legacy_pmem_bases(&ram, &nvdimms, &legacy_sizes, phys_bits)?;
+    let legacy = legacy_bases.into_iter().zip(legacy_sizes).collect();
+    Ok(MachineLayout {
+        ram,
+        nvdimms,
+        legacy,
+    })
+}
+
 /// Guest base address of each NVDIMM range of the given lengths: the first at
 /// the first 1 GiB boundary at or above max(4 GiB, end of RAM), each next one
 /// at the 1 GiB boundary after its predecessor.

@@ -8,7 +8,7 @@ pub use crate::error::CommandError;
 use lab::guest_job::{image_for, ImageDir, ImageNeed};
 use lab::preflight::{self, Needs};
 use lab::run::{self, RunError, RunSpec};
-use vmm::acpi_setup::{self, PlacedNvdimm};
+use vmm::acpi_setup;
 use vmm::exit_status;
 use vmm::memory;
 use vmm::vm::VmError;
@@ -40,28 +40,10 @@ pub fn warn_if_host_cannot_run(kernel: &std::path::Path) {
 
 /// `pmemvm acpi`: writes `<NAME>.aml` for every table and `RSDP.aml`.
 pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
-    let m = &args.machine;
-    let ram = memory::ram_regions(m.memory.size).map_err(VmError::from)?;
-    let sizes: Vec<u64> = m.nvdimm.iter().map(|n| n.spa_size()).collect();
-    let bases =
-        memory::nvdimm_bases(&ram, &sizes, memory::host_phys_addr_bits()).map_err(VmError::from)?;
-    let nodes = vmm::config::resolve_nodes(&m.nvdimm).map_err(VmError::from)?;
-    // Serials as a guest would see them: from existing backing files (read
-    // only, nothing is created), order-based otherwise.
-    let placed: Vec<PlacedNvdimm> = m
-        .nvdimm
-        .iter()
-        .zip(bases)
-        .zip(nodes)
-        .map(|((spec, base), node)| PlacedNvdimm {
-            spec,
-            base,
-            serial: vmm::identity::peek_serial(spec),
-            node,
-        })
-        .collect();
-    let tables = acpi_setup::build(&acpi_setup::describe(m.cpus, &ram, &placed, m.disk.len()))
-        .map_err(VmError::from)?;
+    let machine = args.machine.spec();
+    let placed =
+        memory::machine_layout(&machine, memory::host_phys_addr_bits()).map_err(VmError::from)?;
+    let tables = acpi_setup::machine_tables(&machine, &placed).map_err(VmError::from)?;
     let out_err = |path: PathBuf| move |source| CommandError::Output { path, source };
     if args.out.exists() && !args.out.is_dir() {
         return Err(out_err(args.out.clone())(std::io::Error::new(

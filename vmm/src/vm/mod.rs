@@ -307,7 +307,13 @@ impl Vm {
                 max: max_cpus,
             });
         }
-        let ram = memory::ram_regions(config.machine.memory)?;
+        let cpuid = kvm
+            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+            .map_err(kvm_err("supported CPUID query"))?;
+        // The guest gets this CPUID, so its address width bounds the DIMMs.
+        let phys_bits = memory::phys_addr_bits(cpuid.as_slice());
+        let placement_map = memory::machine_layout(&config.machine, phys_bits)?;
+        let ram = placement_map.ram;
         let slots_max = kvm.get_nr_memslots().saturating_sub(ram.len());
         let dimm_max = slots_max.min(usize::try_from(layout::NVDIMM_FLUSH_HINT_MAX).unwrap_or(0));
         // Legacy ranges take memslots too (they have no flush-hint page).
@@ -318,23 +324,9 @@ impl Vm {
                 max: dimm_max,
             });
         }
-        let cpuid = kvm
-            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
-            .map_err(kvm_err("supported CPUID query"))?;
-        // The guest gets this CPUID, so its address width bounds the DIMMs.
-        let phys_bits = memory::phys_addr_bits(cpuid.as_slice());
-        let spa_sizes: Vec<u64> = config
-            .machine
-            .nvdimms
-            .iter()
-            .map(|n| n.spa_size())
-            .collect();
-        let bases = memory::nvdimm_bases(&ram, &spa_sizes, phys_bits)?;
-        let placed: Vec<(u64, u64)> = bases.iter().copied().zip(spa_sizes).collect();
-        let legacy_sizes: Vec<u64> = config.machine.legacy_pmem.iter().map(|l| l.size).collect();
-        let legacy_bases = memory::legacy_pmem_bases(&ram, &placed, &legacy_sizes, phys_bits)?;
-        let legacy_ranges: Vec<(u64, u64)> =
-            legacy_bases.iter().copied().zip(legacy_sizes).collect();
+        let bases: Vec<u64> = placement_map.nvdimms.iter().map(|&(b, _)| b).collect();
+        let legacy_ranges = placement_map.legacy;
+        let legacy_bases: Vec<u64> = legacy_ranges.iter().map(|&(b, _)| b).collect();
         backing::legacy::check_paths(&config.machine.legacy_pmem, &config.machine.nvdimms)?;
         crate::config::resolve_nodes(&config.machine.nvdimms)?;
         crate::memory_placement::check_host_placement(
