@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use lab::run::Engine;
-use vmm::config::{self, ConsoleMode, LegacyPmemSpec, NvdimmSpec, VmConfig};
+use vmm::config::{self, LegacyPmemSpec, NvdimmSpec};
 
 /// `pmemvm report`.
 #[derive(Debug, Args)]
@@ -290,24 +290,6 @@ pub struct AcpiArgs {
     /// Directory to write `<NAME>.aml` files into (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-}
-
-impl BootArgs {
-    /// The VM configuration (kernel already resolved by the caller).
-    pub fn to_config(&self, kernel: PathBuf, initrd: Option<PathBuf>) -> VmConfig {
-        VmConfig {
-            kernel,
-            initrd,
-            initrd_append: Vec::new(),
-            cmdline: self.boot.files().cmdline_or(config::DEFAULT_CMDLINE),
-            machine: self.machine.spec(),
-            console: ConsoleMode::from_choice(
-                self.console.console || self.console.console_log.is_none(),
-                self.console.console_log.clone(),
-            ),
-            channel: self.channel.clone(),
-        }
-    }
 }
 
 pub(crate) fn parse_seconds(s: &str) -> Result<u64, String> {

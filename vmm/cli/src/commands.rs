@@ -5,38 +5,12 @@ use std::path::PathBuf;
 use crate::args::{AcpiArgs, RunArgs};
 use crate::cli::Command;
 pub use crate::error::CommandError;
-use lab::guest_job::{image_for, ImageDir, ImageNeed};
 use lab::preflight::{self, Needs};
 use lab::run::{self, RunError, RunSpec};
 use vmm::acpi_setup;
 use vmm::exit_status;
 use vmm::memory;
 use vmm::vm::VmError;
-
-/// The kernel and initrd to boot: the user's, or the project's guest image
-/// (its PVH vmlinux and initramfs) when no `--kernel` is given.
-pub fn resolve_kernel(
-    kernel: Option<&PathBuf>,
-    initrd: Option<&PathBuf>,
-) -> Result<(PathBuf, Option<PathBuf>, Option<ImageDir>), CommandError> {
-    if let Some(k) = kernel {
-        return Ok((k.clone(), initrd.cloned(), None));
-    }
-    let image = image_for(ImageNeed::NoKernel)?;
-    let initrd = initrd.cloned().unwrap_or_else(|| image.initramfs.clone());
-    Ok((image.vmlinux.clone(), Some(initrd), Some(image)))
-}
-
-/// Says up front when a Linux kernel is about to be booted on a KVM that
-/// cannot run it (PVM, or no vmx/svm), instead of leaving the user to wait.
-pub fn warn_if_host_cannot_run(kernel: &std::path::Path) {
-    let host = vmm::host::HostKvm::probe();
-    if host.cannot_run_linux() && vmm::boot::looks_like_linux(kernel) {
-        if let Some(why) = host.explanation() {
-            eprintln!("pmemvm: warning: {why}; expect this Linux guest to stop early (exit status 5) or to crawl");
-        }
-    }
-}
 
 /// `pmemvm acpi`: writes `<NAME>.aml` for every table and `RSDP.aml`.
 pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {

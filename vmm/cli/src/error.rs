@@ -20,6 +20,9 @@ pub enum CommandError {
     /// A job run.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// `pmemvm boot`.
+    #[error(transparent)]
+    Boot(#[from] lab::boot::BootError),
     /// A benchmark.
     #[error(transparent)]
     Bench(#[from] BenchError),
@@ -78,6 +81,7 @@ impl CommandError {
         match self {
             Self::Vm(e) => e.is_usage(),
             Self::Run(e) => e.is_usage(),
+            Self::Boot(e) => e.is_usage(),
             Self::Bench(e) => e.is_usage(),
             Self::Kconfig(e) => e.is_usage(),
             Self::Merge(e) => e.is_usage(),

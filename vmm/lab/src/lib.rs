@@ -28,6 +28,7 @@
 //! this crate and the core.
 
 pub mod bench;
+pub mod boot;
 pub mod child;
 pub mod crash_check;
 pub mod engine;

@@ -1,0 +1,327 @@
+//! `pmemvm boot`: a guest on this terminal, on this host's KVM or nested
+//! (pmemvm inside a QEMU TCG L1), with the debugger, the control socket and
+//! the panic dump when asked for. The command hands over a [`BootRequest`]
+//! (the machine and its boot files as the user gave them) and maps the
+//! [`BootError`] to its exit status.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use vmm::config::{BootFiles, ConsoleMode, MachineSpec, VmConfig, DEFAULT_CMDLINE};
+use vmm::exit_status;
+use vmm::vm::{Vm, VmError};
+
+use crate::engine::{Engine, EngineError, RunControl};
+use crate::guest_job::{image_for, ImageDir, ImageNeed, ImageUnavailable};
+use crate::nested::NestedError;
+use crate::preflight;
+use crate::run::{self, RunError, RunSpec};
+
+/// Errors of `pmemvm boot`.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    /// Building or running pmemvm's VM.
+    #[error(transparent)]
+    Vm(#[from] VmError),
+    /// The guest image was needed and is not there.
+    #[error(transparent)]
+    Image(#[from] ImageUnavailable),
+    /// The inputs, the engine or the nested L1.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The debugger's endpoint.
+    #[error(transparent)]
+    Gdb(#[from] vmm::gdb::GdbError),
+    /// `--api`.
+    #[error(transparent)]
+    Api(#[from] vmm::api::ApiError),
+    /// `--dump-on-panic`.
+    #[error(transparent)]
+    Dump(#[from] vmm::dump::DumpError),
+}
+
+impl BootError {
+    /// True when the user's input is at fault (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Self::Vm(e) => e.is_usage(),
+            Self::Image(_) => true,
+            Self::Run(e) => e.is_usage(),
+            Self::Gdb(e) => e.is_usage(),
+            Self::Api(e) => e.is_usage(),
+            Self::Dump(e) => e.is_usage(),
+        }
+    }
+}
+
+/// What `pmemvm boot` was asked.
+#[derive(Debug, Clone)]
+pub struct BootRequest {
+    /// What it boots (no kernel: the guest image's).
+    pub files: BootFiles,
+    /// The machine.
+    pub machine: MachineSpec,
+    /// COM1: the terminal, a file or both.
+    pub console: ConsoleMode,
+    /// `--console-log` was given (refused nested, where the console is the terminal's).
+    pub console_log: bool,
+    /// COM2 (the data channel) into this file.
+    pub channel: Option<PathBuf>,
+    /// End the guest after this long.
+    pub timeout: Option<Duration>,
+    /// Inside a QEMU TCG L1 (`--engine nested`) instead of this host's KVM.
+    pub nested: bool,
+    /// `--gdb ADDR` and `--gdb-wait`.
+    pub gdb: Option<(vmm::gdb::GdbAddr, bool)>,
+    /// `--api` and `--dump-on-panic`.
+    pub control: RunControl,
+}
+
+/// The kernel and initrd to boot: the user's, or the guest image's (its
+/// vmlinux; its initramfs unless `--initrd`).
+pub fn resolve_kernel(
+    files: &BootFiles,
+) -> Result<(PathBuf, Option<PathBuf>, Option<ImageDir>), ImageUnavailable> {
+    if let Some(k) = &files.kernel {
+        return Ok((k.clone(), files.initrd.clone(), None));
+    }
+    let image = image_for(ImageNeed::NoKernel)?;
+    let initrd = files
+        .initrd
+        .clone()
+        .unwrap_or_else(|| image.initramfs.clone());
+    Ok((image.vmlinux.clone(), Some(initrd), Some(image)))
+}
+
+/// Says up front when a Linux kernel is about to be booted on a KVM that
+/// cannot run it (PVM, or no vmx/svm), instead of leaving the user to wait.
+pub fn warn_if_host_cannot_run(kernel: &std::path::Path) {
+    let host = vmm::host::HostKvm::probe();
+    if host.cannot_run_linux() && vmm::boot::looks_like_linux(kernel) {
+        if let Some(why) = host.explanation() {
+            eprintln!("pmemvm: warning: {why}; expect this Linux guest to stop early (exit status 5) or to crawl");
+        }
+    }
+}
+
+impl BootRequest {
+    /// The VM configuration with the kernel and initrd resolved.
+    pub fn config(&self, kernel: PathBuf, initrd: Option<PathBuf>) -> VmConfig {
+        VmConfig {
+            machine: self.machine.clone(),
+            kernel,
+            initrd,
+            initrd_append: Vec::new(),
+            cmdline: self.files.cmdline_or(DEFAULT_CMDLINE),
+            console: self.console.clone(),
+            channel: self.channel.clone(),
+        }
+    }
+}
+
+/// `pmemvm boot --engine nested`: the guest under pmemvm inside the L1, its
+/// console on this terminal.
+fn boot_nested(req: &BootRequest) -> Result<u8, BootError> {
+    let refuse =
+        |what| Err(RunError::from(EngineError::from(NestedError::Unsupported(what))).into());
+    if let Some(refusal) = Engine::Nested.refusal(&req.machine, &req.control) {
+        return Err(RunError::from(refusal).into());
+    }
+    if req.console_log || req.channel.is_some() {
+        return refuse("--console-log/--channel of boot");
+    }
+    if req.files.modules.is_some() {
+        return refuse("--modules of boot");
+    }
+    if let Some(p) = &req.control.api {
+        // QEMU listens there: refused as on this host, before the L1 starts.
+        drop(vmm::api::ApiListener::bind(p)?);
+    }
+    if let Some((addr, _)) = &req.gdb {
+        // QEMU listens there: refused as on this host, before the L1 starts.
+        drop(vmm::gdb::GdbListener::bind(addr, false)?);
+    }
+    let (kernel, initrd, _) = resolve_kernel(&req.files)?;
+    run::check_inputs(&RunSpec {
+        gdb: None,
+        gdb_wait: false,
+        control: RunControl::default(),
+        engine: Engine::Nested,
+        boot: BootFiles {
+            kernel: Some(kernel.clone()),
+            initrd: initrd.clone(),
+            ..Default::default()
+        },
+        machine: MachineSpec::default(),
+        job: crate::guest_job::GuestJob::default(),
+        command: None,
+        stream_console: false,
+        console_log: None,
+        timeout: Duration::from_secs(1),
+    })?;
+    preflight::memory(
+        Engine::Nested.memory_on_host(req.machine.memory),
+        preflight::mem_available(),
+    )
+    .map_err(RunError::from)?;
+    let qemu =
+        crate::qemu::find_qemu().ok_or(RunError::from(crate::engine::Unavailable::NoQemu {
+            engine: "nested",
+        }))?;
+    let config = req.config(kernel, initrd);
+    let boot = crate::nested::InteractiveBoot {
+        kernel: &config.kernel,
+        initrd: config.initrd.as_deref(),
+        cmdline: &config.cmdline,
+        spec: &config.machine,
+        gdb: req.gdb.as_ref().map(|(a, wait)| (a, *wait)),
+        api: req.control.api.as_deref(),
+    };
+    Ok(crate::nested::boot_interactive(&boot, &qemu)
+        .map_err(EngineError::from)
+        .map_err(RunError::from)?)
+}
+
+/// `pmemvm boot`: returns the exit status.
+pub fn boot(req: &BootRequest) -> Result<u8, BootError> {
+    if req.nested {
+        return boot_nested(req);
+    }
+    let (kernel, mut initrd, _) = resolve_kernel(&req.files)?;
+    let mut modules = Vec::new();
+    if let Some(dir) = &req.files.modules {
+        let files = crate::modules::ModuleTree::open(dir, &kernel)
+            .and_then(|t| t.pack())
+            .map_err(RunError::from)?;
+        // The modules need an init that loads them: the guest image's, unless --initrd.
+        if initrd.is_none() {
+            let image = image_for(ImageNeed::ModulesInitrd)?;
+            initrd = Some(image.initramfs.clone());
+        }
+        let list: Vec<(&str, &[u8], u32)> = files
+            .iter()
+            .map(|(p, d, m)| (p.as_str(), d.as_slice(), *m))
+            .collect();
+        modules = crate::guest_job::job_archive(&list).map_err(RunError::from)?;
+    }
+    let mut config = req.config(kernel, initrd);
+    config.initrd_append = modules;
+    // Bound first: a busy port or an existing path stops here, before the VM.
+    let gdb = req
+        .gdb
+        .as_ref()
+        .map(|(a, wait)| vmm::gdb::GdbListener::bind(a, *wait))
+        .transpose()?;
+    let api = req
+        .control
+        .api
+        .as_deref()
+        .map(vmm::api::ApiListener::bind)
+        .transpose()?;
+    if let Some(f) = &req.control.dump_on_panic {
+        vmm::dump::check_new_file(f)?;
+    }
+    let mut vm = Vm::build(&config)?;
+    if let Some(listener) = gdb {
+        vm.attach_gdb(listener);
+    }
+    if let Some(listener) = api {
+        vm.attach_api(listener);
+    }
+    if let Some(f) = &req.control.dump_on_panic {
+        vm.dump_on_panic(f.clone())?;
+    }
+    warn_if_host_cannot_run(&config.kernel);
+    // The terminal is raw for the run when the console uses it (run_loop).
+    let outcome = vm.run_with(vmm::run_loop::RunOptions {
+        timeout: req.timeout,
+        ..vmm::run_loop::RunOptions::default()
+    })?;
+    let status = exit_status::for_request(&outcome.reason);
+    log::info!("VM exits: {:?}", outcome.exits);
+    for n in &outcome.nvdimms {
+        log::info!(
+            "NVDIMM {}: {} flushes, {} label calls",
+            n.file,
+            n.flushes,
+            n.label_calls
+        );
+    }
+    match &outcome.reason {
+        devices::exit::ExitRequest::PowerOff | devices::exit::ExitRequest::GuestExit(_) => {
+            log::info!("{}", exit_status::describe(&outcome.reason));
+        }
+        other => {
+            eprintln!(
+                "pmemvm: {} (exit status {status})",
+                exit_status::describe(other)
+            );
+            if let Some(hint) = &outcome.host_hint {
+                eprintln!("pmemvm: {hint}");
+            }
+            for v in &outcome.vcpus {
+                eprintln!("pmemvm: {v}");
+            }
+        }
+    }
+    Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(nested: bool) -> BootRequest {
+        BootRequest {
+            files: BootFiles {
+                kernel: Some("/no/such/vmlinux".into()),
+                append: vec!["quiet".into()],
+                ..Default::default()
+            },
+            machine: MachineSpec::default(),
+            console: ConsoleMode::Null,
+            console_log: false,
+            channel: None,
+            timeout: None,
+            nested,
+            gdb: None,
+            control: RunControl::default(),
+        }
+    }
+
+    #[test]
+    fn the_config_is_the_machine_with_the_default_command_line_and_the_appended_words() {
+        let r = request(false);
+        let c = r.config("/k".into(), None);
+        assert_eq!(c.machine, r.machine);
+        assert_eq!(c.cmdline, format!("{DEFAULT_CMDLINE} quiet"));
+        assert_eq!(
+            resolve_kernel(&r.files).unwrap().0,
+            PathBuf::from("/no/such/vmlinux")
+        );
+    }
+
+    #[test]
+    fn nested_refusals_come_before_anything_starts() {
+        let mut r = request(true);
+        r.machine.placement = vmm::placement::Placement::parse(Some("0"), None).unwrap();
+        let e = boot(&r).unwrap_err();
+        assert!(e.is_usage());
+        assert!(
+            e.to_string()
+                .starts_with("--pin is not available with --engine nested"),
+            "{e}"
+        );
+        let mut r = request(true);
+        r.channel = Some("/tmp/channel".into());
+        let e = boot(&r).unwrap_err();
+        assert!(
+            e.to_string().contains("--console-log/--channel of boot"),
+            "{e}"
+        );
+        // The kernel is checked before any L1 or QEMU is looked for.
+        let e = boot(&request(true)).unwrap_err();
+        assert!(e.is_usage());
+        assert!(e.to_string().contains("/no/such/vmlinux"), "{e}");
+    }
+}
