@@ -35,53 +35,6 @@ pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
     Ok(())
 }
 
-fn read_input(path: &std::path::Path, what: &'static str) -> Result<String, CommandError> {
-    if path.is_dir() {
-        return Err(CommandError::Input {
-            what,
-            path: path.into(),
-            source: std::io::Error::new(std::io::ErrorKind::IsADirectory, "it is a directory"),
-        });
-    }
-    std::fs::read_to_string(path).map_err(|source| CommandError::Input {
-        what,
-        path: path.into(),
-        source,
-    })
-}
-
-/// Checks the `--json` output place before the run, without creating or
-/// truncating anything (an invocation that fails later leaves no file).
-fn check_output(path: &std::path::Path) -> Result<(), CommandError> {
-    let err = |kind, why: &str| CommandError::Output {
-        path: path.into(),
-        source: std::io::Error::new(kind, why.to_string()),
-    };
-    if path.is_dir() {
-        return Err(err(std::io::ErrorKind::IsADirectory, "it is a directory"));
-    }
-    if path.exists() {
-        // Opening without truncation checks permission and changes nothing.
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(|source| CommandError::Output {
-                path: path.into(),
-                source,
-            })?;
-    } else if path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .is_some_and(|p| !p.is_dir())
-    {
-        return Err(err(
-            std::io::ErrorKind::NotFound,
-            "its directory does not exist",
-        ));
-    }
-    Ok(())
-}
-
 /// Creates the `--json` output once there is something to write.
 fn open_output(path: &std::path::Path) -> Result<std::fs::File, CommandError> {
     std::fs::File::create(path).map_err(|source| CommandError::Output {
@@ -90,133 +43,40 @@ fn open_output(path: &std::path::Path) -> Result<std::fs::File, CommandError> {
     })
 }
 
-/// The job spec of `pmemvm run`, its inputs read and its outputs and
-/// prerequisites checked; creates nothing but the Debian root file system of
-/// `--rootfs debian` (built or found in its cache).
+impl From<&RunArgs> for lab::run::RunRequest {
+    fn from(a: &RunArgs) -> Self {
+        Self {
+            fio: a.fio.clone(),
+            command: a.command.clone(),
+            puts: a.put.clone(),
+            gets: a.get.clone(),
+            out: a.out.clone(),
+            transfer_size: a.transfer_size,
+            rootfs: a.rootfs.clone(),
+            packages: a.packages.clone(),
+            setup: a.setup.clone(),
+            fio_args: a.fio_args.clone(),
+            json: a.json.clone(),
+            console: a.console.console,
+            console_log: a.console.console_log.clone(),
+            timeout: std::time::Duration::from_secs(a.timeout),
+            engine: a.engine.into(),
+            boot: a.boot.files(),
+            machine: a.machine.spec(),
+            gdb: a.gdb.as_ref().map(ToString::to_string),
+            gdb_wait: a.gdb_wait,
+            control: lab::run::RunControl {
+                api: a.control.api.clone(),
+                dump_on_panic: a.control.dump_on_panic.clone(),
+            },
+        }
+    }
+}
+
+/// The job spec of `pmemvm run` (see [`lab::run::RunRequest::spec`]); builds
+/// the Debian root file system of `--rootfs debian` if needed.
 pub(crate) fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
-    run_spec_with(args, true)
-}
-
-/// [`run_spec`]; with `build_rootfs` false, `--rootfs debian` is only checked
-/// (packages, build script) and left out of the spec: preflight creates nothing.
-fn run_spec_with(args: &RunArgs, build_rootfs: bool) -> Result<RunSpec, CommandError> {
-    use lab::transfer::{CommandJob, TransferError};
-    let command = match (&args.fio, args.command.is_empty()) {
-        (Some(_), false) => return Err(RunError::from(TransferError::FioAndCommand).into()),
-        (None, true) => return Err(RunError::from(TransferError::NoCommand).into()),
-        (Some(_), true) if !args.put.is_empty() || !args.get.is_empty() => {
-            return Err(RunError::from(TransferError::TransferWithFio).into())
-        }
-        (Some(_), true) => None,
-        (None, false) => {
-            let rootfs = match &args.rootfs {
-                Some(r) => {
-                    // Checked before the build, which may take minutes.
-                    if let Some(p) = &args.packages {
-                        lab::rootfs::check_packages(p)
-                            .map_err(TransferError::from)
-                            .map_err(RunError::from)?;
-                    }
-                    job_precheck(args)?;
-                    if build_rootfs || r != "debian" {
-                        let image = lab::rootfs::resolve(r, args.packages.as_deref())
-                            .map_err(TransferError::from)
-                            .map_err(RunError::from)?;
-                        Some(image)
-                    } else {
-                        lab::rootfs::check_choice(r, args.packages.as_deref())
-                            .map_err(TransferError::from)
-                            .map_err(RunError::from)?;
-                        None
-                    }
-                }
-                None if args.packages.is_some() => {
-                    return Err(RunError::from(TransferError::from(
-                        lab::rootfs::RootfsError::PackagesWithoutDebian,
-                    ))
-                    .into())
-                }
-                None => None,
-            };
-            let job = CommandJob {
-                rootfs,
-                argv: args.command.clone(),
-                puts: args.put.clone(),
-                gets: args.get.clone(),
-                out: args.out.clone(),
-                area: args.transfer_size,
-            };
-            job.validate().map_err(RunError::from)?;
-            Some(job)
-        }
-    };
-    let fio_job = match &args.fio {
-        Some(f) => read_input(f, "fio job file")?,
-        // An image whose init does not know /job/cmd.sh runs this, which fails at once.
-        None => lab::guest_job::PHASES_FALLBACK_JOB
-            .replace("has phases (/job/phases)", "is a command (/job/cmd.sh)"),
-    };
-    let setup = match &args.setup {
-        Some(s) => match s.strip_prefix('@') {
-            Some(file) => Some(read_input(std::path::Path::new(file), "setup file")?),
-            None => Some(s.clone()),
-        },
-        None => None,
-    };
-    for path in [&args.json, &args.console.console_log]
-        .into_iter()
-        .flatten()
-    {
-        check_output(path)?;
-    }
-    check_host(&args.machine)?;
-    if args.machine.memory.pages != vmm::hugepages::RamPages::Hugetlb {
-        // hugetlb RAM is not in MemAvailable; Vm::build counts free huge pages.
-        preflight::memory(
-            lab::run::Engine::from(args.engine).memory_on_host(args.machine.memory.size),
-            preflight::mem_available(),
-        )
-        .map_err(RunError::from)?;
-    }
-    let spec = RunSpec {
-        gdb: args.gdb.as_ref().map(ToString::to_string),
-        gdb_wait: args.gdb_wait,
-        control: lab::run::RunControl {
-            api: args.control.api.clone(),
-            dump_on_panic: args.control.dump_on_panic.clone(),
-        },
-        engine: args.engine.into(),
-        boot: args.boot.files(),
-        machine: args.machine.spec(),
-        job: lab::guest_job::GuestJob {
-            fio_job,
-            setup,
-            args: args.fio_args.clone(),
-            ..lab::guest_job::GuestJob::default()
-        },
-        command,
-        stream_console: args.console.console,
-        console_log: args.console.console_log.clone(),
-        timeout: std::time::Duration::from_secs(args.timeout),
-    };
-    run::check_inputs(&spec)?;
-    Ok(spec)
-}
-
-/// The transfer checks of a command run without its root file system, so bad
-/// input is refused before a root file system is built.
-fn job_precheck(args: &RunArgs) -> Result<(), CommandError> {
-    lab::transfer::CommandJob {
-        argv: args.command.clone(),
-        puts: args.put.clone(),
-        gets: args.get.clone(),
-        out: args.out.clone(),
-        area: args.transfer_size,
-        rootfs: None,
-    }
-    .validate()
-    .map_err(RunError::from)?;
-    Ok(())
+    Ok(lab::run::RunRequest::from(args).spec(true)?)
 }
 
 /// `pmemvm run`: returns the job's status.
@@ -328,7 +188,7 @@ fn check_host(m: &crate::args::MachineArgs) -> Result<(), CommandError> {
 
 /// Preflight of a `run` (and of each boot of `crash-check`).
 fn preflight_run(a: &RunArgs, needs: &mut Needs) -> Result<(), CommandError> {
-    let spec = run_spec_with(a, false)?;
+    let spec = lab::run::RunRequest::from(a).spec(false)?;
     if spec
         .boot
         .kernel

@@ -53,17 +53,6 @@ pub enum CommandError {
     /// `pmemvm suite`.
     #[error(transparent)]
     Suite(#[from] lab::suite::SuiteError),
-    /// A job input file.
-    #[error("cannot read {what} {path}: {source}")]
-    Input {
-        /// What.
-        what: &'static str,
-        /// Path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
     /// Writing output files.
     #[error("cannot write {path}: {source}")]
     Output {
@@ -92,7 +81,7 @@ impl CommandError {
             Self::Dump(e) => e.is_usage(),
             Self::CrashCheck(e) => e.is_usage(),
             Self::Suite(e) => e.is_usage(),
-            Self::Image(_) | Self::Output { .. } | Self::Input { .. } => true,
+            Self::Image(_) | Self::Output { .. } => true,
         }
     }
 }

@@ -17,8 +17,10 @@ use vmm::vm::VmError;
 mod collect;
 mod prepare;
 mod record;
+mod request;
 use record::PendingHashes;
 pub use record::{describe_host, DimmDescription, HashedFile, HostDescription, RunResult};
+pub use request::{check_output, RunRequest};
 
 /// Errors of a job run. Partial results are kept in [`RunResult`] where possible.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +45,15 @@ pub enum RunError {
     Input {
         /// What it is.
         what: &'static str,
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An output file cannot be written there.
+    #[error("cannot write {path}: {source}")]
+    Output {
         /// Path.
         path: PathBuf,
         /// Cause.
@@ -89,7 +100,7 @@ impl RunError {
             Self::Vm(e) => e.is_usage(),
             Self::Gdb(e) => e.is_usage(),
             Self::Engine(e) => e.is_usage(),
-            Self::Input { .. } | Self::Preflight(_) | Self::Image(_) => true,
+            Self::Input { .. } | Self::Output { .. } | Self::Preflight(_) | Self::Image(_) => true,
             Self::Transfer(e) => e.is_usage(),
             Self::Modules(e) => e.is_usage(),
             Self::Unavailable(_) | Self::Refused(_) => true,
