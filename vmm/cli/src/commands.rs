@@ -178,61 +178,14 @@ fn print_summary(result: &run::RunResult) {
     }
 }
 
-/// `--pin`, `--host-node` and huge pages against this host, before anything is built.
-fn check_host(m: &crate::args::MachineArgs) -> Result<(), CommandError> {
-    let placement = m.placement();
-    vmm::memory_placement::check_host_placement(m.cpus, &m.memory, &placement, &m.nvdimm)
-        .map_err(VmError::from)?;
-    Ok(())
-}
-
-/// Preflight of a `run` (and of each boot of `crash-check`).
-fn preflight_run(a: &RunArgs, needs: &mut Needs) -> Result<(), CommandError> {
-    let spec = lab::run::RunRequest::from(a).spec(false)?;
-    if spec
-        .boot
-        .kernel
-        .as_deref()
-        .is_none_or(vmm::boot::looks_like_linux)
-    {
-        preflight::engine_on_this_host(a.engine.into(), true, needs).map_err(RunError::from)?;
-    }
-    // The options the resolved engine cannot honour, before any install or build.
-    lab::run::engine_for(&spec)?;
-    needs.image = a.boot.kernel.is_none();
-    Ok(())
-}
-
 /// `pmemvm preflight COMMAND...`: what `command` needs on this host that an
 /// install can provide; an error for anything it cannot (see [`lab::preflight`]).
 pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
     let mut needs = Needs::default();
     match command {
-        Command::Boot(a) => {
-            check_host(&a.machine)?;
-            if a.engine == crate::args::BootEngineArg::Nested {
-                let control = lab::run::RunControl {
-                    api: a.control.api.clone(),
-                    dump_on_panic: a.control.dump_on_panic.clone(),
-                };
-                if let Some(refusal) = lab::run::Engine::Nested.refusal(&a.machine.spec(), &control)
-                {
-                    return Err(RunError::from(refusal).into());
-                }
-                preflight::engine_on_this_host(lab::run::Engine::Nested, true, &mut needs)
-                    .map_err(RunError::from)?;
-                preflight::memory(
-                    lab::run::Engine::Nested.memory_on_host(a.machine.memory.size),
-                    preflight::mem_available(),
-                )
-                .map_err(RunError::from)?;
-            }
-            // --modules without --initrd boots the image's initramfs (its init loads them).
-            needs.image =
-                a.boot.kernel.is_none() || a.boot.modules.is_some() && a.boot.initrd.is_none();
-        }
-        Command::Run(a) => preflight_run(a, &mut needs)?,
-        Command::CrashCheck(a) => preflight_run(&a.run, &mut needs)?,
+        Command::Boot(a) => lab::boot::preflight(&a.into(), &mut needs)?,
+        Command::Run(a) => lab::run::RunRequest::from(a.as_ref()).preflight(&mut needs)?,
+        Command::CrashCheck(a) => lab::run::RunRequest::from(&a.run).preflight(&mut needs)?,
         Command::Suite(crate::suite_args::SuiteCommand::Ndctl(a)) => {
             crate::suite_commands::preflight(a)?;
             if !a.plan {

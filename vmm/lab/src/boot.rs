@@ -119,6 +119,30 @@ impl BootRequest {
     }
 }
 
+/// What this boot needs on this host that an install can provide (QEMU and
+/// the L1's tools for nested, the guest image), and an error for anything it
+/// cannot: the host placement, the nested engine's refusals and memory.
+pub fn preflight(req: &BootRequest, needs: &mut preflight::Needs) -> Result<(), BootError> {
+    let m = &req.machine;
+    vmm::memory_placement::check_host_placement(m.cpus, &m.memory_spec(), &m.placement, &m.nvdimms)
+        .map_err(VmError::from)?;
+    if req.nested {
+        if let Some(refusal) = Engine::Nested.refusal(m, &req.control) {
+            return Err(RunError::from(refusal).into());
+        }
+        preflight::engine_on_this_host(Engine::Nested, true, needs).map_err(RunError::from)?;
+        preflight::memory(
+            Engine::Nested.memory_on_host(m.memory),
+            preflight::mem_available(),
+        )
+        .map_err(RunError::from)?;
+    }
+    // --modules without --initrd boots the image's initramfs (its init loads them).
+    needs.image =
+        req.files.kernel.is_none() || req.files.modules.is_some() && req.files.initrd.is_none();
+    Ok(())
+}
+
 /// `pmemvm boot --engine nested`: the guest under pmemvm inside the L1, its
 /// console on this terminal.
 fn boot_nested(req: &BootRequest) -> Result<u8, BootError> {

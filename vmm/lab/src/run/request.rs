@@ -218,6 +218,25 @@ impl RunRequest {
         check_inputs(&spec)?;
         Ok(spec)
     }
+
+    /// What this run needs on this host that an install can provide (QEMU,
+    /// the guest image), and an error for anything it cannot: everything
+    /// [`Self::spec`] checks (creating nothing), the engine and what it
+    /// refuses — before any install or build.
+    pub fn preflight(&self, needs: &mut crate::preflight::Needs) -> Result<(), RunError> {
+        let spec = self.spec(false)?;
+        if spec
+            .boot
+            .kernel
+            .as_deref()
+            .is_none_or(vmm::boot::looks_like_linux)
+        {
+            crate::preflight::engine_on_this_host(self.engine, true, needs)?;
+        }
+        super::engine_for(&spec)?;
+        needs.image = self.boot.kernel.is_none();
+        Ok(())
+    }
 }
 
 #[cfg(test)]
