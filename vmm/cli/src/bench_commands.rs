@@ -30,9 +30,12 @@ pub(crate) fn bench_request(args: &BenchArgs) -> BenchRequest {
         out,
         engine: args.engine.into(),
         timeout: std::time::Duration::from_secs(args.timeout),
-        kernel: args.kernel.clone(),
-        initrd: args.initrd.clone(),
-        modules: args.modules.clone(),
+        boot: vmm::config::BootFiles {
+            kernel: args.kernel.clone(),
+            initrd: args.initrd.clone(),
+            modules: args.modules.clone(),
+            ..Default::default()
+        },
         only: args.only.clone(),
         // Every boot in a fresh process of this binary (lab::child).
         runner: std::env::current_exe().map_or(Runner::InProcess, Runner::Child),

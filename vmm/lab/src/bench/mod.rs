@@ -105,12 +105,9 @@ pub struct BenchRequest {
     pub engine: Engine,
     /// Per-boot timeout.
     pub timeout: Duration,
-    /// Kernel override (all sides without their own).
-    pub kernel: Option<PathBuf>,
-    /// Initrd override (all sides without their own).
-    pub initrd: Option<PathBuf>,
-    /// Kernel modules (`--modules DIR`) of all sides without their own.
-    pub modules: Option<PathBuf>,
+    /// The kernel, initrd and `--modules` of all sides without their own (no
+    /// command line: each side's comes from the experiment or its `append=`).
+    pub boot: vmm::config::BootFiles,
     /// Run only this boot of this side (`--only SIDE:BOOT`, one Slurm array task).
     pub only: Option<Task>,
     /// Where each boot runs.
@@ -222,7 +219,8 @@ pub fn plan(
 /// initrd, and no `--kernel`/`--initrd` for it.
 pub fn uses_image(req: &BenchRequest, plan: &ExperimentPlan) -> bool {
     plan.sides.iter().any(|s| {
-        s.kernel.is_none() && req.kernel.is_none() || s.initrd.is_none() && req.initrd.is_none()
+        s.kernel.is_none() && req.boot.kernel.is_none()
+            || s.initrd.is_none() && req.boot.initrd.is_none()
     })
 }
 
@@ -287,12 +285,12 @@ pub fn prepare(
 /// A side's modules (its own, else `--modules`), checked against the kernel it boots (its
 /// own, `--kernel`, or the guest image's where there is one).
 fn side_modules(side: &Side, req: &BenchRequest) -> Result<Option<PathBuf>, BenchError> {
-    let modules = side.modules.clone().or_else(|| req.modules.clone());
+    let modules = side.modules.clone().or_else(|| req.boot.modules.clone());
     if let Some(dir) = &modules {
         let kernel = side
             .kernel
             .clone()
-            .or_else(|| req.kernel.clone())
+            .or_else(|| req.boot.kernel.clone())
             .or_else(|| guest_job::find_image_dir().ok().map(|i| i.vmlinux));
         if let Some(k) = kernel {
             crate::modules::ModuleTree::open(dir, &k).map_err(RunError::from)?;
@@ -312,9 +310,9 @@ struct SideFiles {
 /// `--modules`, else the guest image's (a side with its own kernel still needs the image's
 /// initramfs for the job). Modules are checked against the kernel here, before any boot.
 fn side_files(side: &Side, req: &BenchRequest) -> Result<SideFiles, BenchError> {
-    let kernel = side.kernel.clone().or_else(|| req.kernel.clone());
+    let kernel = side.kernel.clone().or_else(|| req.boot.kernel.clone());
     let modules = side_modules(side, req)?;
-    let mut initrd = side.initrd.clone().or_else(|| req.initrd.clone());
+    let mut initrd = side.initrd.clone().or_else(|| req.boot.initrd.clone());
     if let (Some(k), None) = (&kernel, &initrd) {
         let image = guest_job::image_for(guest_job::ImageNeed::SideInitrd {
             side: side.label.clone(),
