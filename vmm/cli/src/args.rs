@@ -158,13 +158,16 @@ pub struct MachineArgs {
     /// Bind guest RAM and every NVDIMM mapping to this host NUMA node (strict).
     #[arg(long, value_name = "N")]
     pub host_node: Option<u32>,
-    /// An NVDIMM: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,hugepages][,node=N][,badblocks=OFF+LEN[:...]]. Repeat for more.
+    /// An NVDIMM: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,hugepages][,node=N][,badblocks=OFF+LEN[:...]][,record=DIR]. Repeat for more.
     ///
     /// SIZE is the guest's persistent-memory region, a multiple of 16 MiB. The
     /// backing file holds the region, then the label area (label-size, default
     /// 128K; 0 = label-less), then a 4 KiB identity page with the DIMM's serial:
     /// SIZE + label-size + 4K bytes. node=N puts the DIMM in guest NUMA node N
-    /// (default: DIMM i in node i+1; the vCPUs and RAM are node 0).
+    /// (default: DIMM i in node i+1; the vCPUs and RAM are node 0). prealloc
+    /// allocates the file's blocks up front; hugepages maps a file on hugetlbfs;
+    /// badblocks= starts the DIMM with those byte ranges bad (media errors);
+    /// record=DIR logs every guest flush for crash images (docs/crash-consistency.md).
     #[arg(long, value_parser = parse_nvdimm, value_name = "SPEC")]
     pub nvdimm: Vec<NvdimmSpec>,
     /// A disk image the guest sees as a virtio block device (/dev/vda, /dev/vdb, ... in

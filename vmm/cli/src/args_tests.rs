@@ -67,3 +67,15 @@ fn a_machine_file_replaces_the_options_and_reads_back_the_same_machine() {
         .to_string()
         .contains("/no/such/machine.json"));
 }
+
+#[test]
+fn the_nvdimm_help_names_every_key_the_parser_takes() {
+    use clap::CommandFactory;
+    let help = Machine::command().render_long_help().to_string();
+    for (key, _) in vmm::config::NVDIMM_KEYS {
+        assert!(
+            help.contains(&format!(",{key}")),
+            "--nvdimm's help does not name {key}:\n{help}"
+        );
+    }
+}

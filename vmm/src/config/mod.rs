@@ -235,6 +235,19 @@ fn parse_node(text: &str) -> Result<u32, ConfigError> {
     }
 }
 
+/// The keys `--nvdimm SIZE,KEY[=VALUE],...` accepts, each with a value it
+/// takes (empty: a flag) — for help texts and their test.
+pub const NVDIMM_KEYS: &[(&str, &str)] = &[
+    ("file", "/tmp/pmemvm-keys.img"),
+    ("readonly", ""),
+    ("label-size", "0"),
+    ("prealloc", ""),
+    ("hugepages", ""),
+    ("node", "1"),
+    ("badblocks", "0+512"),
+    ("record", "/tmp/pmemvm-keys-rec"),
+];
+
 impl std::str::FromStr for NvdimmSpec {
     type Err = ConfigError;
 
@@ -384,6 +397,19 @@ fn parse_label_size(text: &str) -> Result<u64, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_listed_nvdimm_key_parses_and_prints_back() {
+        for (key, value) in NVDIMM_KEYS {
+            let text = match value.is_empty() {
+                true => format!("16M,{key}"),
+                false => format!("16M,{key}={value}"),
+            };
+            let spec: NvdimmSpec = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert!(spec.to_string().contains(key), "{text} printed as {spec}");
+        }
+        assert!("16M,no-such-key".parse::<NvdimmSpec>().is_err());
+    }
 
     #[test]
     fn sizes() {
