@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use vmm::config::{BootFiles, ConsoleMode, MachineSpec, VmConfig, DEFAULT_CMDLINE};
 use vmm::exit_status;
-use vmm::vm::{Vm, VmError};
+use vmm::vm::VmError;
 
 use crate::engine::{Engine, EngineError, RunControl};
 use crate::guest_job::{image_for, ImageDir, ImageNeed, ImageUnavailable};
@@ -230,31 +230,12 @@ pub fn boot(req: &BootRequest) -> Result<u8, BootError> {
     }
     let mut config = req.config(kernel, initrd);
     config.initrd_append = modules;
-    // Bound first: a busy port or an existing path stops here, before the VM.
-    let gdb = req
-        .gdb
-        .as_ref()
-        .map(|(a, wait)| vmm::gdb::GdbListener::bind(a, *wait))
-        .transpose()?;
-    let api = req
-        .control
-        .api
-        .as_deref()
-        .map(vmm::api::ApiListener::bind)
-        .transpose()?;
-    if let Some(f) = &req.control.dump_on_panic {
-        vmm::dump::check_new_file(f)?;
-    }
-    let mut vm = Vm::build(&config)?;
-    if let Some(listener) = gdb {
-        vm.attach_gdb(listener);
-    }
-    if let Some(listener) = api {
-        vm.attach_api(listener);
-    }
-    if let Some(f) = &req.control.dump_on_panic {
-        vm.dump_on_panic(f.clone())?;
-    }
+    let vm = crate::engine::build_with_controls(
+        &config,
+        req.gdb.as_ref().map(|(a, wait)| (a, *wait)),
+        &req.control,
+    )
+    .map_err(RunError::from)?;
     warn_if_host_cannot_run(&config.kernel);
     // The terminal is raw for the run when the console uses it (run_loop).
     let outcome = vm.run_with(vmm::run_loop::RunOptions {

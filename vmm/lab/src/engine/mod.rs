@@ -17,7 +17,7 @@ mod kind;
 mod pmemvm;
 mod qemu;
 pub use kind::{host_placement_option, Engine, Refusal, Unavailable, QEMU_PACKAGE};
-pub use pmemvm::Pmemvm;
+pub use pmemvm::{build_with_controls, Pmemvm};
 pub use qemu::Qemu;
 
 /// Errors of an engine before or while it boots a machine.
