@@ -20,9 +20,6 @@ pub enum CommandError {
     /// A job run.
     #[error(transparent)]
     Run(#[from] RunError),
-    /// `pmemvm boot`.
-    #[error(transparent)]
-    Boot(#[from] lab::boot::BootError),
     /// A benchmark.
     #[error(transparent)]
     Bench(#[from] BenchError),
@@ -70,7 +67,6 @@ impl CommandError {
         match self {
             Self::Vm(e) => e.is_usage(),
             Self::Run(e) => e.is_usage(),
-            Self::Boot(e) => e.is_usage(),
             Self::Bench(e) => e.is_usage(),
             Self::Kconfig(e) => e.is_usage(),
             Self::Merge(e) => e.is_usage(),

@@ -2,7 +2,8 @@
 //! (pmemvm inside a QEMU TCG L1), with the debugger, the control socket and
 //! the panic dump when asked for. The command hands over a [`BootRequest`]
 //! (the machine and its boot files as the user gave them) and maps the
-//! [`BootError`] to its exit status.
+//! [`RunError`] (the run's errors: the same inputs, engines and endpoints) to
+//! its exit status.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,43 +17,6 @@ use crate::guest_job::{image_for, ImageDir, ImageNeed, ImageUnavailable};
 use crate::nested::NestedError;
 use crate::preflight;
 use crate::run::{self, RunError, RunSpec};
-
-/// Errors of `pmemvm boot`.
-#[derive(Debug, thiserror::Error)]
-pub enum BootError {
-    /// Building or running pmemvm's VM.
-    #[error(transparent)]
-    Vm(#[from] VmError),
-    /// The guest image was needed and is not there.
-    #[error(transparent)]
-    Image(#[from] ImageUnavailable),
-    /// The inputs, the engine or the nested L1.
-    #[error(transparent)]
-    Run(#[from] RunError),
-    /// The debugger's endpoint.
-    #[error(transparent)]
-    Gdb(#[from] vmm::gdb::GdbError),
-    /// `--api`.
-    #[error(transparent)]
-    Api(#[from] vmm::api::ApiError),
-    /// `--dump-on-panic`.
-    #[error(transparent)]
-    Dump(#[from] vmm::dump::DumpError),
-}
-
-impl BootError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
-        match self {
-            Self::Vm(e) => e.is_usage(),
-            Self::Image(_) => true,
-            Self::Run(e) => e.is_usage(),
-            Self::Gdb(e) => e.is_usage(),
-            Self::Api(e) => e.is_usage(),
-            Self::Dump(e) => e.is_usage(),
-        }
-    }
-}
 
 /// What `pmemvm boot` was asked.
 #[derive(Debug, Clone)]
@@ -122,13 +86,13 @@ impl BootRequest {
 /// What this boot needs on this host that an install can provide (QEMU and
 /// the L1's tools for nested, the guest image), and an error for anything it
 /// cannot: the host placement, the nested engine's refusals and memory.
-pub fn preflight(req: &BootRequest, needs: &mut preflight::Needs) -> Result<(), BootError> {
+pub fn preflight(req: &BootRequest, needs: &mut preflight::Needs) -> Result<(), RunError> {
     let m = &req.machine;
     vmm::memory_placement::check_host_placement(m.cpus, &m.memory_spec(), &m.placement, &m.nvdimms)
         .map_err(VmError::from)?;
     if req.nested {
         if let Some(refusal) = Engine::Nested.refusal(m, &req.control) {
-            return Err(RunError::from(refusal).into());
+            return Err(refusal.into());
         }
         preflight::engine_on_this_host(Engine::Nested, true, needs).map_err(RunError::from)?;
         preflight::memory(
@@ -145,11 +109,14 @@ pub fn preflight(req: &BootRequest, needs: &mut preflight::Needs) -> Result<(), 
 
 /// `pmemvm boot --engine nested`: the guest under pmemvm inside the L1, its
 /// console on this terminal.
-fn boot_nested(req: &BootRequest) -> Result<u8, BootError> {
-    let refuse =
-        |what| Err(RunError::from(EngineError::from(NestedError::Unsupported(what))).into());
+fn boot_nested(req: &BootRequest) -> Result<u8, RunError> {
+    let refuse = |what| {
+        Err(RunError::from(EngineError::from(NestedError::Unsupported(
+            what,
+        ))))
+    };
     if let Some(refusal) = Engine::Nested.refusal(&req.machine, &req.control) {
-        return Err(RunError::from(refusal).into());
+        return Err(refusal.into());
     }
     if req.console_log || req.channel.is_some() {
         return refuse("--console-log/--channel of boot");
@@ -201,13 +168,13 @@ fn boot_nested(req: &BootRequest) -> Result<u8, BootError> {
         gdb: req.gdb.as_ref().map(|(a, wait)| (a, *wait)),
         api: req.control.api.as_deref(),
     };
-    Ok(crate::nested::boot_interactive(&boot, &qemu)
+    crate::nested::boot_interactive(&boot, &qemu)
         .map_err(EngineError::from)
-        .map_err(RunError::from)?)
+        .map_err(RunError::from)
 }
 
 /// `pmemvm boot`: returns the exit status.
-pub fn boot(req: &BootRequest) -> Result<u8, BootError> {
+pub fn boot(req: &BootRequest) -> Result<u8, RunError> {
     if req.nested {
         return boot_nested(req);
     }
