@@ -14,7 +14,6 @@ impl From<&BootArgs> for lab::boot::BootRequest {
                 a.console.console || a.console.console_log.is_none(),
                 a.console.console_log.clone(),
             ),
-            console_log: a.console.console_log.is_some(),
             channel: a.channel.clone(),
             timeout: a.timeout.map(std::time::Duration::from_secs),
             nested: a.engine == BootEngineArg::Nested,

@@ -25,10 +25,8 @@ pub struct BootRequest {
     pub files: BootFiles,
     /// The machine.
     pub machine: MachineSpec,
-    /// COM1: the terminal, a file or both.
+    /// COM1: the terminal, a file (`--console-log`) or both.
     pub console: ConsoleMode,
-    /// `--console-log` was given (refused nested, where the console is the terminal's).
-    pub console_log: bool,
     /// COM2 (the data channel) into this file.
     pub channel: Option<PathBuf>,
     /// End the guest after this long.
@@ -118,7 +116,8 @@ fn boot_nested(req: &BootRequest) -> Result<u8, RunError> {
     if let Some(refusal) = Engine::Nested.refusal(&req.machine, &req.control) {
         return Err(refusal.into());
     }
-    if req.console_log || req.channel.is_some() {
+    // Nested, the console is the terminal's through both levels: no file.
+    if req.console.file().is_some() || req.channel.is_some() {
         return refuse("--console-log/--channel of boot");
     }
     if req.files.modules.is_some() {
@@ -252,7 +251,6 @@ mod tests {
             },
             machine: MachineSpec::default(),
             console: ConsoleMode::Null,
-            console_log: false,
             channel: None,
             timeout: None,
             nested,
