@@ -119,6 +119,15 @@ pub struct BootFiles {
 }
 
 impl BootFiles {
+    /// Whether it boots Linux: the guest image's (no kernel), or a kernel
+    /// file that looks like one (ELF vmlinux or bzImage; a tiny test
+    /// payload does not).
+    pub fn boots_linux(&self) -> bool {
+        self.kernel
+            .as_deref()
+            .is_none_or(crate::boot::looks_like_linux)
+    }
+
     /// The kernel command line: `cmdline` or `default`, then the appended words.
     pub fn cmdline_or(&self, default: &str) -> String {
         super::join_cmdline(self.cmdline.as_deref().unwrap_or(default), &self.append)
@@ -189,6 +198,20 @@ mod tests {
         // Only cpus and memory are needed; the rest defaults.
         let bare: MachineSpec = serde_json::from_str(r#"{"cpus":2,"memory":1024}"#).unwrap();
         assert_eq!((bare.cpus, bare.nvdimms.len()), (2, 0));
+    }
+
+    #[test]
+    fn the_guest_images_kernel_is_linux_and_a_payload_is_not() {
+        assert!(BootFiles::default().boots_linux());
+        let payload =
+            std::env::temp_dir().join(format!("pmemvm-payload-{}.bin", std::process::id()));
+        std::fs::write(&payload, b"not a kernel").unwrap();
+        let b = BootFiles {
+            kernel: Some(payload.clone()),
+            ..BootFiles::default()
+        };
+        assert!(!b.boots_linux());
+        std::fs::remove_file(&payload).unwrap();
     }
 
     #[test]

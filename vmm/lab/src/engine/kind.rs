@@ -71,7 +71,7 @@ pub enum Refusal {
 /// The first of `--pin`, `--host-node`, huge RAM pages and huge DIMM pages
 /// that `machine` asks for: what places the guest on this host, which only
 /// pmemvm on this host's KVM does.
-pub fn host_placement_option(machine: &MachineSpec) -> Option<&'static str> {
+fn host_placement_option(machine: &MachineSpec) -> Option<&'static str> {
     if !machine.placement.pin.is_empty() {
         Some("--pin")
     } else if machine.placement.host_node.is_some() {

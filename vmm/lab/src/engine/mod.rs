@@ -16,7 +16,7 @@ use crate::qemu::QemuAccel;
 mod kind;
 mod pmemvm;
 mod qemu;
-pub use kind::{host_placement_option, Engine, Refusal, Unavailable, QEMU_PACKAGE};
+pub use kind::{Engine, Refusal, Unavailable, QEMU_PACKAGE};
 pub use pmemvm::{build_with_controls, Pmemvm};
 pub use qemu::Qemu;
 

@@ -195,11 +195,7 @@ pub const JOB_CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 loglevel=4 swi
 pub fn engine_for(spec: &RunSpec) -> Result<Engine, RunError> {
     let kvm = HostKvm::probe();
     // A guest that is not Linux (e.g. a test payload) may still run on a PVM KVM.
-    let linux = spec
-        .boot
-        .kernel
-        .as_deref()
-        .is_none_or(vmm::boot::looks_like_linux);
+    let linux = spec.boot.boots_linux();
     let engine = match spec.engine.resolve(&kvm) {
         Err(engine::Unavailable::HostCannotRunLinux(_)) if !linux => Engine::Pmemvm,
         other => other?,

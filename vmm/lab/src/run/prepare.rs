@@ -40,11 +40,7 @@ pub(super) fn boot_files(
     spec: &RunSpec,
     engine: Engine,
 ) -> Result<(PathBuf, Option<PathBuf>, Option<ImageDir>), RunError> {
-    let linux = spec
-        .boot
-        .kernel
-        .as_deref()
-        .is_none_or(vmm::boot::looks_like_linux);
+    let linux = spec.boot.boots_linux();
     Ok(match &spec.boot.kernel {
         Some(k) if linux && spec.boot.initrd.is_none() => {
             let image = guest_job::image_for(ImageNeed::JobInitrd { kernel: k.clone() })?;

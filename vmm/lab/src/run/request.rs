@@ -225,12 +225,7 @@ impl RunRequest {
     /// refuses — before any install or build.
     pub fn preflight(&self, needs: &mut crate::preflight::Needs) -> Result<(), RunError> {
         let spec = self.spec(false)?;
-        if spec
-            .boot
-            .kernel
-            .as_deref()
-            .is_none_or(vmm::boot::looks_like_linux)
-        {
+        if spec.boot.boots_linux() {
             crate::preflight::engine_on_this_host(self.engine, true, needs)?;
         }
         super::engine_for(&spec)?;
