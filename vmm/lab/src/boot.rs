@@ -159,7 +159,7 @@ fn boot_nested(req: &BootRequest) -> Result<u8, RunError> {
             engine: "nested",
         }))?;
     let config = req.config(kernel, initrd);
-    let boot = crate::nested::InteractiveBoot {
+    let boot = crate::engine::nested::InteractiveBoot {
         kernel: &config.kernel,
         initrd: config.initrd.as_deref(),
         cmdline: &config.cmdline,
@@ -167,7 +167,7 @@ fn boot_nested(req: &BootRequest) -> Result<u8, RunError> {
         gdb: req.gdb.as_ref().map(|(a, wait)| (a, *wait)),
         api: req.control.api.as_deref(),
     };
-    crate::nested::boot_interactive(&boot, &qemu)
+    crate::engine::nested::boot_interactive(&boot, &qemu)
         .map_err(EngineError::from)
         .map_err(RunError::from)
 }

@@ -14,6 +14,7 @@ use vmm::vm::VmError;
 use crate::qemu::QemuAccel;
 
 mod kind;
+pub mod nested;
 mod pmemvm;
 mod qemu;
 pub use kind::{Engine, Refusal, Unavailable, QEMU_PACKAGE};
@@ -174,7 +175,7 @@ pub fn for_engine(engine: Engine, kvm: &HostKvm) -> Result<Box<dyn GuestEngine>,
             let qemu = crate::qemu::find_qemu().ok_or(Unavailable::NoQemu {
                 engine: Engine::Nested.name(),
             })?;
-            Box::new(crate::nested::NestedEngine::new(qemu)?)
+            Box::new(nested::NestedEngine::new(qemu)?)
         }
     })
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 /// Says where QEMU (`qemu`) listens for gdb and what it cannot do there,
 /// and returns the words pmemvm in the L1 gets: `--gdb` on the L1's gdb
 /// port ([`super::l1::GDB_TTY`]), and `--gdb-wait` with `wait`.
-pub(super) fn l1_args(qemu: &Path, addr: &vmm::gdb::GdbAddr, wait: bool) -> Vec<String> {
+pub(crate) fn l1_args(qemu: &Path, addr: &vmm::gdb::GdbAddr, wait: bool) -> Vec<String> {
     if let Some(w) = crate::qemu::version_of(qemu).and_then(crate::qemu::nested_gdb_warning) {
         eprintln!("pmemvm: warning: --engine nested: {w}");
     }
@@ -24,14 +24,14 @@ pub(super) fn l1_args(qemu: &Path, addr: &vmm::gdb::GdbAddr, wait: bool) -> Vec<
 /// control socket): its stderr (the L1's `.l1/stderr` in the share) is not
 /// shown while a job runs, and a client that connects before pmemvm opens
 /// its serial port loses its first bytes.
-pub(super) struct Announcer {
+pub(crate) struct Announcer {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Announcer {
     /// Announces gdb's stub at `addr` once pmemvm in the L1 said it listens.
-    pub(super) fn start(stderr: PathBuf, addr: String) -> Self {
+    pub(crate) fn start(stderr: PathBuf, addr: String) -> Self {
         Self::when(
             stderr,
             vmm::gdb::server::LISTENING.to_string(),
@@ -44,7 +44,7 @@ impl Announcer {
 
     /// Announces the control socket at `path` once pmemvm in the L1 serves
     /// it on [`super::l1::API_TTY`].
-    pub(super) fn api(stderr: PathBuf, path: &Path) -> Self {
+    pub(crate) fn api(stderr: PathBuf, path: &Path) -> Self {
         Self::when(
             stderr,
             format!("{}{}", vmm::api::READY, super::l1::API_TTY),

@@ -19,24 +19,23 @@
 //! * [`share`]: what goes into the share (binaries, the command, mounts);
 //! * [`heartbeat`], [`wait`]: is the L1 still running, and the deadline loop;
 //! * [`stall`]: what a stopped L1 was doing (its vCPUs over QEMU's monitor);
-//! * [`engine`]: the [`crate::engine::GuestEngine`] of `run` and `bench`, and
-//!   the interactive `boot`.
+//!
+//! The engine of `run` and `bench` and the interactive `boot` built on them is
+//! [`crate::engine::nested`]: this module knows nothing of engines.
 //!
 //! The nested test harness (`tests/src/nested/`) is built on the same pieces.
 
 use std::path::PathBuf;
 
-pub mod engine;
-mod gdb;
+pub(crate) mod gdb;
 pub mod heartbeat;
 pub mod l1;
-mod placement;
+pub(crate) mod placement;
 pub mod prepare;
 pub mod share;
 pub mod stall;
 pub mod wait;
 
-pub use engine::{boot_interactive, InteractiveBoot, NestedEngine};
 pub use l1::{L1Failure, L1Options, L1Run, Mount};
 pub use prepare::{cache_dir, missing_tool_packages, prepare_l1, L1Image};
 

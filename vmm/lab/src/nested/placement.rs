@@ -16,7 +16,7 @@ use super::NestedError;
 
 /// Where a `record=` directory is in L1: its parent (which must exist)
 /// shared like a backing file's directory, the directory by its name there.
-pub(super) fn place_record_dir(dir: &Path, mounts: &mut Vec<Mount>) -> Result<String, NestedError> {
+pub(crate) fn place_record_dir(dir: &Path, mounts: &mut Vec<Mount>) -> Result<String, NestedError> {
     let bad = |why: String| NestedError::BackingFile {
         file: dir.to_path_buf(),
         why,
@@ -39,14 +39,14 @@ pub(super) fn place_record_dir(dir: &Path, mounts: &mut Vec<Mount>) -> Result<St
 
 /// The host-side locks of the user's backing files, held while the L1 runs.
 #[derive(Debug)]
-pub(super) struct HostLocks(#[allow(dead_code)] Vec<fs::File>);
+pub(crate) struct HostLocks(#[allow(dead_code)] Vec<fs::File>);
 
 /// Takes pmemvm's lock (`flock`, exclusive; shared for `readonly`) on an
 /// existing backing file on the host: pmemvm's own lock is taken in the L1,
 /// where QEMU's 9p server does not pass it on, so this one keeps a pmemvm on
 /// the host (or another nested one) off the file for the run. A file that
 /// does not exist yet is created by pmemvm in the L1 and not locked here.
-pub(super) fn lock_on_host(file: &Path, readonly: bool) -> Result<Option<fs::File>, NestedError> {
+pub(crate) fn lock_on_host(file: &Path, readonly: bool) -> Result<Option<fs::File>, NestedError> {
     let Ok(f) = fs::File::open(file) else {
         return Ok(None);
     };
@@ -64,7 +64,7 @@ pub(super) fn lock_on_host(file: &Path, readonly: bool) -> Result<Option<fs::Fil
 /// (one mount per directory, in `mounts`; locked on the host, see
 /// [`lock_on_host`]), a temporary one (`None`) as `temp_name` in the share
 /// (removed with it).
-pub(super) fn place_file(
+pub(crate) fn place_file(
     share: &Path,
     file: Option<&PathBuf>,
     temp_name: String,
@@ -105,7 +105,7 @@ pub(super) fn place_file(
 
 /// The 9p mount of host directory `host_dir` in L1 (`/host/dimmN`): the one
 /// already in `mounts`, or a new one added there.
-pub(super) fn mount_of(host_dir: PathBuf, mounts: &mut Vec<Mount>) -> Mount {
+pub(crate) fn mount_of(host_dir: PathBuf, mounts: &mut Vec<Mount>) -> Mount {
     if let Some(m) = mounts.iter().find(|m| m.host_dir == host_dir) {
         return m.clone();
     }
@@ -124,7 +124,7 @@ pub(super) fn mount_of(host_dir: PathBuf, mounts: &mut Vec<Mount>) -> Mount {
 /// temporary legacy ranges `legacyN.img` in the share; disks are always
 /// files), `record=` directories through their parents, and the mounts and
 /// host locks that takes. The L1 receives it serialized (`boot --machine`).
-pub(super) fn place_machine(
+pub(crate) fn place_machine(
     share: &Path,
     machine: &MachineSpec,
 ) -> Result<(MachineSpec, Vec<Mount>, HostLocks), NestedError> {
@@ -189,10 +189,10 @@ pub(super) fn place_machine(
 }
 
 /// The file in the share the L1's `pmemvm boot --machine` reads.
-pub(super) const MACHINE_FILE: &str = "machine.json";
+pub(crate) const MACHINE_FILE: &str = "machine.json";
 
 /// Writes `machine` (as the L1 sees it) into the share for `boot --machine`.
-pub(super) fn write_machine(share: &Path, machine: &MachineSpec) -> Result<(), NestedError> {
+pub(crate) fn write_machine(share: &Path, machine: &MachineSpec) -> Result<(), NestedError> {
     let json = serde_json::to_vec_pretty(machine).map_err(|e| NestedError::Io {
         what: "serialise the machine for the L1".into(),
         source: std::io::Error::other(e),
@@ -201,7 +201,7 @@ pub(super) fn write_machine(share: &Path, machine: &MachineSpec) -> Result<(), N
 }
 
 /// A file of the share by its path relative to the share.
-pub(super) fn in_share(share: &Path, path: &Path) -> Result<String, NestedError> {
+pub(crate) fn in_share(share: &Path, path: &Path) -> Result<String, NestedError> {
     path.strip_prefix(share)
         .map(|p| p.display().to_string())
         .map_err(|_| NestedError::BackingFile {

@@ -11,14 +11,13 @@ use std::time::Duration;
 
 use vmm::config::MachineSpec;
 
-use super::l1::{l1_command, run_l1, L1Options, INTERACTIVE_TTY};
-use super::placement::{in_share, place_machine, write_machine, MACHINE_FILE};
-use super::share::{forwarded_env, install_binary, l1_dir, tail, write_command};
-use super::{cache_dir, io_err, prepare_l1, L1Image, NestedError};
-use crate::engine::Engine;
-use crate::engine::{Ended, EngineError, GuestEngine, Machine};
+use super::{Ended, Engine, EngineError, GuestEngine, Machine};
+use crate::nested::l1::{l1_command, run_l1, L1Options, INTERACTIVE_TTY};
+use crate::nested::placement::{in_share, place_machine, write_machine, MACHINE_FILE};
+use crate::nested::share::{forwarded_env, install_binary, l1_dir, tail, write_command};
+use crate::nested::{cache_dir, io_err, prepare_l1, L1Image, NestedError};
 
-pub use super::prepare::L1_OVERHEAD_MIB;
+pub use crate::nested::prepare::L1_OVERHEAD_MIB;
 /// Time the L1 takes to boot and to set up under TCG, on top of a run's
 /// `--timeout`.
 pub const L1_BOOT_ALLOWANCE: Duration = Duration::from_secs(240);
@@ -123,10 +122,10 @@ impl NestedEngine {
         fs::write(share.join("initrd"), initrd).map_err(io_err("write the job initrd"))?;
         let mut argv = boot_argv("kernel", Some("initrd"), m.cmdline);
         if let Some((addr, wait)) = m.gdb {
-            argv.extend(super::gdb::l1_args(&self.qemu, addr, wait));
+            argv.extend(crate::nested::gdb::l1_args(&self.qemu, addr, wait));
         }
         if api.is_some() {
-            argv.extend(["--api".to_string(), super::l1::API_TTY.to_string()]);
+            argv.extend(["--api".to_string(), crate::nested::l1::API_TTY.to_string()]);
         }
         argv.extend([
             "--console-log".to_string(),
@@ -146,17 +145,17 @@ impl NestedEngine {
             cpus: l1_cpus(m.spec.cpus, host_cpus()),
             mounts,
             interactive: false,
-            gdb: m.gdb.map(|(addr, _)| super::l1::gdb_chardev(addr)),
+            gdb: m.gdb.map(|(addr, _)| crate::nested::l1::gdb_chardev(addr)),
             api: api.map(Path::to_path_buf),
         };
         let l1 = l1_dir(share);
         let console = l1.join("l1-console.log");
         let cmd = l1_command(&self.qemu, &self.l1, &opts, &console, share);
         log::info!("running the L1: {cmd:?}");
-        let announcer = m
-            .gdb
-            .map(|(addr, _)| super::gdb::Announcer::start(l1.join("stderr"), addr.to_string()));
-        let api_announcer = api.map(|p| super::gdb::Announcer::api(l1.join("stderr"), p));
+        let announcer = m.gdb.map(|(addr, _)| {
+            crate::nested::gdb::Announcer::start(l1.join("stderr"), addr.to_string())
+        });
+        let api_announcer = api.map(|p| crate::nested::gdb::Announcer::api(l1.join("stderr"), p));
         let _socket = api.map(QemuSocket);
         let run = run_l1(
             cmd,
@@ -189,7 +188,7 @@ impl NestedEngine {
                     tail(&stderr, 20)
                 );
             }
-            Err(e @ super::L1Failure::Deadline { .. }) => {
+            Err(e @ crate::nested::L1Failure::Deadline { .. }) => {
                 ended.status = Some(vmm::exit_status::TIMED_OUT);
                 ended.error = Some(format!(
                     "the guest did not finish within {} s (use --timeout to allow more; the L1 VM gets {} s more to boot): {e}",
@@ -197,7 +196,7 @@ impl NestedEngine {
                     L1_BOOT_ALLOWANCE.as_secs()
                 ));
             }
-            Err(super::L1Failure::Signal { signal }) => {
+            Err(crate::nested::L1Failure::Signal { signal }) => {
                 ended.status = u8::try_from(128 + signal).ok();
                 ended.error = Some(format!("stopped by signal {signal}; the L1 VM was killed"));
             }
@@ -295,10 +294,10 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
     }
     let mut argv = boot_argv("kernel", b.initrd.map(|_| "initrd"), b.cmdline);
     if let Some((addr, wait)) = b.gdb {
-        argv.extend(super::gdb::l1_args(qemu, addr, wait));
+        argv.extend(crate::nested::gdb::l1_args(qemu, addr, wait));
     }
     if b.api.is_some() {
-        argv.extend(["--api".to_string(), super::l1::API_TTY.to_string()]);
+        argv.extend(["--api".to_string(), crate::nested::l1::API_TTY.to_string()]);
     }
     install_binary(&share.0, "pmemvm", &pmemvm, true)?;
     let words: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -308,7 +307,7 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
         cpus: l1_cpus(b.spec.cpus, host_cpus()),
         mounts,
         interactive: true,
-        gdb: b.gdb.map(|(addr, _)| super::l1::gdb_chardev(addr)),
+        gdb: b.gdb.map(|(addr, _)| crate::nested::l1::gdb_chardev(addr)),
         api: b.api.map(Path::to_path_buf),
     };
     let l1 = l1_dir(&share.0);
@@ -343,7 +342,7 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
             Ok(u8::try_from(run.status).unwrap_or(vmm::exit_status::RUNTIME_ERROR))
         }
         // As `boot` on the other engines: 128 + N, the terminal given back.
-        Err(super::L1Failure::Signal { signal }) => {
+        Err(crate::nested::L1Failure::Signal { signal }) => {
             eprintln!("pmemvm: stopped by signal {signal}; the L1 VM was killed");
             Ok(u8::try_from(128 + signal).unwrap_or(vmm::exit_status::RUNTIME_ERROR))
         }
