@@ -83,19 +83,46 @@ fn slurm_tasks_carry_the_placement_as_typed() {
         shared.to_str().unwrap(),
     ]);
     assert_eq!(out.status, Some(0), "{}", out.dump());
+    // Each task runs the request --slurm serialized, not options spelled again.
     let script = std::fs::read_to_string(shared.join("bench.sbatch")).unwrap();
-    for want in ["--pin 0", "--host-node 0", "--memory 2147483648,thp"] {
-        assert!(script.contains(want), "{want} missing:\n{script}");
-    }
-    // The forwarded value parses back as the same option.
+    let request = shared.join("request.json");
+    assert!(
+        script.contains(&format!("--request {}", request.display())),
+        "{script}"
+    );
+    let text = std::fs::read_to_string(&request).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let r = &json["request"];
+    assert_eq!(r["engine"], "pmemvm", "{text}");
+    assert_eq!(r["memory"], 2u64 << 30, "{text}");
+    assert_eq!(r["ram_pages"], "Thp", "{text}");
+    assert_eq!(r["placement"]["pin"], serde_json::json!([0]), "{text}");
+    assert_eq!(r["placement"]["host_node"], 0, "{text}");
+    // A task reads it back as the same bench: its plan has the RAM asked for.
     let out = pmemvm(&[
         "bench",
         "pmem-nowait",
-        "--memory",
-        "2147483648,thp",
-        "--pin",
-        "0",
+        "--request",
+        request.to_str().unwrap(),
         "--plan",
+        "--json",
     ]);
     assert_eq!(out.status, Some(0), "{}", out.dump());
+    let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(plan["guest_mem_mib"], 2048, "{}", out.stdout);
+    // A request of another experiment is refused in one sentence, status 2.
+    let out = pmemvm(&[
+        "bench",
+        "pmem-verify",
+        "--request",
+        request.to_str().unwrap(),
+        "--plan",
+    ]);
+    assert_eq!(out.status, Some(2), "{}", out.dump());
+    assert!(
+        out.stderr
+            .contains("is a request of experiment pmem-nowait, not pmem-verify"),
+        "{}",
+        out.dump()
+    );
 }

@@ -518,7 +518,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SIDE:BOOT", value_parser = lab::fleet::task::parse_arg, conflicts_with_all = ["plan", "slurm"])]
     pub only: Option<lab::fleet::task::Task>,
     /// Write SHARED_DIR/bench.sbatch (a Slurm job array: one task per side and boot),
-    /// report.sbatch (the merge) and submit.sh instead of running anything; needs --out.
+    /// report.sbatch (the merge), submit.sh and request.json (the bench every task runs)
+    /// instead of running anything; needs --out.
     #[arg(long, requires = "out", conflicts_with = "plan")]
     pub slurm: bool,
     /// Exit 1 when the experiment's verify job fails (fio found other data than it wrote).
@@ -532,6 +533,10 @@ pub struct BenchArgs {
     /// pmemvm and nested.
     #[arg(long, value_name = "PATH")]
     pub api: Option<PathBuf>,
+    /// (Internal: what a Slurm array task runs.) The bench request `--slurm` wrote: it
+    /// replaces every option but `--only` and `--out`.
+    #[arg(long, hide = true, value_name = "FILE", conflicts_with = "slurm")]
+    pub request: Option<PathBuf>,
 }
 
 #[cfg(test)]

@@ -9,14 +9,26 @@ use crate::error::CommandError;
 use lab::bench::{BenchRequest, Runner};
 use vmm::exit_status;
 
-pub(crate) fn bench_request(args: &BenchArgs) -> BenchRequest {
+/// The request of `args`; for a Slurm task (`--request FILE`), the one in the file with the
+/// task's own `--only` and `--out`.
+pub(crate) fn bench_request(args: &BenchArgs) -> Result<BenchRequest, lab::bench::BenchError> {
     let out = args.out.clone().unwrap_or_else(|| {
         let secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         PathBuf::from(format!("pmemvm-bench/{}-{secs}", args.experiment))
     });
-    BenchRequest {
+    // Every boot in a fresh process of this binary (lab::child).
+    let runner = std::env::current_exe().map_or(Runner::InProcess, Runner::Child);
+    if let Some(file) = &args.request {
+        return Ok(BenchRequest {
+            only: args.only.clone(),
+            out,
+            runner,
+            ..lab::bench::request_file::read(file, &args.experiment)?
+        });
+    }
+    Ok(BenchRequest {
         experiment: args.experiment.clone(),
         runs: args.runs,
         cpus: args.cpus,
@@ -37,20 +49,20 @@ pub(crate) fn bench_request(args: &BenchArgs) -> BenchRequest {
             ..Default::default()
         },
         only: args.only.clone(),
-        // Every boot in a fresh process of this binary (lab::child).
-        runner: std::env::current_exe().map_or(Runner::InProcess, Runner::Child),
+        runner,
         ram_pages: args.memory.map(|m| m.pages).unwrap_or_default(),
         placement: vmm::placement::Placement {
             host_node: args.host_node,
             ..args.pin.clone().unwrap_or_default()
         },
         api: args.api.clone(),
-    }
+        fail_on_check: args.fail_on_check,
+    })
 }
 
 /// `pmemvm bench`: 0 when every run succeeded.
 pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
-    let req = bench_request(args);
+    let req = bench_request(args)?;
     if args.plan {
         let (_, plan) = lab::bench::plan(&req)?;
         if args.json {
@@ -65,7 +77,7 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
         return Ok(0);
     }
     if args.slurm {
-        return crate::fleet_commands::slurm(args, &req);
+        return crate::fleet_commands::slurm(&req);
     }
     let outcome = lab::bench::bench(&req)?;
     println!("{}", outcome.report.render_text());
@@ -109,7 +121,7 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
             "[bench] verify ({}): {}{}",
             r.verify_job(),
             v.summary,
-            match (verify_results, args.fail_on_check) {
+            match (verify_results, req.fail_on_check) {
                 (0, _) => String::new(),
                 (_, false) =>
                     " — a result of the experiment, not a failure of pmemvm (exit status 0 \
@@ -147,6 +159,6 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
         return Ok(u8::try_from(128 + sig).unwrap_or(exit_status::RUNTIME_ERROR));
     }
     Ok(lab::report::bench_exit_status(
-        &r.exit_failures(args.fail_on_check),
+        &r.exit_failures(req.fail_on_check),
     ))
 }

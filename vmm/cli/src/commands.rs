@@ -198,17 +198,17 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
             }
         }
         Command::Bench(a) if a.plan => {
-            lab::bench::plan(&crate::bench_commands::bench_request(a))?;
+            lab::bench::plan(&crate::bench_commands::bench_request(a)?)?;
         }
         Command::Bench(a) if a.slurm => {
             // The tasks check their own node; the image they boot is built here, on the
             // shared file system the nodes read it from.
-            let req = crate::bench_commands::bench_request(a);
+            let req = crate::bench_commands::bench_request(a)?;
             let (_, plan) = lab::bench::plan(&req)?;
             needs.image = lab::bench::uses_image(&req, &plan);
         }
         Command::Bench(a) => {
-            lab::bench::prepare(&crate::bench_commands::bench_request(a), true, &mut needs)?;
+            lab::bench::prepare(&crate::bench_commands::bench_request(a)?, true, &mut needs)?;
         }
         Command::Acpi(_)
         | Command::Ctl(_)

@@ -3,7 +3,7 @@
 
 use lab::bench::BenchRequest;
 
-use crate::args::{BenchArgs, ReportArgs};
+use crate::args::ReportArgs;
 use crate::error::CommandError;
 
 /// `pmemvm report`: the merged report on stdout (files in `--out`); 0 when every planned boot
@@ -60,7 +60,7 @@ pub fn report(args: &ReportArgs) -> Result<u8, CommandError> {
 /// scaling; the engine is the nodes' business, except that `--engine qemu|nested` with
 /// `--pin`/`--host-node`/huge pages is refused here) and that DIR can be made, and writes
 /// the scripts.
-pub fn slurm(args: &BenchArgs, req: &BenchRequest) -> Result<u8, CommandError> {
+pub fn slurm(req: &BenchRequest) -> Result<u8, CommandError> {
     let (_, plan) = lab::bench::plan(req)?;
     // An engine named outright that cannot honour host placement would fail every task
     // (`auto` is resolved on each node).
@@ -77,13 +77,7 @@ pub fn slurm(args: &BenchArgs, req: &BenchRequest) -> Result<u8, CommandError> {
     }
     lab::preflight::output_dir(&req.out).map_err(lab::bench::BenchError::from)?;
     let sides: Vec<String> = plan.sides.iter().map(|s| s.label.clone()).collect();
-    let job = lab::fleet::slurm::job_for(
-        &args.experiment,
-        &sides,
-        args.runs,
-        forwarded_args(args),
-        &req.out,
-    )?;
+    let job = lab::fleet::slurm::job_for(req, &sides)?;
     let files = job.write()?;
     for f in &files {
         println!("wrote {}", f.display());
@@ -92,61 +86,8 @@ pub fn slurm(args: &BenchArgs, req: &BenchRequest) -> Result<u8, CommandError> {
         "{} array task(s) ({} side(s) x {} boot(s)); submit with: sh {}",
         job.tasks.len(),
         sides.len(),
-        args.runs,
+        req.runs,
         job.out.join("submit.sh").display()
     );
     Ok(0)
-}
-
-/// The options of `args` that each task passes on to its `pmemvm bench`.
-fn forwarded_args(args: &BenchArgs) -> Vec<String> {
-    let mut v = vec![
-        "--runs".to_owned(),
-        args.runs.to_string(),
-        "--engine".to_owned(),
-        lab::run::Engine::from(args.engine).name().to_owned(),
-        "--timeout".to_owned(),
-        args.timeout.to_string(),
-    ];
-    let mut opt = |name: &str, value: Option<String>| {
-        if let Some(value) = value {
-            v.push(name.to_owned());
-            v.push(value);
-        }
-    };
-    // Unset, each node sizes the guest by its own CPUs, as a bench run there would.
-    opt("--cpus", args.cpus.map(|n| n.to_string()));
-    opt("--memory", args.memory.map(|m| m.to_string()));
-    opt("--pin", args.pin.as_ref().map(|p| p.pin_text.clone()));
-    opt("--host-node", args.host_node.map(|n| n.to_string()));
-    opt("--jobs", args.jobs.map(|n| n.to_string()));
-    opt("--nvdimm", args.nvdimm.map(|n| n.to_string()));
-    opt("--runtime", args.runtime.map(|n| n.to_string()));
-    opt("--iodepth", args.iodepth.map(|n| n.to_string()));
-    opt("--size", args.size.map(|n| n.to_string()));
-    opt(
-        "--kernel",
-        args.kernel.as_ref().map(|p| p.display().to_string()),
-    );
-    opt(
-        "--initrd",
-        args.initrd.as_ref().map(|p| p.display().to_string()),
-    );
-    opt(
-        "--modules",
-        args.modules.as_ref().map(|p| p.display().to_string()),
-    );
-    for s in &args.sides {
-        v.push("--side".to_owned());
-        v.push(s.clone());
-    }
-    if args.fail_on_check {
-        v.push("--fail-on-check".to_owned());
-    }
-    // Each task serves it on its own node while its boot runs.
-    if let Some(p) = &args.api {
-        v.push("--api".to_owned());
-        v.push(p.display().to_string());
-    }
-    v
 }

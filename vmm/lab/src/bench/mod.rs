@@ -24,6 +24,7 @@ use crate::run::{self, Engine, RunError, RunSpec};
 use vmm::config::NvdimmSpec;
 
 pub mod outcome;
+pub mod request_file;
 pub mod sides;
 
 pub use sides::{parse_sides, SideError};
@@ -56,6 +57,9 @@ pub enum BenchError {
     /// initramfs from.
     #[error(transparent)]
     Image(#[from] guest_job::ImageUnavailable),
+    /// A Slurm task's request file (`--request`) cannot be read or is not one.
+    #[error(transparent)]
+    RequestFile(#[from] request_file::RequestFileError),
     /// The plan cannot be printed as JSON.
     #[error("cannot serialise the plan as JSON")]
     PlanJson(#[source] serde_json::Error),
@@ -65,7 +69,11 @@ impl BenchError {
     /// True when the user's input is at fault (exit status 2).
     pub fn is_usage(&self) -> bool {
         match self {
-            Self::Experiment(_) | Self::Side(_) | Self::Only(_) | Self::Image(_) => true,
+            Self::Experiment(_)
+            | Self::Side(_)
+            | Self::Only(_)
+            | Self::Image(_)
+            | Self::RequestFile(_) => true,
             Self::Report(ReportError::CreateDir { .. }) => true,
             Self::Report(_) | Self::PlanJson(_) => false,
             Self::Run(e) => e.is_usage(),
@@ -75,8 +83,9 @@ impl BenchError {
     }
 }
 
-/// What `pmemvm bench` was asked.
-#[derive(Debug, Clone)]
+/// What `pmemvm bench` was asked. Serialized whole for the tasks of a Slurm array
+/// ([`request_file`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BenchRequest {
     /// Experiment name.
     pub experiment: String,
@@ -110,7 +119,8 @@ pub struct BenchRequest {
     pub boot: vmm::config::BootFiles,
     /// Run only this boot of this side (`--only SIDE:BOOT`, one Slurm array task).
     pub only: Option<Task>,
-    /// Where each boot runs.
+    /// Where each boot runs (this process's business: not serialized).
+    #[serde(skip, default = "in_process")]
     pub runner: Runner,
     /// Guest RAM's pages (`--memory SIZE,hugepages|thp`), every boot.
     pub ram_pages: vmm::hugepages::RamPages,
@@ -119,6 +129,13 @@ pub struct BenchRequest {
     /// `--api PATH`: each boot serves the control socket there while it runs
     /// (engines pmemvm and nested).
     pub api: Option<PathBuf>,
+    /// `--fail-on-check`: a failed check (a verify phase) makes the exit status 1.
+    #[serde(default)]
+    pub fail_on_check: bool,
+}
+
+fn in_process() -> Runner {
+    Runner::InProcess
 }
 
 /// Where a bench's boots run.

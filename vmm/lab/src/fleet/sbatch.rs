@@ -43,6 +43,9 @@ pub enum SlurmError {
         /// The directory name.
         dir: String,
     },
+    /// The bench request cannot be written for the tasks.
+    #[error(transparent)]
+    Request(crate::bench::request_file::RequestFileError),
     /// The path of this pmemvm or the working directory is unknown.
     #[error("cannot tell {what}")]
     Where {

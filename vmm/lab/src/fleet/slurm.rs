@@ -2,8 +2,11 @@
 //! nothing:
 //!
 //! - `SHARED_DIR/bench.sbatch`: an array of one task per (side, boot), in the order `bench`
-//!   boots them (off 1, on 1, off 2, ...); task `i` runs `pmemvm bench EXP --only SIDE:BOOT
-//!   --out SHARED_DIR/runs/SIDE-BOOT` with the options given, on whichever node Slurm picks;
+//!   boots them (off 1, on 1, off 2, ...); task `i` runs `pmemvm bench EXP --request
+//!   SHARED_DIR/request.json --only SIDE:BOOT --out SHARED_DIR/runs/SIDE-BOOT` on whichever
+//!   node Slurm picks;
+//! - `SHARED_DIR/request.json`: the bench request itself, serialized
+//!   ([`crate::bench::request_file`]): every task runs the same machine and experiment;
 //! - `SHARED_DIR/report.sbatch`: `pmemvm report SHARED_DIR/runs --out SHARED_DIR/report`;
 //! - `SHARED_DIR/submit.sh`: `sbatch --parsable` of the array, then the report job with
 //!   `--dependency=afterany:` on it (the report also runs when tasks failed, and lists them).
@@ -12,11 +15,12 @@
 //! (or by hand with the same `--only`), then the report job again.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::sbatch::{check_path, here, quote_path as q, script_head, write_files};
 pub use super::sbatch::{pattern_escape, sbatch_quote, sh_quote, SlurmError};
 use super::task::Task;
+use crate::bench::{request_file, BenchRequest};
 
 /// A bench as a Slurm job array.
 #[derive(Debug, Clone)]
@@ -25,8 +29,8 @@ pub struct SlurmJob {
     pub experiment: String,
     /// One per array task, in array order.
     pub tasks: Vec<Task>,
-    /// The bench options every task passes on (everything but --out, --only, --slurm).
-    pub bench_args: Vec<String>,
+    /// The text of `request.json`, the request every task runs ([`crate::bench::request_file`]).
+    pub request: String,
     /// The shared directory (absolute).
     pub out: PathBuf,
     /// Where the tasks start (the directory `--slurm` ran in: relative paths stay valid).
@@ -80,13 +84,12 @@ impl SlurmJob {
             "*) echo \"pmemvm: array task '${{SLURM_ARRAY_TASK_ID:-}}' is not one of 0-{last}\" >&2; exit 2 ;;"
         );
         s.push_str("esac\n");
-        let args: Vec<String> = self.bench_args.iter().map(|a| sh_quote(a)).collect();
         let _ = writeln!(
             s,
-            "exec \"$PMEMVM\" bench {} --only \"$task\" --out {}/\"$dir\" {}",
+            "exec \"$PMEMVM\" bench {} --request {} --only \"$task\" --out {}/\"$dir\"",
             sh_quote(&self.experiment),
+            q(&self.out.join(request_file::FILE_NAME)),
             q(&self.out.join("runs")),
-            args.join(" ")
         );
         s
     }
@@ -176,27 +179,22 @@ impl SlurmJob {
                 ("bench.sbatch", self.bench_script()),
                 ("report.sbatch", self.report_script()),
                 ("submit.sh", self.submit_script()),
+                (request_file::FILE_NAME, self.request.clone()),
             ],
             &["logs", "runs"],
         )
     }
 }
 
-/// The job of `experiment` with `sides` and `runs` boots per side, its tasks passing on
-/// `bench_args`, writing into `out`: paths made absolute against the working directory.
-pub fn job_for(
-    experiment: &str,
-    sides: &[String],
-    runs: u32,
-    bench_args: Vec<String>,
-    out: &Path,
-) -> Result<SlurmJob, SlurmError> {
+/// The job of `req` with its `sides`, each task running `req` for one boot of one side,
+/// writing into `req.out`: paths made absolute against the working directory.
+pub fn job_for(req: &BenchRequest, sides: &[String]) -> Result<SlurmJob, SlurmError> {
     let (workdir, pmemvm) = here()?;
     let job = SlurmJob {
-        experiment: experiment.to_owned(),
-        tasks: Task::all(sides, runs),
-        bench_args,
-        out: workdir.join(out),
+        experiment: req.experiment.clone(),
+        tasks: Task::all(sides, req.runs),
+        request: request_file::task_text(req, &workdir).map_err(SlurmError::Request)?,
+        out: workdir.join(&req.out),
         workdir,
         pmemvm,
     };
@@ -206,18 +204,15 @@ pub fn job_for(
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn job() -> SlurmJob {
         SlurmJob {
             experiment: "pmem-verify".into(),
             tasks: Task::all(&["off".into(), "on".into()], 2),
-            bench_args: vec![
-                "--size".into(),
-                "8388608".into(),
-                "--side".into(),
-                "a b:append=x".into(),
-            ],
+            request: "{\"version\": 1}\n".into(),
             out: "/shared/exp".into(),
             workdir: "/home/u".into(),
             pmemvm: "/opt/pmemvm".into(),
@@ -236,7 +231,7 @@ mod tests {
             assert!(s.contains(line), "{line} missing in\n{s}");
         }
         assert!(
-            s.contains("exec \"$PMEMVM\" bench pmem-verify --only \"$task\" --out /shared/exp/runs/\"$dir\" --size 8388608 --side 'a b:append=x'\n"),
+            s.contains("exec \"$PMEMVM\" bench pmem-verify --request /shared/exp/request.json --only \"$task\" --out /shared/exp/runs/\"$dir\"\n"),
             "{s}"
         );
     }
@@ -396,17 +391,16 @@ mod tests {
             None,
         );
         let task_dir = out.join("runs/on-2").display().to_string();
+        let request = out.join("request.json").display().to_string();
         let want = [
             "bench",
             "pmem-verify",
+            "--request",
+            &request,
             "--only",
             "on:2",
             "--out",
             &task_dir,
-            "--size",
-            "8388608",
-            "--side",
-            "a b:append=x",
         ];
         assert_eq!(got, want);
         // Without $PMEMVM the script runs the pmemvm that wrote it.
