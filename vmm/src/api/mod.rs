@@ -10,6 +10,7 @@
 //! spoken on directly, raw, as one connection: how `--engine nested`
 //! carries the socket through a serial port of its L1.
 
+pub mod client;
 pub mod media;
 pub mod protocol;
 pub mod server;

@@ -1,0 +1,367 @@
+//! The control socket's client, the other end of [`super::protocol`]: one request line, the
+//! one reply, the answer in words. `pmemvm ctl SOCKET COMMAND` is this with a command line
+//! around it; tests and programs that drive a running VM use it too.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::protocol::Reply;
+
+/// How long the client waits for an answer (a dump of a large guest takes a while).
+const REPLY_LIMIT: Duration = Duration::from_secs(900);
+
+/// What a client asks of the VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// pmemvm's and the protocol's versions.
+    Version,
+    /// pmemvm's counters, as JSON.
+    Stats,
+    /// Stop the vCPUs.
+    Pause,
+    /// Let the vCPUs run again.
+    Resume,
+    /// Write the guest's RAM and registers to a new file (sent as an absolute path).
+    Dump {
+        /// The new file.
+        file: PathBuf,
+    },
+    /// A DIMM's media errors.
+    Media(MediaRequest),
+    /// A DIMM's health.
+    Health(HealthRequest),
+}
+
+/// `media` requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MediaRequest {
+    /// Add the ranges to DIMM's error list and notify the guest.
+    Inject {
+        /// The DIMM's place among the machine's NVDIMMs.
+        dimm: u32,
+        /// `OFFSET+LEN[:OFFSET+LEN...]`.
+        range: String,
+    },
+    /// Take the ranges off DIMM's error list.
+    Clear {
+        /// The DIMM.
+        dimm: u32,
+        /// `OFFSET+LEN[:OFFSET+LEN...]`.
+        range: String,
+    },
+    /// The error list of one DIMM, or of every DIMM.
+    List {
+        /// The DIMM (every DIMM when absent).
+        dimm: Option<u32>,
+    },
+}
+
+/// `health` requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthRequest {
+    /// Change DIMM's SMART values and notify its device.
+    Set {
+        /// The DIMM.
+        dimm: u32,
+        /// `health=...`, `temperature=C`, `spares=%`, `alarm=...`.
+        settings: Vec<String>,
+    },
+    /// DIMM's SMART values now.
+    Get {
+        /// The DIMM.
+        dimm: u32,
+    },
+}
+
+/// Errors of a client's request.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing, or not a socket, at the path.
+    #[error(
+        "{0} is not a control socket (pmemvm boot/run --api PATH creates one while the guest runs)"
+    )]
+    NotASocket(PathBuf),
+    /// Nobody listens (the VM ended).
+    #[error("no VM answers at {path} ({source}); it may have ended")]
+    Connect {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The conversation broke off.
+    #[error("talking to the VM at {path}: {reason}")]
+    Io {
+        /// The socket.
+        path: PathBuf,
+        /// What happened.
+        reason: String,
+    },
+    /// The dump file's path cannot be made absolute.
+    #[error("dump file {0}: cannot tell its absolute path ({1})")]
+    Path(PathBuf, std::io::Error),
+    /// pmemvm refused or failed the request.
+    #[error("{message}")]
+    Refused {
+        /// pmemvm's sentence.
+        message: String,
+        /// The request was wrong (status 2).
+        usage: bool,
+    },
+}
+
+impl ClientError {
+    /// True for the user's mistakes.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Self::NotASocket(_) | Self::Path(..) => true,
+            Self::Refused { usage, .. } => *usage,
+            Self::Connect { .. } | Self::Io { .. } => false,
+        }
+    }
+}
+
+/// The request line for `command`.
+fn request_line(command: &Request) -> Result<Value, ClientError> {
+    Ok(match command {
+        Request::Version => json!({"command": "version"}),
+        Request::Stats => json!({"command": "stats"}),
+        Request::Pause => json!({"command": "pause"}),
+        Request::Resume => json!({"command": "resume"}),
+        Request::Dump { file } => {
+            let abs = std::path::absolute(file).map_err(|e| ClientError::Path(file.clone(), e))?;
+            json!({"command": "dump", "file": abs})
+        }
+        Request::Media(action) => match action {
+            MediaRequest::Inject { dimm, range } => {
+                json!({"command": "media", "action": "inject", "dimm": dimm, "range": range})
+            }
+            MediaRequest::Clear { dimm, range } => {
+                json!({"command": "media", "action": "clear", "dimm": dimm, "range": range})
+            }
+            MediaRequest::List { dimm: Some(d) } => {
+                json!({"command": "media", "action": "list", "dimm": d})
+            }
+            MediaRequest::List { dimm: None } => json!({"command": "media", "action": "list"}),
+        },
+        Request::Health(action) => match action {
+            HealthRequest::Set { dimm, settings } => {
+                json!({"command": "health", "action": "set", "dimm": dimm, "set": settings.join(",")})
+            }
+            HealthRequest::Get { dimm } => {
+                json!({"command": "health", "action": "get", "dimm": dimm})
+            }
+        },
+    })
+}
+
+/// What to print for a done command.
+fn answer(command: &Request, result: &Value) -> String {
+    let n = |k: &str| result.get(k).and_then(Value::as_u64).unwrap_or(0);
+    match command {
+        Request::Media(action) => media_answer(action, result),
+        Request::Health(HealthRequest::Set { .. }) => format!(
+            "DIMM {}: health {}, media temperature {} °C, spares {} %{}; {}",
+            result["dimm"],
+            result["health"].as_str().unwrap_or("?"),
+            result["media_temperature"],
+            result["spares"],
+            match result["alarms_tripped"].as_array() {
+                Some(a) if !a.is_empty() => format!(
+                    ", alarms tripped: {}",
+                    a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")
+                ),
+                _ => String::new(),
+            },
+            match result["notified"].as_bool() {
+                Some(true) => "its device was notified (0x81: ndctl monitor in the guest reports it)",
+                _ => "its device was NOT notified (see pmemvm's log)",
+            }
+        ),
+        Request::Health(_) => {
+            serde_json::to_string_pretty(result).unwrap_or_else(|_| result.to_string())
+        }
+        Request::Version | Request::Stats => {
+            serde_json::to_string_pretty(result).unwrap_or_else(|_| result.to_string())
+        }
+        Request::Pause => "paused: the vCPUs are stopped (pmemvm ctl SOCKET resume lets them run)".into(),
+        Request::Resume => "running".into(),
+        Request::Dump { .. } => format!(
+            "{}: {} MiB of guest RAM ({} MiB not zero), {} vCPU(s), {}",
+            result.get("file").and_then(Value::as_str).unwrap_or("?"),
+            n("ram_bytes") >> 20,
+            n("data_bytes") >> 20,
+            n("vcpus"),
+            match result.get("kernel_release").and_then(Value::as_str) {
+                Some(r) => format!("kernel {r}: crash vmlinux FILE, or drgn -c FILE -s vmlinux"),
+                None => "no VMCOREINFO in guest memory: the guest kernel lacks CONFIG_CRASH_CORE, which crash and drgn need".into(),
+            }
+        ),
+    }
+}
+
+/// What to print for a done `media` command.
+fn media_answer(action: &MediaRequest, result: &Value) -> String {
+    let ranges = || {
+        let list: Vec<String> = result["bad_ranges"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|r| format!("{}+{}", r["offset"], r["length"]))
+                    .collect()
+            })
+            .unwrap_or_default();
+        match list.is_empty() {
+            true => "none".to_owned(),
+            false => list.join(":"),
+        }
+    };
+    let dimm = &result["dimm"];
+    match action {
+        MediaRequest::Inject { .. } => format!(
+            "DIMM {dimm}: bad ranges now {}; {}",
+            ranges(),
+            match result["notified"].as_bool() {
+                Some(true) => "the guest was notified (0x81 on the NVDIMM root device: it scrubs and adds them to badblocks)",
+                _ => "the guest was NOT notified (see pmemvm's log); it sees them at its next scrub",
+            }
+        ),
+        MediaRequest::Clear { .. } => format!(
+            "DIMM {dimm}: {} bytes cleared; bad ranges now {}",
+            result["cleared_bytes"],
+            ranges()
+        ),
+        MediaRequest::List { .. } => {
+            serde_json::to_string_pretty(result).unwrap_or_else(|_| result.to_string())
+        }
+    }
+}
+
+/// Sends `command` to the VM at `socket` and waits for its reply; on success, the answer in
+/// words (JSON for `stats`, `version`, `media list`, `health get`).
+pub fn call(socket: &Path, command: &Request) -> Result<String, ClientError> {
+    let is_socket = std::fs::metadata(socket).is_ok_and(|m| m.file_type().is_socket());
+    if !is_socket {
+        return Err(ClientError::NotASocket(socket.to_owned()));
+    }
+    let line = request_line(command)?;
+    let path = socket.to_owned();
+    let io = |reason: String| ClientError::Io {
+        path: path.clone(),
+        reason,
+    };
+    let mut stream = UnixStream::connect(socket).map_err(|source| ClientError::Connect {
+        path: socket.to_owned(),
+        source,
+    })?;
+    stream
+        .set_read_timeout(Some(REPLY_LIMIT))
+        .map_err(|e| io(e.to_string()))?;
+    let mut text = line.to_string();
+    text.push('\n');
+    stream
+        .write_all(text.as_bytes())
+        .map_err(|e| io(format!("sending the request: {e}")))?;
+    let mut reply = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut reply)
+        .map_err(|e| io(format!("reading the reply: {e}")))?;
+    if reply.is_empty() {
+        return Err(io(
+            "the VM closed the socket without a reply (it may have ended)".into(),
+        ));
+    }
+    let reply: Reply = serde_json::from_str(&reply)
+        .map_err(|e| io(format!("the reply is not the protocol's ({e})")))?;
+    match (reply.ok, reply.result) {
+        (true, Some(result)) => Ok(answer(command, &result)),
+        _ => Err(ClientError::Refused {
+            message: reply
+                .error
+                .unwrap_or_else(|| "the VM refused the request".into()),
+            usage: reply.usage,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relative_dump_path_is_sent_absolute_and_requests_parse_on_the_other_side() {
+        let r = request_line(&Request::Dump {
+            file: "guest.core".into(),
+        })
+        .unwrap();
+        let file = r["file"].as_str().unwrap();
+        assert!(
+            file.starts_with('/') && file.ends_with("/guest.core"),
+            "{file}"
+        );
+        for c in [
+            Request::Version,
+            Request::Stats,
+            Request::Pause,
+            Request::Resume,
+            Request::Dump { file: "/x".into() },
+            Request::Media(MediaRequest::Inject {
+                dimm: 1,
+                range: "1M+4K".into(),
+            }),
+            Request::Media(MediaRequest::Clear {
+                dimm: 0,
+                range: "0+512".into(),
+            }),
+            Request::Media(MediaRequest::List { dimm: None }),
+            Request::Media(MediaRequest::List { dimm: Some(2) }),
+            Request::Health(HealthRequest::Set {
+                dimm: 0,
+                settings: vec!["health=fatal".into(), "temperature=90".into()],
+            }),
+            Request::Health(HealthRequest::Get { dimm: 0 }),
+        ] {
+            let line = request_line(&c).unwrap().to_string();
+            crate::api::protocol::parse(line.as_bytes()).unwrap();
+        }
+    }
+
+    #[test]
+    fn media_answers_say_the_list_and_the_notification() {
+        let inject = MediaRequest::Inject {
+            dimm: 0,
+            range: "1M+4K".into(),
+        };
+        let r = json!({"dimm": 0, "bad_ranges": [{"offset": 1048576, "length": 4096}], "notified": true});
+        let a = media_answer(&inject, &r);
+        assert!(
+            a.starts_with("DIMM 0: bad ranges now 1048576+4096; the guest was notified"),
+            "{a}"
+        );
+        let r = json!({"dimm": 1, "bad_ranges": [], "cleared_bytes": 4096});
+        let clear = MediaRequest::Clear {
+            dimm: 1,
+            range: "1M+4K".into(),
+        };
+        assert_eq!(
+            media_answer(&clear, &r),
+            "DIMM 1: 4096 bytes cleared; bad ranges now none"
+        );
+    }
+
+    #[test]
+    fn a_path_that_is_no_socket_is_the_users_mistake() {
+        let e = call(Path::new("/nonexistent/api.sock"), &Request::Stats).unwrap_err();
+        assert!(e.is_usage(), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("/nonexistent/api.sock is not a control socket"),
+            "{e}"
+        );
+    }
+}
