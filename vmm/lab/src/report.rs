@@ -20,7 +20,7 @@ use crate::fio::FioSummary;
 
 mod analysis;
 mod csv;
-mod failures;
+pub(crate) mod failures;
 mod format;
 mod machine;
 mod metric;

@@ -23,6 +23,7 @@ use crate::results::task::Task;
 use crate::run::{self, Engine, RunError, RunSpec};
 use vmm::config::NvdimmSpec;
 
+pub mod ending;
 pub mod outcome;
 pub mod request_file;
 pub mod sides;

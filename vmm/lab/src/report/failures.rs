@@ -140,12 +140,12 @@ pub fn bench_exit_status(failed: &[FailedRun]) -> u8 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::fio::{FioSummary, JobError};
     use crate::report::{Accelerator, HostInfo, RunRecord, Upstream};
 
-    fn run(side: &str, run: u32, outcome: RunOutcome) -> RunRecord {
+    pub(crate) fn run(side: &str, run: u32, outcome: RunOutcome) -> RunRecord {
         RunRecord {
             side: side.into(),
             run,
@@ -161,13 +161,13 @@ mod tests {
         }
     }
 
-    fn good() -> RunOutcome {
+    pub(crate) fn good() -> RunOutcome {
         RunOutcome::Ok {
             summary: Box::new(FioSummary::default()),
         }
     }
 
-    fn report(runs: Vec<RunRecord>) -> BenchReport {
+    pub(crate) fn report(runs: Vec<RunRecord>) -> BenchReport {
         BenchReport {
             experiment: "pmem-verify".into(),
             description: String::new(),
