@@ -41,6 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         pvpanic_port: None,
         ram: vec![(0, 512 << 20)],
         nvdimms: vec![dimm(0, false, 128 << 10), dimm(1, true, 0)],
+        nvdimm_slots: 0,
         dsm: (!no_dsm).then_some(DsmTransport {
             page_addr: 0xf_f000,
             doorbell_port: 0x510,

@@ -44,6 +44,12 @@ const MID_OP: u8 = 0x9e;
 const IF_OP: u8 = 0xa0;
 const ELSE_OP: u8 = 0xa1;
 const RETURN_OP: u8 = 0xa4;
+const WHILE_OP: u8 = 0xa2;
+const BREAK_OP: u8 = 0xa5;
+const ADD_OP: u8 = 0x72;
+const CONCAT_OP: u8 = 0x73;
+const SUBTRACT_OP: u8 = 0x74;
+const TO_BUFFER_OP: u8 = 0x96;
 /// Second byte of `OpRegionOp` (after `EXT_OP_PREFIX`).
 const OP_REGION_OP: u8 = 0x80;
 /// Second byte of `FieldOp`.
@@ -197,6 +203,11 @@ pub fn package(elements: &[Vec<u8>]) -> Vec<u8> {
     with_pkg_length(&[PACKAGE_OP], &contents)
 }
 
+/// `Package (n) {}`: `n` uninitialized elements, filled with `Store (x, Index (pkg, i))`.
+pub fn empty_package(n: u8) -> Vec<u8> {
+    with_pkg_length(&[PACKAGE_OP], &[n])
+}
+
 /// `Name (path, value)`.
 pub fn name(path: &str, value: &[u8]) -> Vec<u8> {
     concat(&[vec![NAME_OP], name_string(path), value.to_vec()])
@@ -276,6 +287,36 @@ pub fn ret(value: &[u8]) -> Vec<u8> {
 /// `If (predicate) { body }`.
 pub fn if_(predicate: &[u8], body: &[Vec<u8>]) -> Vec<u8> {
     with_pkg_length(&[IF_OP], &concat(&[predicate.to_vec(), concat(body)]))
+}
+
+/// `While (predicate) { body }`.
+pub fn while_(predicate: &[u8], body: &[Vec<u8>]) -> Vec<u8> {
+    with_pkg_length(&[WHILE_OP], &concat(&[predicate.to_vec(), concat(body)]))
+}
+
+/// `Break`: leaves the innermost `While`.
+pub fn break_() -> Vec<u8> {
+    vec![BREAK_OP]
+}
+
+/// `Add (a, b, target)`.
+pub fn add(a: &[u8], b: &[u8], target: &[u8]) -> Vec<u8> {
+    concat(&[vec![ADD_OP], a.to_vec(), b.to_vec(), target.to_vec()])
+}
+
+/// `Subtract (a, b, target)`.
+pub fn subtract(a: &[u8], b: &[u8], target: &[u8]) -> Vec<u8> {
+    concat(&[vec![SUBTRACT_OP], a.to_vec(), b.to_vec(), target.to_vec()])
+}
+
+/// `Concatenate (a, b, target)`.
+pub fn concatenate(a: &[u8], b: &[u8], target: &[u8]) -> Vec<u8> {
+    concat(&[vec![CONCAT_OP], a.to_vec(), b.to_vec(), target.to_vec()])
+}
+
+/// `ToBuffer (operand)` without a target (an Integer becomes its 8 bytes, little-endian).
+pub fn to_buffer(operand: &[u8]) -> Vec<u8> {
+    concat(&[vec![TO_BUFFER_OP], operand.to_vec(), vec![ZERO_OP]])
 }
 
 /// `Else { body }` (must directly follow an `If`).

@@ -138,6 +138,7 @@ mod tests {
             pvpanic_port: None,
             ram: vec![(0, 512 << 20)],
             nvdimms: vec![],
+            nvdimm_slots: 0,
             dsm: None,
         };
         let t = build(&desc);
@@ -183,6 +184,7 @@ mod tests {
             pvpanic_port: None,
             ram: vec![(0, 512 << 20)],
             nvdimms: vec![],
+            nvdimm_slots: 0,
             dsm: None,
         };
         let t = build(&desc);

@@ -75,6 +75,7 @@ mod tests {
             pvpanic_port: None,
             ram: vec![(0, 512 << 20)],
             nvdimms: vec![],
+            nvdimm_slots: 0,
             dsm: None,
         }
     }

@@ -56,6 +56,9 @@ pub struct MachineDescription {
     pub ram: Vec<(u64, u64)>,
     /// NVDIMMs, in NFIT order.
     pub nvdimms: Vec<NvdimmDescription>,
+    /// NVDIMM devices the SSDT declares (at least `nvdimms.len()`): the
+    /// others are empty slots a DIMM can be hot-added into (`_FIT`, 0x80).
+    pub nvdimm_slots: usize,
     /// Label transport; `None` emits no `_DSM` methods (all DIMMs label-less).
     pub dsm: Option<DsmTransport>,
 }
@@ -233,8 +236,10 @@ fn validate(desc: &MachineDescription) -> Result<(), AcpiBuildError> {
             irq: *irq,
         });
     }
-    if desc.nvdimms.len() > MAX_NVDIMMS {
-        return Err(AcpiBuildError::TooManyNvdimms(desc.nvdimms.len()));
+    if desc.nvdimms.len().max(desc.nvdimm_slots) > MAX_NVDIMMS {
+        return Err(AcpiBuildError::TooManyNvdimms(
+            desc.nvdimms.len().max(desc.nvdimm_slots),
+        ));
     }
     let mut handles = std::collections::BTreeSet::new();
     for (index, d) in desc.nvdimms.iter().enumerate() {
@@ -343,10 +348,14 @@ pub fn build_tables(
     }
     if !desc.nvdimms.is_empty() {
         xsdt_entries.push(place(&mut tables, "NFIT", nfit::build(&desc.nvdimms)));
+    }
+    // Without a DIMM at boot but with slots, the root device is there for
+    // Linux to read `_FIT` from when one arrives.
+    if !desc.nvdimms.is_empty() || desc.nvdimm_slots > 0 {
         xsdt_entries.push(place(
             &mut tables,
             "SSDT-1",
-            nvdimm_ssdt::build(&desc.nvdimms, desc.dsm.as_ref()),
+            nvdimm_ssdt::build(&desc.nvdimms, desc.nvdimm_slots, desc.dsm.as_ref()),
         ));
     }
     let xsdt_addr = place(&mut tables, "XSDT", build_xsdt(&xsdt_entries));
@@ -403,6 +412,7 @@ mod tests {
             pvpanic_port: None,
             ram: vec![(0, 512 << 20)],
             nvdimms: (0..dimms).map(dimm).collect(),
+            nvdimm_slots: 0,
             dsm: Some(DsmTransport {
                 page_addr: 0xf_f000,
                 doorbell_port: 0x510,

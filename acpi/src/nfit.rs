@@ -174,26 +174,32 @@ pub fn platform_capabilities() -> Vec<u8> {
     s
 }
 
-/// Builds the NFIT for `dimms`. The caller has checked that there are at
-/// most 65535 DIMMs (structure indices are 16 bits).
+/// The NFIT's structures for `dimms`, without the table's header: what
+/// `_FIT` returns. The caller has checked that there are at most 65535
+/// DIMMs (structure indices are 16 bits).
+pub fn fit(dimms: &[NvdimmDescription]) -> Vec<u8> {
+    let mut s = Vec::new();
+    for (i, d) in dimms.iter().enumerate() {
+        let index = u16::try_from(i + 1).unwrap_or(u16::MAX);
+        s.extend(spa_range(index, d.spa_base, d.spa_size, d.proximity_domain));
+        s.extend(region_mapping(index, d.handle, d.spa_size, d.readonly));
+        s.extend(control_region(index, d.serial));
+        if let Some(addr) = d.flush_hint_addr {
+            s.extend(flush_hint(d.handle, addr));
+        }
+    }
+    s.extend(platform_capabilities());
+    s
+}
+
+/// Bytes of the NFIT before its structures: the header and 4 reserved.
+pub const HEADER_LEN: usize = 40;
+
+/// Builds the NFIT for `dimms`: the header, then [`fit`].
 pub fn build(dimms: &[NvdimmDescription]) -> Vec<u8> {
     let mut t = Sdt::new(*b"NFIT", NFIT_REVISION, OEM_TABLE_ID);
     t.u32(0); // 36 reserved
-    for (i, d) in dimms.iter().enumerate() {
-        let index = u16::try_from(i + 1).unwrap_or(u16::MAX);
-        t.append(&spa_range(
-            index,
-            d.spa_base,
-            d.spa_size,
-            d.proximity_domain,
-        ));
-        t.append(&region_mapping(index, d.handle, d.spa_size, d.readonly));
-        t.append(&control_region(index, d.serial));
-        if let Some(addr) = d.flush_hint_addr {
-            t.append(&flush_hint(d.handle, addr));
-        }
-    }
-    t.append(&platform_capabilities());
+    t.append(&fit(dimms));
     t.finish()
 }
 

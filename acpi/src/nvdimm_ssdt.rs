@@ -49,13 +49,45 @@
 //!       Local2 = RDAT
 //!       Return (Mid (Local2, Zero, Local1))
 //!     }
-//!     Device (NV00) {                                       // one per DIMM
+//!     Method (_FIT, 0, Serialized) {  // the NFIT's structures, now (hot-add)
+//!       Local0 = Buffer (Zero) {}                           // the FIT so far
+//!       Local1 = Zero                                       // its length
+//!       Local4 = Zero
+//!       While (LLess (Local4, 1024)) {                      // at most 4 MiB
+//!         Local4++
+//!         Local3 = Package (One) {}
+//!         Local3 [Zero] = ToBuffer (Local1)                 // the offset
+//!         Local2 = NCAL (ToUUID (root), One, 0x10000, Local3, 0xFFFFFFFF)
+//!         If (LLess (SizeOf (Local2), 4)) { Break }         // no answer
+//!         Local5 = DerefOf (Local2 [Zero])                  // status
+//!         If (LEqual (Local5, One)) {                       // changed: again
+//!           Local0 = Buffer (Zero) {}
+//!           Local1 = Zero
+//!         } Else {
+//!           If (LNot (LEqual (Local5, Zero))) { Break }
+//!           Local6 = SizeOf (Local2) - 4
+//!           If (LEqual (Local6, Zero)) { Return (Local0) }  // the end
+//!           Concatenate (Local0, Mid (Local2, 4, Local6), Local0)
+//!           Local1 += Local6
+//!         }
+//!       }
+//!       Return (Buffer (Zero) {})                           // no answer
+//!     }
+//!     Device (NV00) {                                       // one per DIMM slot
 //!       Name (_ADR, handle)
 //!       Method (_DSM, 4) { Return (NCAL (Arg0, Arg1, Arg2, Arg3, handle)) }
 //!     }
 //!   }
 //! }
 //! ```
+//!
+//! `_FIT` is how Linux reads the NVDIMMs when the root device probes and
+//! again on notification 0x80 (a DIMM hot-added): pmemvm answers the root
+//! function [`FUNC_READ_FIT`] with a status (0, or 1 when the table changed
+//! since the read at offset 0 began, and the method starts again) and up to
+//! 4,088 bytes of the NFIT's structures from the offset asked. Every slot a
+//! DIMM can be hot-added into has its device (`_ADR`, `_DSM`) from boot, as
+//! on platforms that describe their empty slots.
 //!
 //! With a transport there is also the Generic Event Device through which
 //! pmemvm notifies the guest while it runs (a media error injected through
@@ -105,6 +137,12 @@ pub const DSM_IN_DATA_MAX: usize = DSM_PAGE_SIZE - DSM_IN_DATA_OFFSET;
 pub const DSM_OUT_DATA_OFFSET: usize = 4;
 /// Most output bytes a response can carry.
 pub const DSM_OUT_DATA_MAX: usize = DSM_PAGE_SIZE - DSM_OUT_DATA_OFFSET;
+
+/// The root `_DSM` function through which `_FIT` reads the NFIT's structures
+/// (pmemvm's own, outside the ACPI-defined 0..31).
+pub const FUNC_READ_FIT: u32 = 0x1_0000;
+/// Most rounds `_FIT` asks for (restarts included): 4 MiB of structures.
+const FIT_ROUNDS_MAX: u64 = 1024;
 
 /// The child device name of the DIMM at `index` (`NV00` .. `NVFF`).
 pub fn child_name(index: usize) -> String {
@@ -166,8 +204,78 @@ fn ncal(t: &DsmTransport) -> Vec<u8> {
     aml::method("NCAL", 5, true, &body)
 }
 
-/// Builds the NVDIMM SSDT.
-pub fn build(dimms: &[NvdimmDescription], dsm: Option<&DsmTransport>) -> Vec<u8> {
+/// `_FIT` (see the module docs).
+fn fit_method() -> Vec<u8> {
+    let root_uuid = aml::uuid(ROOT_DSM_UUID).unwrap_or([0; 16]);
+    let (fit, offset, reply, args, rounds, status, len) = (
+        aml::local(0),
+        aml::local(1),
+        aml::local(2),
+        aml::local(3),
+        aml::local(4),
+        aml::local(5),
+        aml::local(6),
+    );
+    let restart = vec![
+        aml::store(&aml::buffer(&[]), &fit),
+        aml::store(&aml::integer(0), &offset),
+    ];
+    let body = vec![
+        aml::store(&aml::buffer(&[]), &fit),
+        aml::store(&aml::integer(0), &offset),
+        aml::store(&aml::integer(0), &rounds),
+        aml::while_(
+            &aml::lless(&rounds, &aml::integer(FIT_ROUNDS_MAX)),
+            &[
+                aml::add(&rounds, &aml::integer(1), &rounds),
+                aml::store(&aml::empty_package(1), &args),
+                aml::store(
+                    &aml::to_buffer(&offset),
+                    &aml::index(&args, &aml::integer(0)),
+                ),
+                aml::store(
+                    &aml::call(
+                        "NCAL",
+                        &[
+                            aml::buffer(&root_uuid),
+                            aml::integer(1),
+                            aml::integer(u64::from(FUNC_READ_FIT)),
+                            args.clone(),
+                            aml::integer(ROOT_DSM_HANDLE),
+                        ],
+                    ),
+                    &reply,
+                ),
+                aml::if_(
+                    &aml::lless(&aml::size_of(&reply), &aml::integer(4)),
+                    &[aml::break_()],
+                ),
+                aml::store(
+                    &aml::deref_of(&aml::index(&reply, &aml::integer(0))),
+                    &status,
+                ),
+                aml::if_(&aml::lequal(&status, &aml::integer(1)), &restart),
+                aml::else_(&[
+                    aml::if_(
+                        &aml::lnot(&aml::lequal(&status, &aml::integer(0))),
+                        &[aml::break_()],
+                    ),
+                    aml::subtract(&aml::size_of(&reply), &aml::integer(4), &len),
+                    aml::if_(&aml::lequal(&len, &aml::integer(0)), &[aml::ret(&fit)]),
+                    aml::concatenate(&fit, &aml::mid(&reply, &aml::integer(4), &len), &fit),
+                    aml::add(&offset, &len, &offset),
+                ]),
+            ],
+        ),
+        // The transport failed: no structures (Linux then keeps what it has).
+        aml::ret(&aml::buffer(&[])),
+    ];
+    aml::method("_FIT", 0, true, &body)
+}
+
+/// Builds the NVDIMM SSDT: `dimms` present, `slots` devices in all (at
+/// least `dimms.len()`; the others are empty slots a DIMM can be hot-added into).
+pub fn build(dimms: &[NvdimmDescription], slots: usize, dsm: Option<&DsmTransport>) -> Vec<u8> {
     let mut t = Sdt::new(*b"SSDT", SSDT_REVISION, NVDIMM_SSDT_OEM_TABLE_ID);
     let mut root = vec![aml::name("_HID", &aml::string("ACPI0012"))];
     if let Some(tr) = dsm {
@@ -231,9 +339,14 @@ pub fn build(dimms: &[NvdimmDescription], dsm: Option<&DsmTransport>) -> Vec<u8>
         ));
         root.push(aml::field("NDBL", FieldAccess::DWord, &[("NDBR", 32)]));
         root.push(ncal(tr));
+        root.push(fit_method());
     }
-    for (i, d) in dimms.iter().enumerate() {
-        let handle = aml::integer(u64::from(d.handle));
+    let handles = dimms
+        .iter()
+        .map(|d| d.handle)
+        .chain((dimms.len()..slots).map(|i| crate::nfit_handle(u32::try_from(i).unwrap_or(0))));
+    for (i, handle) in handles.enumerate() {
+        let handle = aml::integer(u64::from(handle));
         let mut body = vec![aml::name("_ADR", &handle)];
         if dsm.is_some() {
             body.push(aml::method(
@@ -256,7 +369,7 @@ pub fn build(dimms: &[NvdimmDescription], dsm: Option<&DsmTransport>) -> Vec<u8>
     }
     let mut sb = vec![aml::device("NVDR", &root)];
     if let Some(tr) = dsm {
-        sb.push(ged(tr, dimms.len()));
+        sb.push(ged(tr, slots.max(dimms.len())));
     }
     t.append(&aml::scope("\\_SB", &sb));
     t.finish()
@@ -321,7 +434,7 @@ mod tests {
 
     #[test]
     fn without_dsm_golden() {
-        let t = build(&[dimm(1)], None);
+        let t = build(&[dimm(1)], 1, None);
         assert_eq!(checksum(&t), 0);
         assert_eq!(&t[0..4], b"SSDT");
         assert_eq!(&t[16..24], b"NVDIMM  ");
@@ -351,7 +464,7 @@ mod tests {
             event_port: 0x514,
             event_gsi: 16,
         };
-        let t = build(&[dimm(1), dimm(2), dimm(0x100)], Some(&tr));
+        let t = build(&[dimm(1), dimm(2), dimm(0x100)], 3, Some(&tr));
         assert_eq!(checksum(&t), 0);
         // OperationRegion (NPAG, SystemMemory, 0x000FF000, 0x1000)
         assert_eq!(
@@ -374,11 +487,14 @@ mod tests {
         );
         // Method (NCAL, 5, Serialized): flags 0x0D right after the name.
         assert_eq!(count(&t, &[b'N', b'C', b'A', b'L', 0x0d]), 1);
-        // The Intel and root UUID buffers once each (in NCAL).
+        // The Intel UUID once (NCAL), the root's twice (NCAL, _FIT's call).
         assert_eq!(count(&t, &aml::uuid(INTEL_DSM_UUID).unwrap()), 1);
-        assert_eq!(count(&t, &aml::uuid(ROOT_DSM_UUID).unwrap()), 1);
-        // The root handle twice: the root's NCAL call and NCAL's test.
-        assert_eq!(count(&t, &[0x0c, 0xff, 0xff, 0xff, 0xff]), 2);
+        assert_eq!(count(&t, &aml::uuid(ROOT_DSM_UUID).unwrap()), 2);
+        // The root handle three times: the root's NCAL call, NCAL's test, _FIT's call.
+        assert_eq!(count(&t, &[0x0c, 0xff, 0xff, 0xff, 0xff]), 3);
+        // _FIT (no argument, Serialized) asks for the root function 0x10000.
+        assert_eq!(count(&t, &[b'_', b'F', b'I', b'T', 0x08]), 1);
+        assert_eq!(count(&t, &[0x0c, 0x00, 0x00, 0x01, 0x00]), 1);
         // One _DSM per DIMM plus the root's; NCAL called with each handle.
         assert_eq!(count(&t, b"_DSM"), 4);
         // Each DIMM's device, and the GED's notification of its health.
@@ -403,5 +519,28 @@ mod tests {
         assert_eq!(count(&t, b"\\/\x03_SB_NVDRNV02\x0a\x81"), 1);
         // Name (_ADR, 0x0100) and the matching NCAL (..., 0x0100) call.
         assert_eq!(count(&t, &[0x0b, 0x00, 0x01]), 2);
+    }
+
+    #[test]
+    fn empty_slots_have_their_devices_from_boot() {
+        let tr = DsmTransport {
+            page_addr: 0xf_f000,
+            doorbell_port: 0x510,
+            event_port: 0x514,
+            event_gsi: 16,
+        };
+        let t = build(&[dimm(1)], 3, Some(&tr));
+        assert_eq!(checksum(&t), 0);
+        // Three children with _DSM besides the root's, the empty ones with
+        // the handles a hot-added DIMM gets (crate::nfit_handle).
+        assert_eq!(count(&t, b"_DSM"), 4);
+        for (i, n) in ["NV00", "NV01", "NV02"].iter().enumerate() {
+            assert_eq!(count(&t, n.as_bytes()), 2, "{n}");
+            let handle = crate::nfit_handle(u32::try_from(i).unwrap());
+            assert!(count(&t, &aml::integer(u64::from(handle))) >= 2, "{n}");
+        }
+        // Without DIMMs or slots beyond them, no empty slot.
+        let t = build(&[dimm(1)], 0, Some(&tr));
+        assert_eq!(count(&t, b"NV01"), 0);
     }
 }

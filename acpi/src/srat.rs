@@ -188,6 +188,7 @@ mod tests {
             ram: vec![(0, 512 << 20)],
             // Listed out of domain order: the table sorts them.
             nvdimms: vec![dimm(0, Some(2)), dimm(1, Some(1)), dimm(2, None)],
+            nvdimm_slots: 0,
             dsm: None,
         };
         let t = build(&desc);

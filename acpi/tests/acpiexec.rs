@@ -54,6 +54,7 @@ fn ssdt_file(tag: &str, handles: &[u32]) -> PathBuf {
         pvpanic_port: None,
         ram: vec![(0, 512 << 20)],
         nvdimms,
+        nvdimm_slots: 0,
         dsm: Some(DsmTransport {
             page_addr: 0xf_f000,
             doorbell_port: 0x510,
@@ -227,6 +228,36 @@ fn dsm_clamps_response_length_to_page() {
     assert_eq!(out[12], 0xee); // the input byte
     assert_eq!(r[1], Err(0x1_2345));
     assert_eq!(r[2], Err(1));
+}
+
+#[test]
+fn fit_asks_for_the_fit_through_the_page_and_gives_up_after_its_rounds() {
+    if !acpiexec_available() {
+        pmemvm_skip::skip!("acpiexec not found (install acpica-tools)");
+    }
+    // Without a VMM the page still holds the request after each call: its
+    // "status" byte reads as NREV's 1, "the FIT changed", so _FIT starts
+    // again until its round limit and returns an empty buffer, not hanging.
+    let ssdt = ssdt_file("fit", &[nfit_handle(0)]);
+    let r = run(
+        &ssdt,
+        &[
+            ev("_FIT"),
+            ev("NHDL"),
+            ev("NREV"),
+            ev("NFUN"),
+            ev("NLEN"),
+            ev("NDAT"),
+        ],
+    );
+    assert_eq!(r.len(), 6, "{r:?}");
+    assert_eq!(r[0], Ok(vec![]));
+    assert_eq!(r[1], Err(0xffff_ffff)); // the root handle
+    assert_eq!(r[2], Err(1));
+    assert_eq!(r[3], Err(u64::from(acpi::nvdimm_ssdt::FUNC_READ_FIT)));
+    assert_eq!(r[4], Err(8)); // the offset as an 8-byte buffer
+    let ndat = r[5].clone().unwrap();
+    assert_eq!(&ndat[..8], &[0; 8]); // offset 0: every round was a restart
 }
 
 /// A test table beside the SSDT: `\TSET (v)` stores `v` into the GED's event

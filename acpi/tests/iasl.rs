@@ -37,6 +37,7 @@ fn machine(cpus: u32, nvdimms: Vec<NvdimmDescription>) -> MachineDescription {
         pvpanic_port: Some(0x505),
         ram: vec![(0, 512 << 20)],
         nvdimms,
+        nvdimm_slots: 0,
         dsm: Some(DsmTransport {
             page_addr: 0xf_f000,
             doorbell_port: 0x510,

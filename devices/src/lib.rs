@@ -18,6 +18,7 @@ pub mod nvdimm;
 pub mod nvdimm_ars;
 pub mod nvdimm_dsm;
 pub mod nvdimm_dsm_page;
+pub mod nvdimm_fit;
 pub mod nvdimm_health;
 pub mod nvdimm_health_set;
 pub mod nvdimm_labels;

@@ -41,10 +41,12 @@ pub struct FlushTarget {
     pub observer: Option<Arc<dyn FlushObserver>>,
 }
 
-/// Flush-hint pages of all DIMMs, `page_size` bytes each, in DIMM order.
+/// Flush-hint pages of all DIMM slots, `page_size` bytes each, in slot
+/// order; a slot without a DIMM ignores writes until one is hot-added.
 #[derive(Debug)]
 pub struct FlushHintDevice {
     targets: Vec<FlushTarget>,
+    slots: usize,
     page_size: u64,
     exit: Arc<ExitNotifier>,
 }
@@ -52,21 +54,43 @@ pub struct FlushHintDevice {
 impl FlushHintDevice {
     /// A device covering `targets.len()` pages of `page_size` bytes.
     pub fn new(targets: Vec<FlushTarget>, page_size: u64, exit: Arc<ExitNotifier>) -> Self {
+        let slots = targets.len();
+        Self::with_slots(targets, slots, page_size, exit)
+    }
+
+    /// A device covering `slots` pages (at least one per target).
+    pub fn with_slots(
+        targets: Vec<FlushTarget>,
+        slots: usize,
+        page_size: u64,
+        exit: Arc<ExitNotifier>,
+    ) -> Self {
         Self {
+            slots: slots.max(targets.len()),
             targets,
             page_size,
             exit,
         }
     }
 
-    /// Bytes of bus address space the device needs.
-    pub fn len(&self) -> u64 {
-        self.page_size * self.targets.len() as u64
+    /// The DIMM hot-added into the next slot; `false` (and nothing changes)
+    /// when every slot has one.
+    pub fn add(&mut self, target: FlushTarget) -> bool {
+        if self.targets.len() >= self.slots {
+            return false;
+        }
+        self.targets.push(target);
+        true
     }
 
-    /// True when there are no DIMMs.
+    /// Bytes of bus address space the device needs.
+    pub fn len(&self) -> u64 {
+        self.page_size * self.slots as u64
+    }
+
+    /// True when there are no slots.
     pub fn is_empty(&self) -> bool {
-        self.targets.is_empty()
+        self.slots == 0
     }
 }
 
@@ -138,6 +162,16 @@ mod tests {
         d.write(8192, &[1]); // beyond the last DIMM: ignored
         d.write(u64::MAX, &[1]);
         assert_eq!(sa.flushes.load(Ordering::Relaxed), 1);
+        // A slot without a DIMM ignores writes; the DIMM hot-added into it is flushed.
+        let (c, extra) = (mk("c"), mk("d"));
+        let sc = c.stats.clone();
+        let mut d2 = FlushHintDevice::with_slots(vec![mk("e")], 2, 4096, exit.clone());
+        assert_eq!(d2.len(), 8192);
+        d2.write(4096, &[1]);
+        assert!(d2.add(c));
+        assert!(!d2.add(extra), "no third slot");
+        d2.write(4096, &[1]);
+        assert_eq!(sc.flushes.load(Ordering::Relaxed), 1);
         assert_eq!(sb.flushes.load(Ordering::Relaxed), 2);
         assert_eq!(exit.get(), None);
     }

@@ -105,7 +105,8 @@ pub struct ArsStats {
 /// The root device: all DIMMs' media and the last scrub.
 #[derive(Debug, Default)]
 pub struct RootDsm {
-    dimms: Vec<Arc<DimmMedia>>,
+    /// The DIMMs' media, in NFIT order (hot-added ones join at the end).
+    dimms: std::sync::RwLock<Vec<Arc<DimmMedia>>>,
     /// (base, length) of the last "Start ARS" of this boot.
     last_scrub: Mutex<Option<(u64, u64)>>,
     /// An injection asked for notification and it was not yet taken.
@@ -127,7 +128,7 @@ impl RootDsm {
     /// A root device over `dimms`.
     pub fn new(dimms: Vec<Arc<DimmMedia>>) -> Self {
         Self {
-            dimms,
+            dimms: std::sync::RwLock::new(dimms),
             last_scrub: Mutex::new(None),
             notify: AtomicBool::new(false),
             stats: ArsStats::default(),
@@ -137,6 +138,20 @@ impl RootDsm {
     /// The counters.
     pub fn stats(&self) -> &ArsStats {
         &self.stats
+    }
+
+    fn dimms(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<DimmMedia>>> {
+        self.dimms
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A DIMM hot-added while the guest runs: scrubs cover it from now on.
+    pub fn add_dimm(&self, media: Arc<DimmMedia>) {
+        self.dimms
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(media);
     }
 
     /// Whether an injection since the last call asked for the platform's
@@ -162,18 +177,18 @@ impl RootDsm {
     /// The parts of SPA `base..base+len` on each DIMM, as (DIMM, region
     /// offset, length); `None` if the range is empty, overflows, or any
     /// byte of it is on no DIMM.
-    fn split(&self, base: u64, len: u64) -> Option<Vec<(&DimmMedia, u64, u64)>> {
+    fn split(&self, base: u64, len: u64) -> Option<Vec<(Arc<DimmMedia>, u64, u64)>> {
         let end = base.checked_add(len)?;
         if len == 0 {
             return None;
         }
         let mut parts = Vec::new();
         let mut covered = 0u64;
-        for d in &self.dimms {
+        for d in self.dimms().iter() {
             let d_end = d.spa_base.saturating_add(d.spa_size);
             let (s, e) = (base.max(d.spa_base), end.min(d_end));
             if s < e {
-                parts.push((d.as_ref(), s - d.spa_base, e - s));
+                parts.push((d.clone(), s - d.spa_base, e - s));
                 covered += e - s;
             }
         }
@@ -224,7 +239,7 @@ impl RootDsm {
         };
         let end = base.saturating_add(len);
         let mut records = Vec::new();
-        for d in &self.dimms {
+        for d in self.dimms().iter() {
             for r in d.state().bad_ranges {
                 let s = d.spa_base.saturating_add(r.offset).max(base);
                 let e = d.spa_base.saturating_add(r.end()).min(end);
@@ -278,7 +293,7 @@ impl RootDsm {
         let parts = self.split(base, len).ok_or(STATUS_INVALID_INPUT)?;
         let mut total = 0;
         for (d, off, l) in parts {
-            match op(d, off, l) {
+            match op(&d, off, l) {
                 Ok(Ok(n)) => total += n,
                 Ok(Err(MediaError::TooManyRanges)) => return Err(STATUS_FUNCTION_SPECIFIC),
                 Ok(Err(MediaError::OutOfRegion { .. })) => return Err(STATUS_INVALID_INPUT),
@@ -353,7 +368,7 @@ impl RootDsm {
 
     fn inject_status(&self) -> Vec<u8> {
         let mut records = Vec::new();
-        for d in &self.dimms {
+        for d in self.dimms().iter() {
             for r in d.state().bad_ranges {
                 records.push((d.spa_base.saturating_add(r.offset), r.length));
             }
@@ -469,7 +484,7 @@ mod tests {
         let out = r.call(FUNC_CLEAR_ERROR, &range(BASE + (1 << 20), 512));
         assert_eq!((u32_at(&out, 0), u64_at(&out, 8)), (0, 512));
         assert_eq!(
-            r.dimms[0].state().bad_ranges[0].offset,
+            r.dimms()[0].state().bad_ranges[0].offset,
             (1 << 20) + 512,
             "the rest stays bad"
         );

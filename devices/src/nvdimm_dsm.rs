@@ -35,7 +35,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::nvdimm_ars::{RootDsm, ROOT_FUNCTIONS};
 pub use crate::nvdimm_dsm_page::{
@@ -44,6 +44,7 @@ pub use crate::nvdimm_dsm_page::{
     MAX_LABEL_TRANSFER,
 };
 pub(crate) use crate::nvdimm_dsm_page::{Reply, REQ_IN_DATA, RESP_OUT_DATA};
+use crate::nvdimm_fit::{FitTable, FUNC_READ_FIT};
 use crate::nvdimm_health::{self as health, HEALTH_FUNCTIONS};
 use crate::nvdimm_labels::{get_label_data, set_label_data};
 pub use crate::nvdimm_labels::{FileLabels, LabelStorage};
@@ -56,19 +57,34 @@ pub const ROOT_HANDLE: u32 = u32::MAX;
 
 /// Answers `_DSM` requests for a set of DIMMs, keyed by NFIT device handle,
 /// and (once [`DsmHandler::enable_root`] is called) for the NVDIMM root
-/// device, whose requests carry [`ROOT_HANDLE`].
+/// device, whose requests carry [`ROOT_HANDLE`]. DIMMs can join while the
+/// guest runs ([`DsmHandler::hot_add`]): the maps are behind read-write
+/// locks that a call holds for reading.
 #[derive(Debug)]
 pub struct DsmHandler<L: LabelStorage = FileLabels> {
-    dimms: BTreeMap<u32, L>,
+    dimms: RwLock<BTreeMap<u32, L>>,
     /// Media state (bad ranges, health) of the DIMMs that have one.
-    media: BTreeMap<u32, Arc<DimmMedia>>,
+    media: RwLock<BTreeMap<u32, Arc<DimmMedia>>>,
     root: Option<RootDsm>,
     stats: DsmStats,
     /// Calls addressed to each known DIMM, by handle.
-    calls_by_handle: BTreeMap<u32, AtomicU64>,
+    calls_by_handle: RwLock<BTreeMap<u32, AtomicU64>>,
     /// Where a DIMM's health notification (0x81) is raised, and each DIMM's
     /// event index by handle ([`Self::notify_health_on`]).
-    health_events: Option<(Arc<PlatformEvents>, BTreeMap<u32, usize>)>,
+    health_events: Option<(Arc<PlatformEvents>, HealthIndex)>,
+    /// The NFIT's structures, for `_FIT`.
+    fit: FitTable,
+}
+
+/// Each DIMM's health-event index, by NFIT handle.
+type HealthIndex = RwLock<BTreeMap<u32, usize>>;
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl<L: LabelStorage> Default for DsmHandler<L> {
@@ -87,12 +103,13 @@ impl<L: LabelStorage> DsmHandler<L> {
     /// A handler without DIMMs.
     pub fn new() -> Self {
         Self {
-            dimms: BTreeMap::new(),
-            media: BTreeMap::new(),
+            dimms: RwLock::default(),
+            media: RwLock::default(),
             root: None,
             stats: DsmStats::default(),
-            calls_by_handle: BTreeMap::new(),
+            calls_by_handle: RwLock::default(),
             health_events: None,
+            fit: FitTable::default(),
         }
     }
 
@@ -108,7 +125,7 @@ impl<L: LabelStorage> DsmHandler<L> {
         events: Arc<PlatformEvents>,
         index_by_handle: BTreeMap<u32, usize>,
     ) {
-        self.health_events = Some((events, index_by_handle));
+        self.health_events = Some((events, RwLock::new(index_by_handle)));
     }
 
     /// After a successful health-changing call on DIMM `handle`.
@@ -120,7 +137,8 @@ impl<L: LabelStorage> DsmHandler<L> {
         if !ok || !health::notable(&media.state()) {
             return;
         }
-        if let Some(bit) = index.get(&handle).copied().and_then(dimm_health) {
+        let bit = read(index).get(&handle).copied().and_then(dimm_health);
+        if let Some(bit) = bit {
             if let Err(e) = events.raise(bit) {
                 log::warn!("raising NVDIMM {handle:#x}'s health event failed: {e}");
             }
@@ -129,21 +147,47 @@ impl<L: LabelStorage> DsmHandler<L> {
 
     /// Adds (or replaces) the label storage of the DIMM with `handle`.
     pub fn add_dimm(&mut self, handle: u32, labels: L) {
-        self.dimms.insert(handle, labels);
-        self.calls_by_handle.entry(handle).or_default();
+        write(&self.dimms).insert(handle, labels);
+        write(&self.calls_by_handle).entry(handle).or_default();
     }
 
     /// Gives the DIMM `media.handle` (added with [`Self::add_dimm`]) its
     /// media state: the health functions then answer for it, and the root
     /// device reports its bad ranges.
     pub fn add_media(&mut self, media: Arc<DimmMedia>) {
-        self.media.insert(media.handle, media);
+        write(&self.media).insert(media.handle, media);
     }
 
     /// Answers the root device's `_DSM` (ARS, clear error, error injection)
     /// over the DIMMs given media so far.
     pub fn enable_root(&mut self) {
-        self.root = Some(RootDsm::new(self.media.values().cloned().collect()));
+        self.root = Some(RootDsm::new(read(&self.media).values().cloned().collect()));
+    }
+
+    /// The NFIT's structures `_FIT` returns (replacing the ones before; a
+    /// read in progress starts again).
+    pub fn set_fit(&self, structures: Vec<u8>) {
+        self.fit.replace(structures);
+    }
+
+    /// The structures `_FIT` returns now.
+    pub fn fit(&self) -> Vec<u8> {
+        self.fit.bytes()
+    }
+
+    /// A DIMM that arrives while the guest runs: its labels, media state
+    /// and place among the DIMMs (its health event), under `handle`. The
+    /// caller then replaces the FIT ([`Self::set_fit`]) and notifies the root device.
+    pub fn hot_add(&self, handle: u32, labels: L, media: Arc<DimmMedia>, index: usize) {
+        write(&self.dimms).insert(handle, labels);
+        write(&self.calls_by_handle).entry(handle).or_default();
+        if let Some(root) = &self.root {
+            root.add_dimm(media.clone());
+        }
+        write(&self.media).insert(handle, media);
+        if let Some((_, by_handle)) = &self.health_events {
+            write(by_handle).insert(handle, index);
+        }
     }
 
     /// Whether the guest should get the root device's "new uncorrectable
@@ -159,7 +203,7 @@ impl<L: LabelStorage> DsmHandler<L> {
 
     /// `_DSM` calls addressed to the DIMM with `handle` (0 for an unknown one).
     pub fn calls_for(&self, handle: u32) -> u64 {
-        self.calls_by_handle
+        read(&self.calls_by_handle)
             .get(&handle)
             .map_or(0, |c| c.load(Ordering::Relaxed))
     }
@@ -172,7 +216,7 @@ impl<L: LabelStorage> DsmHandler<L> {
     /// Handles the request in `page` and replaces it with the response.
     pub fn handle(&self, page: &mut [u8; DSM_PAGE_SIZE]) {
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
-        if let Some(c) = self.calls_by_handle.get(&get_u32(page, 0)) {
+        if let Some(c) = read(&self.calls_by_handle).get(&get_u32(page, 0)) {
             c.fetch_add(1, Ordering::Relaxed);
         }
         let reply = self.dispatch(page);
@@ -221,6 +265,12 @@ impl<L: LabelStorage> DsmHandler<L> {
 
     fn dispatch_root(&self, page: &[u8; DSM_PAGE_SIZE]) -> Reply {
         let (revision, function) = (get_u32(page, 4), get_u32(page, 8));
+        if function == FUNC_READ_FIT {
+            return match Self::input(page) {
+                Some(input) => Reply::Raw(self.fit.read(input)),
+                None => Reply::Raw(crate::nvdimm_fit::STATUS_INVALID.to_le_bytes().to_vec()),
+            };
+        }
         let Some(root) = &self.root else {
             return match function {
                 FUNC_QUERY => Reply::Bitmap(0),
@@ -253,8 +303,10 @@ impl<L: LabelStorage> DsmHandler<L> {
         if handle == ROOT_HANDLE {
             return self.dispatch_root(page);
         }
-        let dimm = self.dimms.get(&handle);
-        let media = self.media.get(&handle);
+        let dimms = read(&self.dimms);
+        let media = read(&self.media);
+        let dimm = dimms.get(&handle);
+        let media = media.get(&handle);
         if function == FUNC_QUERY {
             return Reply::Bitmap(match dimm {
                 Some(d) if dimm_revision(revision) => supported_functions(d, media.is_some()),

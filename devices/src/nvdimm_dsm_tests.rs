@@ -250,7 +250,7 @@ fn success_means_synced() {
     let h = handler();
     let out = call(&h, &mut request(1, 1, 6, &rw_input(8, 3, b"abc")));
     assert_eq!(out, 0u32.to_le_bytes());
-    let durable = h.dimms[&1].durable.lock().unwrap().clone();
+    let durable = h.dimms.read().unwrap()[&1].durable.lock().unwrap().clone();
     assert_eq!(&durable[8..11], b"abc", "success before the sync");
     assert_eq!(h.stats().label_syncs.load(Ordering::Relaxed), 1);
     // A write whose sync fails is an error for the guest, not a success.

@@ -513,6 +513,7 @@ fn ring3_ratio_guest_runs_its_loop_in_ring_3_and_reports_every_mode() {
             nvdimms: vec!["16M,label-size=0".parse().unwrap()],
             disks: Vec::new(),
             legacy_pmem: Vec::new(),
+            nvdimm_slots: 0,
         },
         console: vmm::config::ConsoleMode::Null,
         channel: None,

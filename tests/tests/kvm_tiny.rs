@@ -268,6 +268,7 @@ fn config(kernel: &str, cpus: u8) -> vmm::config::VmConfig {
             nvdimms: Vec::new(),
             disks: Vec::new(),
             legacy_pmem: Vec::new(),
+            nvdimm_slots: 0,
         },
         console: vmm::config::ConsoleMode::Null,
         channel: None,

@@ -189,6 +189,7 @@ fn machine(nvdimms: Vec<NvdimmDescription>, dsm: Option<DsmTransport>) -> Machin
         pvpanic_port: None,
         ram: vec![(0, 512 << 20)],
         nvdimms,
+        nvdimm_slots: 0,
         dsm,
     }
 }

@@ -57,33 +57,41 @@ pub struct PlacedNvdimm<'a> {
     pub node: u32,
 }
 
+/// The NFIT description of the DIMM in slot `i`, placed as `d`.
+pub fn describe_dimm(d: &PlacedNvdimm, i: u32) -> NvdimmDescription {
+    NvdimmDescription {
+        handle: acpi::nfit_handle(i),
+        spa_base: d.base,
+        spa_size: d.spec.spa_size(),
+        flush_hint_addr: Some(
+            layout::NVDIMM_FLUSH_HINT_START.0 + u64::from(i) * layout::NVDIMM_FLUSH_HINT_SIZE,
+        ),
+        readonly: d.spec.readonly,
+        serial: d.serial.unwrap_or_else(|| identity::order_serial(i)),
+        label_size: u32::try_from(d.spec.label_size).unwrap_or(0),
+        proximity_domain: Some(d.node),
+    }
+}
+
 /// The machine as ACPI describes it: `ram` is the guest RAM as (base, length),
-/// `disks` the number of virtio disks (at most [`layout::VIRTIO_IRQS`]'s length).
+/// `slots` the NVDIMM slots (at least `dimms.len()`), `disks` the number of
+/// virtio disks (at most [`layout::VIRTIO_IRQS`]'s length).
 pub fn describe(
     cpus: u8,
     ram: &[(u64, u64)],
     dimms: &[PlacedNvdimm],
+    slots: usize,
     disks: usize,
 ) -> MachineDescription {
     let nvdimms: Vec<NvdimmDescription> = dimms
         .iter()
         .zip(0u32..)
-        .map(|(d, i)| NvdimmDescription {
-            handle: acpi::nfit_handle(i),
-            spa_base: d.base,
-            spa_size: d.spec.spa_size(),
-            flush_hint_addr: Some(
-                layout::NVDIMM_FLUSH_HINT_START.0 + u64::from(i) * layout::NVDIMM_FLUSH_HINT_SIZE,
-            ),
-            readonly: d.spec.readonly,
-            serial: d.serial.unwrap_or_else(|| identity::order_serial(i)),
-            label_size: u32::try_from(d.spec.label_size).unwrap_or(0),
-            proximity_domain: Some(d.node),
-        })
+        .map(|(d, i)| describe_dimm(d, i))
         .collect();
+    let slots = slots.max(nvdimms.len());
     // Every DIMM answers the health functions and the root device answers
-    // ARS, so the transport is there whenever there is a DIMM.
-    let dsm = (!nvdimms.is_empty()).then_some(DsmTransport {
+    // ARS, so the transport is there whenever there is a DIMM or a slot for one.
+    let dsm = (slots > 0).then_some(DsmTransport {
         page_addr: layout::NVDIMM_DSM_PAGE_START.0,
         doorbell_port: layout::NVDIMM_DSM_PORT,
         event_port: layout::PLATFORM_EVENT_PORT,
@@ -121,6 +129,7 @@ pub fn describe(
         pvpanic_port: Some(layout::PVPANIC_PORT),
         ram: ram.to_vec(),
         nvdimms,
+        nvdimm_slots: slots,
         dsm,
     }
 }
@@ -135,6 +144,12 @@ pub fn build(desc: &MachineDescription) -> Result<AcpiTables, AcpiSetupError> {
     )
     .map_err(|e| AcpiSetupError::Tables(e.to_string()))
 }
+
+// The AML's `_FIT` asks for the function the device model answers.
+const _: () = assert!(
+    acpi::nvdimm_ssdt::FUNC_READ_FIT == devices::nvdimm_fit::FUNC_READ_FIT,
+    "_FIT's root function differs between the AML and the device"
+);
 
 /// Serves `_DSM` calls: the guest's AML writes the DSM page address here.
 struct DsmDoorbell {
@@ -197,21 +212,30 @@ pub fn machine_tables(
         machine.cpus,
         &placed.ram,
         &dimms,
+        machine.slots(),
         machine.disks.len(),
     ))
 }
 
+/// What [`install`] set up.
+#[derive(Debug, Default)]
+pub struct Installed {
+    /// The `_DSM` handler, when there is a DIMM or a slot for one.
+    pub dsm: Option<Arc<DsmHandler>>,
+    /// The boot DIMMs as the NFIT describes them, in order.
+    pub nvdimms: Vec<NvdimmDescription>,
+}
+
 /// Writes the tables into guest memory and puts the DSM doorbell and the
-/// GED's event register (`events`, given with DIMMs) on the bus.
-/// Returns the DSM handler (for its counters) when there is any DIMM.
+/// GED's event register (`events`, given with DIMMs or slots) on the bus.
 pub fn install(
     cpus: u8,
     ram: &[(u64, u64)],
     mem: &GuestMemoryMmap,
-    (nvdimms, events): (&[Nvdimm], Option<Arc<PlatformEvents>>),
+    (nvdimms, slots, events): (&[Nvdimm], usize, Option<Arc<PlatformEvents>>),
     disks: usize,
     pio: &mut Bus,
-) -> Result<Option<Arc<DsmHandler>>, AcpiSetupError> {
+) -> Result<Installed, AcpiSetupError> {
     let specs: Vec<NvdimmSpec> = nvdimms.iter().map(|n| n.backing.spec.clone()).collect();
     let nodes = crate::config::resolve_nodes(&specs)?;
     let placed: Vec<PlacedNvdimm> = nvdimms
@@ -224,7 +248,7 @@ pub fn install(
             node,
         })
         .collect();
-    let desc = describe(cpus, ram, &placed, disks);
+    let desc = describe(cpus, ram, &placed, slots, disks);
     let tables = build(&desc)?;
     let write = |bytes: &[u8], addr: u64| {
         mem.write_slice(bytes, GuestAddress(addr))
@@ -235,7 +259,7 @@ pub fn install(
         write(&t.bytes, t.addr)?;
     }
     if desc.dsm.is_none() {
-        return Ok(None);
+        return Ok(Installed::default());
     }
     let mut handler = DsmHandler::new();
     for (n, d) in nvdimms.iter().zip(&desc.nvdimms) {
@@ -260,6 +284,7 @@ pub fn install(
         handler.add_media(n.media.clone());
     }
     handler.enable_root();
+    handler.set_fit(acpi::nfit::fit(&desc.nvdimms));
     if let Some(events) = &events {
         let index = desc
             .nvdimms
@@ -285,5 +310,8 @@ pub fn install(
             4,
         )?;
     }
-    Ok(Some(handler))
+    Ok(Installed {
+        dsm: Some(handler),
+        nvdimms: desc.nvdimms,
+    })
 }

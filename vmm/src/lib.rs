@@ -35,6 +35,7 @@ pub mod exit_sync;
 pub mod fault;
 pub mod gdb;
 pub mod host;
+pub mod hotplug;
 pub mod hugepages;
 pub mod identity;
 pub mod label_index;

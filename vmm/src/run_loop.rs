@@ -390,6 +390,10 @@ impl Vm {
         statuses: &[Arc<crate::vcpu_status::VcpuStatus>],
         kvm_pages: Option<crate::host::kvm_stats::KvmPages>,
     ) -> RunOutcome {
+        // Hot-added DIMMs end as the boot DIMMs do (synced, marked clean, counted).
+        if let Some(h) = self.hotplug.take() {
+            self.nvdimms.extend(h.take_dimms());
+        }
         let sync_error = sync_all(self.writable_files(), SYNC_DEADLINE);
         // The stores after the last flush (read after the sync, as at each
         // flush), and each recording's end record.

@@ -50,6 +50,7 @@ impl Vm {
                 })
                 .collect(),
             dsm: self.dsm.clone(),
+            hotplug: self.hotplug.clone(),
         }
     }
 
@@ -116,7 +117,9 @@ impl Vm {
                 media: crate::api::media::MediaControl {
                     dimms: self.nvdimms.iter().map(|n| n.media.clone()).collect(),
                     events: self.events.clone(),
+                    hotplug: self.hotplug.clone(),
                 },
+                hotplug: self.hotplug.clone(),
             });
             match crate::api::server::spawn(listener, control, exit.clone()) {
                 Ok(t) => services.threads.push(t),

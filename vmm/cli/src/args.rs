@@ -115,6 +115,7 @@ impl MachineArgs {
             nvdimms: self.nvdimm.clone(),
             disks: self.disk.clone(),
             legacy_pmem: self.pmem_legacy.clone(),
+            nvdimm_slots: self.nvdimm_slots,
         }
     }
 }
@@ -185,10 +186,15 @@ pub struct MachineArgs {
     /// 1 GiB boundary after the NVDIMMs. Not with --engine qemu.
     #[arg(long = "pmem-legacy", value_parser = parse_pmem_legacy, value_name = "SPEC")]
     pub pmem_legacy: Vec<LegacyPmemSpec>,
+    /// NVDIMM slots in all: the --nvdimm DIMMs plus empty slots that `pmemvm ctl
+    /// SOCKET nvdimm add SPEC` fills while the guest runs (hot-add, with --api;
+    /// docs/api.md). Default: one per --nvdimm, none empty. Engines pmemvm and nested.
+    #[arg(long, default_value = "0", value_name = "N")]
+    pub nvdimm_slots: usize,
     /// The whole machine from a file pmemvm wrote (the serialized machine
     /// description the nested engine hands to `pmemvm boot` in its L1): it
-    /// replaces --cpus, --memory, --pin, --host-node, --nvdimm, --disk and
-    /// --pmem-legacy.
+    /// replaces --cpus, --memory, --pin, --host-node, --nvdimm, --disk,
+    /// --pmem-legacy and --nvdimm-slots.
     #[arg(long = "machine", value_name = "FILE", hide = true)]
     pub machine_file: Option<PathBuf>,
 }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use vmm::api::client::{HealthRequest, MediaRequest, Request};
+use vmm::api::client::{HealthRequest, MediaRequest, NvdimmRequest, Request};
 
 /// `pmemvm ctl SOCKET COMMAND`.
 #[derive(Debug, Args)]
@@ -48,6 +48,31 @@ pub enum CtlCommand {
         /// What to do.
         #[command(subcommand)]
         action: HealthCommand,
+    },
+    /// Hot-add an NVDIMM into an empty slot (the VM was started with
+    /// --nvdimm-slots N); removal is refused.
+    Nvdimm {
+        /// What to do.
+        #[command(subcommand)]
+        action: NvdimmCommand,
+    },
+}
+
+/// `pmemvm ctl SOCKET nvdimm ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum NvdimmCommand {
+    /// A new DIMM as --nvdimm takes it: SIZE[,file=PATH][,label-size=SIZE][,prealloc]
+    /// [,hugepages][,badblocks=...] (a relative file= path is the VM's, from where
+    /// pmemvm started). It joins guest NUMA node 0; the guest is notified (0x80)
+    /// and its nfit driver adds the region.
+    Add {
+        /// The DIMM.
+        spec: String,
+    },
+    /// Refused: persistent memory is not taken from a running guest.
+    Remove {
+        /// The DIMM: its place among the machine's DIMMs, from 0.
+        dimm: u32,
     },
 }
 
@@ -115,6 +140,10 @@ impl From<&CtlCommand> for Request {
             CtlCommand::Health { action } => Self::Health(match action {
                 HealthCommand::Set { dimm, settings } => HealthRequest::Set { dimm, settings },
                 HealthCommand::Get { dimm } => HealthRequest::Get { dimm },
+            }),
+            CtlCommand::Nvdimm { action } => Self::Nvdimm(match action {
+                NvdimmCommand::Add { spec } => NvdimmRequest::Add { spec },
+                NvdimmCommand::Remove { dimm } => NvdimmRequest::Remove { dimm },
             }),
         }
     }

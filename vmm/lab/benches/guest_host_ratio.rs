@@ -173,6 +173,7 @@ fn measure(elf: &Path, b: &Backing, a: &Args, cpu: u32) -> Result<Measured, Stri
             nvdimms: vec![b.spec.clone()],
             disks: Vec::new(),
             legacy_pmem: Vec::new(),
+            nvdimm_slots: 0,
         },
         console: ConsoleMode::Null,
         channel: None,

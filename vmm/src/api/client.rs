@@ -35,6 +35,23 @@ pub enum Request {
     Media(MediaRequest),
     /// A DIMM's health.
     Health(HealthRequest),
+    /// Hot-add a DIMM (`spec` as `--nvdimm` takes it), or remove one (refused).
+    Nvdimm(NvdimmRequest),
+}
+
+/// `nvdimm` requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NvdimmRequest {
+    /// A new DIMM into the next empty slot.
+    Add {
+        /// As `--nvdimm` takes it.
+        spec: String,
+    },
+    /// Take DIMM `dimm` out (pmemvm refuses it).
+    Remove {
+        /// The DIMM.
+        dimm: u32,
+    },
 }
 
 /// `media` requests.
@@ -102,8 +119,8 @@ pub enum ClientError {
         /// What happened.
         reason: String,
     },
-    /// The dump file's path cannot be made absolute.
-    #[error("dump file {0}: cannot tell its absolute path ({1})")]
+    /// A file's path (dump, new DIMM) cannot be made absolute.
+    #[error("{path}: cannot tell its absolute path ({source})", path = .0.display(), source = .1)]
     Path(PathBuf, std::io::Error),
     /// pmemvm refused or failed the request.
     #[error("{message}")]
@@ -157,6 +174,23 @@ fn request_line(command: &Request) -> Result<Value, ClientError> {
                 json!({"command": "health", "action": "get", "dimm": dimm})
             }
         },
+        Request::Nvdimm(NvdimmRequest::Add { spec }) => {
+            // Checked here, and a relative file= made absolute as for `dump`:
+            // the VM may run elsewhere than this client.
+            let mut parsed: crate::config::NvdimmSpec =
+                spec.parse().map_err(|e| ClientError::Refused {
+                    message: format!("{e}"),
+                    usage: true,
+                })?;
+            if let Some(file) = parsed.file.take() {
+                parsed.file =
+                    Some(std::path::absolute(&file).map_err(|e| ClientError::Path(file, e))?);
+            }
+            json!({"command": "nvdimm", "action": "add", "spec": parsed.to_string()})
+        }
+        Request::Nvdimm(NvdimmRequest::Remove { dimm }) => {
+            json!({"command": "nvdimm", "action": "remove", "dimm": dimm})
+        }
     })
 }
 
@@ -189,6 +223,20 @@ fn answer(command: &Request, result: &Value) -> String {
         Request::Version | Request::Stats => {
             serde_json::to_string_pretty(result).unwrap_or_else(|_| result.to_string())
         }
+        Request::Nvdimm(_) => format!(
+            "DIMM {} hot-added: {} bytes at {:#x} (NFIT handle {:#x}), file {}; {} of {} slots used; {}",
+            result["dimm"],
+            n("size"),
+            n("base"),
+            n("handle"),
+            result["file"].as_str().unwrap_or("?"),
+            n("present"),
+            n("slots"),
+            match result["notified"].as_bool() {
+                Some(true) => "the guest was notified (0x80 on the NVDIMM root device: it reads _FIT and adds the region)",
+                _ => "the guest was NOT notified (see pmemvm's log)",
+            }
+        ),
         Request::Pause => "paused: the vCPUs are stopped (pmemvm ctl SOCKET resume lets them run)".into(),
         Request::Resume => "running".into(),
         Request::Dump { .. } => format!(
@@ -294,6 +342,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_new_dimms_file_is_sent_absolute_and_a_bad_spec_is_refused_here() {
+        let r = request_line(&Request::Nvdimm(NvdimmRequest::Add {
+            spec: "256M,file=new dimm.img,label-size=0".into(),
+        }))
+        .unwrap();
+        let spec: crate::config::NvdimmSpec = r["spec"].as_str().unwrap().parse().unwrap();
+        let file = spec.file.unwrap();
+        assert!(
+            file.is_absolute() && file.ends_with("new dimm.img"),
+            "{}",
+            file.display()
+        );
+        assert_eq!((spec.size, spec.label_size), (256 << 20, 0));
+        let e =
+            request_line(&Request::Nvdimm(NvdimmRequest::Add { spec: "3M".into() })).unwrap_err();
+        assert!(e.is_usage() && e.to_string().contains("16 MiB"), "{e}");
+    }
+
+    #[test]
     fn a_relative_dump_path_is_sent_absolute_and_requests_parse_on_the_other_side() {
         let r = request_line(&Request::Dump {
             file: "guest.core".into(),
@@ -325,6 +392,10 @@ mod tests {
                 settings: vec!["health=fatal".into(), "temperature=90".into()],
             }),
             Request::Health(HealthRequest::Get { dimm: 0 }),
+            Request::Nvdimm(NvdimmRequest::Add {
+                spec: "1G,file=/tmp/new.img".into(),
+            }),
+            Request::Nvdimm(NvdimmRequest::Remove { dimm: 1 }),
         ] {
             let line = request_line(&c).unwrap().to_string();
             crate::api::protocol::parse(line.as_bytes()).unwrap();

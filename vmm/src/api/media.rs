@@ -44,6 +44,8 @@ pub struct MediaControl {
     pub dimms: Vec<Arc<DimmMedia>>,
     /// The Generic Event Device's register and line (with a DIMM).
     pub events: Option<Arc<PlatformEvents>>,
+    /// DIMMs hot-added while the guest runs follow the boot DIMMs.
+    pub hotplug: Option<Arc<crate::hotplug::NvdimmHotplug>>,
 }
 
 /// A refused or failed `media` request: the reply's sentence, and whether
@@ -51,11 +53,21 @@ pub struct MediaControl {
 pub type MediaRefusal = (String, bool);
 
 impl MediaControl {
-    fn dimm(&self, dimm: u32) -> Result<&Arc<DimmMedia>, MediaRefusal> {
-        let n = self.dimms.len();
+    /// Every DIMM's media, boot DIMMs first, then the hot-added ones.
+    fn all(&self) -> Vec<Arc<DimmMedia>> {
+        let mut all = self.dimms.clone();
+        if let Some(h) = &self.hotplug {
+            all.extend((0..).map_while(|i| h.media(i)));
+        }
+        all
+    }
+
+    fn dimm(&self, dimm: u32) -> Result<Arc<DimmMedia>, MediaRefusal> {
+        let all = self.all();
+        let n = all.len();
         usize::try_from(dimm)
             .ok()
-            .and_then(|i| self.dimms.get(i))
+            .and_then(|i| all.get(i).cloned())
             .ok_or_else(|| {
                 let have = match n {
                     0 => "this VM has no NVDIMM".to_owned(),
@@ -102,7 +114,7 @@ impl MediaControl {
     pub fn health(&self, index: u32, action: HealthAction) -> Result<Value, MediaRefusal> {
         let d = self.dimm(index)?;
         let HealthAction::Set(change) = action else {
-            return Ok(Self::health_now(d, index));
+            return Ok(Self::health_now(&d, index));
         };
         refused(
             index,
@@ -119,7 +131,7 @@ impl MediaControl {
                 "DIMM {index} has no event bit (the first 30 DIMMs do)"
             )),
         };
-        let mut out = Self::health_now(d, index);
+        let mut out = Self::health_now(&d, index);
         out["notified"] = match notified {
             Ok(()) => json!(true),
             Err(why) => {
@@ -141,11 +153,11 @@ impl MediaControl {
             return Ok(match dimm {
                 Some(i) => {
                     let d = self.dimm(i)?;
-                    json!({"dimms": [Self::list(d, usize::try_from(i).unwrap_or(0))]})
+                    json!({"dimms": [Self::list(&d, usize::try_from(i).unwrap_or(0))]})
                 }
                 None => {
                     let all: Vec<Value> = self
-                        .dimms
+                        .all()
                         .iter()
                         .enumerate()
                         .map(|(i, d)| Self::list(d, i))
@@ -182,7 +194,7 @@ impl MediaControl {
                 Ok(bytes)
             }),
         )?;
-        let mut out = Self::list(d, usize::try_from(index).unwrap_or(0));
+        let mut out = Self::list(&d, usize::try_from(index).unwrap_or(0));
         if action == MediaAction::Inject {
             // The list is saved; a failed notification is said, not undone.
             let notified = match &self.events {
@@ -213,6 +225,7 @@ mod tests {
 
     fn control() -> MediaControl {
         MediaControl {
+            hotplug: None,
             dimms: vec![
                 Arc::new(DimmMedia::new(1, GIB, GIB, MediaState::default(), None)),
                 Arc::new(DimmMedia::new(2, 2 * GIB, GIB, MediaState::default(), None)),

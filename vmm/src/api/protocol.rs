@@ -23,7 +23,7 @@ pub const PROTOCOL: u32 = 1;
 /// The longest request line, newline included.
 pub const MAX_LINE: usize = 64 << 10;
 /// The commands, for messages.
-pub const COMMANDS: &str = "version, stats, pause, resume, dump, media or health";
+pub const COMMANDS: &str = "version, stats, pause, resume, dump, media, health or nvdimm";
 
 /// One request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +60,17 @@ pub enum Command {
         /// What to do.
         action: HealthAction,
     },
+    /// A DIMM hot-added into an empty slot (or a removal, which is refused).
+    Nvdimm(NvdimmAction),
+}
+
+/// `nvdimm`'s request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NvdimmAction {
+    /// Hot-add a DIMM of this spec (the `--nvdimm` syntax).
+    Add(Box<crate::config::NvdimmSpec>),
+    /// Remove DIMM `n` (refused: see docs/api.md).
+    Remove(u32),
 }
 
 /// `health`'s request: set (with the change) or get.
@@ -107,6 +118,8 @@ struct Wire {
     #[serde(default)]
     set: Option<String>,
     #[serde(default)]
+    spec: Option<String>,
+    #[serde(default)]
     id: Option<Value>,
 }
 
@@ -119,6 +132,7 @@ impl Wire {
             ("dimm", self.dimm.is_some()),
             ("range", self.range.is_some()),
             ("set", self.set.is_some()),
+            ("spec", self.spec.is_some()),
         ];
         match given.iter().find(|(k, set)| *set && !takes.contains(k)) {
             Some((k, _)) => Err(ProtocolError::Argument(format!(
@@ -189,6 +203,7 @@ pub fn parse(line: &[u8]) -> Result<Request, ProtocolError> {
         }
         "media" => media(&wire)?,
         "health" => health(&wire)?,
+        "nvdimm" => nvdimm(&wire)?,
         other => return Err(ProtocolError::Unknown(other.chars().take(64).collect())),
     };
     Ok(Request {
@@ -247,6 +262,42 @@ fn media(wire: &Wire) -> Result<Command, ProtocolError> {
         dimm: wire.dimm,
         range: wire.range.clone(),
     })
+}
+
+/// `nvdimm`'s arguments.
+fn nvdimm(wire: &Wire) -> Result<Command, ProtocolError> {
+    wire.only("nvdimm", &["action", "spec", "dimm"])?;
+    match (wire.action.as_deref(), &wire.spec, wire.dimm) {
+        (Some("add"), Some(spec), None) => {
+            if spec.len() > 4096 {
+                return Err(ProtocolError::Argument(
+                    "nvdimm spec is longer than 4096 characters".into(),
+                ));
+            }
+            let spec = spec
+                .parse::<crate::config::NvdimmSpec>()
+                .map_err(|e| ProtocolError::Argument(e.to_string()))?;
+            Ok(Command::Nvdimm(NvdimmAction::Add(Box::new(spec))))
+        }
+        (Some("add"), None, _) => Err(ProtocolError::Argument(
+            "'nvdimm add' needs 'spec': the new DIMM as --nvdimm takes it (e.g. 1G or 1G,file=/path)"
+                .into(),
+        )),
+        (Some("add"), Some(_), Some(_)) => Err(ProtocolError::Argument(
+            "'nvdimm add' takes no 'dimm': the DIMM goes into the next empty slot".into(),
+        )),
+        (Some("remove"), None, Some(dimm)) => Ok(Command::Nvdimm(NvdimmAction::Remove(dimm))),
+        (Some("remove"), _, _) => Err(ProtocolError::Argument(
+            "'nvdimm remove' takes 'dimm' alone".into(),
+        )),
+        (Some(other), _, _) => Err(ProtocolError::Argument(format!(
+            "nvdimm action '{}' is not known; use add",
+            other.chars().take(32).collect::<String>()
+        ))),
+        (None, _, _) => Err(ProtocolError::Argument(
+            "'nvdimm' needs 'action': add".into(),
+        )),
+    }
 }
 
 /// `health`'s arguments.
@@ -376,6 +427,36 @@ mod tests {
         assert_eq!(
             parse(br#"{"command":"version"}"#).unwrap().command,
             Command::Version
+        );
+    }
+
+    #[test]
+    fn nvdimm_requests_parse_the_spec_as_nvdimm_does() {
+        let r =
+            parse(br#"{"command":"nvdimm","action":"add","spec":"1G,file=/tmp/x.img"}"#).unwrap();
+        let Command::Nvdimm(NvdimmAction::Add(spec)) = r.command else {
+            panic!("{r:?}")
+        };
+        assert_eq!(spec.size, 1 << 30);
+        assert_eq!(
+            spec.file.as_deref(),
+            Some(std::path::Path::new("/tmp/x.img"))
+        );
+        let r = parse(br#"{"command":"nvdimm","action":"remove","dimm":1}"#).unwrap();
+        assert_eq!(r.command, Command::Nvdimm(NvdimmAction::Remove(1)));
+        let err = |l: &[u8]| parse(l).unwrap_err().to_string();
+        assert!(err(br#"{"command":"nvdimm"}"#).contains("needs 'action'"));
+        assert!(err(br#"{"command":"nvdimm","action":"add"}"#).contains("needs 'spec'"));
+        assert!(
+            err(br#"{"command":"nvdimm","action":"add","spec":"1G","dimm":2}"#)
+                .contains("takes no 'dimm'")
+        );
+        assert!(err(br#"{"command":"nvdimm","action":"add","spec":"3M"}"#).contains("16 MiB"));
+        assert!(err(br#"{"command":"nvdimm","action":"plug","spec":"1G"}"#)
+            .contains("'plug' is not known"));
+        assert!(
+            err(br#"{"command":"nvdimm","action":"add","spec":"1G","range":"0+1"}"#)
+                .contains("takes no 'range'")
         );
     }
 

@@ -51,13 +51,21 @@ pub struct Counters {
     pub dimms: Vec<DimmCounters>,
     /// `_DSM` calls.
     pub dsm: Option<Arc<devices::nvdimm_dsm::DsmHandler>>,
+    /// Hot-added DIMMs (theirs follow the boot DIMMs' counters).
+    pub hotplug: Option<Arc<crate::hotplug::NvdimmHotplug>>,
 }
 
 impl Counters {
     /// Each DIMM's counters now.
     pub fn nvdimms(&self) -> Vec<NvdimmCounts> {
+        let added = self
+            .hotplug
+            .as_ref()
+            .map(|h| h.counters())
+            .unwrap_or_default();
         self.dimms
             .iter()
+            .chain(added.iter())
             .map(|d| NvdimmCounts {
                 file: d.file.clone(),
                 base: d.base,
@@ -88,6 +96,8 @@ pub struct Control {
     pub paused: Mutex<bool>,
     /// The DIMMs' media errors (`media`).
     pub media: super::media::MediaControl,
+    /// Room for hot-added DIMMs (`nvdimm add`), with `--nvdimm-slots`.
+    pub hotplug: Option<Arc<crate::hotplug::NvdimmHotplug>>,
 }
 
 impl Control {
@@ -160,9 +170,40 @@ impl Control {
                 Ok(v) => Reply::ok(None, v),
                 Err((e, usage)) => Reply::error(None, e, usage),
             },
+            Command::Nvdimm(action) => self.nvdimm(action),
         };
         reply.id = id;
         reply
+    }
+
+    /// `nvdimm add|remove`.
+    fn nvdimm(&self, action: protocol::NvdimmAction) -> Reply {
+        match action {
+            protocol::NvdimmAction::Remove(dimm) => Reply::error(
+                None,
+                format!(
+                    "removing NVDIMM {dimm} is refused: persistent memory is not taken from a running guest (Linux has no path for a DIMM that leaves, and platforms offer no surprise removal); shut the guest down instead"
+                ),
+                true,
+            ),
+            protocol::NvdimmAction::Add(spec) => match &self.hotplug {
+                None => Reply::error(
+                    None,
+                    "this VM has no empty NVDIMM slot to hot-add into: start it with --nvdimm-slots N (the --nvdimm DIMMs plus empty slots)"
+                        .to_owned(),
+                    true,
+                ),
+                Some(h) => match h.add(&spec) {
+                    Ok(a) => Reply::ok(
+                        None,
+                        json!({"dimm": a.index, "handle": a.handle, "base": a.base,
+                               "size": a.size, "file": a.file, "notified": a.notified,
+                               "slots": h.slots(), "present": h.present()}),
+                    ),
+                    Err(e) => Reply::error(None, e.to_string(), e.is_usage()),
+                },
+            },
+        }
     }
 
     fn stats(&self, paused: bool) -> Value {

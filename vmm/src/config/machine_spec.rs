@@ -36,6 +36,11 @@ pub struct MachineSpec {
     /// Legacy persistent-memory ranges (E820 type 12, `--pmem-legacy`), in order.
     #[serde(default)]
     pub legacy_pmem: Vec<LegacyPmemSpec>,
+    /// NVDIMM slots (`--nvdimm-slots`): the DIMMs given plus empty slots a
+    /// DIMM can be hot-added into while the guest runs (`pmemvm ctl SOCKET
+    /// nvdimm add`); 0: as many as `nvdimms`.
+    #[serde(default)]
+    pub nvdimm_slots: usize,
 }
 
 impl Default for MachineSpec {
@@ -48,6 +53,7 @@ impl Default for MachineSpec {
             nvdimms: Vec::new(),
             disks: Vec::new(),
             legacy_pmem: Vec::new(),
+            nvdimm_slots: 0,
         }
     }
 }
@@ -59,6 +65,11 @@ impl MachineSpec {
             size: self.memory,
             pages: self.ram_pages,
         }
+    }
+
+    /// NVDIMM slots in all: `nvdimm_slots`, at least one per DIMM given.
+    pub fn slots(&self) -> usize {
+        self.nvdimm_slots.max(self.nvdimms.len())
     }
 
     /// The command-line words that describe this machine to `pmemvm boot`
@@ -96,6 +107,9 @@ impl MachineSpec {
             "--pmem-legacy",
             self.legacy_pmem.iter().map(ToString::to_string).collect(),
         ));
+        if self.nvdimm_slots > 0 {
+            args.extend(["--nvdimm-slots".to_string(), self.nvdimm_slots.to_string()]);
+        }
         args
     }
 }
@@ -150,6 +164,7 @@ mod tests {
             ],
             disks: vec!["/tmp/root.img,readonly".parse().unwrap()],
             legacy_pmem: vec!["256M,file=/tmp/legacy.img".parse().unwrap()],
+            nvdimm_slots: 4,
         }
     }
 
@@ -173,6 +188,7 @@ mod tests {
                 "--nvdimm" => m.nvdimms.push(value.parse().unwrap()),
                 "--disk" => m.disks.push(value.parse().unwrap()),
                 "--pmem-legacy" => m.legacy_pmem.push(value.parse().unwrap()),
+                "--nvdimm-slots" => m.nvdimm_slots = value.parse().unwrap(),
                 other => panic!("unexpected flag {other}"),
             }
         }

@@ -35,6 +35,8 @@ pub(super) struct Buses {
     pub pio: Bus,
     pub mmio: Bus,
     pub serial: SerialPorts,
+    /// The flush-hint pages of the NVDIMM slots (a hot-added DIMM joins it).
+    pub flush: Option<Arc<Mutex<FlushHintDevice>>>,
 }
 
 /// COM1 (the console: its input goes to it when the console is the
@@ -72,7 +74,7 @@ pub(super) fn platform(
     config: &VmConfig,
     vm_fd: &VmFd,
     exit: &Arc<ExitNotifier>,
-    nvdimms: &[Nvdimm],
+    (nvdimms, slots): (&[Nvdimm], usize),
     legacy_pmem: bool,
 ) -> Result<Buses, VmError> {
     let mut pio = Bus::new();
@@ -126,7 +128,8 @@ pub(super) fn platform(
             devices::pci_host::LEN,
         )?;
     }
-    if !nvdimms.is_empty() {
+    let mut flush = None;
+    if slots > 0 {
         let targets = nvdimms
             .iter()
             .map(|n| FlushTarget {
@@ -139,17 +142,21 @@ pub(super) fn platform(
                     .map(|r| r as Arc<dyn devices::nvdimm::FlushObserver>),
             })
             .collect();
-        let dev = FlushHintDevice::new(targets, layout::NVDIMM_FLUSH_HINT_SIZE, exit.clone());
+        let dev = FlushHintDevice::with_slots(
+            targets,
+            slots,
+            layout::NVDIMM_FLUSH_HINT_SIZE,
+            exit.clone(),
+        );
         let len = dev.len();
-        mmio.insert(
-            Arc::new(Mutex::new(dev)),
-            layout::NVDIMM_FLUSH_HINT_START.0,
-            len,
-        )?;
+        let dev = Arc::new(Mutex::new(dev));
+        mmio.insert(dev.clone(), layout::NVDIMM_FLUSH_HINT_START.0, len)?;
+        flush = Some(dev);
     }
     Ok(Buses {
         pio,
         mmio,
+        flush,
         serial: SerialPorts {
             com1,
             com2,

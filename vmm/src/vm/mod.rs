@@ -243,6 +243,8 @@ pub struct Vm {
     pub(crate) dump_on_panic: Option<std::path::PathBuf>,
     /// The pvpanic device.
     pub(crate) pvpanic: Arc<crate::pvpanic::PvPanic>,
+    /// Room for NVDIMMs hot-added while the guest runs (`--nvdimm-slots`).
+    pub(crate) hotplug: Option<Arc<crate::hotplug::NvdimmHotplug>>,
 }
 
 impl std::fmt::Debug for Vm {
@@ -318,9 +320,11 @@ impl Vm {
         let dimm_max = slots_max.min(usize::try_from(layout::NVDIMM_FLUSH_HINT_MAX).unwrap_or(0));
         // Legacy ranges take memslots too (they have no flush-hint page).
         let dimm_max = dimm_max.min(slots_max.saturating_sub(config.machine.legacy_pmem.len()));
-        if config.machine.nvdimms.len() > dimm_max {
+        // Empty slots count: each may take a memslot and has its flush-hint page.
+        let slots = config.machine.slots();
+        if slots > dimm_max {
             return Err(VmError::TooManyNvdimms {
-                asked: config.machine.nvdimms.len(),
+                asked: slots,
                 max: dimm_max,
             });
         }
@@ -489,7 +493,14 @@ impl Vm {
             mut pio,
             mut mmio,
             serial,
-        } = buses::platform(config, &vm_fd, &exit, &nvdimms, !legacy_pmem.is_empty())?;
+            flush,
+        } = buses::platform(
+            config,
+            &vm_fd,
+            &exit,
+            (&nvdimms, slots),
+            !legacy_pmem.is_empty(),
+        )?;
         // The disks reach the NVDIMMs and legacy ranges too (DMA to and from DAX pages).
         let dma_mem = crate::dma_memory::with_pmem(
             &mem,
@@ -502,20 +513,49 @@ impl Vm {
             irq(gsi).map_err(|e| e.to_string())
         })?;
         // The GED's line and register, when there is a DIMM to notify about.
-        let events = match nvdimms.is_empty() {
-            true => None,
-            false => Some(Arc::new(PlatformEvents::new(irq(
+        let events = match slots {
+            0 => None,
+            _ => Some(Arc::new(PlatformEvents::new(irq(
                 layout::PLATFORM_EVENT_GSI,
             )?))),
         };
-        let dsm = crate::acpi_setup::install(
+        let installed = crate::acpi_setup::install(
             config.machine.cpus,
             &ram,
             &mem,
-            (&nvdimms, events.clone()),
+            (&nvdimms, slots, events.clone()),
             disks.len(),
             &mut pio,
         )?;
+        let dsm = installed.dsm;
+        // Empty slots: what a hot-add needs, above everything mapped now.
+        let hotplug = match (&dsm, &events, flush) {
+            (Some(dsm), Some(events), Some(flush)) if slots > nvdimms.len() => {
+                let top = nvdimms
+                    .iter()
+                    .map(|n| n.base + n.size())
+                    .chain(legacy_pmem.iter().map(|l| l.base + l.mapping.size() as u64))
+                    .chain(std::iter::once(memory::ram_end(&ram)))
+                    .max()
+                    .unwrap_or(0)
+                    .max(layout::RAM_64BIT_START.0);
+                Some(Arc::new(crate::hotplug::NvdimmHotplug::new(
+                    crate::hotplug::HotplugParts {
+                        vm_fd: vm_fd.clone(),
+                        slots,
+                        phys_bits,
+                        host_node: config.machine.placement.host_node,
+                        dsm: dsm.clone(),
+                        events: events.clone(),
+                        flush,
+                        described: installed.nvdimms,
+                        next_memslot: slot,
+                        top,
+                    },
+                )))
+            }
+            _ => None,
+        };
 
         let mut vcpus = Vec::with_capacity(config.machine.cpus.into());
         for i in 0..config.machine.cpus {
@@ -555,6 +595,7 @@ impl Vm {
             api: None,
             dump_on_panic: None,
             pvpanic,
+            hotplug,
         })
     }
 

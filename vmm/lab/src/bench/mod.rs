@@ -503,6 +503,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                     nvdimms: nvdimms.clone(),
                     disks: Vec::new(),
                     legacy_pmem: Vec::new(),
+                    nvdimm_slots: 0,
                 },
                 job: plan.guest_job(),
                 stream_console: false,

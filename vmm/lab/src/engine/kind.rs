@@ -63,6 +63,9 @@ pub enum Refusal {
     /// `--pmem-legacy` with the QEMU engine.
     #[error("--pmem-legacy {0} cannot run on --engine qemu: QEMU can only carve legacy persistent memory out of guest RAM with memmap=, which does not persist; use --engine pmemvm or --engine nested")]
     LegacyPmemOnQemu(String),
+    /// Empty NVDIMM slots with the QEMU engine.
+    #[error("--nvdimm-slots {0} gives pmemvm's machine empty slots to hot-add NVDIMMs into through --api, which the QEMU engine does not have; use --engine pmemvm or nested")]
+    SlotsOnQemu(usize),
     /// Host placement, huge pages or a panic dump with the nested engine.
     #[error("{0} is not available with --engine nested (pmemvm runs inside the L1 VM there); drop it or use --engine pmemvm on a host with hardware virtualization")]
     NotNested(&'static str),
@@ -144,6 +147,9 @@ impl Engine {
                 if let Some(l) = machine.legacy_pmem.first() {
                     return Some(Refusal::LegacyPmemOnQemu(l.to_string()));
                 }
+                if machine.nvdimm_slots > machine.nvdimms.len() {
+                    return Some(Refusal::SlotsOnQemu(machine.nvdimm_slots));
+                }
                 machine
                     .nvdimms
                     .iter()
@@ -170,6 +176,7 @@ mod tests {
             "legacy" => m.legacy_pmem = vec!["16M".parse().unwrap()],
             "record" => m.nvdimms = vec!["16M,record=/tmp/rec".parse().unwrap()],
             "huge-dimm" => m.nvdimms = vec!["16M,hugepages".parse().unwrap()],
+            "slots" => m.nvdimm_slots = 2,
             _ => {}
         }
         m
@@ -186,7 +193,7 @@ mod tests {
             api: None,
             dump_on_panic: Some("/tmp/core".into()),
         };
-        for extra in ["", "pin", "thp", "legacy", "record", "huge-dimm"] {
+        for extra in ["", "pin", "thp", "legacy", "record", "huge-dimm", "slots"] {
             assert_eq!(
                 Engine::Pmemvm.refusal(&machine(extra), &dump),
                 None,
@@ -213,6 +220,8 @@ mod tests {
             q("record", &none),
             Some(Refusal::RecordOnQemu("/tmp/rec".into()))
         );
+        assert_eq!(q("slots", &none), Some(Refusal::SlotsOnQemu(2)));
+        assert_eq!(Engine::Nested.refusal(&machine("slots"), &api), None);
         let n = |extra: &str, c: &RunControl| Engine::Nested.refusal(&machine(extra), c);
         assert_eq!(n("", &api), None, "the nested engine serves --api");
         assert_eq!(n("legacy", &none), None);

@@ -373,6 +373,7 @@ fn boot_spec(
             nvdimms,
             disks: Vec::new(),
             legacy_pmem,
+            nvdimm_slots: 0,
         },
         job: crate::guest_job::GuestJob {
             fio_job: crate::guest_job::PHASES_FALLBACK_JOB
