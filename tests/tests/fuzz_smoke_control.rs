@@ -21,6 +21,8 @@ const SEEDS: &[&str] = &[
     r#"{"command":"media","action":"list","dimm":4294967295}"#,
     r#"{"command":"health","action":"set","dimm":1,"set":"health=fatal,temperature=-100,spares=0,alarm=spares+mtemp+ctemp"}"#,
     r#"{"command":"health","action":"get","dimm":0}"#,
+    r#"{"command":"nvdimm","action":"add","spec":"1G,file=/tmp/n.img,label-size=256K,badblocks=0+512"}"#,
+    r#"{"command":"nvdimm","action":"remove","dimm":4294967295}"#,
     "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
 ];
 

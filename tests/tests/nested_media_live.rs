@@ -18,7 +18,18 @@
 //! 5. with `ndctl monitor -d nmem0` running in the guest, the L1 runs `pmemvm
 //!    ctl SOCKET health set 0 health=fatal temperature=90`: the DIMM's device
 //!    is notified (0x81), ndctl monitor logs a `dimm-health-state` event and
-//!    `ndctl list -DH` shows `fatal` and 90 °C.
+//!    `ndctl list -DH` shows `fatal` and 90 °C;
+//! 6. the machine has an empty NVDIMM slot (`--nvdimm-slots 2`): the guest
+//!    says HOTADD-NOW, the L1 runs `pmemvm ctl SOCKET nvdimm add
+//!    256M,file=b.img` (a labelled DIMM); pmemvm notifies the root device
+//!    (0x80), Linux reads `_FIT` and region1 appears — the test times it —
+//!    `ndctl create-namespace -r region1 -m fsdax` makes /dev/pmem1 through
+//!    the new slot's label `_DSM`, and a marker written to /dev/pmem1 is in
+//!    b.img on the host afterwards.
+//!
+//! Step 6 shares this boot (an L1 and a 2-vCPU guest under TCG cost minutes)
+//! and every boot here reads its NVDIMMs through `_FIT` at the root device's
+//! probe.
 //!
 //! A boot whose 2-vCPU guest triple-faults (the TCG platform's breakdown of
 //! docs/testing.md §6b) is run again, up to `BREAKDOWN_TRIES` runs, and noted.
@@ -73,6 +84,18 @@ i=0
 while [ $i -lt 600 ] && ! grep -q dimm-health-state $O/monitor.log 2>/dev/null; do sleep 0.1; i=$((i+1)); done
 kill $mpid
 ndctl list -DH -d nmem0 > $O/health-after.json 2>&1
+ls /sys/bus/nd/devices > $O/nd-before-add.txt
+t0=$(up)
+echo HOTADD-NOW
+i=0
+while [ $i -lt 600 ] && [ ! -e /sys/bus/nd/devices/region1 ]; do sleep 0.1; i=$((i+1)); done
+t1=$(up)
+echo "$t0 $t1" > $O/region-after.txt
+ndctl list -R > $O/regions-after-add.json 2>&1
+step create ndctl create-namespace -r region1 -m fsdax
+i=0; while [ $i -lt 100 ] && [ ! -e /dev/pmem1 ]; do sleep 0.1; i=$((i+1)); done
+printf 'PMEMVM-HOTADD-MARK-4c1d' > /tmp/mark
+step mark dd if=/tmp/mark of=/dev/pmem1 bs=4096 conv=sync,fsync
 "#;
 
 const L1_SCRIPT: &str = r#"
@@ -84,11 +107,11 @@ waitfor() {
     done
 }
 run() {
-    rm -f console.txt channel.bin /tmp/api.sock a.img l1-steps.txt
+    rm -f console.txt channel.bin /tmp/api.sock a.img b.img l1-steps.txt
     # The socket on the L1's tmpfs: QEMU 7.2's 9p share cannot hold one.
     pmemvm -v boot --kernel vmlinux --initrd job.img \
         --cmdline 'console=ttyS0 reboot=acpi panic=-1 quiet' --cpus 2 --memory 512M \
-        --nvdimm 256M,file=a.img,label-size=0 --api /tmp/api.sock --timeout 300 \
+        --nvdimm 256M,file=a.img,label-size=0 --nvdimm-slots 2 --api /tmp/api.sock --timeout 300 \
         --console-log console.txt --channel channel.bin 2> pmemvm.err &
     pid=$!
     waitfor INJECT-NOW
@@ -98,6 +121,8 @@ run() {
     pmemvm ctl /tmp/api.sock media list 0 > list.json 2>&1; echo "list $?" >> l1-steps.txt
     waitfor HEALTH-NOW
     pmemvm ctl /tmp/api.sock health set 0 health=fatal temperature=90 > health.out 2>&1; echo "health $?" >> l1-steps.txt
+    waitfor HOTADD-NOW
+    pmemvm ctl /tmp/api.sock nvdimm add 256M,file=b.img > hotadd.out 2>&1; echo "hotadd $?" >> l1-steps.txt
     pmemvm ctl /tmp/api.sock stats > stats.json 2>&1
     wait $pid; echo "pmemvm $?" >> l1-steps.txt
 }
@@ -172,7 +197,9 @@ fn a_range_injected_through_the_socket_reaches_badblocks_and_fio_and_a_health_ch
         keep.display()
     );
     let l1 = read("l1-steps.txt");
-    for step in ["inject 0", "clear 0", "list 0", "health 0", "pmemvm 0"] {
+    for step in [
+        "inject 0", "clear 0", "list 0", "health 0", "hotadd 0", "pmemvm 0",
+    ] {
         assert!(l1.lines().any(|l| l == step), "L1 step '{step}'\n{ctx}");
     }
     assert!(
@@ -282,5 +309,46 @@ fn a_range_injected_through_the_socket_reaches_badblocks_and_fio_and_a_health_ch
         read("bb-file.txt").contains(", 0 bad ranges,"),
         "the file holds no bad range:\n{}\n{ctx}",
         read("bb-file.txt")
+    );
+    // Hot-add: the new region in the running guest, a namespace on it through
+    // the new slot's labels, and the guest's bytes in the new DIMM's file.
+    assert!(
+        read("hotadd.out").contains("DIMM 1 hot-added: 268435456 bytes")
+            && read("hotadd.out").contains("the guest was notified (0x80"),
+        "{ctx}"
+    );
+    assert!(
+        !g("nd-before-add.txt").contains("region1"),
+        "no region1 before the add\n{ctx}"
+    );
+    let seen: Vec<f64> = g("region-after.txt")
+        .split_whitespace()
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    assert_eq!(seen.len(), 2, "{ctx}");
+    let secs = seen[1] - seen[0];
+    eprintln!("nested_media_live: region1 appeared {secs:.1} s after HOTADD-NOW (TCG-nested: functional only)");
+    assert!(
+        secs < 55.0,
+        "region1 within the guest's wait: {secs} s\n{ctx}"
+    );
+    let regions = g("regions-after-add.json");
+    assert!(
+        regions.contains("\"dev\":\"region1\"") && regions.contains("\"size\":268435456"),
+        "ndctl list -R shows the new 256 MiB region:\n{regions}\n{ctx}"
+    );
+    for step in ["create 0", "mark 0"] {
+        assert!(
+            steps.lines().any(|l| l == step),
+            "guest step '{step}'\n{}\n{ctx}",
+            g("create.out")
+        );
+    }
+    let b = fs::read(out.path("b.img")).unwrap_or_default();
+    assert_eq!(b.len(), (256 << 20) + (128 << 10) + 4096, "b.img\n{ctx}");
+    let mark = b"PMEMVM-HOTADD-MARK-4c1d";
+    assert!(
+        b.windows(mark.len()).any(|w| w == mark),
+        "the guest's marker on /dev/pmem1 is in the new DIMM's file\n{ctx}"
     );
 }

@@ -114,6 +114,8 @@ pub fn setup() -> Setup {
     }
     handler.add_dimm(HANDLES[2], NoLabels);
     handler.enable_root();
+    // `_FIT`'s reads: a table of more than two chunks.
+    handler.set_fit((0..10_000u32).map(|i| (i % 251) as u8).collect());
     Setup {
         handler,
         media,
@@ -122,7 +124,7 @@ pub fn setup() -> Setup {
 }
 
 /// Root functions, then health functions, with their input sizes.
-const FUNCS: [(u32, u32, usize); 12] = [
+const FUNCS: [(u32, u32, usize); 13] = [
     (u32::MAX, 0, 0), // function 0 on the root
     (u32::MAX, 1, 16),
     (u32::MAX, 2, 24),
@@ -131,6 +133,7 @@ const FUNCS: [(u32, u32, usize); 12] = [
     (u32::MAX, 7, 17),
     (u32::MAX, 8, 16),
     (u32::MAX, 9, 0),
+    (u32::MAX, devices::nvdimm_fit::FUNC_READ_FIT, 8),
     (1, 1, 0),
     (1, 2, 0),
     (1, 17, 7),
