@@ -31,17 +31,6 @@ pub fn crash_images(a: &CrashImagesArgs) -> Result<String, ImageError> {
     ))
 }
 
-/// A temporary images directory, removed on drop.
-struct TempImages(Option<PathBuf>);
-
-impl Drop for TempImages {
-    fn drop(&mut self) {
-        if let Some(d) = self.0.take() {
-            let _ = std::fs::remove_dir_all(d);
-        }
-    }
-}
-
 /// Runs the check; the exit status is 0 when every image passed, 1 when one failed.
 pub fn crash_check(a: &CrashCheckArgs) -> Result<u8, crate::error::CommandError> {
     let template = crate::commands::run_spec(&a.run)?;
@@ -50,16 +39,24 @@ pub fn crash_check(a: &CrashCheckArgs) -> Result<u8, crate::error::CommandError>
     if let Some(shared) = &a.slurm {
         return slurm(a, shared, &template);
     }
-    let (out, _temp) = match &a.images {
-        Some(d) => (d.clone(), TempImages(None)),
-        None => {
-            let d = std::env::temp_dir().join(format!("pmemvm-crash-check-{}", std::process::id()));
-            (d.clone(), TempImages(Some(d)))
-        }
-    };
+    let (out, _temp) = lab::crash_check::TempImages::for_check(a.images.as_deref(), "check");
     let req = a.which.request(&a.dir, out);
     let report = check(&template, &req, &a.run.command)?;
     finish(a, &report)
+}
+
+/// How each image went, as it is checked.
+fn progress(c: &lab::crash_check::ImageCheck) {
+    eprintln!(
+        "pmemvm: crash-check: the image after {}: status {}{} in {:.1} s",
+        c.name(),
+        c.status,
+        c.error
+            .as_deref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default(),
+        c.seconds
+    );
 }
 
 /// Boots and checks the images of `req`, saying how each went.
@@ -68,18 +65,7 @@ fn check(
     req: &images::Request,
     command: &[String],
 ) -> Result<lab::crash_check::CrashCheck, lab::crash_check::CrashCheckError> {
-    lab::crash_check::check(template, req, command, lab::run::run_job, |c| {
-        eprintln!(
-            "pmemvm: crash-check: the image after {}: status {}{} in {:.1} s",
-            c.name(),
-            c.status,
-            c.error
-                .as_deref()
-                .map(|e| format!(" ({e})"))
-                .unwrap_or_default(),
-            c.seconds
-        );
-    })
+    lab::crash_check::check(template, req, command, lab::run::run_job, progress)
 }
 
 /// `--slurm SHARED`: writes the array's scripts (no `--slurm-task`/`--slurm-report`), runs
@@ -97,26 +83,15 @@ fn slurm(
         return finish(a, &crash_array::merge(shared, &flushes, &a.run.command));
     }
     if let Some(task) = a.slurm_task {
-        let flush = *flushes.get(task).ok_or(CrashCheckError::NoSuchTask {
-            task,
-            tasks: flushes.len(),
-        })?;
-        let work =
-            std::env::temp_dir().join(format!("pmemvm-crash-task-{}-{task}", std::process::id()));
-        let _temp = TempImages(Some(work.clone()));
-        let mut req = a.which.request(&a.dir, work);
-        req.select = images::Selection::At(flush);
-        let report = check(template, &req, &a.run.command)?;
-        let path = crash_array::result_path(shared, flush);
-        let text = serde_json::to_vec_pretty(&report).unwrap_or_default();
-        // Whole or absent: the report job must not read half a result.
-        let part = path.with_extension("json.part");
-        std::fs::write(&part, text)
-            .and_then(|()| std::fs::rename(&part, &path))
-            .map_err(|source| crate::error::CommandError::Output {
-                path: path.clone(),
-                source,
-            })?;
+        let (report, path) = lab::crash_check::slurm_task(
+            template,
+            &a.which.request(&a.dir, PathBuf::new()),
+            (&flushes, task),
+            &a.run.command,
+            shared,
+            lab::run::run_job,
+            progress,
+        )?;
         print!("{}", report.table());
         println!("result: {}", path.display());
         return Ok(0);

@@ -277,6 +277,71 @@ fn copy_image(image: &Path, work: &PathBuf, size: u64) -> Result<(), CrashCheckE
     vmm::record::sparse::copy(&src, &dst, size).map_err(io(format!("copying {}", image.display())))
 }
 
+/// A temporary images directory, removed when dropped.
+#[derive(Debug)]
+pub struct TempImages(Option<PathBuf>);
+
+impl TempImages {
+    /// `keep` when the user named it (`--images`), else a new directory
+    /// under the temporary directory, removed at the end: the directory and
+    /// its guard.
+    pub fn for_check(keep: Option<&Path>, tag: &str) -> (PathBuf, Self) {
+        match keep {
+            Some(d) => (d.to_owned(), Self(None)),
+            None => {
+                let d =
+                    std::env::temp_dir().join(format!("pmemvm-crash-{tag}-{}", std::process::id()));
+                (d.clone(), Self(Some(d)))
+            }
+        }
+    }
+}
+
+impl Drop for TempImages {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// One Slurm array task of `crash-check --slurm SHARED`: checks the image
+/// after flush `flushes[task]` (with its torn variant when `req` asks for
+/// them) and writes the report where the report job finds it, whole or not
+/// at all. Returns the report and that path.
+pub fn slurm_task(
+    template: &RunSpec,
+    req: &Request,
+    (flushes, task): (&[u64], usize),
+    command: &[String],
+    shared: &Path,
+    run: impl FnMut(&RunSpec) -> Result<RunResult, RunError>,
+    progress: impl FnMut(&ImageCheck),
+) -> Result<(CrashCheck, PathBuf), CrashCheckError> {
+    let flush = *flushes.get(task).ok_or(CrashCheckError::NoSuchTask {
+        task,
+        tasks: flushes.len(),
+    })?;
+    let (work, _temp) = TempImages::for_check(None, &format!("task-{task}"));
+    let req = Request {
+        out: work,
+        select: images::Selection::At(flush),
+        ..req.clone()
+    };
+    let report = check(template, &req, command, run, progress)?;
+    let path = crate::fleet::crash_array::result_path(shared, flush);
+    let text = serde_json::to_vec_pretty(&report).unwrap_or_default();
+    // Whole or absent: the report job must not read half a result.
+    let part = path.with_extension("json.part");
+    std::fs::write(&part, text)
+        .and_then(|()| std::fs::rename(&part, &path))
+        .map_err(|source| CrashCheckError::Io {
+            what: format!("writing {}", path.display()),
+            source,
+        })?;
+    Ok((report, path))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
