@@ -49,7 +49,7 @@
 //!       Local2 = RDAT
 //!       Return (Mid (Local2, Zero, Local1))
 //!     }
-//!     Method (_FIT, 0, Serialized) {  // the NFIT's structures, now (hot-add)
+//!     Method (_FIT, 0, Serialized) {  // with empty slots: the NFIT's structures now
 //!       Local0 = Buffer (Zero) {}                           // the FIT so far
 //!       Local1 = Zero                                       // its length
 //!       Local4 = Zero
@@ -59,6 +59,7 @@
 //!         Local3 [Zero] = ToBuffer (Local1)                 // the offset
 //!         Local2 = NCAL (ToUUID (root), One, 0x10000, Local3, 0xFFFFFFFF)
 //!         If (LLess (SizeOf (Local2), 4)) { Break }         // no answer
+//!         If (LGreater (SizeOf (Local2), 4088)) { Break }   // nobody answered
 //!         Local5 = DerefOf (Local2 [Zero])                  // status
 //!         If (LEqual (Local5, One)) {                       // changed: again
 //!           Local0 = Buffer (Zero) {}
@@ -85,7 +86,11 @@
 //! again on notification 0x80 (a DIMM hot-added): pmemvm answers the root
 //! function [`FUNC_READ_FIT`] with a status (0, or 1 when the table changed
 //! since the read at offset 0 began, and the method starts again) and up to
-//! 4,088 bytes of the NFIT's structures from the offset asked. Every slot a
+//! 4,084 bytes of the NFIT's structures from the offset asked (a reply is
+//! never as long as a page nothing answered, which `_FIT` then gives up on).
+//! Only a machine with empty slots has `_FIT`: there Linux reads the DIMMs
+//! through it at the root device's probe too (it takes precedence over the
+//! static NFIT); elsewhere the static NFIT is all Linux reads. Every slot a
 //! DIMM can be hot-added into has its device (`_ADR`, `_DSM`) from boot, as
 //! on platforms that describe their empty slots.
 //!
@@ -143,6 +148,10 @@ pub const DSM_OUT_DATA_MAX: usize = DSM_PAGE_SIZE - DSM_OUT_DATA_OFFSET;
 pub const FUNC_READ_FIT: u32 = 0x1_0000;
 /// Most rounds `_FIT` asks for (restarts included): 4 MiB of structures.
 const FIT_ROUNDS_MAX: u64 = 1024;
+/// The longest reply pmemvm gives a FIT read (status and 4,084 bytes): a
+/// longer one means nothing answered the doorbell (the page still holds the
+/// request), and `_FIT` gives up at once.
+pub const FIT_REPLY_MAX: u64 = 4088;
 
 /// The child device name of the DIMM at `index` (`NV00` .. `NVFF`).
 pub fn child_name(index: usize) -> String {
@@ -250,6 +259,10 @@ fn fit_method() -> Vec<u8> {
                     &aml::lless(&aml::size_of(&reply), &aml::integer(4)),
                     &[aml::break_()],
                 ),
+                aml::if_(
+                    &aml::lgreater(&aml::size_of(&reply), &aml::integer(FIT_REPLY_MAX)),
+                    &[aml::break_()],
+                ),
                 aml::store(
                     &aml::deref_of(&aml::index(&reply, &aml::integer(0))),
                     &status,
@@ -267,7 +280,7 @@ fn fit_method() -> Vec<u8> {
                 ]),
             ],
         ),
-        // The transport failed: no structures (Linux then keeps what it has).
+        // Nothing (or nothing sensible) answered: no structures.
         aml::ret(&aml::buffer(&[])),
     ];
     aml::method("_FIT", 0, true, &body)
@@ -339,7 +352,11 @@ pub fn build(dimms: &[NvdimmDescription], slots: usize, dsm: Option<&DsmTranspor
         ));
         root.push(aml::field("NDBL", FieldAccess::DWord, &[("NDBR", 32)]));
         root.push(ncal(tr));
-        root.push(fit_method());
+        // Only a machine with empty slots has `_FIT`: without one the
+        // static NFIT is all there ever is, and Linux reads it directly.
+        if slots > dimms.len() {
+            root.push(fit_method());
+        }
     }
     let handles = dimms
         .iter()
@@ -487,14 +504,13 @@ mod tests {
         );
         // Method (NCAL, 5, Serialized): flags 0x0D right after the name.
         assert_eq!(count(&t, &[b'N', b'C', b'A', b'L', 0x0d]), 1);
-        // The Intel UUID once (NCAL), the root's twice (NCAL, _FIT's call).
+        // The Intel and root UUID buffers once each (in NCAL).
         assert_eq!(count(&t, &aml::uuid(INTEL_DSM_UUID).unwrap()), 1);
-        assert_eq!(count(&t, &aml::uuid(ROOT_DSM_UUID).unwrap()), 2);
-        // The root handle three times: the root's NCAL call, NCAL's test, _FIT's call.
-        assert_eq!(count(&t, &[0x0c, 0xff, 0xff, 0xff, 0xff]), 3);
-        // _FIT (no argument, Serialized) asks for the root function 0x10000.
-        assert_eq!(count(&t, &[b'_', b'F', b'I', b'T', 0x08]), 1);
-        assert_eq!(count(&t, &[0x0c, 0x00, 0x00, 0x01, 0x00]), 1);
+        assert_eq!(count(&t, &aml::uuid(ROOT_DSM_UUID).unwrap()), 1);
+        // The root handle twice: the root's NCAL call and NCAL's test.
+        assert_eq!(count(&t, &[0x0c, 0xff, 0xff, 0xff, 0xff]), 2);
+        // No empty slot, no _FIT: the static NFIT is all there is.
+        assert_eq!(count(&t, b"_FIT"), 0);
         // One _DSM per DIMM plus the root's; NCAL called with each handle.
         assert_eq!(count(&t, b"_DSM"), 4);
         // Each DIMM's device, and the GED's notification of its health.
@@ -531,6 +547,12 @@ mod tests {
         };
         let t = build(&[dimm(1)], 3, Some(&tr));
         assert_eq!(checksum(&t), 0);
+        // _FIT (no argument, Serialized) asks for the root function 0x10000
+        // with the root's UUID and handle.
+        assert_eq!(count(&t, &[b'_', b'F', b'I', b'T', 0x08]), 1);
+        assert_eq!(count(&t, &[0x0c, 0x00, 0x00, 0x01, 0x00]), 1);
+        assert_eq!(count(&t, &aml::uuid(ROOT_DSM_UUID).unwrap()), 2);
+        assert_eq!(count(&t, &[0x0c, 0xff, 0xff, 0xff, 0xff]), 3);
         // Three children with _DSM besides the root's, the empty ones with
         // the handles a hot-added DIMM gets (crate::nfit_handle).
         assert_eq!(count(&t, b"_DSM"), 4);

@@ -184,6 +184,18 @@ fn aml_matches_iasl_encoding() {
             ],
         ),
     );
+    // Empty slots: their devices and `_FIT`.
+    recompile_matches("re-slots", &{
+        let mut d = machine(2, vec![dimm(0, false, 128 << 10)]);
+        d.nvdimm_slots = 3;
+        d
+    });
+    // No DIMM at boot, only slots: the root device, its transport and `_FIT`.
+    recompile_matches("re-slots-only", &{
+        let mut d = machine(1, vec![]);
+        d.nvdimm_slots = 2;
+        d
+    });
 }
 
 #[test]

@@ -19,9 +19,10 @@ pub const STATUS_OK: u32 = 0;
 pub const STATUS_CHANGED: u32 = 1;
 /// The input is not an offset.
 pub const STATUS_INVALID: u32 = 2;
-/// Most structure bytes one reply carries (the page's 4,092 output bytes
-/// less the status).
-pub const CHUNK_MAX: usize = 4088;
+/// Most structure bytes one reply carries: the status and these are at most
+/// 4,088 bytes, less than the page's 4,092, so the AML can tell a reply from
+/// a page nothing answered (which reads back as 4,092 bytes).
+pub const CHUNK_MAX: usize = 4084;
 
 #[derive(Debug, Default)]
 struct State {
@@ -117,7 +118,7 @@ mod tests {
         let t = FitTable::new(bytes.clone());
         assert_eq!(read_all(&t, |_| {}), bytes);
         // 4-byte offsets too; past the end: no bytes.
-        assert_eq!(t.read(&4088u32.to_le_bytes()).len(), 4 + 4088);
+        assert_eq!(t.read(&4084u32.to_le_bytes()).len(), 4 + 4084);
         assert_eq!(t.read(&u64::MAX.to_le_bytes()), STATUS_OK.to_le_bytes());
     }
 

@@ -150,6 +150,11 @@ const _: () = assert!(
     acpi::nvdimm_ssdt::FUNC_READ_FIT == devices::nvdimm_fit::FUNC_READ_FIT,
     "_FIT's root function differs between the AML and the device"
 );
+// ... and a reply of the device is never as long as a page nothing answered.
+const _: () = assert!(
+    4 + devices::nvdimm_fit::CHUNK_MAX as u64 == acpi::nvdimm_ssdt::FIT_REPLY_MAX,
+    "_FIT's longest reply differs between the AML and the device"
+);
 
 /// Serves `_DSM` calls: the guest's AML writes the DSM page address here.
 struct DsmDoorbell {
