@@ -80,6 +80,19 @@ pub(crate) fn cases() -> Vec<Case> {
             "'99999999999'",
         ),
         case(&["boot", KERNEL, "{K}", "--cpus", "two"], "'two'"),
+        // --nvdimm-slots: a count the NFIT can hold; not on QEMU's engine
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm-slots", "300"],
+            "--nvdimm-slots '300' is more NVDIMMs than a machine can hold; use 0 to 256",
+        ),
+        case(
+            &["acpi", "--nvdimm-slots", "many", "--out", "{D}/t"],
+            "--nvdimm-slots 'many' is not a whole number",
+        ),
+        case(
+            &["run", "--engine", "qemu", "--nvdimm", "64M", "--nvdimm-slots", "2", "--", "true"],
+            "--nvdimm-slots 2 gives pmemvm's machine empty slots",
+        ),
         case(&["boot", KERNEL, "{K}", "--cpus", ""], "''"),
         // --nvdimm sizes and options
         case(&["boot", KERNEL, "{K}", "--nvdimm", ""], "''"),

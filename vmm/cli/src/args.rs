@@ -45,6 +45,20 @@ pub(crate) fn parse_size_arg(s: &str) -> Result<u64, String> {
     config::parse_size(s).map_err(|e| e.to_string())
 }
 
+/// `--nvdimm-slots N`: 0 to the NFIT's limit of DIMMs (acpi::MAX_NVDIMMS).
+fn parse_slots(s: &str) -> Result<usize, String> {
+    let max = acpi::MAX_NVDIMMS;
+    match s.trim().parse::<usize>() {
+        Ok(n) if n <= max => Ok(n),
+        Ok(_) => Err(format!(
+            "--nvdimm-slots '{s}' is more NVDIMMs than a machine can hold; use 0 to {max}"
+        )),
+        Err(_) => Err(format!(
+            "--nvdimm-slots '{s}' is not a whole number; use 0 to {max} (the --nvdimm DIMMs plus empty slots)"
+        )),
+    }
+}
+
 pub(crate) fn parse_cpus(s: &str) -> Result<u8, String> {
     // The MADT's 8-bit APIC ids bound the vCPU count (acpi::MAX_CPUS).
     let max = acpi::MAX_CPUS;
@@ -189,7 +203,7 @@ pub struct MachineArgs {
     /// NVDIMM slots in all: the --nvdimm DIMMs plus empty slots that `pmemvm ctl
     /// SOCKET nvdimm add SPEC` fills while the guest runs (hot-add, with --api;
     /// docs/api.md). Default: one per --nvdimm, none empty. Engines pmemvm and nested.
-    #[arg(long, default_value = "0", value_name = "N")]
+    #[arg(long, default_value = "0", value_parser = parse_slots, value_name = "N")]
     pub nvdimm_slots: usize,
     /// The whole machine from a file pmemvm wrote (the serialized machine
     /// description the nested engine hands to `pmemvm boot` in its L1): it
