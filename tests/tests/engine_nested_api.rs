@@ -4,7 +4,10 @@
 //! control protocol; `pmemvm ctl SOCKET media inject 0 1M+4K` on this host
 //! then reaches the guest inside: its platform event makes Linux scrub the
 //! DIMM and `/sys/block/pmem0/badblocks` gains `2048 8`, which the guest's
-//! command waits for and prints. The socket is gone after the run. And
+//! command waits for and prints; the machine has an empty NVDIMM slot
+//! (`--nvdimm-slots 2`, carried to the L1 in its machine description), and
+//! `pmemvm ctl SOCKET nvdimm add 64M` on this host hot-adds a DIMM the guest
+//! then sees as region1 of 64 MiB. The socket is gone after the run. And
 //! `pmemvm bench pmem-nowait --engine nested --only on:1 --api SOCKET` (one
 //! boot of one side, so one L1): the boot serves the socket while it runs
 //! (`ctl SOCKET stats` answers with the guest's DIMM), and the bench ends with
@@ -45,12 +48,15 @@ impl Drop for Running {
 /// The guest waits (up to 300 s) for the injected range to reach its badblocks.
 const WAIT_FOR_BADBLOCKS: &str = "i=0; \
     while [ $i -lt 600 ] && ! grep -qx '2048 8' /sys/block/pmem0/badblocks; do sleep 0.5; i=$((i+1)); done; \
-    echo badblocks: $(cat /sys/block/pmem0/badblocks)";
+    echo badblocks: $(cat /sys/block/pmem0/badblocks); \
+    i=0; while [ $i -lt 600 ] && [ ! -e /sys/bus/nd/devices/region1 ]; do sleep 0.5; i=$((i+1)); done; \
+    echo region1: $(cat /sys/bus/nd/devices/region1/size)";
 
 /// One `pmemvm ARGS` (with `--api DIR/api.sock` added) in the background, and
-/// `pmemvm ctl SOCKET CTL...` once the socket is announced. Returns pmemvm's
-/// output and what `ctl` said (None when it was not reached).
-fn one_run(dir: &std::path::Path, args: &[&str], ctl_args: &[&str]) -> (Output, Option<Output>) {
+/// `pmemvm ctl SOCKET CTL...` for each of `ctls`, in order, once the socket is
+/// announced. Returns pmemvm's output and what each `ctl` said (none when the
+/// socket was not announced).
+fn one_run(dir: &std::path::Path, args: &[&str], ctls: &[&[&str]]) -> (Output, Vec<Output>) {
     let sock = dir.join("api.sock");
     let _ = std::fs::remove_file(&sock);
     let _ = std::fs::remove_dir_all(dir.join("report"));
@@ -70,7 +76,7 @@ fn one_run(dir: &std::path::Path, args: &[&str], ctl_args: &[&str]) -> (Output, 
             .expect("start pmemvm"),
     );
     let announced = format!("control socket at {} (through the L1)", sock.display());
-    let mut ctl = None;
+    let mut ctl: Vec<Output> = Vec::new();
     let mut status = None;
     while started.elapsed() < DEADLINE {
         if let Some(s) = child.0.try_wait().expect("wait") {
@@ -78,7 +84,7 @@ fn one_run(dir: &std::path::Path, args: &[&str], ctl_args: &[&str]) -> (Output, 
             break;
         }
         let err = std::fs::read_to_string(&err_path).unwrap_or_default();
-        if ctl.is_none() && err.contains(&announced) {
+        if ctl.is_empty() && err.contains(&announced) {
             let meta = std::fs::symlink_metadata(&sock).expect("the socket exists");
             assert!(meta.file_type().is_socket(), "{}", sock.display());
             assert_eq!(
@@ -86,9 +92,11 @@ fn one_run(dir: &std::path::Path, args: &[&str], ctl_args: &[&str]) -> (Output, 
                 0,
                 "the socket is the user's alone"
             );
-            let mut all = vec!["ctl", sock.to_str().expect("a UTF-8 path")];
-            all.extend_from_slice(ctl_args);
-            ctl = Some(run(&all, Duration::from_secs(60)));
+            for args in ctls {
+                let mut all = vec!["ctl", sock.to_str().expect("a UTF-8 path")];
+                all.extend_from_slice(args);
+                ctl.push(run(&all, Duration::from_secs(60)));
+            }
         }
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -114,7 +122,7 @@ fn one_run(dir: &std::path::Path, args: &[&str], ctl_args: &[&str]) -> (Output, 
 }
 
 /// The platform's breakdown in a run that ended (see `retry_breakdowns`).
-fn breakdown((out, _): &(Output, Option<Output>)) -> Option<String> {
+fn breakdown((out, _): &(Output, Vec<Output>)) -> Option<String> {
     (!out.timed_out)
         .then(|| pmemvm_tests::nested::platform_breakdown(&out.stderr))
         .flatten()
@@ -137,6 +145,8 @@ fn ctl_on_this_host_reaches_pmemvm_in_the_l1_and_the_guest_sees_the_injected_ran
                     CMDLINE,
                     "--nvdimm",
                     "64M,label-size=0",
+                    "--nvdimm-slots",
+                    "2",
                     "--timeout",
                     "500",
                     "--",
@@ -144,21 +154,41 @@ fn ctl_on_this_host_reaches_pmemvm_in_the_l1_and_the_guest_sees_the_injected_ran
                     "-c",
                     WAIT_FOR_BADBLOCKS,
                 ],
-                &["media", "inject", "0", "1M+4K"],
+                &[
+                    &["media", "inject", "0", "1M+4K"],
+                    &["nvdimm", "add", "64M"],
+                ],
             )
         },
         breakdown,
     );
-    let ctl = ctl.unwrap_or_else(|| panic!("the socket was never announced\n{}", out.dump()));
-    assert_eq!(ctl.status, Some(0), "{}\n{}", ctl.dump(), out.dump());
+    let [inject, add] = &ctl[..] else {
+        panic!("the socket was never announced\n{}", out.dump())
+    };
+    assert_eq!(inject.status, Some(0), "{}\n{}", inject.dump(), out.dump());
     assert!(
-        ctl.stdout
+        inject
+            .stdout
             .contains("DIMM 0: bad ranges now 1048576+4096; the guest was notified"),
         "{}",
-        ctl.dump()
+        inject.dump()
+    );
+    assert_eq!(add.status, Some(0), "{}\n{}", add.dump(), out.dump());
+    assert!(
+        add.stdout.starts_with("DIMM 1 hot-added: 67108864 bytes")
+            && add
+                .stdout
+                .contains("2 of 2 slots used; the guest was notified"),
+        "{}",
+        add.dump()
     );
     assert_eq!(out.status, Some(0), "{}", out.dump());
     assert!(out.stdout.contains("badblocks: 2048 8"), "{}", out.dump());
+    assert!(
+        out.stdout.contains("region1: 67108864"),
+        "the hot-added DIMM is a region of the guest\n{}",
+        out.dump()
+    );
     assert!(
         !dir.join("api.sock").exists(),
         "the socket is removed after the run"
@@ -198,12 +228,14 @@ fn bench_on_nested_serves_the_control_socket_per_boot_and_reports_functional_onl
                     "--out",
                     &report_arg,
                 ],
-                &["stats"],
+                &[&["stats"]],
             )
         },
         breakdown,
     );
-    let ctl = ctl.unwrap_or_else(|| panic!("the socket was never announced\n{}", out.dump()));
+    let ctl = ctl
+        .first()
+        .unwrap_or_else(|| panic!("the socket was never announced\n{}", out.dump()));
     assert_eq!(ctl.status, Some(0), "{}\n{}", ctl.dump(), out.dump());
     let stats: serde_json::Value =
         serde_json::from_str(&ctl.stdout).unwrap_or_else(|e| panic!("{e}: {}", ctl.dump()));
