@@ -137,39 +137,58 @@ impl std::fmt::Debug for NvdimmHotplug {
     }
 }
 
-/// What [`NvdimmHotplug::new`] is given by the VM's build.
+/// What the VM's build gives [`NvdimmHotplug::for_machine`].
 pub(crate) struct HotplugParts {
     pub vm_fd: Arc<VmFd>,
     pub slots: usize,
     pub phys_bits: u8,
     pub host_node: Option<u32>,
-    pub dsm: Arc<DsmHandler>,
-    pub events: Arc<PlatformEvents>,
-    pub flush: Arc<Mutex<FlushHintDevice>>,
     /// The boot DIMMs' descriptions, in order.
     pub described: Vec<NvdimmDescription>,
     pub next_memslot: u32,
-    /// The end of the highest range mapped at boot (RAM, DIMMs, legacy ranges).
+    /// The end of the highest range mapped at boot ([`top_of`]).
     pub top: u64,
+    /// The `_DSM` handler (with a DIMM or a slot).
+    pub dsm: Option<Arc<DsmHandler>>,
+    /// The GED (with a DIMM or a slot).
+    pub events: Option<Arc<PlatformEvents>>,
+    /// The flush-hint device (with a DIMM or a slot).
+    pub flush: Option<Arc<Mutex<FlushHintDevice>>>,
+}
+
+/// The end of the highest guest range of `ram` and `ranges` (base, length),
+/// and at least 4 GiB: where the next DIMM may start.
+pub(crate) fn top_of(ram: &[(u64, u64)], ranges: impl Iterator<Item = (u64, u64)>) -> u64 {
+    ranges
+        .map(|(b, l)| b.saturating_add(l))
+        .chain(std::iter::once(crate::memory::ram_end(ram)))
+        .max()
+        .unwrap_or(0)
+        .max(layout::RAM_64BIT_START.0)
 }
 
 impl NvdimmHotplug {
-    pub(crate) fn new(p: HotplugParts) -> Self {
-        Self {
+    /// Room for hot-adds when the machine has empty slots (and so the
+    /// `_DSM` handler, the GED and the flush-hint device); `None` otherwise.
+    pub(crate) fn for_machine(p: HotplugParts) -> Option<Arc<Self>> {
+        if p.slots <= p.described.len() {
+            return None;
+        }
+        Some(Arc::new(Self {
             vm_fd: p.vm_fd,
             slots: p.slots,
             phys_bits: p.phys_bits,
             host_node: p.host_node,
-            dsm: p.dsm,
-            events: p.events,
-            flush: p.flush,
+            dsm: p.dsm?,
+            events: p.events?,
+            flush: p.flush?,
             state: Mutex::new(State {
                 described: p.described,
                 next_memslot: p.next_memslot,
                 top: p.top,
                 dimms: Vec::new(),
             }),
-        }
+        }))
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -194,11 +213,11 @@ impl NvdimmHotplug {
     }
 
     /// Counters of the hot-added DIMMs, in order.
-    pub(crate) fn counters(&self) -> Vec<crate::api::server::DimmCounters> {
+    pub(crate) fn counters(&self) -> Vec<crate::stats::DimmCounters> {
         self.state()
             .dimms
             .iter()
-            .map(|n| crate::api::server::DimmCounters {
+            .map(|n| crate::stats::DimmCounters {
                 file: n.backing.display.clone(),
                 base: n.base,
                 size: n.size(),
@@ -343,5 +362,19 @@ impl NvdimmHotplug {
             file,
             notified,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_dimm_starts_above_everything_mapped_and_above_4_gib() {
+        assert_eq!(top_of(&[(0, 1 << 30)], std::iter::empty()), 4 << 30);
+        let ram = [(0, 3 << 30), (4 << 30, 2 << 30)];
+        assert_eq!(top_of(&ram, std::iter::empty()), 6 << 30);
+        let ranges = [(7 << 30, 256 << 20), (8 << 30, 16 << 20)];
+        assert_eq!(top_of(&ram, ranges.into_iter()), (8 << 30) + (16 << 20));
     }
 }

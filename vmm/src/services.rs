@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 
 use devices::exit::{ExitNotifier, ExitRequest};
 
-use crate::api::server::{Control, Counters, DimmCounters};
+use crate::api::server::{Control, Counters};
 use crate::dump::Dumper;
 use crate::gdb::hub::DebugHub;
+use crate::stats::DimmCounters;
 use crate::vm::Vm;
 
 /// How long the VM's end waits for a service thread.

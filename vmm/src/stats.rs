@@ -2,7 +2,9 @@
 //! threads (relaxed atomics: they are statistics, not synchronisation).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use devices::nvdimm::FlushStats;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -120,6 +122,21 @@ impl ExitStats {
             other: g(&self.other),
         }
     }
+}
+
+/// One DIMM's counters, as the VM keeps them.
+#[derive(Debug, Clone)]
+pub struct DimmCounters {
+    /// The backing file, as the user named it.
+    pub file: String,
+    /// Guest base address.
+    pub base: u64,
+    /// Bytes the guest sees.
+    pub size: u64,
+    /// NFIT handle (for its `_DSM` calls).
+    pub handle: u32,
+    /// Its flush counters.
+    pub flush: Arc<FlushStats>,
 }
 
 /// Per-DIMM flush statistics for reports.

@@ -305,6 +305,11 @@ impl Drop for TempImages {
     }
 }
 
+/// Where the task of `flush` writes its result in `out`.
+pub fn result_path(out: &Path, flush: u64) -> PathBuf {
+    out.join("results").join(format!("flush-{flush:06}.json"))
+}
+
 /// One Slurm array task of `crash-check --slurm SHARED`: checks the image
 /// after flush `flushes[task]` (with its torn variant when `req` asks for
 /// them) and writes the report where the report job finds it, whole or not
@@ -329,7 +334,7 @@ pub fn slurm_task(
         ..req.clone()
     };
     let report = check(template, &req, command, run, progress)?;
-    let path = crate::fleet::crash_array::result_path(shared, flush);
+    let path = result_path(shared, flush);
     let text = serde_json::to_vec_pretty(&report).unwrap_or_default();
     // Whole or absent: the report job must not read half a result.
     let part = path.with_extension("json.part");

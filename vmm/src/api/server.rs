@@ -12,13 +12,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use devices::exit::ExitNotifier;
-use devices::nvdimm::FlushStats;
 use serde_json::{json, Value};
 
 use super::protocol::{self, Command, Reply, MAX_LINE};
 use super::{ApiListener, Endpoint};
 use crate::dump::Dumper;
-use crate::stats::{ExitStats, NvdimmCounts};
+use crate::stats::{DimmCounters, ExitStats, NvdimmCounts};
 
 /// Connections served at once; more are told so and closed.
 pub const MAX_CLIENTS: usize = 4;
@@ -26,21 +25,6 @@ pub const MAX_CLIENTS: usize = 4;
 const POLL: Duration = Duration::from_millis(100);
 /// How long `pause` waits for the vCPUs to stop.
 const PAUSE_DEADLINE: Duration = Duration::from_secs(5);
-
-/// One DIMM's counters, as the VM keeps them.
-#[derive(Debug, Clone)]
-pub struct DimmCounters {
-    /// The backing file, as the user named it.
-    pub file: String,
-    /// Guest base address.
-    pub base: u64,
-    /// Bytes the guest sees.
-    pub size: u64,
-    /// NFIT handle (for its `_DSM` calls).
-    pub handle: u32,
-    /// Its flush counters.
-    pub flush: Arc<FlushStats>,
-}
 
 /// Where pmemvm's counters are, read while the VM runs and at its end.
 #[derive(Debug, Clone)]

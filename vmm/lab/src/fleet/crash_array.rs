@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use vmm::record::images::Manifest;
 
 use super::sbatch::{check_path, here, script_head, sh_quote, write_files, SlurmError};
-use crate::crash_check::{CrashCheck, ImageCheck};
+use crate::crash_check::{result_path, CrashCheck, ImageCheck};
 
 /// A crash check as a Slurm job array.
 #[derive(Debug, Clone)]
@@ -38,11 +38,6 @@ pub struct CrashArray {
     pub workdir: PathBuf,
     /// The pmemvm the tasks run (`$PMEMVM` overrides it).
     pub pmemvm: PathBuf,
-}
-
-/// Where the task of `flush` writes its result in `out`.
-pub fn result_path(out: &Path, flush: u64) -> PathBuf {
-    out.join("results").join(format!("flush-{flush:06}.json"))
 }
 
 impl CrashArray {
