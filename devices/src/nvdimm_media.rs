@@ -335,6 +335,14 @@ pub trait MediaStore: Send + Sync + std::fmt::Debug {
     fn save(&self, state: &MediaState) -> io::Result<()>;
 }
 
+/// Told when a DIMM's bad ranges change (the platform's view of the media:
+/// pmemvm's machine-check holes follow it).
+pub trait MediaWatch: Send + Sync + std::fmt::Debug {
+    /// The bad ranges of `state` are new; called with the state locked, so
+    /// calls come in the order of the changes.
+    fn bad_ranges_changed(&self, state: &MediaState);
+}
+
 /// The media block of a backing file, at `offset` (the identity page's second half).
 #[derive(Debug)]
 pub struct FileMedia {
@@ -364,6 +372,7 @@ pub struct DimmMedia {
     pub spa_size: u64,
     state: Mutex<MediaState>,
     store: Option<Box<dyn MediaStore>>,
+    watch: std::sync::OnceLock<std::sync::Arc<dyn MediaWatch>>,
 }
 
 impl DimmMedia {
@@ -381,7 +390,14 @@ impl DimmMedia {
             spa_size,
             state: Mutex::new(state),
             store,
+            watch: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Tells `w` of every later change of the bad ranges (one watcher per
+    /// DIMM; false when one is already set).
+    pub fn watch(&self, w: std::sync::Arc<dyn MediaWatch>) -> bool {
+        self.watch.set(w).is_ok()
     }
 
     /// A copy of the current state.
@@ -406,7 +422,11 @@ impl DimmMedia {
             if let Some(s) = &self.store {
                 s.save(&next)?;
             }
+            let ranges_changed = next.bad_ranges != guard.bad_ranges;
             *guard = next;
+            if let (true, Some(w)) = (ranges_changed, self.watch.get()) {
+                w.bad_ranges_changed(&guard);
+            }
         }
         Ok(Ok(r))
     }

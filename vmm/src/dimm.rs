@@ -14,6 +14,9 @@ use crate::backing::{LegacyPmemBacking, NvdimmBacking};
 /// One NVDIMM: its file, its mapping and where the guest sees it.
 #[derive(Debug)]
 pub struct Nvdimm {
+    /// Its memory slots around poisoned pages (`mce=on`). First: fields are
+    /// dropped in order, and these must be closed before `mapping` goes.
+    pub poison: Option<crate::mce::SlotsGuard>,
     /// Backing file.
     pub backing: NvdimmBacking,
     /// The `MAP_SHARED` mapping registered as a memslot.

@@ -24,6 +24,8 @@ pub struct DimmRange {
     pub path: String,
     /// The backing file.
     pub file: Arc<File>,
+    /// Its memory slots around poisoned pages (`mce=on`).
+    pub poison: Option<Arc<crate::mce::PoisonSlots>>,
 }
 
 impl DimmRange {
@@ -88,6 +90,7 @@ mod tests {
             readonly: false,
             path: path.into(),
             file: Arc::new(File::open("/proc/self/exe").unwrap()),
+            poison: None,
         }
     }
 

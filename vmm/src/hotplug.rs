@@ -244,6 +244,12 @@ impl NvdimmHotplug {
                 "the guest's NUMA nodes are fixed at boot; it joins node 0",
             );
         }
+        if spec.mce {
+            return refuse(
+                "mce=on",
+                "the vCPUs' machine-check banks are set up at boot for the DIMMs given then",
+            );
+        }
         if spec.readonly {
             return refuse(
                 "readonly",
@@ -345,6 +351,7 @@ impl NvdimmHotplug {
             handle,
             media,
             recorder: None,
+            poison: None,
         });
         drop(st);
         let notified = match self.events.raise(NFIT_CHANGED) {

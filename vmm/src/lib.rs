@@ -41,6 +41,7 @@ pub mod identity;
 pub mod label_index;
 pub mod layout;
 pub mod lost_interrupt;
+pub mod mce;
 pub mod media;
 pub mod memory;
 pub mod memory_placement;

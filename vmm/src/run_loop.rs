@@ -322,6 +322,7 @@ impl Vm {
                     readonly: n.backing.spec.readonly,
                     path: n.backing.display.clone(),
                     file: n.backing.file.clone(),
+                    poison: n.poison.as_ref().map(|g| g.0.clone()),
                 })
                 .chain(self.legacy_pmem.iter().map(|l| DimmRange {
                     base: l.base,
@@ -329,6 +330,7 @@ impl Vm {
                     readonly: l.backing.spec.readonly,
                     path: l.backing.display.clone(),
                     file: l.backing.file.clone(),
+                    poison: None,
                 }))
                 .collect(),
         );
@@ -347,6 +349,7 @@ impl Vm {
                 status: statuses[index].clone(),
                 debug: debug.cloned(),
                 pvpanic: self.pvpanic.clone(),
+                mce_vendor: self.mce_vendor,
             };
             let pin: Vec<u32> = self.placement.pin.get(index).copied().into_iter().collect();
             let node = self.placement.host_node;

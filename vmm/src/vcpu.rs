@@ -234,6 +234,9 @@ pub struct VcpuContext {
     pub debug: Option<Arc<crate::gdb::hub::DebugHub>>,
     /// The pvpanic device (the guest kernel reports its panic there).
     pub pvpanic: Arc<crate::pvpanic::PvPanic>,
+    /// The guest's CPU vendor when a DIMM has `mce=on` (how its machine
+    /// checks are written).
+    pub mce_vendor: Option<crate::mce::deliver::Vendor>,
 }
 
 /// A panic payload as text.
@@ -382,7 +385,16 @@ impl VcpuContext {
                 // A DIMM page KVM could not read (e.g. a hole the full host
                 // file system cannot back) comes here instead of the guest.
                 if let Some(d) = self.dimms.iter().find(|d| d.contains(addr)) {
-                    return Some(d.storage_failure(self.index, "read", addr));
+                    let Some(p) = d.poison.clone() else {
+                        return Some(d.storage_failure(self.index, "read", addr));
+                    };
+                    // mce=on: a hole around a poisoned page.
+                    let len = data.len();
+                    if let Err(e) = p.read(addr, data) {
+                        return Some(ExitRequest::StorageFailure(format!("vCPU {}: {e}", self.index)));
+                    }
+                    let (v, mmio) = (self.mce_vendor, &self.mmio);
+                    return crate::mce::vcpu_side::read(self.index, &mut self.vcpu, v, &p, mmio, (addr, len));
                 }
                 if self.mmio.read(addr, data).is_err() {
                     stats.unclaimed_access(self.index, "mmio-read", addr);
@@ -393,6 +405,10 @@ impl VcpuContext {
                 status.in_exit(Exit::MmioWrite, addr);
                 ExitStats::bump(&stats.mmio_write);
                 match self.dimms.iter().find(|d| d.contains(addr)) {
+                    Some(d) if d.poison.is_some() => {
+                        let p = d.poison.as_deref()?;
+                        return crate::mce::vcpu_side::write(self.index, p, addr, data);
+                    }
                     Some(d) if d.readonly => ExitStats::bump(&stats.readonly_writes),
                     // KVM could not store into the file's page (host disk
                     // full): never drop the guest's data silently.

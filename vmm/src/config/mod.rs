@@ -38,7 +38,7 @@ pub enum ConfigError {
         nearest: String,
     },
     /// An `--nvdimm` option this version does not know.
-    #[error("--nvdimm option '{0}' is not known; accepted: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,hugepages][,node=N][,badblocks=OFFSET+LEN[:OFFSET+LEN...]][,record=DIR]")]
+    #[error("--nvdimm option '{0}' is not known; accepted: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,hugepages][,node=N][,badblocks=OFFSET+LEN[:OFFSET+LEN...]][,record=DIR][,mce=on|off]")]
     NvdimmOption(String),
     /// An `--nvdimm` option given twice.
     #[error("--nvdimm option '{0}' is given more than once")]
@@ -81,6 +81,12 @@ pub enum ConfigError {
         /// What is wrong with it.
         why: String,
     },
+    /// `mce=` with a value other than on/off.
+    #[error("--nvdimm mce={0} is not valid; use mce=on (a load from a bad range is a machine check in the guest) or mce=off")]
+    Mce(String),
+    /// `mce=on` with an option it cannot work with.
+    #[error("--nvdimm mce=on cannot be combined with {0}: {why}; drop one of them", why = mce_conflict_why(.0))]
+    MceWith(&'static str),
     /// `hugepages` together with `file=`.
     #[error("--nvdimm hugepages makes a temporary DIMM in hugetlb pages and cannot be combined with file=; for a named file with 2 MiB pages put it on a tmpfs mounted with -o huge=always")]
     HugepagesWithFile,
@@ -161,6 +167,9 @@ pub struct NvdimmSpec {
     /// Record every guest flush into this directory (`record=`; [`crate::record`]).
     #[serde(default)]
     pub record: Option<PathBuf>,
+    /// A guest load from a bad range is a machine check (`mce=on`; [`crate::mce`]).
+    #[serde(default)]
+    pub mce: bool,
 }
 
 impl NvdimmSpec {
@@ -177,6 +186,7 @@ impl NvdimmSpec {
             node: None,
             badblocks: Vec::new(),
             record: None,
+            mce: false,
         }
     }
 
@@ -228,6 +238,13 @@ pub(crate) fn nearest_region_sizes(bytes: u64) -> String {
     }
 }
 
+fn mce_conflict_why(other: &str) -> &'static str {
+    match other {
+        "record=" => "the recorder's dirty log follows one memory slot per DIMM, and mce=on splits it around bad pages",
+        _ => "pmemvm serves the good bytes of a poisoned page with write(2), which hugetlbfs does not have",
+    }
+}
+
 fn parse_node(text: &str) -> Result<u32, ConfigError> {
     match text.trim().parse::<u32>() {
         Ok(n) if n <= MAX_NODE && text == text.trim() => Ok(n),
@@ -246,6 +263,7 @@ pub const NVDIMM_KEYS: &[(&str, &str)] = &[
     ("node", "1"),
     ("badblocks", "0+512"),
     ("record", "/tmp/pmemvm-keys-rec"),
+    ("mce", "on"),
 ];
 
 impl std::str::FromStr for NvdimmSpec {
@@ -272,6 +290,7 @@ impl std::str::FromStr for NvdimmSpec {
             node: None,
             badblocks: Vec::new(),
             record: None,
+            mce: false,
         };
         let options =
             spec_options(parts).map_err(|key| ConfigError::NvdimmDuplicate(key.to_string()))?;
@@ -287,6 +306,9 @@ impl std::str::FromStr for NvdimmSpec {
                 ("badblocks", Some(v)) => out.badblocks = badblocks::parse_badblocks(v, size)?,
                 ("record", Some("")) => return Err(ConfigError::EmptyRecord),
                 ("record", Some(v)) => out.record = Some(PathBuf::from(v)),
+                ("mce", Some("on")) => out.mce = true,
+                ("mce", Some("off")) => out.mce = false,
+                ("mce", Some(v)) => return Err(ConfigError::Mce(v.to_string())),
                 _ => return Err(ConfigError::NvdimmOption(part.to_string())),
             }
         }
@@ -295,6 +317,12 @@ impl std::str::FromStr for NvdimmSpec {
         }
         if out.readonly && out.record.is_some() {
             return Err(ConfigError::RecordReadOnly);
+        }
+        if out.mce && out.record.is_some() {
+            return Err(ConfigError::MceWith("record="));
+        }
+        if out.mce && out.hugepages {
+            return Err(ConfigError::MceWith("hugepages"));
         }
         if size
             .checked_add(out.label_size + layout::NVDIMM_IDENTITY_SIZE)
@@ -564,5 +592,29 @@ mod tests {
         let many: Vec<NvdimmSpec> = (0..256).map(|_| NvdimmSpec::temporary(16 << 20)).collect();
         assert_eq!(resolve_nodes(&many), Err(ConfigError::TooManyNodes));
         assert_eq!(resolve_nodes(&many[..255]).map(|n| n[254]), Ok(255));
+    }
+
+    #[test]
+    fn mce_is_on_or_off_and_refused_where_it_cannot_work() {
+        let s: NvdimmSpec = "1G,file=a.img,mce=on".parse().unwrap();
+        assert!(s.mce);
+        assert!(!"1G,mce=off".parse::<NvdimmSpec>().unwrap().mce);
+        assert!(!"1G".parse::<NvdimmSpec>().unwrap().mce);
+        for (text, want) in [
+            ("1G,mce=yes", "--nvdimm mce=yes is not valid; use mce=on"),
+            ("1G,mce", "--nvdimm option 'mce' is not known"),
+            (
+                "1G,mce=on,record=r",
+                "mce=on cannot be combined with record=",
+            ),
+            (
+                "1G,mce=on,hugepages,label-size=0",
+                "cannot be combined with hugepages",
+            ),
+            ("1G,mce=on,mce=off", "'mce' is given more than once"),
+        ] {
+            let e = text.parse::<NvdimmSpec>().unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
     }
 }

@@ -39,6 +39,9 @@ impl fmt::Display for NvdimmSpec {
         if let Some(dir) = &self.record {
             write!(f, ",record={}", dir.display())?;
         }
+        if self.mce {
+            f.write_str(",mce=on")?;
+        }
         Ok(())
     }
 }
@@ -57,6 +60,7 @@ mod tests {
             "16M,hugepages,label-size=0",
             "1G,badblocks=4096+4096:1048576+512",
             "256M,file=d/pm.img,record=rec",
+            "1G,file=pm.img,badblocks=1048576+4096,mce=on",
             "1G,label-size=128K",
         ] {
             let spec: NvdimmSpec = text.parse().unwrap();

@@ -63,6 +63,9 @@ pub enum VmError {
     /// A DIMM's flush recording (`record=`).
     #[error(transparent)]
     Record(#[from] crate::record::RecordError),
+    /// Machine checks on poisoned loads (`mce=on`).
+    #[error(transparent)]
+    Mce(#[from] crate::mce::McError),
     /// A KVM call failed.
     #[error("KVM {step} failed: {source}")]
     Kvm {
@@ -124,6 +127,7 @@ impl VmError {
             Self::DmaMemory(_) => false,
             Self::Huge(e) => e.is_usage(),
             Self::Record(e) => e.is_usage(),
+            Self::Mce(e) => e.is_usage(),
             Self::Placement(e) => !matches!(
                 e,
                 PlacementError::Bind { .. } | PlacementError::Affinity { .. }

@@ -97,6 +97,8 @@ pub struct Vm {
     pub(crate) api: Option<crate::api::ApiListener>,
     /// Where a guest panic's dump goes (`--dump-on-panic`).
     pub(crate) dump_on_panic: Option<std::path::PathBuf>,
+    /// The guest's CPU vendor when a DIMM has `mce=on`.
+    pub(crate) mce_vendor: Option<crate::mce::deliver::Vendor>,
     /// The pvpanic device.
     pub(crate) pvpanic: Arc<crate::pvpanic::PvPanic>,
     /// Room for NVDIMMs hot-added while the guest runs (`--nvdimm-slots`).
@@ -165,9 +167,19 @@ impl Vm {
                 max: max_cpus,
             });
         }
-        let cpuid = kvm
+        let mut cpuid = kvm
             .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
             .map_err(kvm_err("supported CPUID query"))?;
+        // mce=on: the vCPUs' machine-check banks and the CPUID to recover.
+        let mce_dimms = config.machine.nvdimms.iter().filter(|n| n.mce).count();
+        let mce = match mce_dimms {
+            0 => None,
+            _ => {
+                let vendor = crate::mce::deliver::Vendor::of(&cpuid);
+                crate::mce::deliver::patch_cpuid(&mut cpuid, vendor);
+                Some((vendor, crate::mce::deliver::mcg_cap(&kvm)?))
+            }
+        };
         // The guest gets this CPUID, so its address width bounds the DIMMs.
         let phys_bits = memory::phys_addr_bits(cpuid.as_slice());
         let placement_map = memory::machine_layout(&config.machine, phys_bits)?;
@@ -293,6 +305,10 @@ impl Vm {
                 base,
             });
         }
+        // mce=on DIMMs take their slots from the top of KVM's numbers.
+        let mut mce_ids =
+            crate::mce::slot_ids(kvm.get_nr_memslots(), slot as usize + slots, mce_dimms)?
+                .into_iter();
         let backings = backing::open_all(&config.machine.nvdimms)?;
         let mut nvdimms = Vec::with_capacity(backings.len());
         let mut media_started = crate::media::SetupGuard::default();
@@ -310,16 +326,25 @@ impl Vm {
                 true => KVM_MEM_LOG_DIRTY_PAGES,
                 false => 0,
             };
-            add_memslot(
-                &vm_fd,
-                slot,
-                base,
-                mapping.as_ptr(),
-                mapping.size() as u64,
-                readonly_flag(b.spec.readonly) | dirty_log,
-            )?;
             let handle = acpi::nfit_handle(u32::try_from(i).unwrap_or(u32::MAX));
             let media = crate::media::start(&b, handle, base, &mut media_started)?;
+            let poison = match (b.spec.mce, mce_ids.next()) {
+                (true, Some(ids)) => {
+                    let p = crate::mce::with_slots(&vm_fd, &b, &mapping, base, ids, &media)?;
+                    Some(crate::mce::SlotsGuard(p))
+                }
+                _ => {
+                    add_memslot(
+                        &vm_fd,
+                        slot,
+                        base,
+                        mapping.as_ptr(),
+                        mapping.size() as u64,
+                        readonly_flag(b.spec.readonly) | dirty_log,
+                    )?;
+                    None
+                }
+            };
             let recorder = match &b.spec.record {
                 Some(dir) => Some(Arc::new(crate::record::FlushRecorder::start(
                     dir,
@@ -340,6 +365,7 @@ impl Vm {
                 handle,
                 media,
                 recorder,
+                poison,
             });
         }
 
@@ -411,6 +437,9 @@ impl Vm {
                 .create_vcpu(i.into())
                 .map_err(kvm_err("vCPU creation"))?;
             cpu::configure(&vcpu, &mem, cpuid.clone(), i, config.machine.cpus, entry)?;
+            if let Some((_, cap)) = mce {
+                crate::mce::deliver::setup(&vcpu, cap)?;
+            }
             vcpus.push(vcpu);
         }
         for n in &mut nvdimms {
@@ -444,6 +473,7 @@ impl Vm {
             dump_on_panic: None,
             pvpanic,
             hotplug,
+            mce_vendor: mce.map(|(v, _)| v),
         })
     }
 

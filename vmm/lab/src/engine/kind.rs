@@ -63,6 +63,9 @@ pub enum Refusal {
     /// `--pmem-legacy` with the QEMU engine.
     #[error("--pmem-legacy {0} cannot run on --engine qemu: QEMU can only carve legacy persistent memory out of guest RAM with memmap=, which does not persist; use --engine pmemvm or --engine nested")]
     LegacyPmemOnQemu(String),
+    /// `mce=on` with the QEMU engine.
+    #[error("--nvdimm {0} asks for machine checks on poisoned loads, which QEMU's NVDIMM has no way to raise (it has no error injection for NVDIMMs); use --engine pmemvm or nested")]
+    MceOnQemu(String),
     /// Empty NVDIMM slots with the QEMU engine.
     #[error("--nvdimm-slots {0} gives pmemvm's machine empty slots to hot-add NVDIMMs into through --api, which the QEMU engine does not have; use --engine pmemvm or nested")]
     SlotsOnQemu(usize),
@@ -150,6 +153,9 @@ impl Engine {
                 if machine.nvdimm_slots > machine.nvdimms.len() {
                     return Some(Refusal::SlotsOnQemu(machine.nvdimm_slots));
                 }
+                if let Some(n) = machine.nvdimms.iter().find(|n| n.mce) {
+                    return Some(Refusal::MceOnQemu(n.to_string()));
+                }
                 machine
                     .nvdimms
                     .iter()
@@ -177,9 +183,14 @@ mod tests {
             "record" => m.nvdimms = vec!["16M,record=/tmp/rec".parse().unwrap()],
             "huge-dimm" => m.nvdimms = vec!["16M,hugepages".parse().unwrap()],
             "slots" => m.nvdimm_slots = 2,
+            "mce" => m.nvdimms = vec!["16M,mce=on".parse().unwrap()],
             _ => {}
         }
         m
+    }
+
+    fn n_mce() -> Option<Refusal> {
+        Engine::Nested.refusal(&machine("mce"), &RunControl::default())
     }
 
     #[test]
@@ -193,7 +204,16 @@ mod tests {
             api: None,
             dump_on_panic: Some("/tmp/core".into()),
         };
-        for extra in ["", "pin", "thp", "legacy", "record", "huge-dimm", "slots"] {
+        for extra in [
+            "",
+            "pin",
+            "thp",
+            "legacy",
+            "record",
+            "huge-dimm",
+            "slots",
+            "mce",
+        ] {
             assert_eq!(
                 Engine::Pmemvm.refusal(&machine(extra), &dump),
                 None,
@@ -221,6 +241,15 @@ mod tests {
             Some(Refusal::RecordOnQemu("/tmp/rec".into()))
         );
         assert_eq!(q("slots", &none), Some(Refusal::SlotsOnQemu(2)));
+        assert_eq!(
+            q("mce", &none),
+            Some(Refusal::MceOnQemu("16M,mce=on".into()))
+        );
+        assert_eq!(
+            n_mce(),
+            None,
+            "the nested engine passes mce=on to its pmemvm"
+        );
         assert_eq!(Engine::Nested.refusal(&machine("slots"), &api), None);
         let n = |extra: &str, c: &RunControl| Engine::Nested.refusal(&machine(extra), c);
         assert_eq!(n("", &api), None, "the nested engine serves --api");

@@ -1,0 +1,309 @@
+//! The machine check itself, through KVM: the vCPUs' machine-check banks
+//! (`KVM_X86_SETUP_MCE`), the CPUID bits a guest needs to recover from one,
+//! and the delivery of an uncorrected, address-valid error on the vCPU whose
+//! load reached a poisoned line (`KVM_X86_SET_MCE`).
+//!
+//! The load came to pmemvm as an MMIO exit: KVM has decoded it and waits for
+//! its data. Raising the #MC right away would let KVM finish the load first
+//! and report the *next* instruction, which a kernel's machine-check-safe
+//! copy (`copy_mc_*`) cannot recover from. So the load is finished without
+//! running the guest (`KVM_RUN` with `immediate_exit`, which completes
+//! pending MMIO and returns before any guest instruction — KVM's API
+//! documentation), the registers from before it are put back, and only
+//! then the #MC is queued: the guest sees it at the load, as on hardware
+//! (MCG_STATUS.EIPV and RIPV set).
+
+use kvm_bindings::{kvm_msr_entry, kvm_x86_mce, CpuId, Msrs};
+use kvm_ioctls::{Kvm, VcpuExit, VcpuFd};
+use vmm_sys_util::ioctl::{ioctl_with_mut_ref, ioctl_with_ref};
+
+use super::McError;
+
+const KVMIO: u32 = 0xAE;
+vmm_sys_util::ioctl_iow_nr!(KVM_X86_SETUP_MCE, KVMIO, 0x9c, u64);
+vmm_sys_util::ioctl_ior_nr!(KVM_X86_GET_MCE_CAP_SUPPORTED, KVMIO, 0x9d, u64);
+vmm_sys_util::ioctl_iow_nr!(KVM_X86_SET_MCE, KVMIO, 0x9e, kvm_x86_mce);
+
+/// `KVM_CAP_MCE`: the number of banks KVM emulates at most.
+const KVM_CAP_MCE: libc::c_ulong = 31;
+
+/// Banks the guest gets (as QEMU gives): Intel's error goes in bank 9,
+/// AMD's in bank 4 (the northbridge's, where Linux looks for DRAM errors).
+pub const BANKS: u64 = 10;
+
+const MCG_CTL_P: u64 = 1 << 8;
+const MCG_SER_P: u64 = 1 << 24;
+const MSR_IA32_MCG_STATUS: u32 = 0x17a;
+const MCG_STATUS_RIPV: u64 = 1 << 0;
+const MCG_STATUS_EIPV: u64 = 1 << 1;
+const MCG_STATUS_MCIP: u64 = 1 << 2;
+
+const MCI_STATUS_VAL: u64 = 1 << 63;
+const MCI_STATUS_UC: u64 = 1 << 61;
+const MCI_STATUS_EN: u64 = 1 << 60;
+const MCI_STATUS_MISCV: u64 = 1 << 59;
+const MCI_STATUS_ADDRV: u64 = 1 << 58;
+const MCI_STATUS_S: u64 = 1 << 56;
+const MCI_STATUS_AR: u64 = 1 << 55;
+
+/// The guest's CPU vendor, which decides how an error is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vendor {
+    /// GenuineIntel (and anything not AMD's).
+    Intel,
+    /// AuthenticAMD or HygonGenuine.
+    Amd,
+}
+
+impl Vendor {
+    /// The vendor CPUID leaf 0 names.
+    pub fn of(cpuid: &CpuId) -> Self {
+        let amd = cpuid.as_slice().iter().any(|e| {
+            e.function == 0 && (e.ebx.to_le_bytes() == *b"Auth" || e.ebx.to_le_bytes() == *b"Hygo")
+        });
+        if amd {
+            Vendor::Amd
+        } else {
+            Vendor::Intel
+        }
+    }
+
+    /// The error KVM writes into the bank for a load from `gpa`:
+    /// uncorrected, enabled, address valid, the physical address at page
+    /// granularity, and the instruction pointers valid (the load can be
+    /// restarted once the page is handled).
+    pub fn load_error(self, gpa: u64) -> kvm_x86_mce {
+        let common = MCI_STATUS_VAL | MCI_STATUS_UC | MCI_STATUS_EN | MCI_STATUS_ADDRV;
+        let mcg_status = MCG_STATUS_MCIP | MCG_STATUS_RIPV | MCG_STATUS_EIPV;
+        match self {
+            // SRAR "data load" (MCACOD 0x134), software recoverable, action
+            // required; MISC: physical address mode (2), LSB 12.
+            Vendor::Intel => kvm_x86_mce {
+                status: common | MCI_STATUS_MISCV | MCI_STATUS_S | MCI_STATUS_AR | 0x134,
+                addr: gpa,
+                misc: (2 << 6) | 12,
+                mcg_status,
+                bank: 9,
+                ..Default::default()
+            },
+            // Bank 4 with extended error code 8 is what Linux takes for a
+            // DRAM error on AMD parts without scalable MCA (its
+            // `amd_mce_is_memory_error`); error code 0x0833 is a bus error
+            // on a generic memory data read.
+            Vendor::Amd => kvm_x86_mce {
+                status: common | (0x8 << 16) | 0x0833,
+                addr: gpa & !0xfff,
+                misc: 0,
+                mcg_status,
+                bank: 4,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// CPUID as a guest needs it to take machine checks and recover: MCE and
+/// MCA in leaf 1, and on AMD the MCA overflow recovery and SUCCOR bits of
+/// leaf 0x8000_0007 (without SUCCOR Linux treats every uncorrected error as
+/// fatal on AMD).
+pub fn patch_cpuid(cpuid: &mut CpuId, vendor: Vendor) {
+    for e in cpuid.as_mut_slice() {
+        match e.function {
+            0x1 => e.edx |= (1 << 7) | (1 << 14),
+            0x8000_0007 if vendor == Vendor::Amd => e.ebx |= 0b11,
+            _ => {}
+        }
+    }
+}
+
+/// The MCG_CAP the vCPUs get: [`BANKS`] banks, MCG_CTL, and software error
+/// recovery (MCG_SER_P: without it an uncorrected error is fatal to Linux
+/// on Intel); refuses a KVM without machine-check injection.
+pub fn mcg_cap(kvm: &Kvm) -> Result<u64, McError> {
+    let banks = match u64::try_from(kvm.check_extension_raw(KVM_CAP_MCE)) {
+        Ok(b) if b > 0 => BANKS.min(b),
+        _ => return Err(McError::NoMce),
+    };
+    if banks < BANKS {
+        return Err(McError::FewBanks(banks));
+    }
+    let mut supported = 0u64;
+    // SAFETY: the ioctl writes one u64 into `supported`, which lives for the
+    // call; the fd is /dev/kvm's.
+    let r = unsafe { ioctl_with_mut_ref(kvm, KVM_X86_GET_MCE_CAP_SUPPORTED(), &mut supported) };
+    if r < 0 {
+        return Err(McError::Kvm {
+            what: "KVM_X86_GET_MCE_CAP_SUPPORTED",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    if supported & MCG_SER_P == 0 {
+        return Err(McError::NoRecovery);
+    }
+    Ok(banks | (supported & (MCG_CTL_P | MCG_SER_P)))
+}
+
+/// Gives `vcpu` the machine-check banks of `cap` (before it first runs).
+pub fn setup(vcpu: &VcpuFd, cap: u64) -> Result<(), McError> {
+    // SAFETY: the ioctl reads one u64 from `cap`, alive for the call; the
+    // fd is the vCPU's.
+    let r = unsafe { ioctl_with_ref(vcpu, KVM_X86_SETUP_MCE(), &cap) };
+    if r < 0 {
+        return Err(McError::Kvm {
+            what: "KVM_X86_SETUP_MCE",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// What became of a poisoned load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// The #MC is queued at the load.
+    Raised,
+    /// The vCPU was still in a machine-check handler (MCG_STATUS.MCIP): a
+    /// second #MC would shut it down (on hardware too), so the load was
+    /// completed with the line's bytes instead.
+    InHandler,
+}
+
+/// Most MMIO round trips one instruction may need to finish (a string move
+/// over the hole exits once per chunk).
+const COMPLETION_ROUNDS: usize = 64;
+
+/// Raises a machine check for the load from `gpa` that `vcpu` just exited
+/// with. `access` serves the data of any further MMIO exit the load's
+/// completion makes (reads fill the buffer, writes store it).
+pub fn raise(
+    vcpu: &mut VcpuFd,
+    vendor: Vendor,
+    gpa: u64,
+    mut access: impl FnMut(u64, MmioData<'_>),
+) -> Result<Delivery, McError> {
+    let kvm = |what| {
+        move |e: kvm_ioctls::Error| McError::Kvm {
+            what,
+            source: std::io::Error::from_raw_os_error(e.errno()),
+        }
+    };
+    let before = vcpu.get_regs().map_err(kvm("KVM_GET_REGS"))?;
+    let mut finished = false;
+    for _ in 0..COMPLETION_ROUNDS {
+        vcpu.set_kvm_immediate_exit(1);
+        let r = vcpu.run();
+        match r {
+            Err(e) if e.errno() == libc::EINTR => {
+                finished = true;
+                break;
+            }
+            Ok(VcpuExit::MmioRead(addr, data)) => access(addr, MmioData::Read(data)),
+            Ok(VcpuExit::MmioWrite(addr, data)) => access(addr, MmioData::Write(data)),
+            Ok(other) => return Err(McError::Completion(format!("{other:?}"))),
+            Err(e) => return Err(kvm("KVM_RUN")(e)),
+        }
+    }
+    vcpu.set_kvm_immediate_exit(0);
+    if !finished {
+        return Err(McError::Completion(format!(
+            "still exiting after {COMPLETION_ROUNDS} rounds"
+        )));
+    }
+    if mcg_status(vcpu)? & MCG_STATUS_MCIP != 0 {
+        return Ok(Delivery::InHandler);
+    }
+    vcpu.set_regs(&before).map_err(kvm("KVM_SET_REGS"))?;
+    let error = vendor.load_error(gpa);
+    // SAFETY: the ioctl reads one `kvm_x86_mce` from `error`, alive for the
+    // call; the fd is the vCPU's, used from its own thread.
+    let r = unsafe { ioctl_with_ref(&*vcpu, KVM_X86_SET_MCE(), &error) };
+    if r < 0 {
+        return Err(McError::Kvm {
+            what: "KVM_X86_SET_MCE",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(Delivery::Raised)
+}
+
+/// The data of an MMIO exit made while a load completes.
+#[derive(Debug)]
+pub enum MmioData<'a> {
+    /// Fill it.
+    Read(&'a mut [u8]),
+    /// Store it.
+    Write(&'a [u8]),
+}
+
+fn mcg_status(vcpu: &VcpuFd) -> Result<u64, McError> {
+    let mut msrs = Msrs::from_entries(&[kvm_msr_entry {
+        index: MSR_IA32_MCG_STATUS,
+        ..Default::default()
+    }])
+    .map_err(|e| McError::Completion(format!("MSR list: {e:?}")))?;
+    match vcpu.get_msrs(&mut msrs) {
+        Ok(1) => Ok(msrs.as_slice()[0].data),
+        Ok(_) => Err(McError::Completion("KVM did not read MCG_STATUS".into())),
+        Err(e) => Err(McError::Kvm {
+            what: "KVM_GET_MSRS",
+            source: std::io::Error::from_raw_os_error(e.errno()),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvm_bindings::kvm_cpuid_entry2;
+
+    fn cpuid(vendor: &[u8; 12]) -> CpuId {
+        let e = |function, ebx, edx, ecx| kvm_cpuid_entry2 {
+            function,
+            ebx,
+            ecx,
+            edx,
+            ..Default::default()
+        };
+        let w =
+            |i: usize| u32::from_le_bytes([vendor[i], vendor[i + 1], vendor[i + 2], vendor[i + 3]]);
+        CpuId::from_entries(&[
+            e(0, w(0), w(4), w(8)),
+            e(1, 0, 0, 0),
+            e(0x8000_0007, 0, 0, 0),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn the_vendor_decides_the_bank_and_the_error_code() {
+        assert_eq!(Vendor::of(&cpuid(b"AuthenticAMD")), Vendor::Amd);
+        assert_eq!(Vendor::of(&cpuid(b"HygonGenuine")), Vendor::Amd);
+        assert_eq!(Vendor::of(&cpuid(b"GenuineIntel")), Vendor::Intel);
+        let i = Vendor::Intel.load_error(0x1_2345_6789);
+        assert_eq!(i.bank, 9);
+        assert_eq!(i.addr, 0x1_2345_6789);
+        // VAL UC EN MISCV ADDRV S AR, MCACOD data load.
+        assert_eq!(i.status, 0xBD80_0000_0000_0134);
+        assert_eq!(i.misc, 0x8c);
+        assert_eq!(i.mcg_status, 0b111);
+        let a = Vendor::Amd.load_error(0x1_2345_6789);
+        assert_eq!(a.bank, 4);
+        assert_eq!(a.addr, 0x1_2345_6000);
+        assert_eq!((a.status >> 16) & 0x1f, 8, "extended error code 8: DRAM");
+        assert_eq!(a.status >> 58, 0b10_1101, "VAL, UC, EN, ADDRV; no PCC");
+        assert!(u64::from(a.bank) < BANKS && u64::from(i.bank) < BANKS);
+    }
+
+    #[test]
+    fn amd_guests_get_succor_and_everyone_mce_and_mca() {
+        let mut c = cpuid(b"AuthenticAMD");
+        patch_cpuid(&mut c, Vendor::Amd);
+        let leaf = |c: &CpuId, f| *c.as_slice().iter().find(|e| e.function == f).unwrap();
+        assert_eq!(leaf(&c, 1).edx & 0x4080, 0x4080);
+        assert_eq!(leaf(&c, 0x8000_0007).ebx & 3, 3);
+        let mut c = cpuid(b"GenuineIntel");
+        patch_cpuid(&mut c, Vendor::Intel);
+        assert_eq!(leaf(&c, 0x8000_0007).ebx, 0);
+        assert_eq!(leaf(&c, 1).edx & 0x4080, 0x4080);
+    }
+}
