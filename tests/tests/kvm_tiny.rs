@@ -140,6 +140,57 @@ fn nvdimm_bytes_reach_the_file_and_host_bytes_reach_the_guest() {
     );
 }
 
+/// `mce=on`: the tiny `poisonload` guest loads from a bad block of its DIMM
+/// and takes a machine check *at the load* (the handler checks its RIP,
+/// MCG_STATUS and the bank's address); the good bytes of the same page read
+/// and a store into it reaches the file. Without `mce=on` the same load
+/// just reads the file's bytes, as before.
+#[test]
+fn a_load_from_a_bad_block_is_a_machine_check_at_the_load_with_mce_on() {
+    let dir = TempDir::new("tiny-mce");
+    let make = |name: &str| {
+        let file = dir.join(name);
+        let mut data = vec![0u8; (16 << 20) + 4096];
+        data[(1 << 20) + 1024..(1 << 20) + 1032].copy_from_slice(b"GOODBYTE");
+        std::fs::write(&file, &data).unwrap();
+        file
+    };
+    let (on, off) = (make("on.img"), make("off.img"));
+    let spec = |f: &std::path::Path, extra: &str| {
+        format!(
+            "16M,file={},label-size=0,badblocks=1048576+512{extra}",
+            f.display()
+        )
+    };
+    let out = require!(boot(
+        "poisonload",
+        &["-v", "--nvdimm", &spec(&on, ",mce=on")]
+    ));
+    assert_eq!(out.status, Some(0x4d), "{}", out.dump());
+    assert!(
+        out.stdout
+            .contains("machine check at the load, bank and address right"),
+        "{}",
+        out.dump()
+    );
+    assert!(
+        out.stderr.contains(
+            "machine check for the load at guest address 0x100100008 (NVDIMM "
+        ) && out.stderr.contains("offset 0x100008, a bad range)"),
+        "{}",
+        out.dump()
+    );
+    let after = std::fs::read(&on).unwrap();
+    assert_eq!(&after[(1 << 20) + 2048..(1 << 20) + 2056], b"STORED!!");
+    // The bad range stays recorded in the file (as badblocks= always is).
+    let list = run(&["nvdimm", "badblocks", on.to_str().unwrap()], DEADLINE);
+    assert!(list.stdout.contains("1048576+512"), "{}", list.dump());
+
+    let out = require!(boot("poisonload", &["--nvdimm", &spec(&off, "")]));
+    assert_eq!(out.status, Some(0x7d), "without mce=on: {}", out.dump());
+    assert!(out.stdout.contains("completed without a machine check"));
+}
+
 /// `--pmem-legacy 16M,file=F` without NVDIMMs is at 4 GiB, where the
 /// `nvdimm` guest reads and writes: the host's bytes reach the guest, the
 /// guest's reach F (exactly 16 MiB, never resized), and with `readonly` the
