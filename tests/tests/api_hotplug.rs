@@ -121,6 +121,10 @@ fn nvdimm_add_fills_the_empty_slots_and_the_new_dimm_is_one_like_the_others() {
             &["nvdimm", "add", "16M,record=/tmp/rec"],
             "a hot-added NVDIMM cannot have record=",
         ),
+        (
+            &["nvdimm", "add", "16M,mce=on"],
+            "a hot-added NVDIMM cannot have mce=on",
+        ),
         (&["nvdimm", "remove", "0"], "removing NVDIMM 0 is refused"),
     ] {
         let o = ctl(&sock, args);

@@ -174,10 +174,15 @@ fn a_load_from_a_bad_block_is_a_machine_check_at_the_load_with_mce_on() {
         out.dump()
     );
     assert!(
-        out.stderr.contains(
-            "machine check for the load at guest address 0x100100008 (NVDIMM "
-        ) && out.stderr.contains("offset 0x100008, a bad range)"),
+        out.stderr
+            .contains("machine check for the load at guest address 0x100100008 (NVDIMM ")
+            && out.stderr.contains("offset 0x100008, a bad range)"),
         "{}",
+        out.dump()
+    );
+    assert!(
+        out.stderr.contains("0 label calls, 1 machine checks"),
+        "the run's counters name it: {}",
         out.dump()
     );
     let after = std::fs::read(&on).unwrap();

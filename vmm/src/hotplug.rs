@@ -223,6 +223,7 @@ impl NvdimmHotplug {
                 size: n.size(),
                 handle: n.handle,
                 flush: n.flush_stats.clone(),
+                poison: None,
             })
             .collect()
     }

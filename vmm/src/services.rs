@@ -48,6 +48,7 @@ impl Vm {
                     size: n.size(),
                     handle: n.handle,
                     flush: n.flush_stats.clone(),
+                    poison: n.poison.as_ref().map(|g| g.0.clone()),
                 })
                 .collect(),
             dsm: self.dsm.clone(),

@@ -137,6 +137,9 @@ pub struct DimmCounters {
     pub handle: u32,
     /// Its flush counters.
     pub flush: Arc<FlushStats>,
+    /// Its memory slots around poisoned pages (`mce=on`), which count the
+    /// machine checks raised.
+    pub poison: Option<Arc<crate::mce::PoisonSlots>>,
 }
 
 /// Per-DIMM flush statistics for reports.
@@ -154,6 +157,9 @@ pub struct NvdimmCounts {
     pub flush_failures: u64,
     /// Label _DSM calls.
     pub label_calls: u64,
+    /// Machine checks raised on loads from its bad ranges (`mce=on`).
+    #[serde(default)]
+    pub machine_checks: u64,
 }
 
 static PROCESS_START: OnceLock<Instant> = OnceLock::new();

@@ -93,6 +93,19 @@ pub(crate) fn cases() -> Vec<Case> {
             &["run", "--engine", "qemu", "--nvdimm", "64M", "--nvdimm-slots", "2", "--", "true"],
             "--nvdimm-slots 2 gives pmemvm's machine empty slots",
         ),
+        // mce=: on or off, not with record=, not on QEMU's engine
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "64M,mce=yes"],
+            "--nvdimm mce=yes is not valid; use mce=on",
+        ),
+        case(
+            &["boot", KERNEL, "{K}", "--nvdimm", "64M,mce=on,record={D}/rec"],
+            "--nvdimm mce=on cannot be combined with record=",
+        ),
+        case(
+            &["run", "--engine", "qemu", "--nvdimm", "64M,mce=on", "--", "true"],
+            "--nvdimm 64M,mce=on asks for machine checks on poisoned loads, which QEMU's NVDIMM has no way to raise",
+        ),
         case(&["boot", KERNEL, "{K}", "--cpus", ""], "''"),
         // --nvdimm sizes and options
         case(&["boot", KERNEL, "{K}", "--nvdimm", ""], "''"),

@@ -211,8 +211,12 @@ pub fn boot(req: &BootRequest) -> Result<u8, RunError> {
     let status = exit_status::for_request(&outcome.reason);
     log::info!("VM exits: {:?}", outcome.exits);
     for n in &outcome.nvdimms {
+        let mce = match n.machine_checks {
+            0 => String::new(),
+            k => format!(", {k} machine checks"),
+        };
         log::info!(
-            "NVDIMM {}: {} flushes, {} label calls",
+            "NVDIMM {}: {} flushes, {} label calls{mce}",
             n.file,
             n.flushes,
             n.label_calls

@@ -1,0 +1,250 @@
+//! Tier 5: machine checks on poisoned loads (`--nvdimm …,mce=on`) under
+//! pmemvm itself (nested: pmemvm in a two-vCPU L1 on QEMU 10 with a real
+//! KVM, booting the project's guest image with two vCPUs and a labelled
+//! 256 MiB DIMM with `mce=on`):
+//!
+//! 1. the guest makes an fsdax namespace, ext4 on it mounted `-o dax`, and
+//!    a 2 MiB file of 0x5a; `xfs_io` maps the file (`mmap -r`), reads it all
+//!    (every page now mapped in the process) and waits on a FIFO for its
+//!    next command; the guest works out the DIMM offset of the file's page
+//!    100 (fiemap's sector + the fsdax data offset in the region, from
+//!    sysfs) and says `INJECT-AT <offset>`;
+//! 2. the L1 runs `pmemvm ctl SOCKET media inject 0 <offset>+4K`: pmemvm
+//!    takes the page out of the DIMM's memory slots and notifies the guest,
+//!    whose badblocks gain the range;
+//! 3. `xfs_io` reads 8 bytes of page 100 through its existing mapping: the
+//!    load exits to pmemvm, which raises a machine check at it; Linux's
+//!    `memory_failure` handles it and the process gets SIGBUS (status 135),
+//!    the kernel log names the page frame, pmemvm's log the load;
+//! 4. `dd` of that page from /dev/pmem0 fails with EIO, its neighbours read
+//!    through the block device and a fresh mapping of page 101 reads, and
+//!    the guest keeps running;
+//! 5. a page-sized write over the page through the file (DAX's recovery
+//!    write: the guest's clear-error `_DSM`) clears the poison; pmemvm puts
+//!    the page back in the slots, and a fresh mapping of page 100 reads the
+//!    new bytes; the VM powers off in order and the file holds no bad range.
+//!
+//! A boot whose 2-vCPU guest triple-faults (the TCG platform's breakdown of
+//! docs/testing.md §6b) is run again, up to `BREAKDOWN_TRIES` runs, and noted.
+#![allow(clippy::unwrap_used)] // a failed step fails the test with its message
+
+use std::fs;
+use std::time::Duration;
+
+use lab::guest_job::parse_channel;
+use pmemvm_tests::image::setup_job_initrd;
+use pmemvm_tests::nested::{guest_image, workspace_root, NestedVm};
+use pmemvm_tests::require;
+
+const JOB: &str = r#"set +e
+O=$PMEMVM_OUT
+step() { n=$1; shift; "$@" > $O/$n.out 2>&1; echo "$n $?" >> $O/steps.txt; }
+step ns ndctl create-namespace -m fsdax
+i=0; while [ $i -lt 100 ] && [ ! -e /dev/pmem0 ]; do sleep 0.1; i=$((i+1)); done
+step mkfs mkfs.ext4 -q -F -b 4096 /dev/pmem0
+mkdir -p /mnt/d
+step mount mount -o dax /dev/pmem0 /mnt/d
+step write xfs_io -f -c "pwrite -S 0x5a -b 2m 0 2m" -c fsync /mnt/d/f
+xfs_io -c "fiemap -v" /mnt/d/f > $O/fiemap.txt 2>&1
+dev=$(readlink -f /sys/block/pmem0/device)
+data=$(cat $dev/resource)
+region=$(cat $(dirname $dev)/resource)
+sector=$(awk '$1 == "0:" { split($3, r, ".."); print r[1]; exit }' $O/fiemap.txt)
+off=$(( data - region + sector * 512 + 100 * 4096 ))
+printf '%x\n' $(( (region + off) / 4096 )) > $O/pfn.txt
+echo "$data $region $sector $off" > $O/where.txt
+mkfifo /tmp/cmd
+xfs_io /mnt/d/f < /tmp/cmd > $O/mread.out 2>&1 &
+xpid=$!
+exec 3> /tmp/cmd
+echo "mmap -r 0 2m" >&3
+echo "mread 0 2m" >&3
+sleep 3
+echo "INJECT-AT $off"
+i=0
+while [ $i -lt 600 ] && [ -z "$(cat /sys/block/pmem0/badblocks)" ]; do sleep 0.1; i=$((i+1)); done
+cat /sys/block/pmem0/badblocks > $O/bb-injected.txt
+echo "mread -v 409600 8" >&3
+echo "quit" >&3
+exec 3>&-
+wait $xpid; echo "mread $?" >> $O/steps.txt
+dmesg > $O/dmesg-mce.txt
+s=$(( (data - region) / 512 + sector ))
+dd if=/dev/pmem0 of=/dev/null bs=4096 skip=$(( s / 8 + 100 )) count=1 2> $O/dd-bad.err; echo "dd-bad $?" >> $O/steps.txt
+dd if=/dev/pmem0 of=/dev/null bs=4096 skip=$(( s / 8 + 101 )) count=1 2> $O/dd-next.err; echo "dd-next $?" >> $O/steps.txt
+step map-next xfs_io -c "mmap -r 0 2m" -c "mread -v 413696 8" /mnt/d/f
+step rewrite xfs_io -c "pwrite -S 0x33 409600 4096" -c fsync /mnt/d/f
+cat /sys/block/pmem0/badblocks > $O/bb-after.txt
+step map-again xfs_io -c "mmap -r 0 2m" -c "mread -v 409600 8" /mnt/d/f
+step umount umount /mnt/d
+"#;
+
+const L1_SCRIPT: &str = r#"
+# Waits (up to 10 minutes) for the guest's console line $1 while pmemvm runs.
+waitfor() {
+    i=0
+    while [ $i -lt 3000 ] && kill -0 $pid 2>/dev/null && ! grep -q "$1" console.txt 2>/dev/null; do
+        sleep 0.2; i=$((i+1))
+    done
+}
+run() {
+    rm -f console.txt channel.bin /tmp/api.sock a.img l1-steps.txt
+    pmemvm -v boot --kernel vmlinux --initrd job.img \
+        --cmdline 'console=ttyS0 reboot=acpi panic=-1 quiet' --cpus 2 --memory 512M \
+        --nvdimm 256M,file=a.img,mce=on --api /tmp/api.sock --timeout 900 \
+        --console-log console.txt --channel channel.bin 2> pmemvm.err &
+    pid=$!
+    waitfor INJECT-AT
+    off=$(grep -o 'INJECT-AT [0-9]*' console.txt | head -n 1 | cut -d' ' -f2)
+    echo "$off" > offset.txt
+    pmemvm ctl /tmp/api.sock media inject 0 "$off+4K" > inject.out 2>&1; echo "inject $?" >> l1-steps.txt
+    wait $pid; echo "pmemvm $?" >> l1-steps.txt
+}
+try=1
+run
+while [ $try -lt $TRIES ] && breakdown pmemvm.err > /dev/null; do
+    echo "$(breakdown pmemvm.err)" >> once-more.txt
+    try=$((try+1))
+    run
+done
+pmemvm nvdimm badblocks a.img > bb-file.txt 2>&1
+"#;
+
+#[test]
+fn a_dax_load_from_an_injected_bad_page_is_a_machine_check_and_sigbus_and_a_rewrite_brings_it_back()
+{
+    let qemu = require!(pmemvm_tests::nested::find_qemu_10());
+    let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm)).with_qemu(qemu);
+    let kernel = require!(guest_image("vmlinux"));
+    let initrd = require!(guest_image("initramfs.cpio.gz"));
+    let base = fs::read(&initrd).unwrap();
+    let out = vm
+        .l1_cpus(2)
+        .l1_memory_mib(2048)
+        .deadline(Duration::from_secs(2400))
+        .file("vmlinux", kernel)
+        .bytes("job.img", setup_job_initrd(&base, JOB))
+        .run(&[
+            "sh",
+            "-c",
+            &pmemvm_tests::nested::l1_script_with_retries(L1_SCRIPT),
+        ])
+        .expect("the L1 script");
+    let read = |f: &str| fs::read_to_string(out.path(f)).unwrap_or_default();
+    pmemvm_tests::nested::note_l1_restarts("nested_mce", &out);
+    let channel = fs::read(out.path("channel.bin")).unwrap_or_default();
+    let report = parse_channel(&channel);
+    let g = |name: &str| {
+        report
+            .as_ref()
+            .ok()
+            .and_then(|r| r.files.get(name))
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
+    };
+    let keep = workspace_root().join("target/nested-mce");
+    let _ = fs::remove_dir_all(&keep);
+    fs::create_dir_all(&keep).unwrap();
+    if let Ok(r) = &report {
+        for (name, bytes) in &r.files {
+            fs::write(keep.join(name), bytes).unwrap();
+        }
+    }
+    let tail = |t: String, n: usize| {
+        let lines: Vec<&str> = t.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    };
+    let ctx = format!(
+        "{}\n--- l1-steps ---\n{}\n--- inject.out ---\n{}\n--- guest steps ---\n{}\n--- where ---\n{}\n--- pmemvm.err (tail) ---\n{}\n--- console (tail) ---\n{}\n(guest files in {})",
+        out.dump(),
+        read("l1-steps.txt"),
+        read("inject.out"),
+        g("steps.txt"),
+        g("where.txt"),
+        tail(read("pmemvm.err"), 20),
+        tail(read("console.txt"), 40),
+        keep.display()
+    );
+    let l1 = read("l1-steps.txt");
+    for step in ["inject 0", "pmemvm 0"] {
+        assert!(l1.lines().any(|l| l == step), "L1 step '{step}'\n{ctx}");
+    }
+    let steps = g("steps.txt");
+    let status = |step: &str| {
+        steps
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(step))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or_else(|| panic!("no guest step {step}\n{ctx}"))
+            .to_string()
+    };
+    for step in ["ns", "mkfs", "mount", "write"] {
+        assert_eq!(
+            status(step),
+            "0",
+            "guest step {step}: {}\n{ctx}",
+            g(&format!("{step}.out"))
+        );
+    }
+    let off: u64 = read("offset.txt")
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{ctx}"));
+    assert_eq!(off % 4096, 0, "{ctx}");
+    assert!(
+        !g("bb-injected.txt").trim().is_empty(),
+        "the injected range reached the guest's badblocks\n{ctx}"
+    );
+    // The machine check: SIGBUS to the process, the kernel's memory-failure
+    // handling of that page frame, pmemvm's record of the load.
+    assert_eq!(
+        status("mread"),
+        "135",
+        "xfs_io's read through its mapping ended with SIGBUS\n{}\n{ctx}",
+        g("mread.out")
+    );
+    let pfn = g("pfn.txt").trim().to_string();
+    let dmesg = g("dmesg-mce.txt");
+    assert!(
+        !pfn.is_empty() && dmesg.contains(&format!("Memory failure: 0x{pfn}")),
+        "the kernel's memory_failure handled page frame 0x{pfn}:\n{}\n{ctx}",
+        tail(dmesg.clone(), 30)
+    );
+    // pmemvm's line names the DIMM offset of the load: inside the page.
+    let err = read("pmemvm.err");
+    let loads: Vec<u64> = err
+        .lines()
+        .filter(|l| l.contains("machine check for the load at guest address"))
+        .filter_map(|l| l.split("offset 0x").nth(1))
+        .filter_map(|t| u64::from_str_radix(t.split(',').next().unwrap_or(""), 16).ok())
+        .collect();
+    assert!(
+        !loads.is_empty() && loads.iter().all(|&a| a >= off && a < off + 4096),
+        "pmemvm raised the machine check at a load in the page: {loads:x?}\n{ctx}"
+    );
+    // Around it, and after it.
+    assert_eq!(status("dd-bad"), "1", "{ctx}");
+    assert!(g("dd-bad.err").contains("Input/output error"), "{ctx}");
+    assert_eq!(status("dd-next"), "0", "{ctx}");
+    assert_eq!(status("map-next"), "0", "{}\n{ctx}", g("map-next.out"));
+    assert!(
+        g("map-next.out").contains("5a5a5a5a"),
+        "{}",
+        g("map-next.out")
+    );
+    // The rewrite cleared it, and the page reads through a mapping again.
+    assert_eq!(status("rewrite"), "0", "{}\n{ctx}", g("rewrite.out"));
+    assert_eq!(g("bb-after.txt").trim(), "", "{ctx}");
+    assert_eq!(status("map-again"), "0", "{}\n{ctx}", g("map-again.out"));
+    assert!(
+        g("map-again.out").contains("33333333"),
+        "{}",
+        g("map-again.out")
+    );
+    assert_eq!(status("umount"), "0", "{ctx}");
+    assert!(
+        read("bb-file.txt").contains(", 0 bad ranges,"),
+        "the file holds no bad range:\n{}\n{ctx}",
+        read("bb-file.txt")
+    );
+}
