@@ -441,6 +441,41 @@ mod tests {
         assert_eq!(r.call(FUNC_ARS_CAP, &[0; 15]), [2, 0, 0, 0]);
     }
 
+    /// Records the bad ranges each change shows (the machine-check slots'
+    /// view of the media).
+    #[derive(Debug, Default)]
+    struct Seen(std::sync::Mutex<Vec<Vec<(u64, u64)>>>);
+    impl crate::nvdimm_media::MediaWatch for Seen {
+        fn bad_ranges_changed(&self, state: &MediaState) {
+            let r = state
+                .bad_ranges
+                .iter()
+                .map(|b| (b.offset, b.length))
+                .collect();
+            self.0.lock().unwrap().push(r);
+        }
+    }
+
+    #[test]
+    fn the_guests_inject_and_clear_reach_the_media_watcher() {
+        let dimm = Arc::new(DimmMedia::new(1, BASE, SIZE, MediaState::default(), None));
+        let seen = Arc::new(Seen::default());
+        assert!(dimm.watch(seen.clone()));
+        assert!(!dimm.watch(seen.clone()), "one watcher");
+        let r = RootDsm::new(vec![dimm.clone()]);
+        let mut inj = range(BASE + (1 << 20), 1024);
+        inj.push(1);
+        assert_eq!(r.call(FUNC_INJECT_SET, &inj), [0; 4]);
+        // Injecting it again changes nothing: no second call.
+        assert_eq!(r.call(FUNC_INJECT_SET, &inj), [0; 4]);
+        let out = r.call(FUNC_CLEAR_ERROR, &range(BASE + (1 << 20), 512));
+        assert_eq!(u32_at(&out, 0), 0, "{out:?}");
+        assert_eq!(
+            *seen.0.lock().unwrap(),
+            [vec![(1 << 20, 1024)], vec![((1 << 20) + 512, 512)]]
+        );
+    }
+
     #[test]
     fn inject_scrub_status_clear() {
         let r = root();
