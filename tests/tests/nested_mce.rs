@@ -31,9 +31,8 @@
 use std::fs;
 use std::time::Duration;
 
-use lab::guest_job::parse_channel;
 use pmemvm_tests::image::setup_job_initrd;
-use pmemvm_tests::nested::{guest_image, workspace_root, NestedVm};
+use pmemvm_tests::nested::{guest_image, NestedVm};
 use pmemvm_tests::require;
 
 const JOB: &str = r#"set +e
@@ -132,24 +131,8 @@ fn a_dax_load_from_an_injected_bad_page_is_a_machine_check_and_sigbus_and_a_rewr
         .expect("the L1 script");
     let read = |f: &str| fs::read_to_string(out.path(f)).unwrap_or_default();
     pmemvm_tests::nested::note_l1_restarts("nested_mce", &out);
-    let channel = fs::read(out.path("channel.bin")).unwrap_or_default();
-    let report = parse_channel(&channel);
-    let g = |name: &str| {
-        report
-            .as_ref()
-            .ok()
-            .and_then(|r| r.files.get(name))
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .unwrap_or_default()
-    };
-    let keep = workspace_root().join("target/nested-mce");
-    let _ = fs::remove_dir_all(&keep);
-    fs::create_dir_all(&keep).unwrap();
-    if let Ok(r) = &report {
-        for (name, bytes) in &r.files {
-            fs::write(keep.join(name), bytes).unwrap();
-        }
-    }
+    let files = out.guest_files("channel.bin", "nested-mce");
+    let g = |name: &str| files.text(name);
     let tail = |t: String, n: usize| {
         let lines: Vec<&str> = t.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
@@ -163,7 +146,7 @@ fn a_dax_load_from_an_injected_bad_page_is_a_machine_check_and_sigbus_and_a_rewr
         g("where.txt"),
         tail(read("pmemvm.err"), 20),
         tail(read("console.txt"), 40),
-        keep.display()
+        files.dir.display()
     );
     let l1 = read("l1-steps.txt");
     for step in ["inject 0", "pmemvm 0"] {

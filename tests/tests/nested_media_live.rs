@@ -38,9 +38,8 @@
 use std::fs;
 use std::time::Duration;
 
-use lab::guest_job::parse_channel;
 use pmemvm_tests::image::setup_job_initrd;
-use pmemvm_tests::nested::{guest_image, workspace_root, NestedVm};
+use pmemvm_tests::nested::{guest_image, NestedVm};
 use pmemvm_tests::require;
 
 const JOB: &str = r#"set +e
@@ -163,28 +162,8 @@ fn a_range_injected_through_the_socket_reaches_badblocks_and_fio_and_a_health_ch
         .expect("the L1 script");
     let read = |f: &str| fs::read_to_string(out.path(f)).unwrap_or_default();
     pmemvm_tests::nested::note_l1_restarts("nested_media_live", &out);
-    let channel = fs::read(out.path("channel.bin")).unwrap_or_default();
-    let report = parse_channel(&channel);
-    let g = |name: &str| {
-        report
-            .as_ref()
-            .ok()
-            .and_then(|r| r.files.get(name))
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .unwrap_or_default()
-    };
-    let keep = workspace_root().join("target/nested-media-live");
-    let _ = fs::remove_dir_all(&keep);
-    fs::create_dir_all(&keep).unwrap();
-    let _ = fs::write(keep.join("channel.bin"), &channel);
-    match &report {
-        Ok(r) => {
-            for (name, bytes) in &r.files {
-                fs::write(keep.join(name), bytes).unwrap();
-            }
-        }
-        Err(e) => eprintln!("nested_media_live: the guest's report does not parse: {e}"),
-    }
+    let files = out.guest_files("channel.bin", "nested-media-live");
+    let g = |name: &str| files.text(name);
     let ctx = format!(
         "{}\n--- l1-steps ---\n{}\n--- inject.out ---\n{}\n--- clear.out ---\n{}\n--- guest steps ---\n{}\n--- pmemvm.err (tail) ---\n{}\n--- console (tail) ---\n{}\n(guest files in {})",
         out.dump(),
@@ -194,7 +173,7 @@ fn a_range_injected_through_the_socket_reaches_badblocks_and_fio_and_a_health_ch
         g("steps.txt"),
         read("pmemvm.err").lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"),
         read("console.txt").lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"),
-        keep.display()
+        files.dir.display()
     );
     let l1 = read("l1-steps.txt");
     for step in [

@@ -66,7 +66,7 @@ pub use breakdown::{
 
 pub use error::NestedError;
 pub(crate) use error::{io_err, unavailable};
-pub use output::RunOutput;
+pub use output::{GuestFiles, RunOutput};
 
 use l1::kvm_opens;
 pub use l1::{

@@ -63,4 +63,46 @@ impl RunOutput {
         }
         s
     }
+
+    /// The files a guest job wrote to `$PMEMVM_OUT`, from the channel file
+    /// `channel` of the share, each also copied into `target/KEEP/` for a
+    /// reader of a failure (with `channel` itself). A channel that does not
+    /// parse gives no files (and says why on stderr): the test's asserts on
+    /// them then fail with their own messages.
+    pub fn guest_files(&self, channel: &str, keep: &str) -> GuestFiles {
+        let bytes = std::fs::read(self.path(channel)).unwrap_or_default();
+        let dir = crate::pmemvm::workspace_root().join("target").join(keep);
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(dir.join(channel), &bytes);
+        let files = match lab::guest_job::parse_channel(&bytes) {
+            Ok(r) => r.files,
+            Err(e) => {
+                eprintln!("{keep}: the guest's report does not parse: {e}");
+                Default::default()
+            }
+        };
+        for (name, b) in &files {
+            let _ = std::fs::write(dir.join(name), b);
+        }
+        GuestFiles { files, dir }
+    }
+}
+
+/// The files of a guest job's report ([`RunOutput::guest_files`]).
+#[derive(Debug)]
+pub struct GuestFiles {
+    files: std::collections::BTreeMap<String, Vec<u8>>,
+    /// Where they were copied.
+    pub dir: PathBuf,
+}
+
+impl GuestFiles {
+    /// The text of file `name` ("" when the guest wrote none).
+    pub fn text(&self, name: &str) -> String {
+        self.files
+            .get(name)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
+    }
 }
