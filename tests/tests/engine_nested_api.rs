@@ -144,7 +144,7 @@ fn ctl_on_this_host_reaches_pmemvm_in_the_l1_and_the_guest_sees_the_injected_ran
                     "--cmdline",
                     CMDLINE,
                     "--nvdimm",
-                    "64M,label-size=0",
+                    "64M,label-size=0,mce=on",
                     "--nvdimm-slots",
                     "2",
                     "--timeout",
@@ -157,12 +157,13 @@ fn ctl_on_this_host_reaches_pmemvm_in_the_l1_and_the_guest_sees_the_injected_ran
                 &[
                     &["media", "inject", "0", "1M+4K"],
                     &["nvdimm", "add", "64M"],
+                    &["stats"],
                 ],
             )
         },
         breakdown,
     );
-    let [inject, add] = &ctl[..] else {
+    let [inject, add, stats] = &ctl[..] else {
         panic!("the socket was never announced\n{}", out.dump())
     };
     assert_eq!(inject.status, Some(0), "{}\n{}", inject.dump(), out.dump());
@@ -182,6 +183,13 @@ fn ctl_on_this_host_reaches_pmemvm_in_the_l1_and_the_guest_sees_the_injected_ran
         "{}",
         add.dump()
     );
+    // mce=on reached the L1's pmemvm through the machine description: its
+    // DIMM counts machine checks (none: nothing loads from the range here;
+    // nested_mce proves the loads), the hot-added one does not.
+    let st: serde_json::Value = serde_json::from_str(&stats.stdout)
+        .unwrap_or_else(|e| panic!("stats is not JSON ({e}): {}", stats.dump()));
+    assert_eq!(st["nvdimms"][0]["machine_checks"], 0, "{st:#}");
+    assert!(st["nvdimms"][1].get("machine_checks").is_none(), "{st:#}");
     assert_eq!(out.status, Some(0), "{}", out.dump());
     assert!(out.stdout.contains("badblocks: 2048 8"), "{}", out.dump());
     assert!(

@@ -157,9 +157,10 @@ pub struct NvdimmCounts {
     pub flush_failures: u64,
     /// Label _DSM calls.
     pub label_calls: u64,
-    /// Machine checks raised on loads from its bad ranges (`mce=on`).
-    #[serde(default)]
-    pub machine_checks: u64,
+    /// Machine checks raised on loads from its bad ranges; `None` (left
+    /// out of the JSON) without `mce=on`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_checks: Option<u64>,
 }
 
 static PROCESS_START: OnceLock<Instant> = OnceLock::new();

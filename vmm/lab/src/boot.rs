@@ -211,10 +211,10 @@ pub fn boot(req: &BootRequest) -> Result<u8, RunError> {
     let status = exit_status::for_request(&outcome.reason);
     log::info!("VM exits: {:?}", outcome.exits);
     for n in &outcome.nvdimms {
-        let mce = match n.machine_checks {
-            0 => String::new(),
-            k => format!(", {k} machine checks"),
-        };
+        let mce = n
+            .machine_checks
+            .map(|k| format!(", {k} machine checks"))
+            .unwrap_or_default();
         log::info!(
             "NVDIMM {}: {} flushes, {} label calls{mce}",
             n.file,

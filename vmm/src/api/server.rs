@@ -57,10 +57,7 @@ impl Counters {
                 flushes: d.flush.flushes.load(Ordering::Relaxed),
                 flush_failures: d.flush.failures.load(Ordering::Relaxed),
                 label_calls: self.dsm.as_ref().map_or(0, |h| h.calls_for(d.handle)),
-                machine_checks: d
-                    .poison
-                    .as_ref()
-                    .map_or(0, |p| p.raised.load(Ordering::Relaxed)),
+                machine_checks: d.poison.as_ref().map(|p| p.raised.load(Ordering::Relaxed)),
             })
             .collect()
     }
