@@ -106,16 +106,29 @@ impl MachineArgs {
         let text = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
         let m: config::MachineSpec =
             serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
-        self.cpus = m.cpus;
         self.memory = m.memory_spec();
-        self.host_node = m.placement.host_node;
-        self.pin = (!m.placement.pin.is_empty()).then(|| vmm::placement::Placement {
+        // Every field by name: a field added to the machine and not taken
+        // here does not compile (the L1 once lost its empty NVDIMM slots so).
+        let config::MachineSpec {
+            cpus,
+            memory: _,
+            ram_pages: _,
+            placement,
+            nvdimms,
+            disks,
+            legacy_pmem,
+            nvdimm_slots,
+        } = m;
+        self.cpus = cpus;
+        self.host_node = placement.host_node;
+        self.pin = (!placement.pin.is_empty()).then(|| vmm::placement::Placement {
             host_node: None,
-            ..m.placement.clone()
+            ..placement
         });
-        self.nvdimm = m.nvdimms;
-        self.disk = m.disks;
-        self.pmem_legacy = m.legacy_pmem;
+        self.nvdimm = nvdimms;
+        self.disk = disks;
+        self.pmem_legacy = legacy_pmem;
+        self.nvdimm_slots = nvdimm_slots;
         Ok(())
     }
 

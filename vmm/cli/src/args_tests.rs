@@ -34,8 +34,11 @@ fn a_machine_file_replaces_the_options_and_reads_back_the_same_machine() {
         "/tmp/d.img,readonly",
         "--pmem-legacy",
         "16M",
+        "--nvdimm-slots",
+        "4",
     ]);
     let spec = typed.spec();
+    assert_eq!(spec.nvdimm_slots, 4);
     let file = std::env::temp_dir().join(format!("pmemvm-machine-{}.json", std::process::id()));
     std::fs::write(&file, serde_json::to_vec(&spec).expect("json")).expect("write");
     let mut loaded = parse(&["--machine", file.to_str().expect("utf-8")]);
