@@ -121,7 +121,7 @@ impl MachineArgs {
         } = m;
         self.cpus = cpus;
         self.host_node = placement.host_node;
-        self.pin = (!placement.pin.is_empty()).then(|| vmm::placement::Placement {
+        self.pin = (!placement.pin.is_empty()).then_some(vmm::placement::Placement {
             host_node: None,
             ..placement
         });
