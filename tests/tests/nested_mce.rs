@@ -54,7 +54,7 @@ xfs_io -c "fiemap -v" /mnt/d/f > $O/fiemap.txt 2>&1
 dev=$(readlink -f /sys/block/pmem0/device)
 data=$(cat $dev/resource)
 region=$(cat $(dirname $dev)/resource)
-sector=$(awk '$1 == "0:" { split($3, r, ".."); print r[1]; exit }' $O/fiemap.txt)
+sector=$(awk '$1 == "0:" { sub(/[.][.].*/, "", $3); print $3; exit }' $O/fiemap.txt)
 off=$(( data - region + sector * 512 + 100 * 4096 ))
 printf '%x\n' $(( (region + off) / 4096 )) > $O/pfn.txt
 echo "$data $region $sector $off" > $O/where.txt
