@@ -185,6 +185,12 @@ fn a_dax_load_from_an_injected_bad_page_is_a_machine_check_and_sigbus_and_a_rewr
             g(&format!("{step}.out"))
         );
     }
+    assert_eq!(
+        g("where.txt").split_whitespace().count(),
+        4,
+        "the guest found the file's page (data start, region, first sector, offset)\n{}\n{ctx}",
+        g("fiemap.txt")
+    );
     let off: u64 = read("offset.txt")
         .trim()
         .parse()
