@@ -40,7 +40,8 @@ const TIER: [TierBinary; 9] = [
         at_least: 15,
         asserts: "serial, exit port, power-off/reset/triple fault, NVDIMM bytes both ways, \
                   flush hints, emulation failure (fldt from MMIO on hardware KVM), GDT, \
-                  string I/O, console input, label counters, address width, several VMs",
+                  string I/O, console input, label counters, address width, several VMs, \
+                  a machine check at a poisoned load (mce=on)",
         own_l1: false,
     },
     TierBinary {
