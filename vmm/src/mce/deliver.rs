@@ -29,11 +29,14 @@ const KVM_CAP_MCE: libc::c_ulong = 31;
 
 /// Banks the guest gets (as QEMU gives): Intel's error goes in bank 9,
 /// AMD's in bank 4 (the northbridge's, where Linux looks for DRAM errors).
-pub const BANKS: u64 = 10;
+pub const BANKS: u64 = BANK_COUNT as u64;
+const BANK_COUNT: u32 = 10;
 
 const MCG_CTL_P: u64 = 1 << 8;
 const MCG_SER_P: u64 = 1 << 24;
 const MSR_IA32_MCG_STATUS: u32 = 0x17a;
+const MSR_IA32_MCG_CTL: u32 = 0x17b;
+const MSR_IA32_MC0_CTL: u32 = 0x400;
 const MCG_STATUS_RIPV: u64 = 1 << 0;
 const MCG_STATUS_EIPV: u64 = 1 << 1;
 const MCG_STATUS_MCIP: u64 = 1 << 2;
@@ -68,11 +71,21 @@ impl Vendor {
         }
     }
 
-    /// The error KVM writes into the bank for a load from `gpa`:
+    /// The bank this vendor's memory errors go in when the guest leaves it
+    /// enabled: Intel 9 (as QEMU's injections), AMD 4 (where Linux looks
+    /// for DRAM errors on parts without scalable MCA).
+    pub fn bank(self) -> u8 {
+        match self {
+            Vendor::Intel => 9,
+            Vendor::Amd => 4,
+        }
+    }
+
+    /// The error KVM writes into `bank` for a load from `gpa`:
     /// uncorrected, enabled, address valid, the physical address at page
     /// granularity, and the instruction pointers valid (the load can be
     /// restarted once the page is handled).
-    pub fn load_error(self, gpa: u64) -> kvm_x86_mce {
+    pub fn load_error(self, gpa: u64, bank: u8) -> kvm_x86_mce {
         let common = MCI_STATUS_VAL | MCI_STATUS_UC | MCI_STATUS_EN | MCI_STATUS_ADDRV;
         let mcg_status = MCG_STATUS_MCIP | MCG_STATUS_RIPV | MCG_STATUS_EIPV;
         match self {
@@ -83,7 +96,7 @@ impl Vendor {
                 addr: gpa,
                 misc: (2 << 6) | 12,
                 mcg_status,
-                bank: 9,
+                bank,
                 ..Default::default()
             },
             // Bank 4 with extended error code 8 is what Linux takes for a
@@ -95,7 +108,7 @@ impl Vendor {
                 addr: gpa & !0xfff,
                 misc: 0,
                 mcg_status,
-                bank: 4,
+                bank,
                 ..Default::default()
             },
         }
@@ -160,12 +173,35 @@ pub fn setup(vcpu: &VcpuFd, cap: u64) -> Result<(), McError> {
 /// What became of a poisoned load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {
-    /// The #MC is queued at the load.
-    Raised,
+    /// The #MC is queued at the load, its error in this bank.
+    Raised(u8),
     /// The vCPU was still in a machine-check handler (MCG_STATUS.MCIP): a
     /// second #MC would shut it down (on hardware too), so the load was
     /// completed with the line's bytes instead.
     InHandler,
+    /// The guest disabled uncorrected-error reporting (MCG_CTL, or MCi_CTL
+    /// of every bank): as hardware, nothing is signalled, and the load was
+    /// completed with the line's bytes.
+    Masked,
+}
+
+/// The bank to put the error in: `preferred` when the guest left it
+/// enabled (its MCi_CTL all ones: KVM drops an uncorrected error in any
+/// other bank without a word, as Linux's clearing of bit 10 of AMD's bank
+/// 4 on family 0xf shows), else the highest enabled bank; `None` when
+/// `mcg_ctl` (with MCG_CTL_P) is not all ones or no bank is enabled.
+pub fn choose_bank(preferred: u8, mcg_ctl: Option<u64>, ctls: &[u64]) -> Option<u8> {
+    if mcg_ctl.is_some_and(|c| c != u64::MAX) {
+        return None;
+    }
+    let enabled = |b: usize| ctls.get(b).is_some_and(|&c| c == u64::MAX);
+    if enabled(usize::from(preferred)) {
+        return Some(preferred);
+    }
+    (0..ctls.len())
+        .rev()
+        .find(|&b| enabled(b))
+        .and_then(|b| u8::try_from(b).ok())
 }
 
 /// Most MMIO round trips one instruction may need to finish (a string move
@@ -209,11 +245,17 @@ pub fn raise(
             "still exiting after {COMPLETION_ROUNDS} rounds"
         )));
     }
-    if mcg_status(vcpu)? & MCG_STATUS_MCIP != 0 {
+    let mut index = vec![MSR_IA32_MCG_STATUS, MSR_IA32_MCG_CTL];
+    index.extend((0..BANK_COUNT).map(|b| MSR_IA32_MC0_CTL + 4 * b));
+    let msrs = read_msrs(vcpu, &index)?;
+    if msrs[0] & MCG_STATUS_MCIP != 0 {
         return Ok(Delivery::InHandler);
     }
+    let Some(bank) = choose_bank(vendor.bank(), Some(msrs[1]), &msrs[2..]) else {
+        return Ok(Delivery::Masked);
+    };
     vcpu.set_regs(&before).map_err(kvm("KVM_SET_REGS"))?;
-    let error = vendor.load_error(gpa);
+    let error = vendor.load_error(gpa, bank);
     // SAFETY: the ioctl reads one `kvm_x86_mce` from `error`, alive for the
     // call; the fd is the vCPU's, used from its own thread.
     let r = unsafe { ioctl_with_ref(&*vcpu, KVM_X86_SET_MCE(), &error) };
@@ -223,7 +265,15 @@ pub fn raise(
             source: std::io::Error::last_os_error(),
         });
     }
-    Ok(Delivery::Raised)
+    // KVM takes an error it then drops without a word (a bank the guest
+    // disabled): the load must not be restarted into the same exit forever.
+    if read_msrs(vcpu, &[MSR_IA32_MCG_STATUS])?[0] & MCG_STATUS_MCIP == 0 {
+        return Err(McError::Completion(format!(
+            "KVM did not take the machine check for bank {bank} (MCG_STATUS {:#x})",
+            msrs[0]
+        )));
+    }
+    Ok(Delivery::Raised(bank))
 }
 
 /// The data of an MMIO exit made while a load completes.
@@ -235,15 +285,23 @@ pub enum MmioData<'a> {
     Write(&'a [u8]),
 }
 
-fn mcg_status(vcpu: &VcpuFd) -> Result<u64, McError> {
-    let mut msrs = Msrs::from_entries(&[kvm_msr_entry {
-        index: MSR_IA32_MCG_STATUS,
-        ..Default::default()
-    }])
-    .map_err(|e| McError::Completion(format!("MSR list: {e:?}")))?;
+/// The values of the MSRs `index`, in order.
+fn read_msrs(vcpu: &VcpuFd, index: &[u32]) -> Result<Vec<u64>, McError> {
+    let entries: Vec<kvm_msr_entry> = index
+        .iter()
+        .map(|&i| kvm_msr_entry {
+            index: i,
+            ..Default::default()
+        })
+        .collect();
+    let mut msrs = Msrs::from_entries(&entries)
+        .map_err(|e| McError::Completion(format!("MSR list: {e:?}")))?;
     match vcpu.get_msrs(&mut msrs) {
-        Ok(1) => Ok(msrs.as_slice()[0].data),
-        Ok(_) => Err(McError::Completion("KVM did not read MCG_STATUS".into())),
+        Ok(n) if n == index.len() => Ok(msrs.as_slice().iter().map(|e| e.data).collect()),
+        Ok(n) => Err(McError::Completion(format!(
+            "KVM read {n} of the {} machine-check MSRs",
+            index.len()
+        ))),
         Err(e) => Err(McError::Kvm {
             what: "KVM_GET_MSRS",
             source: std::io::Error::from_raw_os_error(e.errno()),
@@ -279,19 +337,36 @@ mod tests {
         assert_eq!(Vendor::of(&cpuid(b"AuthenticAMD")), Vendor::Amd);
         assert_eq!(Vendor::of(&cpuid(b"HygonGenuine")), Vendor::Amd);
         assert_eq!(Vendor::of(&cpuid(b"GenuineIntel")), Vendor::Intel);
-        let i = Vendor::Intel.load_error(0x1_2345_6789);
+        let i = Vendor::Intel.load_error(0x1_2345_6789, Vendor::Intel.bank());
         assert_eq!(i.bank, 9);
         assert_eq!(i.addr, 0x1_2345_6789);
         // VAL UC EN MISCV ADDRV S AR, MCACOD data load.
         assert_eq!(i.status, 0xBD80_0000_0000_0134);
         assert_eq!(i.misc, 0x8c);
         assert_eq!(i.mcg_status, 0b111);
-        let a = Vendor::Amd.load_error(0x1_2345_6789);
+        let a = Vendor::Amd.load_error(0x1_2345_6789, Vendor::Amd.bank());
         assert_eq!(a.bank, 4);
         assert_eq!(a.addr, 0x1_2345_6000);
         assert_eq!((a.status >> 16) & 0x1f, 8, "extended error code 8: DRAM");
         assert_eq!(a.status >> 58, 0b10_1101, "VAL, UC, EN, ADDRV; no PCC");
         assert!(u64::from(a.bank) < BANKS && u64::from(i.bank) < BANKS);
+    }
+
+    #[test]
+    fn the_error_goes_in_a_bank_the_guest_left_enabled() {
+        let all = [u64::MAX; 10];
+        assert_eq!(choose_bank(4, Some(u64::MAX), &all), Some(4));
+        assert_eq!(choose_bank(9, None, &all), Some(9));
+        // Linux on AMD family 0xf clears bit 10 of bank 4's MCi_CTL.
+        let mut amd_k8 = all;
+        amd_k8[4] = !(1 << 10);
+        assert_eq!(choose_bank(4, Some(u64::MAX), &amd_k8), Some(9));
+        let mut few = [0u64; 10];
+        few[2] = u64::MAX;
+        assert_eq!(choose_bank(4, None, &few), Some(2));
+        assert_eq!(choose_bank(4, None, &[0; 10]), None, "every bank off");
+        assert_eq!(choose_bank(4, Some(0), &all), None, "MCG_CTL off");
+        assert_eq!(choose_bank(12, None, &all), Some(9), "past the banks");
     }
 
     #[test]

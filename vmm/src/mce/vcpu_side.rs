@@ -40,10 +40,17 @@ pub fn read(
         }
     };
     match deliver::raise(vcpu, vendor, addr, serve) {
-        Ok(Delivery::Raised) => {
+        Ok(Delivery::Raised(bank)) => {
             p.raised.fetch_add(1, Ordering::Relaxed);
             log::warn!(
-                "vCPU {index}: machine check for the load at guest address {addr:#x} ({}, a bad range)",
+                "vCPU {index}: machine check for the load at guest address {addr:#x} ({}, a bad range), bank {bank}",
+                p.describe(addr)
+            );
+            None
+        }
+        Ok(Delivery::Masked) => {
+            log::warn!(
+                "vCPU {index}: load at guest address {addr:#x} ({}, a bad range) with machine-check reporting disabled by the guest (MCG_CTL or every bank's MCi_CTL): given the file's bytes",
                 p.describe(addr)
             );
             None
