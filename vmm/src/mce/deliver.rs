@@ -204,9 +204,10 @@ pub fn choose_bank(preferred: u8, mcg_ctl: Option<u64>, ctls: &[u64]) -> Option<
         .and_then(|b| u8::try_from(b).ok())
 }
 
-/// Most MMIO round trips one instruction may need to finish (a string move
-/// over the hole exits once per chunk).
-const COMPLETION_ROUNDS: usize = 64;
+/// Most MMIO round trips one instruction may need to finish: a string move
+/// over a hole exits once per element (`rep movsb` of a page: 4,096; the
+/// kernel's machine-check-safe copy is one), so sixteen pages of bytes.
+const COMPLETION_ROUNDS: usize = 1 << 16;
 
 /// Raises a machine check for the load from `gpa` that `vcpu` just exited
 /// with. `access` serves the data of any further MMIO exit the load's
