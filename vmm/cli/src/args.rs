@@ -186,7 +186,7 @@ pub struct MachineArgs {
     /// Bind guest RAM and every NVDIMM mapping to this host NUMA node (strict).
     #[arg(long, value_name = "N")]
     pub host_node: Option<u32>,
-    /// An NVDIMM: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,hugepages][,node=N][,badblocks=OFF+LEN[:...]][,record=DIR]. Repeat for more.
+    /// An NVDIMM: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,hugepages][,node=N][,badblocks=OFF+LEN[:...]][,record=DIR][,mce=on]. Repeat for more.
     ///
     /// SIZE is the guest's persistent-memory region, a multiple of 16 MiB. The
     /// backing file holds the region, then the label area (label-size, default
@@ -195,7 +195,8 @@ pub struct MachineArgs {
     /// (default: DIMM i in node i+1; the vCPUs and RAM are node 0). prealloc
     /// allocates the file's blocks up front; hugepages maps a file on hugetlbfs;
     /// badblocks= starts the DIMM with those byte ranges bad (media errors);
-    /// record=DIR logs every guest flush for crash images (docs/crash-consistency.md).
+    /// record=DIR logs every guest flush for crash images (docs/crash-consistency.md);
+    /// mce=on makes a guest load from a bad range a machine check (docs/nvdimm.md).
     #[arg(long, value_parser = parse_nvdimm, value_name = "SPEC")]
     pub nvdimm: Vec<NvdimmSpec>,
     /// A disk image the guest sees as a virtio block device (/dev/vda, /dev/vdb, ... in
