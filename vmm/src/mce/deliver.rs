@@ -187,8 +187,8 @@ pub enum Delivery {
 
 /// The bank to put the error in: `preferred` when the guest left it
 /// enabled (its MCi_CTL all ones: KVM drops an uncorrected error in any
-/// other bank without a word, as Linux's clearing of bit 10 of AMD's bank
-/// 4 on family 0xf shows), else the highest enabled bank; `None` when
+/// other bank without a word — Linux on the nested tests' AMD family 0x15
+/// CPU leaves bank 4 so), else the highest enabled bank; `None` when
 /// `mcg_ctl` (with MCG_CTL_P) is not all ones or no bank is enabled.
 pub fn choose_bank(preferred: u8, mcg_ctl: Option<u64>, ctls: &[u64]) -> Option<u8> {
     if mcg_ctl.is_some_and(|c| c != u64::MAX) {
