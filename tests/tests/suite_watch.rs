@@ -6,7 +6,8 @@
 //!
 //! The test runs the script's own `list_processes` and `watch_tests` (cut out of it by their
 //! `name() {` … `}` lines) on this host with a 1 s period beside a loop that starts short-lived
-//! processes, and wants an entry every period and the long-lived `sleep` it started listed.
+//! processes, and wants four entries (waited for up to 30 s: on a loaded host a listing outlasts
+//! its period), the watch still alive, and the long-lived `sleep` it started listed.
 
 use std::fs;
 use std::process::Command;
@@ -40,7 +41,12 @@ fn the_watch_goes_on_while_processes_come_and_go() {
          churn=$!\n\
          PMEMVM_NDCTL_WATCH=1 watch_tests >/dev/null &\n\
          w=$!\n\
-         sleep 8\n\
+         i=0\n\
+         while [ $i -lt 300 ]; do\n\
+           n=$(grep -c 'meson test still running after' $results/watch.txt 2>/dev/null) || n=0\n\
+           [ $n -lt 4 ] || break\n\
+           sleep 0.1; i=$((i+1))\n\
+         done\n\
          kill $churn\n\
          if kill -0 $w 2>/dev/null; then echo alive; kill $w; else echo ended; fi\n\
          kill $long\n",
@@ -58,9 +64,12 @@ fn the_watch_goes_on_while_processes_come_and_go() {
         "the watch ended ({entries} entries):\n{watch}\n{}",
         out.dump()
     );
+    // Four entries of a 1 s watch, waited for up to 30 s: a listing takes
+    // longer than its period on a loaded host (a strict run beside TCG
+    // guests saw 3 in 8 s), and what counts is that the watch goes on.
     assert!(
         entries >= 4,
-        "{entries} entries in 8 s of a 1 s watch:\n{watch}"
+        "{entries} entries in 30 s of a 1 s watch:\n{watch}"
     );
     assert!(
         watch.contains("sleep 60"),
