@@ -192,7 +192,7 @@ export PMEMVM_BIN="$PWD/target/debug/pmemvm"
 TCG_A="hw_kvm_tier engine_nested_api image_qemu l1_stall nested_dump nested_gdb
     nested_harness nested_legacy_pmem nested_own_kernel qemu_tables nested_startup
     nested_hang_loops nested_crash_consistency nested_nvdimm nested_media_errors
-    nested_lost_interrupt nested_nfit_test nested_bcache nested_ratio_fio"
+    nested_lost_interrupt nested_nfit_test nested_bcache nested_ratio_fio nested_mce"
 TCG_B="engine_nested first_contact nested_media_live nested_ndctl_suite
     nested_nvdimm_defaults nested_pmemvm nvdimm_labels run_qemu slurm nested_run_command
     nested_fio_suite nested_verify_overlap"
