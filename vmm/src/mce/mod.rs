@@ -146,8 +146,6 @@ pub struct PoisonSlots {
     closed: AtomicBool,
     /// Machine checks raised.
     pub raised: AtomicU64,
-    /// Accesses inside a hole served from the file.
-    pub served: AtomicU64,
 }
 
 impl std::fmt::Debug for PoisonSlots {
@@ -208,7 +206,6 @@ impl PoisonSlots {
             }),
             closed: AtomicBool::new(false),
             raised: AtomicU64::new(0),
-            served: AtomicU64::new(0),
         });
         p.apply(bad)?;
         Ok(p)
@@ -246,18 +243,14 @@ impl PoisonSlots {
         )
     }
 
-    /// The holes now (offset, length), for reports and tests.
-    pub fn holes(&self) -> Vec<(u64, u64)> {
-        self.layout().holes.clone()
-    }
-
-    /// Registers the slots around the pages of `bad` (offset, length).
-    pub fn apply(&self, bad: &[(u64, u64)]) -> Result<(), McError> {
+    /// Registers the slots around the pages of `bad` (offset, length);
+    /// returns how many holes they leave.
+    pub fn apply(&self, bad: &[(u64, u64)]) -> Result<usize, McError> {
         let mut l = self.layout();
         l.bad = bad.to_vec();
         let holes = holes::holes(bad, self.size);
         if self.closed.load(Ordering::SeqCst) || (holes == l.holes && l.used > 0) {
-            return Ok(());
+            return Ok(l.holes.len());
         }
         // Out with the old pieces, in with the new: an access between the
         // two exits to pmemvm and is served from the file.
@@ -271,7 +264,7 @@ impl PoisonSlots {
             l.used += 1;
         }
         l.holes = holes;
-        Ok(())
+        Ok(l.holes.len())
     }
 
     fn register(&self, slot: u32, off: u64, len: u64, host: u64) -> Result<(), McError> {
@@ -294,7 +287,6 @@ impl PoisonSlots {
 
     /// Serves a read inside a hole from the backing file.
     pub fn read(&self, gpa: u64, data: &mut [u8]) -> Result<(), McError> {
-        self.served.fetch_add(1, Ordering::Relaxed);
         let off = gpa.wrapping_sub(self.base);
         if off.saturating_add(data.len() as u64) > self.size {
             data.fill(0xff);
@@ -311,7 +303,6 @@ impl PoisonSlots {
     /// Serves a store inside a hole into the backing file (dropped on a
     /// read-only DIMM, as KVM drops it there).
     pub fn write(&self, gpa: u64, data: &[u8]) -> Result<(), McError> {
-        self.served.fetch_add(1, Ordering::Relaxed);
         let off = gpa.wrapping_sub(self.base);
         if self.flags != 0 || off.saturating_add(data.len() as u64) > self.size {
             return Ok(());
@@ -336,12 +327,7 @@ pub fn with_slots(
     ids: std::ops::Range<u32>,
     media: &Arc<devices::nvdimm_media::DimmMedia>,
 ) -> Result<Arc<PoisonSlots>, McError> {
-    let bad: Vec<(u64, u64)> = media
-        .state()
-        .bad_ranges
-        .iter()
-        .map(|r| (r.offset, r.length))
-        .collect();
+    let bad = bad_ranges(&media.state());
     let place = DimmPlace {
         base,
         size: mapping.size() as u64,
@@ -361,6 +347,15 @@ pub fn with_slots(
     Ok(p)
 }
 
+/// The bad ranges of `state` as (offset, length).
+fn bad_ranges(state: &MediaState) -> Vec<(u64, u64)> {
+    state
+        .bad_ranges
+        .iter()
+        .map(|r| (r.offset, r.length))
+        .collect()
+}
+
 /// Closes the slots when dropped (held before the DIMM's mapping).
 #[derive(Debug)]
 pub struct SlotsGuard(pub Arc<PoisonSlots>);
@@ -373,17 +368,12 @@ impl Drop for SlotsGuard {
 
 impl MediaWatch for PoisonSlots {
     fn bad_ranges_changed(&self, state: &MediaState) {
-        let bad: Vec<(u64, u64)> = state
-            .bad_ranges
-            .iter()
-            .map(|r| (r.offset, r.length))
-            .collect();
+        let bad = bad_ranges(state);
         match self.apply(&bad) {
-            Ok(()) => log::info!(
-                "mce: NVDIMM {}: {} bad ranges, {} holes in its memory slots",
+            Ok(holes) => log::info!(
+                "mce: NVDIMM {}: {} bad ranges, {holes} holes in its memory slots",
                 self.path,
-                bad.len(),
-                self.holes().len()
+                bad.len()
             ),
             Err(e) => log::warn!(
                 "mce: NVDIMM {}: the memory slots could not follow the bad ranges ({e}); loads from them read the file's bytes",
