@@ -303,15 +303,12 @@ fn a_job_on_pmem0_of_a_new_labelled_dimm_is_stopped_with_the_reason() {
     assert_eq!(out.status, Some(0), "{}", out.dump());
 }
 
-/// A Linux guest that stops making progress on purpose (its setup waits forever on a pipe)
-/// under pmemvm: at `--timeout` the run says for each vCPU where it was — in the guest,
-/// halted with interrupts on, at a RIP the image's vmlinux names (the idle loop) — on stderr
-/// and in the run's JSON. One vCPU: the nested engine's L1 has one, and a 2-vCPU guest on it
-/// under TCG met soft lockups in L1 (`kvm_tiny` reports two vCPUs on a host KVM).
 /// A two-vCPU guest whose setup waits forever on a pipe, under pmemvm nested:
 /// SIGQUIT to pmemvm here reaches pmemvm in the L1, which says where each vCPU
 /// is and lets the guest go on; at `--timeout` the same description ends the
-/// run (status 124), on stderr and in the record.
+/// run (status 124), on stderr and in the record — each vCPU in the guest,
+/// halted with interrupts on at a RIP the image's vmlinux names (the idle
+/// loop), with the idle loop's caller among the kernel code on its stack.
 #[test]
 fn a_guest_waiting_forever_is_described_per_vcpu_on_sigquit_and_at_the_time_out() {
     let _tcg = require!(ready_n(2));
@@ -409,6 +406,19 @@ fn a_guest_waiting_forever_is_described_per_vcpu_on_sigquit_and_at_the_time_out(
             "vCPU {i}: {error}\n{err}"
         );
         assert!(err.contains(&vcpu), "{vcpu}: {err}");
+        // A halted vCPU is in the idle loop: the scan of its kernel stack
+        // finds the loop's caller, named from the vmlinux.
+        if part.starts_with(&vcpu) {
+            let stack = error
+                .split_once(*part)
+                .map(|(_, rest)| rest)
+                .and_then(|rest| rest.split("; vCPU ").next())
+                .unwrap_or_default();
+            assert!(
+                stack.contains("kernel code on its stack") && stack.contains("cpu_startup_entry+"),
+                "vCPU {i}: the idle loop's caller on its stack: {error}"
+            );
+        }
     }
     let named = parts.iter().all(|p| {
         p.contains("at RIP 0xffffffff")

@@ -34,7 +34,24 @@ use pmemvm_tests::require;
 const PRELUDE: &str = r#"set +e
 O=$PMEMVM_OUT
 failed=0
-step() { n=$1; shift; "$@" > $O/$n.out 2>&1; rc=$?; echo "$n $rc" >> $O/steps.txt; [ $rc = 0 ] || failed=$((failed+1)); }
+# A step still running after 200 s (a passing one takes seconds) prints, on
+# the console the test keeps, every running or blocked task with its kernel
+# stack: the guest's own view of a hang, beside pmemvm's per-vCPU report at
+# --timeout.
+stuck() {
+    echo "STEP $1 STILL RUNNING after 200 s; running and blocked tasks:"
+    for p in /proc/[0-9]*; do
+        s=$(sed -n 's/^State:[[:space:]]*//p' $p/status 2>/dev/null)
+        case $s in R*|D*) echo "${p#/proc/} $(cat $p/comm 2>/dev/null) $s"; cat $p/stack 2>/dev/null;; esac
+    done
+}
+step() {
+    n=$1; shift
+    ( sleep 200; stuck $n > /dev/console 2>&1 ) & w=$!
+    "$@" > $O/$n.out 2>&1; rc=$?
+    kill $w 2>/dev/null
+    echo "$n $rc" >> $O/steps.txt; [ $rc = 0 ] || failed=$((failed+1))
+}
 field() { sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p" "$2" | head -n 1; }
 "#;
 

@@ -51,6 +51,7 @@ pub mod record;
 pub mod run_loop;
 pub(crate) mod services;
 pub mod signals;
+pub mod stack_scan;
 pub mod stats;
 pub mod symbols;
 pub mod tty;

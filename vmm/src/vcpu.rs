@@ -483,11 +483,14 @@ impl VcpuContext {
                         let lapic = self.vcpu.get_lapic().ok().map(|l| {
                             crate::vcpu_status::LapicVectors::from_page(&l.regs)
                         });
+                        let stack =
+                            crate::stack_scan::of_vcpu(&self.vcpu, &self.mem, regs.rip, regs.rsp);
                         status.record(crate::vcpu_status::Snapshot {
                             rip: regs.rip,
                             rflags: regs.rflags,
                             mp_state,
                             lapic,
+                            stack,
                         });
                     }
                 }

@@ -74,6 +74,9 @@ pub struct Snapshot {
     pub mp_state: Option<u32>,
     /// The local APIC's in-service and pending vectors, when they could be read.
     pub lapic: Option<LapicVectors>,
+    /// Kernel code addresses on its stack when it was in the kernel (empty
+    /// otherwise), newest first.
+    pub stack: crate::stack_scan::StackWords,
 }
 
 impl Snapshot {
@@ -303,11 +306,47 @@ impl VcpuStatus {
                     .filter(|w| !w.is_empty())
                     .map(|w| format!("; {w}"))
                     .unwrap_or_default();
-                format!("vCPU {index}: in the guest, {state}, at {at}, interrupts {intr}{apic}")
+                let stack = stack_words(&s.stack, symbol);
+                format!(
+                    "vCPU {index}: in the guest, {state}, at {at}, interrupts {intr}{apic}{stack}"
+                )
             }
             (_, None) => format!("vCPU {index}: in the guest (its registers could not be read)"),
         }
     }
+}
+
+/// Most callers named in one sentence.
+const STACK_NAMED: usize = 12;
+
+/// `; kernel code on its stack (callers, newest first; some may be stale):
+/// a+0x1, b+0x2` — the words that name a function, or every word as a number
+/// when none does (no vmlinux with symbols); empty when the scan found none.
+fn stack_words(
+    stack: &crate::stack_scan::StackWords,
+    symbol: &dyn Fn(u64) -> Option<String>,
+) -> String {
+    let words = stack.words();
+    if words.is_empty() {
+        return String::new();
+    }
+    // A function's name and offset has no space; "in a kernel module, …" has.
+    let named: Vec<String> = words
+        .iter()
+        .filter_map(|&w| symbol(w).filter(|n| !n.contains(' ')))
+        .take(STACK_NAMED)
+        .collect();
+    let list = if named.is_empty() {
+        words
+            .iter()
+            .take(STACK_NAMED)
+            .map(|w| format!("{w:#x}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    } else {
+        named.join(", ")
+    };
+    format!("; kernel code on its stack (callers, newest first; some may be stale): {list}")
 }
 
 #[cfg(test)]
@@ -344,6 +383,7 @@ mod tests {
             rflags: 0x246,
             mp_state: Some(3),
             lapic: None,
+            stack: Default::default(),
         });
         s.done();
         let named = |rip: u64| (rip == 0xffff_ffff_8100_1234).then(|| "default_idle+0x4".into());
@@ -359,6 +399,7 @@ mod tests {
             rflags: 0x2,
             mp_state: Some(0),
             lapic: None,
+            stack: Default::default(),
         });
         assert_eq!(
             spin.describe(2, &none, &no_owner),
@@ -369,6 +410,7 @@ mod tests {
             rflags: 0x2,
             mp_state: Some(1),
             lapic: None,
+            stack: Default::default(),
         });
         assert!(spin
             .describe(2, &none, &no_owner)
@@ -392,6 +434,38 @@ mod tests {
             ),
             "{d}"
         );
+    }
+
+    #[test]
+    fn a_vcpu_stopped_in_the_kernel_names_the_code_on_its_stack() {
+        use crate::stack_scan::tests_support::words;
+        let s = VcpuStatus::new();
+        s.in_guest();
+        s.record(Snapshot {
+            rip: 0xffff_ffff_8100_1234,
+            rflags: 0x246,
+            mp_state: Some(0),
+            lapic: None,
+            stack: words(&[
+                0xffff_ffff_8100_2000,
+                0xffff_ffff_c03d_f20c,
+                0xffff_ffff_8100_3010,
+            ]),
+        });
+        let named = |a: u64| match a {
+            0xffff_ffff_8100_2000 => Some("nd_btt_probe+0x20".to_owned()),
+            0xffff_ffff_8100_3010 => Some("really_probe+0x10".to_owned()),
+            0xffff_ffff_c03d_f20c => Some("in a kernel module, whose symbols …".to_owned()),
+            _ => None,
+        };
+        assert!(s.describe(0, &named, &no_owner).ends_with(
+            "interrupts on; kernel code on its stack (callers, newest first; some may be \
+             stale): nd_btt_probe+0x20, really_probe+0x10"
+        ));
+        // Without symbols, the words as numbers.
+        assert!(s
+            .describe(0, &|_| None, &no_owner)
+            .ends_with("stale): 0xffffffff81002000, 0xffffffffc03df20c, 0xffffffff81003010"));
     }
 
     #[test]
@@ -420,6 +494,7 @@ mod tests {
             rflags: 0x202,
             mp_state: Some(3),
             lapic: Some(l),
+            stack: Default::default(),
         };
         assert!(snap.idle());
         assert!(!Snapshot {

@@ -7,6 +7,7 @@
 //! trusted to stay inside guest memory.
 
 use thiserror::Error;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::cpu::{CR0_PG, CR4_PAE, EFER_LMA};
 
@@ -28,6 +29,19 @@ pub trait PhysRead {
     fn read_u64(&self, gpa: u64) -> Option<u64>;
     /// The 4 bytes at `gpa`; `None` outside guest memory.
     fn read_u32(&self, gpa: u64) -> Option<u32>;
+}
+
+/// Guest RAM for the walk (an address outside it reads as `None`).
+#[derive(Debug, Clone, Copy)]
+pub struct GuestRam<'a>(pub &'a GuestMemoryMmap);
+
+impl PhysRead for GuestRam<'_> {
+    fn read_u64(&self, gpa: u64) -> Option<u64> {
+        self.0.read_obj::<u64>(GuestAddress(gpa)).ok()
+    }
+    fn read_u32(&self, gpa: u64) -> Option<u32> {
+        self.0.read_obj::<u32>(GuestAddress(gpa)).ok()
+    }
 }
 
 /// Why an address has no translation.

@@ -25,7 +25,7 @@ use kvm_bindings::kvm_guest_debug;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::hub::{CpuRegisters, DebugHub, Request, Stop, StopCause};
-use super::paging::{self, Paging, PhysRead};
+use super::paging::{self, GuestRam, Paging};
 use super::regs::{self, HwSlot, Watch};
 use super::GdbError;
 
@@ -37,18 +37,6 @@ const ANSWER: Duration = Duration::from_secs(5);
 enum Action {
     Continue,
     Step,
-}
-
-/// Guest RAM for the page walk.
-struct Ram<'a>(&'a GuestMemoryMmap);
-
-impl PhysRead for Ram<'_> {
-    fn read_u64(&self, gpa: u64) -> Option<u64> {
-        self.0.read_obj::<u64>(GuestAddress(gpa)).ok()
-    }
-    fn read_u32(&self, gpa: u64) -> Option<u32> {
-        self.0.read_obj::<u32>(GuestAddress(gpa)).ok()
-    }
 }
 
 /// The guest, seen by gdb.
@@ -164,12 +152,12 @@ impl GuestTarget {
         addr: u64,
     ) -> Result<paging::Translation, String> {
         if self.physical {
-            return paging::translate(&Ram(&self.mem), Paging::Off, 0, addr)
+            return paging::translate(&GuestRam(&self.mem), Paging::Off, 0, addr)
                 .map_err(|e| e.to_string());
         }
         let r = self.registers(vcpu)?;
         let mode = Paging::from_registers(r.sregs.cr0, r.sregs.cr4, r.sregs.efer);
-        paging::translate(&Ram(&self.mem), mode, r.sregs.cr3, addr).map_err(|e| e.to_string())
+        paging::translate(&GuestRam(&self.mem), mode, r.sregs.cr3, addr).map_err(|e| e.to_string())
     }
 
     /// Reads guest memory at virtual `addr` page by page; the bytes read.
