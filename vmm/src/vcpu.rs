@@ -478,20 +478,10 @@ impl VcpuContext {
                 if self.stop.load(Ordering::SeqCst) || status.take_snapshot_request() {
                     // The stop's kick (for the report of a time-out) or SIGQUIT's:
                     // where the guest was.
-                    if let Ok(regs) = self.vcpu.get_regs() {
-                        let mp_state = self.vcpu.get_mp_state().ok().map(|m| m.mp_state);
-                        let lapic = self.vcpu.get_lapic().ok().map(|l| {
-                            crate::vcpu_status::LapicVectors::from_page(&l.regs)
-                        });
-                        let stack =
-                            crate::stack_scan::of_vcpu(&self.vcpu, &self.mem, regs.rip, regs.rsp);
-                        status.record(crate::vcpu_status::Snapshot {
-                            rip: regs.rip,
-                            rflags: regs.rflags,
-                            mp_state,
-                            lapic,
-                            stack,
-                        });
+                    if let Some(snapshot) =
+                        crate::vcpu_status::Snapshot::of_vcpu(&self.vcpu, &self.mem)
+                    {
+                        status.record(snapshot);
                     }
                 }
                 None

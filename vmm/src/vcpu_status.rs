@@ -80,6 +80,22 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Where `vcpu` is, read on its own thread while it is out of `KVM_RUN`;
+    /// `None` when its registers cannot be read.
+    pub fn of_vcpu(vcpu: &kvm_ioctls::VcpuFd, mem: &vm_memory::GuestMemoryMmap) -> Option<Self> {
+        let regs = vcpu.get_regs().ok()?;
+        Some(Self {
+            rip: regs.rip,
+            rflags: regs.rflags,
+            mp_state: vcpu.get_mp_state().ok().map(|m| m.mp_state),
+            lapic: vcpu
+                .get_lapic()
+                .ok()
+                .map(|l| LapicVectors::from_page(&l.regs)),
+            stack: crate::stack_scan::of_vcpu(vcpu, mem, regs.rip, regs.rsp),
+        })
+    }
+
     /// Halted in the guest with interrupts on: any deliverable interrupt
     /// would have woken it.
     pub fn idle(&self) -> bool {
