@@ -429,6 +429,7 @@ fn a_guest_waiting_forever_is_described_per_vcpu_on_sigquit_and_at_the_time_out(
         named,
         "each vCPU with a kernel RIP, its symbol and IF: {error}"
     );
+    eprintln!("the time-out's report: {error}");
 }
 
 #[test]
