@@ -125,42 +125,63 @@ fi
 /// `@TIMEOUT@` and `@D@` (the host directory, at the same path) are filled in.
 const L1_SCRIPT: &str = r#"
 D=@D@
+# One boot, NAME INITRD CPUS DIR ARGS...: its console, channel and stderr in
+# DIR. A boot that ended in the platform's breakdown (its guest triple-faulted
+# or an interrupt was lost below pmemvm: docs/testing.md §6b) is booted again
+# after $BEFORE, up to $TRIES boots, each noted in once-more.txt.
 pm() {
     name=$1; initrd=$2; cpus=$3; dir=$4; shift 4
-    t0=$(cut -d' ' -f1 /proc/uptime)
-    pmemvm -v boot --kernel vmlinux --initrd $initrd \
-        --cmdline 'console=ttyS0 reboot=acpi panic=-1 quiet' --cpus $cpus --memory 512M \
-        --timeout @TIMEOUT@ "$@" \
-        --console-log $dir/console-$name.txt --channel $dir/channel-$name.bin 2> $dir/pmemvm-$name.err
-    rc=$?
-    t1=$(cut -d' ' -f1 /proc/uptime)
-    echo "BOOT $name status=$rc seconds=$(awk "BEGIN { print $t1 - $t0 }")"
+    try=1
+    while :; do
+        eval "$BEFORE"
+        t0=$(cut -d' ' -f1 /proc/uptime)
+        pmemvm -v boot --kernel vmlinux --initrd $initrd \
+            --cmdline 'console=ttyS0 reboot=acpi panic=-1 quiet' --cpus $cpus --memory 512M \
+            --timeout @TIMEOUT@ "$@" $RETRY_ARGS \
+            --console-log $dir/console-$name.txt --channel $dir/channel-$name.bin 2> $dir/pmemvm-$name.err
+        rc=$?
+        t1=$(cut -d' ' -f1 /proc/uptime)
+        if [ $rc != 0 ] && [ $try -lt $TRIES ] && why=$(breakdown $dir/pmemvm-$name.err); then
+            echo "$name (boot $try): $why" >> once-more.txt
+            mv $dir/pmemvm-$name.err $dir/pmemvm-$name.try$try.err
+            try=$((try + 1))
+            continue
+        fi
+        break
+    done
+    echo "BOOT $name status=$rc seconds=$(awk "BEGIN { print $t1 - $t0 }") boots=$try"
     return $rc
 }
 mkdir -p /tmp/dimms
 I=@I@
-rm -f $D/ns.img
+RETRY_ARGS=""
+BEFORE="rm -f $D/ns.img"
 pm ns-share-$I ns.img 2 . --nvdimm 1G,file=$D/ns.img
-rm -f $D/ns.img /tmp/dimms/ns.img
+BEFORE="rm -f /tmp/dimms/ns.img"
 pm ns-tmpfs-$I ns.img 2 . --nvdimm 1G,file=/tmp/dimms/ns.img
-rm -f /tmp/dimms/ns.img
 if [ $I = 1 ]; then
     pm ns-4cpus-$I ns.img 4 . --nvdimm 1G,file=/tmp/dimms/ns.img
-    rm -f /tmp/dimms/ns.img
 fi
+rm -f $D/ns.img /tmp/dimms/ns.img
 # The swapped-order chain: its DIMMs, and each boot's files, in $D (they
 # outlive an L1 that breaks down); a boot that passed is not booted again.
+# A boot after one that broke down (here or in an earlier L1) may find its
+# own file from that try (swapretry=1).
 for k in @SWAPS@; do
     if [ -f $D/swap-$k.done ]; then
-        echo "BOOT swap-$k status=0 seconds=0 (passed in an earlier L1)"
+        echo "BOOT swap-$k status=0 seconds=0 boots=0 (passed in an earlier L1)"
         continue
     fi
     retry=0
     [ -f $D/swap-$k.started ] && retry=1
-    [ $k = 0 ] && rm -f $D/a.img $D/b.img
     touch $D/swap-$k.started
+    if [ $k = 0 ]; then BEFORE="rm -f $D/a.img $D/b.img"; else BEFORE=":"; fi
+    # Every try after the first may find its own file.
+    BEFORE="$BEFORE; [ \$try = 1 ] || RETRY_ARGS='--append swapretry=1'"
+    RETRY_ARGS=""
+    [ $retry = 1 ] && RETRY_ARGS="--append swapretry=1"
     if [ $((k % 2)) = 0 ]; then first=a; second=b; else first=b; second=a; fi
-    pm swap-$k swap.img 2 $D --append "swapk=$k swapretry=$retry" \
+    pm swap-$k swap.img 2 $D --append "swapk=$k" \
         --nvdimm 1G,file=$D/$first.img --nvdimm 1G,file=$D/$second.img \
         && touch $D/swap-$k.done
 done
@@ -247,6 +268,7 @@ fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
     fs::create_dir_all(&shared).unwrap();
     let mut failures = Vec::new();
     let mut boots = 0;
+    let mut restarts = 0;
     let started = std::time::Instant::now();
     for i in 1..=runs {
         let vm = one_run_vm(qemu.as_deref(), &kernel, &ns, &swap, &shared);
@@ -261,8 +283,17 @@ fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
             .replace("@TIMEOUT@", &TIMEOUT.to_string())
             .replace("@D@", &shared.display().to_string());
         let out = vm
-            .run(&["sh", "-c", &script])
+            .run(&[
+                "sh",
+                "-c",
+                &pmemvm_tests::nested::l1_script_with_retries(&script),
+            ])
             .unwrap_or_else(|e| panic!("run {i} in the harness: {e}"));
+        pmemvm_tests::nested::note_l1_restarts("nested_hang_loops", &out);
+        restarts += fs::read_to_string(out.path("once-more.txt"))
+            .unwrap_or_default()
+            .lines()
+            .count();
         for line in out.stdout.lines().filter(|l| l.starts_with("BOOT ")) {
             boots += 1;
             let name = line.split_whitespace().nth(1).unwrap_or_default();
@@ -325,7 +356,7 @@ fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
         );
     }
     eprintln!(
-        "nested hang loops: {runs} run(s) of each case in a row, {boots} boots, {:.1?} in all; outputs in {}",
+        "nested hang loops: {runs} run(s) of each case in a row, {boots} boots passed, {restarts} boot(s) again after the platform's breakdown, {:.1?} in all; outputs in {}",
         started.elapsed(),
         keep.display()
     );
