@@ -332,8 +332,8 @@ fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
                 eprintln!("{name}: {note}");
             }
             if !line.contains(" status=0 ") || status != Some(0) || !bad_steps.is_empty() {
-                let err = fs::read_to_string(file(&format!("pmemvm-{name}.err")))
-                    .unwrap_or_default();
+                let err =
+                    fs::read_to_string(file(&format!("pmemvm-{name}.err"))).unwrap_or_default();
                 let why: Vec<&str> = err.lines().filter(|l| l.starts_with("pmemvm: ")).collect();
                 failures.push(format!(
                     "{line}: guest status {status:?}, failed steps {bad_steps:?}; pmemvm said: {}",
@@ -342,11 +342,7 @@ fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
             }
             eprintln!("{line}");
         }
-        assert!(
-            out.stdout.contains("LOOPS-DONE"),
-            "run {i}: {}",
-            out.dump()
-        );
+        assert!(out.stdout.contains("LOOPS-DONE"), "run {i}: {}", out.dump());
         assert!(
             failures.is_empty(),
             "run {i}: {} of {boots} boots failed:\n{}\n{}",

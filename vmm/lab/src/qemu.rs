@@ -99,6 +99,21 @@ pub fn nested_gdb_warning(version: (u32, u32)) -> Option<String> {
     })
 }
 
+/// The warning for an L1 of `l1_cpus` vCPUs: with two or more, QEMU's TCG
+/// delivers an interrupt now and then where AMD's SVM holds it (right after
+/// `#VMEXIT`, before the hypervisor's `STGI`), which ends the L1 or its guest
+/// in a triple fault (measured: docs/testing.md, "The L1's own faults").
+pub fn nested_smp_warning(l1_cpus: u32) -> Option<String> {
+    (l1_cpus >= 2).then(|| {
+        format!(
+            "the L1 VM has {l1_cpus} vCPUs: QEMU's TCG delivers an interrupt now and then \
+             where AMD's SVM holds it (right after #VMEXIT), which ends the L1 or the guest in \
+             a triple fault within minutes; pmemvm says so when it happens — run the command \
+             again (hardware virtualization has no such limit)"
+        )
+    })
+}
+
 fn warning_for(version: (u32, u32)) -> Option<String> {
     (version < NESTED_QEMU_MIN).then(|| {
         format!(
@@ -437,6 +452,12 @@ mod tests {
         assert!(warning_for((9, 2)).is_some());
         assert_eq!(warning_for((10, 0)), None);
         assert_eq!(warning_for((11, 1)), None);
+        assert_eq!(nested_smp_warning(1), None);
+        let w = nested_smp_warning(2).expect("two vCPUs are warned about");
+        assert!(
+            w.starts_with("the L1 VM has 2 vCPUs: ") && w.contains("triple fault"),
+            "{w}"
+        );
         let g = nested_gdb_warning((7, 2)).expect("7.2 is warned about for --gdb");
         assert!(g.starts_with("--gdb: QEMU 7.2 runs the L1 VM"), "{g}");
         assert!(!g.contains("  "), "one sentence, single spaces: {g}");

@@ -107,6 +107,9 @@ impl NestedEngine {
         if let Some(w) = crate::qemu::nested_qemu_warning(&self.qemu) {
             eprintln!("pmemvm: warning: --engine nested: {w}");
         }
+        if let Some(w) = crate::qemu::nested_smp_warning(l1_cpus(m.spec.cpus, host_cpus())) {
+            eprintln!("pmemvm: warning: --engine nested: {w}");
+        }
         let share = m.scratch;
         let (l1_machine, mounts, _locks) = place_machine(share, m.spec)?;
         write_machine(share, &l1_machine)?;
@@ -271,6 +274,9 @@ impl Drop for TempShare {
 pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, NestedError> {
     let l1_image = prepare_l1(&cache_dir())?;
     if let Some(w) = crate::qemu::nested_qemu_warning(qemu) {
+        eprintln!("pmemvm: warning: --engine nested: {w}");
+    }
+    if let Some(w) = crate::qemu::nested_smp_warning(l1_cpus(b.spec.cpus, host_cpus())) {
         eprintln!("pmemvm: warning: --engine nested: {w}");
     }
     let pmemvm = std::env::current_exe().map_err(io_err("find the pmemvm binary"))?;
