@@ -56,9 +56,11 @@ stuck() {
 }
 step() {
     n=$1; shift
-    # Its output and input are the console's, not the script's: the init waits
-    # for the script's output to close, and the watcher's sleep outlives a kill.
-    ( sleep 200; stuck $n ) < /dev/null > /dev/console 2>&1 & w=$!
+    # Its output and input are the console's, not the script's, and it holds
+    # no channel (fd 3): the init waits for the script's output to close, its
+    # last close of the channel waits for the UART to send everything, and the
+    # watcher's sleep outlives a kill.
+    ( exec 3>&-; sleep 200; stuck $n ) < /dev/null > /dev/console 2>&1 & w=$!
     "$@" > $O/$n.out 2>&1; rc=$?
     kill $w 2>/dev/null
     echo "$n $rc" >> $O/steps.txt; [ $rc = 0 ] || failed=$((failed+1))
