@@ -157,9 +157,9 @@ for fs in $FILE_SYSTEMS; do
   last=$(pmemvm crash-images $fs-rec --out $fs-probe --at 0 | sed -n 's/.*recorded flushes 1 to \([0-9]*\).*/\1/p')
   rm -rf $fs-probe
   echo "$fs-flushes ${last:-0}" >> $S/steps.txt
-  if [ "$IMAGES" = all ]; then select=--all; else select="--every $(( (${last:-3} + 2) / 3 ))"; fi
+  if [ "$IMAGES" = all ]; then chosen=--all; else chosen="--every $(( (${last:-3} + 2) / 3 ))"; fi
   before="rm -rf $fs-images"
-  tried $fs-check pmemvm crash-check $fs-rec $select --images $fs-images --json $S/$fs-check.json \
+  tried $fs-check pmemvm crash-check $fs-rec $chosen --images $fs-images --json $S/$fs-check.json \
     $RUN --cmdline "$CMDLINE" -- sh -c "$CHECK" check $fs
 done
 # The broken program on a raw, label-less DIMM, 2 vCPUs.
