@@ -94,6 +94,18 @@ pub struct NestedEngine {
     pmemvm: PathBuf,
 }
 
+/// What the user should know about an L1 run by `qemu` with `cpus` vCPUs
+/// (an old QEMU's lost wake-ups, TCG's breakdowns with two or more vCPUs).
+fn warn_about_the_l1(qemu: &Path, cpus: u32) {
+    let warnings = [
+        crate::qemu::nested_qemu_warning(qemu),
+        crate::qemu::nested_smp_warning(cpus),
+    ];
+    for w in warnings.into_iter().flatten() {
+        eprintln!("pmemvm: warning: --engine nested: {w}");
+    }
+}
+
 impl NestedEngine {
     /// Prepares (or finds cached) the L1 and finds this pmemvm binary.
     pub fn new(qemu: PathBuf) -> Result<Self, NestedError> {
@@ -104,12 +116,7 @@ impl NestedEngine {
 
     fn boot_nested(&self, m: &Machine<'_>) -> Result<Ended, NestedError> {
         let api = m.control.api.as_deref();
-        if let Some(w) = crate::qemu::nested_qemu_warning(&self.qemu) {
-            eprintln!("pmemvm: warning: --engine nested: {w}");
-        }
-        if let Some(w) = crate::qemu::nested_smp_warning(l1_cpus(m.spec.cpus, host_cpus())) {
-            eprintln!("pmemvm: warning: --engine nested: {w}");
-        }
+        warn_about_the_l1(&self.qemu, l1_cpus(m.spec.cpus, host_cpus()));
         let share = m.scratch;
         let (l1_machine, mounts, _locks) = place_machine(share, m.spec)?;
         write_machine(share, &l1_machine)?;
@@ -273,12 +280,7 @@ impl Drop for TempShare {
 /// off (or `Ctrl-A x`) ends both levels.
 pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, NestedError> {
     let l1_image = prepare_l1(&cache_dir())?;
-    if let Some(w) = crate::qemu::nested_qemu_warning(qemu) {
-        eprintln!("pmemvm: warning: --engine nested: {w}");
-    }
-    if let Some(w) = crate::qemu::nested_smp_warning(l1_cpus(b.spec.cpus, host_cpus())) {
-        eprintln!("pmemvm: warning: --engine nested: {w}");
-    }
+    warn_about_the_l1(qemu, l1_cpus(b.spec.cpus, host_cpus()));
     let pmemvm = std::env::current_exe().map_err(io_err("find the pmemvm binary"))?;
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
