@@ -34,6 +34,7 @@ use std::fs;
 use std::time::Duration;
 
 use pmemvm_tests::nested::{guest_image, Mode, NestedVm};
+use pmemvm_tests::pmemvm::workspace_root;
 use pmemvm_tests::require;
 
 /// Records the good program writes.
@@ -119,32 +120,40 @@ fi
 echo "records $c"
 "#;
 
-/// In L1 (cwd = the share): the runs, each status to steps.txt.
-const L1_SCRIPT: &str = r#"
-# DIMM files, logs and images on a tmpfs of the L1 (holes kept, no 9p
-# round trips); what the test reads goes to the share ($S).
+/// In L1 first (cwd = the share, `$S`): where the work goes — DIMM files,
+/// logs and images on a tmpfs of the L1 (holes kept, no 9p round trips), in
+/// the share on the user's host in direct mode — and `tried NAME CMD…`,
+/// which runs CMD (output to `$O/NAME.out` and `.err`, status to
+/// `$O/steps.txt`) and, after a platform breakdown (docs/testing.md §6b),
+/// runs `$before` and CMD again, up to `$TRIES` runs in all. `$O` is where
+/// the test reads the results: the share, or `$P` with every image.
+const L1_PREAMBLE: &str = r#"
 S=$(pwd)
+O=${P:-$S}
 if [ "$WORK" = tmpfs ]; then
-  mkdir -p /w && mount -t tmpfs -o size=2500M tmpfs /w && cd /w || exit 1
+  mkdir -p /w && { grep -q ' /w ' /proc/mounts || mount -t tmpfs -o size=2500M tmpfs /w; } && W=/w || exit 1
 else
-  mkdir -p "$S/work" && cd "$S/work" || exit 1
+  W=$O/work; mkdir -p $W || exit 1
 fi
+mkdir -p $W/tmp && export TMPDIR=$W/tmp && cd $W || exit 1
 RUN="--kernel $S/vmlinux --initrd $S/initramfs.cpio.gz --memory 512M --timeout 420"
 CMDLINE='console=ttyS0 reboot=acpi panic=-1 quiet'
-# Runs "$@" (output to $S/NAME.out and .err, status to steps.txt); after a
-# platform breakdown (docs/testing.md §6b) runs $before and "$@" again, up
-# to $TRIES runs in all.
 tried() {
   name=$1; shift; try=1
   while :; do
     eval "$before"
-    "$@" > $S/$name.out 2> $S/$name.err; st=$?
-    if [ $try -lt $TRIES ] && breakdown $S/$name.err > /dev/null; then
-      echo "$(breakdown $S/$name.err)" >> $S/once-more.txt; try=$((try+1)); continue
+    "$@" > $O/$name.out 2> $O/$name.err; st=$?
+    if [ $try -lt $TRIES ] && breakdown $O/$name.err > /dev/null; then
+      echo "$(breakdown $O/$name.err)" >> $S/once-more.txt; try=$((try+1)); continue
     fi
-    echo "$name $st" >> $S/steps.txt; break
+    echo "$name $st" >> $O/steps.txt; break
   done
 }
+"#;
+
+/// In L1, a sample of the images: per file system the setup, the recorded
+/// program and one `crash-check --every K` (flushes 0, K, 2K, the last).
+const L1_SAMPLE: &str = r#"
 for fs in $FILE_SYSTEMS; do
   case $fs in ext4) size=64M ;; xfs) size=384M ;; esac
   before="rm -f $fs-setup.img"
@@ -156,21 +165,65 @@ for fs in $FILE_SYSTEMS; do
     --nvdimm "$size,file=$fs.img,record=$fs-rec" -- sh -c "$PROGRAM" program /dev/pmem0 good $RECORDS mount
   last=$(pmemvm crash-images $fs-rec --out $fs-probe --at 0 | sed -n 's/.*recorded flushes 1 to \([0-9]*\).*/\1/p')
   rm -rf $fs-probe
-  echo "$fs-flushes ${last:-0}" >> $S/steps.txt
-  if [ "$IMAGES" = all ]; then chosen=--all; else chosen="--every $(( (${last:-3} + 2) / 3 ))"; fi
+  echo "$fs-flushes ${last:-0}" >> $O/steps.txt
   before="rm -rf $fs-images"
-  tried $fs-check pmemvm crash-check $fs-rec $chosen --images $fs-images --json $S/$fs-check.json \
-    $RUN --cmdline "$CMDLINE" -- sh -c "$CHECK" check $fs
+  tried $fs-check pmemvm crash-check $fs-rec --every $(( (${last:-3} + 2) / 3 )) --images $fs-images \
+    --json $O/$fs-check.json $RUN --cmdline "$CMDLINE" -- sh -c "$CHECK" check $fs
 done
-# The broken program on a raw, label-less DIMM, 2 vCPUs.
+"#;
+
+/// In L1, every image: the same setup and recorded program, then one
+/// `crash-check --at N` per flush. The recording and each flush's result are
+/// kept in `$P`, a host directory the L1 mounts at the same path, so an L1
+/// restarted after a breakdown of the emulated platform goes on from the
+/// first flush without a result instead of booting hundreds of images
+/// again, and a guest's own breakdown reruns that flush only.
+const L1_ALL: &str = r#"
+for fs in $FILE_SYSTEMS; do
+  case $fs in ext4) size=64M ;; xfs) size=384M ;; esac
+  if [ ! -e $P/$fs-rec.kept ]; then
+    before="rm -f $fs-setup.img"
+    tried $fs-setup pmemvm run $RUN --cmdline "$CMDLINE" --nvdimm "$size,file=$fs-setup.img" \
+      -- sh -c "$SETUP" setup $fs
+    before="rm -rf $fs-rec; cp $fs-setup.img $fs.img"
+    tried $fs-program pmemvm run $RUN --cmdline "$CMDLINE" \
+      --nvdimm "$size,file=$fs.img,record=$fs-rec" -- sh -c "$PROGRAM" program /dev/pmem0 good $RECORDS mount
+    [ "$(tail -n1 $P/steps.txt)" = "$fs-program 0" ] || continue
+    if [ "$WORK" = tmpfs ]; then
+      rm -rf $P/$fs-rec && cp -r $fs-rec $P/$fs-rec || exit 1
+    fi
+    touch $P/$fs-rec.kept
+  elif [ "$WORK" = tmpfs ] && [ ! -d $fs-rec ]; then
+    cp -r $P/$fs-rec $fs-rec || exit 1
+  fi
+  last=$(pmemvm crash-images $fs-rec --out $fs-probe --at 0 | sed -n 's/.*recorded flushes 1 to \([0-9]*\).*/\1/p')
+  rm -rf $fs-probe
+  grep -q "^$fs-flushes " $P/steps.txt || echo "$fs-flushes ${last:-0}" >> $P/steps.txt
+  mkdir -p $P/$fs-checks
+  n=0
+  while [ $n -le ${last:-0} ]; do
+    if [ ! -e $P/$fs-checks/$n.json ]; then
+      before="rm -f $P/$fs-checks/$n.part"
+      tried $fs-check-$n pmemvm crash-check $fs-rec --at $n --json $P/$fs-checks/$n.part \
+        $RUN --cmdline "$CMDLINE" -- sh -c "$CHECK" check $fs
+      [ -e $P/$fs-checks/$n.part ] && mv $P/$fs-checks/$n.part $P/$fs-checks/$n.json
+    fi
+    n=$((n+1))
+  done
+done
+"#;
+
+/// In L1, the broken program on a raw, label-less DIMM, 2 vCPUs, and the
+/// torn image after its flush 0.
+const L1_BROKEN: &str = r#"
 before="rm -rf raw-rec; rm -f raw.img; truncate -s $((64 * 1048576 + 4096)) raw.img"
 tried raw-program pmemvm run $RUN --cmdline "$CMDLINE" --cpus 2 \
   --nvdimm "64M,file=raw.img,label-size=0,record=raw-rec" -- sh -c "$PROGRAM" program /dev/pmem0 broken 6
 before="rm -rf raw-images"
-tried raw-check pmemvm crash-check raw-rec --at 0 --torn $BROKEN_SEED --images raw-images --json $S/raw-check.json \
+tried raw-check pmemvm crash-check raw-rec --at 0 --torn $BROKEN_SEED --images raw-images --json $O/raw-check.json \
   $RUN --cmdline "$CMDLINE" -- sh -c "$CHECK" check raw
-mkdir -p $S/raw-images
-cp raw-images/images.json $S/raw-images/
+mkdir -p $O/raw-images
+cp raw-images/images.json $O/raw-images/
 "#;
 
 /// Which crash images the test checks: every one where a guest boots in well
@@ -213,23 +266,50 @@ impl Images {
 }
 
 #[test]
-#[ignore = "on demand, not in CI's time budget (PMEMVM_TEST_FULL=1 tests/run.sh runs it; docs/testing.md, section On demand): two file systems' 100-record recordings and a 2-vCPU L1, 10-15 min of TCG"]
+#[ignore = "on demand, not in CI's time budget (PMEMVM_TEST_FULL=1 tests/run.sh runs it; docs/testing.md, section On demand): two file systems' 100-record recordings and a 2-vCPU L1, 10-15 min of TCG (every image: about an hour per file system)"]
 fn every_checked_image_recovers_with_the_flushed_records_and_a_broken_program_is_caught_torn() {
     let qemu = require!(pmemvm_tests::nested::find_qemu_10());
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm)).with_qemu(qemu);
     // PMEMVM_TEST_CRASH_FS narrows the file systems (e.g. "xfs", or "" for
-    // the broken program alone) while working on one.
+    // the broken program alone) and PMEMVM_TEST_CRASH_BROKEN=no leaves the
+    // broken program out, while working on one part — or to run every
+    // image of each file system in its own one-vCPU L1, side by side.
     let file_systems =
         std::env::var("PMEMVM_TEST_CRASH_FS").unwrap_or_else(|_| "ext4 xfs".to_string());
+    let broken = match std::env::var("PMEMVM_TEST_CRASH_BROKEN").as_deref() {
+        Err(_) | Ok("yes") => true,
+        Ok("no") => false,
+        Ok(other) => panic!("PMEMVM_TEST_CRASH_BROKEN={other}: yes or no"),
+    };
     let kernel = require!(guest_image("vmlinux"));
     let initrd = require!(guest_image("initramfs.cpio.gz"));
     let images = Images::for_mode(vm.mode());
     let direct = vm.mode() == Mode::Direct;
-    let out = vm
-        .l1_cpus(2)
+    let mut script = L1_PREAMBLE.to_string();
+    script.push_str(match images {
+        Images::All => L1_ALL,
+        Images::Sample => L1_SAMPLE,
+    });
+    if broken {
+        script.push_str(L1_BROKEN);
+    }
+    // With every image, the results are kept in a host directory (one per
+    // choice of file systems, emptied first) that outlives an L1 restart.
+    let kept = (images == Images::All).then(|| {
+        let tag = file_systems
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join("-");
+        let dir = workspace_root().join(format!("target/nested-crash-consistency/all-{tag}"));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("the kept results' directory");
+        dir
+    });
+    let mut vm = vm
+        // The broken program's recording has two vCPUs.
+        .l1_cpus(if broken { 2 } else { 1 })
         .l1_memory_mib(3072)
         .deadline(images.deadline())
-        .env("IMAGES", images.word())
         .env("WORK", if direct { "share" } else { "tmpfs" })
         .file("vmlinux", kernel)
         .file("initramfs.cpio.gz", initrd)
@@ -238,31 +318,37 @@ fn every_checked_image_recovers_with_the_flushed_records_and_a_broken_program_is
         .env("CHECK", CHECK)
         .env("RECORDS", &RECORDS.to_string())
         .env("FILE_SYSTEMS", &file_systems)
-        .env("BROKEN_SEED", &BROKEN_SEED.to_string())
+        .env("BROKEN_SEED", &BROKEN_SEED.to_string());
+    if let Some(dir) = &kept {
+        vm = vm.mount_same_path(dir).env("P", &dir.display().to_string());
+    }
+    let out = vm
         .run(&[
             "sh",
             "-c",
-            &pmemvm_tests::nested::l1_script_with_retries(L1_SCRIPT),
+            &pmemvm_tests::nested::l1_script_with_retries(&script),
         ])
         .expect("the L1 script");
     pmemvm_tests::nested::note_l1_restarts("nested_crash_consistency", &out);
-    let read = |f: &str| fs::read_to_string(out.path(f)).unwrap_or_default();
+    let results = kept.clone().unwrap_or_else(|| out.path(""));
+    let read = |f: &str| fs::read_to_string(results.join(f)).unwrap_or_default();
     let steps = read("steps.txt");
     let ctx = |what: &str| {
         format!(
-            "{}\n--- steps ---\n{steps}\n--- {what} ---\n{}",
+            "{}\n--- steps (last 40) ---\n{}\n--- {what} ---\n{}",
             out.dump(),
+            tail(&steps, 40),
             read(what)
         )
     };
     for fs_name in file_systems.split_whitespace() {
-        for step in ["setup", "program", "check"] {
+        for step in ["setup", "program"] {
             let line = format!("{fs_name}-{step} 0");
-            let file = match step {
-                "check" => format!("{fs_name}-check.out"),
-                s => format!("{fs_name}-{s}.out"),
-            };
-            assert!(steps.lines().any(|l| l == line), "{line}\n{}", ctx(&file));
+            assert!(
+                steps.lines().any(|l| l == line),
+                "{line}\n{}",
+                ctx(&format!("{fs_name}-{step}.out"))
+            );
         }
         let flushes: u64 = steps
             .lines()
@@ -274,17 +360,38 @@ fn every_checked_image_recovers_with_the_flushed_records_and_a_broken_program_is
             "{fs_name}: {flushes} flushes for {RECORDS} fsyncs\n{}",
             ctx(&format!("{fs_name}-program.err"))
         );
-        let report: serde_json::Value =
-            serde_json::from_str(&read(&format!("{fs_name}-check.json"))).unwrap_or_else(|e| {
-                panic!(
-                    "{fs_name}-check.json: {e}\n{}",
-                    ctx(&format!("{fs_name}-check.err"))
-                )
-            });
-        let checks = report["checks"].as_array().cloned().unwrap_or_default();
+        let checks = match images {
+            Images::Sample => {
+                let line = format!("{fs_name}-check 0");
+                assert!(
+                    steps.lines().any(|l| l == line),
+                    "{line}\n{}",
+                    ctx(&format!("{fs_name}-check.out"))
+                );
+                report_checks(&read(&format!("{fs_name}-check.json"))).unwrap_or_else(|e| {
+                    panic!(
+                        "{fs_name}-check.json: {e}\n{}",
+                        ctx(&format!("{fs_name}-check.err"))
+                    )
+                })
+            }
+            // One report per flush, each of one image.
+            Images::All => (0..=flushes)
+                .flat_map(|n| {
+                    report_checks(&read(&format!("{fs_name}-checks/{n}.json"))).unwrap_or_else(
+                        |e| {
+                            panic!(
+                                "{fs_name}: the check of flush {n}: {e}\n{}",
+                                ctx(&format!("{fs_name}-check-{n}.err"))
+                            )
+                        },
+                    )
+                })
+                .collect(),
+        };
         assert!(
             checks.len() >= 4,
-            "{fs_name}: {} images checked\n{report}",
+            "{fs_name}: {} images checked",
             checks.len()
         );
         // The durable marker never goes back, and all records are there at the end.
@@ -292,26 +399,28 @@ fn every_checked_image_recovers_with_the_flushed_records_and_a_broken_program_is
         // writes is a state its mount may refuse, docs/crash-consistency.md.)
         let mut last = 0u64;
         let mut plain = 0;
+        let mut flushes_seen = Vec::new();
         for c in &checks {
+            assert_eq!(c["status"], 0, "{fs_name}: {c}");
             let stdout = c["stdout"].as_str().unwrap_or_default();
             let n: u64 = stdout
                 .lines()
                 .find_map(|l| l.strip_prefix("records "))
                 .and_then(|n| n.trim().parse().ok())
                 .unwrap_or_else(|| panic!("{fs_name}: no records line: {c}"));
-            assert_eq!(c["status"], 0, "{fs_name}: {c}");
             if c["torn"] == false {
                 assert!(n >= last, "{fs_name}: marker {n} after {last}: {c}");
                 last = n;
                 plain += 1;
+                flushes_seen.push(c["flush"].as_u64().unwrap_or(u64::MAX));
             }
         }
         match images {
             // The image before the first flush (0) and after each of
-            // flushes 1..=`flushes`, none left out.
+            // flushes 1..=`flushes`, none left out, in order.
             Images::All => assert_eq!(
-                plain,
-                flushes + 1,
+                flushes_seen,
+                (0..=flushes).collect::<Vec<_>>(),
                 "{fs_name}: every image of {flushes} flushes"
             ),
             Images::Sample => assert!(plain >= 4, "{fs_name}: {plain} images"),
@@ -327,6 +436,9 @@ fn every_checked_image_recovers_with_the_flushed_records_and_a_broken_program_is
             checks.len(),
             images.word()
         );
+    }
+    if !broken {
+        return;
     }
     // The broken program: the torn image after flush 0 has the marker of
     // record 1 (line at offset 0) without all of record 1's lines.
@@ -362,4 +474,16 @@ fn every_checked_image_recovers_with_the_flushed_records_and_a_broken_program_is
         "{}",
         ctx("raw-check.out")
     );
+}
+
+/// The image checks of one `crash-check --json` report.
+fn report_checks(text: &str) -> Result<Vec<serde_json::Value>, serde_json::Error> {
+    let report: serde_json::Value = serde_json::from_str(text)?;
+    Ok(report["checks"].as_array().cloned().unwrap_or_default())
+}
+
+/// The last `n` lines of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }

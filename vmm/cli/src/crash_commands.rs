@@ -41,7 +41,12 @@ pub fn crash_check(a: &CrashCheckArgs) -> Result<u8, crate::error::CommandError>
     }
     let (out, _temp) = lab::crash_check::TempImages::for_check(a.images.as_deref(), "check");
     let req = a.which.request(&a.dir, out);
-    let report = check(&template, &req, &a.run.command)?;
+    // Images the user did not ask to keep go one by one, as they are checked.
+    let after = match a.images {
+        Some(_) => lab::crash_check::AfterCheck::Keep,
+        None => lab::crash_check::AfterCheck::Remove,
+    };
+    let report = check(&template, &req, &a.run.command, after)?;
     finish(a, &report)
 }
 
@@ -64,8 +69,9 @@ fn check(
     template: &lab::run::RunSpec,
     req: &images::Request,
     command: &[String],
+    after: lab::crash_check::AfterCheck,
 ) -> Result<lab::crash_check::CrashCheck, lab::crash_check::CrashCheckError> {
-    lab::crash_check::check(template, req, command, lab::run::run_job, progress)
+    lab::crash_check::check(template, req, command, after, lab::run::run_job, progress)
 }
 
 /// `--slurm SHARED`: writes the array's scripts (no `--slurm-task`/`--slurm-report`), runs

@@ -180,14 +180,10 @@ impl CrashCheck {
     }
 }
 
-/// The `--nvdimm` of a recorded DIMM's image: its region and label area
-/// as they were (the file is region, labels, 4 KiB identity block).
-pub fn image_spec(
-    manifest: &Manifest,
-    file_size: u64,
-    path: &Path,
-) -> Result<NvdimmSpec, CrashCheckError> {
-    let region = manifest.region_size;
+/// The `--nvdimm` of a recorded DIMM's image: its region (`region` bytes)
+/// and label area as they were (the file is region, labels, 4 KiB identity
+/// block).
+pub fn image_spec(region: u64, file_size: u64, path: &Path) -> Result<NvdimmSpec, CrashCheckError> {
     let bad = |why: String| CrashCheckError::Geometry {
         region,
         file: file_size,
@@ -201,20 +197,31 @@ pub fn image_spec(
         .map_err(|e: vmm::config::ConfigError| bad(e.to_string()))
 }
 
-/// Makes the images `req` asks for (into `req.out`) and boots `template`
-/// on a copy of each, the image as its first DIMM, through `run`.
+/// What happens to each image once checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterCheck {
+    /// It stays in the images directory (the user named it: `--images`).
+    Keep,
+    /// It is removed before the next is made (a temporary directory): a
+    /// check of hundreds of images needs room for one at a time.
+    Remove,
+}
+
+/// Makes the images `req` asks for (into `req.out`), one at a time, and
+/// boots `template` on a copy of each, the image as its first DIMM, through
+/// `run`, before the next is made.
 pub fn check(
     template: &RunSpec,
     req: &Request,
     command: &[String],
+    after: AfterCheck,
     mut run: impl FnMut(&RunSpec) -> Result<RunResult, RunError>,
     mut progress: impl FnMut(&ImageCheck),
 ) -> Result<CrashCheck, CrashCheckError> {
-    let manifest = images::write(req)?;
     let io = |what: String| move |source| CrashCheckError::Io { what, source };
     let work = req.out.join(".check.img");
     let mut checks = Vec::new();
-    for info in &manifest.images {
+    let manifest = images::write_each(req, |info, region| {
         let mut files: Vec<(bool, &str)> = vec![(false, info.file.as_str())];
         if let Some(t) = &info.torn {
             files.push((true, t.file.as_str()));
@@ -228,10 +235,13 @@ pub fn check(
             let mut spec = template.clone();
             spec.machine
                 .nvdimms
-                .insert(0, image_spec(&manifest, size, &work)?);
+                .insert(0, image_spec(region, size, &work)?);
             let start = Instant::now();
             let result = run(&spec);
             let _ = std::fs::remove_file(&work);
+            if after == AfterCheck::Remove {
+                let _ = std::fs::remove_file(&image);
+            }
             let result = result.map_err(|e| CrashCheckError::Run {
                 flush: info.flush,
                 torn: if torn { ", torn" } else { "" },
@@ -255,7 +265,8 @@ pub fn check(
             progress(&c);
             checks.push(c);
         }
-    }
+        Ok::<(), CrashCheckError>(())
+    })?;
     Ok(CrashCheck {
         manifest,
         command: command.to_vec(),
@@ -333,7 +344,7 @@ pub fn slurm_task(
         select: images::Selection::At(flush),
         ..req.clone()
     };
-    let report = check(template, &req, command, run, progress)?;
+    let report = check(template, &req, command, AfterCheck::Remove, run, progress)?;
     let path = result_path(shared, flush);
     let text = serde_json::to_vec_pretty(&report).unwrap_or_default();
     // Whole or absent: the report job must not read half a result.
@@ -360,11 +371,16 @@ mod tests {
             complete: true,
             images: Vec::new(),
         };
-        let s = image_spec(&m, (32 << 20) + (128 << 10) + 4096, Path::new("/x/c.img")).unwrap();
+        let s = image_spec(
+            m.region_size,
+            (32 << 20) + (128 << 10) + 4096,
+            Path::new("/x/c.img"),
+        )
+        .unwrap();
         assert_eq!((s.size, s.label_size), (32 << 20, 128 << 10));
         assert_eq!(s.file.as_deref(), Some(Path::new("/x/c.img")));
         assert!(s.record.is_none());
-        let e = image_spec(&m, 4096, Path::new("/x/c.img"))
+        let e = image_spec(m.region_size, 4096, Path::new("/x/c.img"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("smaller than its region"), "{e}");

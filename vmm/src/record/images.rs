@@ -164,6 +164,18 @@ pub fn plan(req: &Request) -> Result<Vec<u64>, ImageError> {
 
 /// Writes the images `req` asks for and their manifest; returns the manifest.
 pub fn write(req: &Request) -> Result<Manifest, ImageError> {
+    write_each(req, |_, _| Ok::<(), ImageError>(()))
+}
+
+/// [`write`], calling `each` with every image (and its torn variant) and
+/// the recorded DIMM's region size as soon as the image is written, before the next is made — so a caller can use an
+/// image and remove it, and hundreds of images of a large DIMM never need
+/// room at once. An error of `each` ends the run as an error of the images
+/// does: what this call wrote into OUT is removed.
+pub fn write_each<E: From<ImageError>>(
+    req: &Request,
+    mut each: impl FnMut(&ImageInfo, u64) -> Result<(), E>,
+) -> Result<Manifest, E> {
     let mut log = open_checked(req)?;
     let last = log.last();
     let created = prepare_out(&req.out)?;
@@ -228,13 +240,15 @@ pub fn write(req: &Request) -> Result<Manifest, ImageError> {
                 })
             }
         };
-        images.push(ImageInfo {
+        let info = ImageInfo {
             flush: n,
             file: name,
             time_ns: entry.map_or(0, |e| e.head.time_ns),
             vcpu: entry.and_then(|e| (e.head.vcpu != u32::MAX).then_some(e.head.vcpu)),
             torn,
-        });
+        };
+        each(&info, log.header.region_size)?;
+        images.push(info);
     }
     drop(work);
     std::fs::remove_file(&work_path).map_err(io(format!("removing {}", work_path.display())))?;
@@ -435,6 +449,56 @@ mod tests {
         let again: Manifest =
             serde_json::from_slice(&std::fs::read(out.join(MANIFEST)).unwrap()).unwrap();
         assert_eq!(again, m);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn each_image_is_handed_over_before_the_next_is_made_and_a_refusal_undoes_the_run() {
+        let d = tmp("each");
+        write_log(
+            &d,
+            &[(vec![1], 0x11), (vec![2], 0x22), (vec![3], 0x33)],
+            true,
+        );
+        let out = d.join("out");
+        let listing = |dir: &Path| {
+            let mut v: Vec<String> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n != ".work.img")
+                .collect();
+            v.sort();
+            v
+        };
+        let mut seen = Vec::new();
+        let m = write_each(&req(&d, &out, Selection::All, Some(1)), |info, region| {
+            assert_eq!(region, 16 * PAGE as u64);
+            // Only this flush's image and its torn variant: the caller
+            // removed the earlier ones, and the next is not made yet.
+            let torn = info.torn.as_ref().map(|t| t.file.clone()).unwrap();
+            assert_eq!(listing(&out), [torn.clone(), info.file.clone()]);
+            let img = std::fs::read(out.join(&info.file)).unwrap();
+            seen.push((info.flush, img[3 * PAGE]));
+            std::fs::remove_file(out.join(&info.file)).unwrap();
+            std::fs::remove_file(out.join(torn)).unwrap();
+            Ok::<(), ImageError>(())
+        })
+        .unwrap();
+        assert_eq!(seen, [(0, 0), (1, 0), (2, 0), (3, 0x33)]);
+        assert_eq!(m.images.len(), 4);
+        assert_eq!(listing(&out), [MANIFEST]);
+        // A caller's error ends the run and takes back what it wrote.
+        let again = d.join("again");
+        let e = write_each(
+            &req(&d, &again, Selection::All, None),
+            |info, _| match info.flush {
+                2 => Err(ImageError::EveryZero),
+                _ => Ok(()),
+            },
+        )
+        .unwrap_err();
+        assert!(matches!(e, ImageError::EveryZero), "{e}");
+        assert!(!again.exists(), "the directory it made is gone");
         std::fs::remove_dir_all(&d).unwrap();
     }
 
