@@ -4,15 +4,18 @@
 //! recording and runs the file system's repair tool and the program's own
 //! check; and a deliberately broken program is caught by a torn variant.
 //!
-//! One L1 (QEMU 10, 2 vCPUs), in it with pmemvm and the guest image:
+//! One L1 (QEMU 10; 2 vCPUs for the broken program's recording, else 1),
+//! in it with pmemvm and the guest image:
 //! 1. per file system: a first run makes an fsdax namespace on a labelled
 //!    DIMM, the file system and a zeroed file of 101 blocks; a second run,
 //!    recorded, mounts it with `-o dax` and writes record i
 //!    (block i, 4 KiB of `recNNNNN` text) with an fsync, then the commit
 //!    marker i (8 digits at offset 0) with an fsync, for i = 1..100;
-//!    `crash-check` checks every image (`--all`) on a hardware KVM and four
-//!    under nested TCG (`--every K`, K a third of the flushes: flushes 0, K,
-//!    2K and the last; see [`Images`]); each checked image mounts (the journal or log
+//!    `crash-check` checks every image on a hardware KVM — one `--at N` per
+//!    flush, each result kept where an L1 restarted after a breakdown finds
+//!    it — and four under nested TCG unless asked for every one (`--every
+//!    K`, K a third of the flushes: flushes 0, K, 2K and the last; see
+//!    [`Images`]); each checked image mounts (the journal or log
 //!    recovers), `e2fsck -fn` / `xfs_repair -n` report it clean, and every
 //!    record up to the durable commit marker is whole — the records the
 //!    program had seen flushed (it writes marker i only after record i's
