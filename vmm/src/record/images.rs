@@ -168,10 +168,11 @@ pub fn write(req: &Request) -> Result<Manifest, ImageError> {
 }
 
 /// [`write`], calling `each` with every image (and its torn variant) and
-/// the recorded DIMM's region size as soon as the image is written, before the next is made — so a caller can use an
-/// image and remove it, and hundreds of images of a large DIMM never need
-/// room at once. An error of `each` ends the run as an error of the images
-/// does: what this call wrote into OUT is removed.
+/// the recorded DIMM's region size as soon as the image is written, before
+/// the next is made — so a caller can use an image and remove it, and
+/// hundreds of images of a large DIMM never need room at once. An error of
+/// `each` ends the run as an error of the images does: what this call
+/// wrote into OUT is removed.
 pub fn write_each<E: From<ImageError>>(
     req: &Request,
     mut each: impl FnMut(&ImageInfo, u64) -> Result<(), E>,
