@@ -445,10 +445,13 @@ fn every_checked_image_recovers_with_the_flushed_records_and_a_broken_program_is
     }
     // The broken program: the torn image after flush 0 has the marker of
     // record 1 (line at offset 0) without all of record 1's lines.
+    // pmemvm's stderr says why a run ended otherwise (a time-out's
+    // per-vCPU report, a platform breakdown).
     assert!(
         steps.lines().any(|l| l == "raw-program 0"),
-        "{}",
-        ctx("raw-program.out")
+        "{}\n--- raw-program.out ---\n{}",
+        ctx("raw-program.err"),
+        read("raw-program.out")
     );
     let manifest: serde_json::Value = serde_json::from_str(&read("raw-images/images.json"))
         .unwrap_or_else(|e| panic!("raw manifest: {e}\n{}", ctx("raw-check.err")));
