@@ -1,33 +1,67 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 #
-# The whole test suite, on a fresh Debian 12 machine (as root) or a prepared one:
-#   1. installs what every tier needs (apt: acpica-tools for iasl/acpiexec,
-#      qemu-system-x86 for the TCG and nested tiers — the distribution's own,
-#      plus a QEMU 10 unpacked from bookworm-backports for the tests that need
-#      one when that is Debian 12's 7.2 (guest-images/lib/qemu-install.sh
-#      --unpack; docs/testing.md, "Which QEMU runs the suite"), binutils for the
-#      tiny guests, fio for the fixture check, strace for the exit-path
-#      fdatasync check, gdb, crash and (from PyPI, in a venv) drgn for the
-#      debugging tests, ...) — skipped when already there;
-#   2. builds the guest image (guest-images/build.sh, cached by input hash in
-#      ~/.cache/pmemvm/image), the modular kernel of the --modules tests
-#      (build.sh --modular, cached too; in the background while the tests run,
-#      which wait for it) and the Debian root file system of `run --rootfs
-#      debian` (rootfs-debian.sh);
+# The test suite, on a fresh Debian 12 machine (as root) or a prepared one.
+#
+#   tests/run.sh          the landing tier (README's test command; CI runs it
+#                         with PMEMVM_TEST_STRICT=1)
+#   tests/run.sh --full   every tier: also the tests marked
+#                         #[ignore = "full: <why>"] (PMEMVM_TEST_FULL=1 is the same)
+#   tests/run.sh --list   each test with its tier, queue and last measured
+#                         TCG slot-seconds; runs nothing
+#
+# A run
+#   1. installs what the tiers need (apt: acpica-tools, qemu-system-x86, fio,
+#      gdb, crash, Slurm, ...; a QEMU 10 unpacked from bookworm-backports for
+#      the tests that need one; drgn from PyPI in a venv), skipped when there;
+#   2. builds the guest image, the modular kernel of the --modules tests (in
+#      the background) and the Debian root file system, each cached by input
+#      hash in ~/.cache/pmemvm;
 #   3. checks formatting and clippy;
-#   4. runs every test (unit, golden, iasl, tiny guests on this host's KVM,
-#      QEMU TCG, nested KVM end to end, the host-KVM tests again in the nested
-#      L1), as two queues at once: the binaries that boot TCG guests, and the
-#      rest; then prints each test binary's time.
-# A test whose tier cannot run here (a missing tool or missing hardware only)
-# prints "SKIP: [binary::test] <reason>"; the summary at the end lists every
-# skip and their count. With PMEMVM_TEST_STRICT=1 (CI) every skip fails.
-# The whole run has a deadline (PMEMVM_TEST_DEADLINE seconds, default 5250,
-# below CI's 90 minutes); on expiry it names the guest that was running and
-# prints its console tail. PMEMVM_TEST_FULL=1 also runs the on-demand tests.
+#   4. runs the tier's tests in three queues at once: two of the binaries that
+#      boot TCG guests (tests/lib/tiers.sh says which, from their names, and
+#      splits them by measured time) and one of every other binary; then
+#      prints each binary's time and each test's TCG slot time.
+# Tiers and queues follow from the test files (tests/lib/tiers.sh); the run
+# ends only what it started (tests/lib/reap.sh). A test whose tier cannot run
+# here (a missing tool or missing hardware only) prints "SKIP: [binary::test]
+# <reason>"; with PMEMVM_TEST_STRICT=1 every skip fails. The whole run has a
+# deadline (PMEMVM_TEST_DEADLINE seconds; default 5250 for the landing tier,
+# 9000 with --full). docs/testing.md has the rest.
 set -eu -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+SCRIPT=$PWD/tests/run.sh
+
+FULL=""
+[ "${PMEMVM_TEST_FULL:-}" != 1 ] || FULL=1
+LIST=""
+for arg in "$@"; do
+    case "$arg" in
+    --full) FULL=1 ;;
+    --list) LIST=1 ;;
+    -h | --help)
+        sed -n '4,11p' "$SCRIPT" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "tests/run.sh: unknown option '$arg'; it accepts --full (every tier), --list (the tests, their tiers and slot-seconds) and --help" >&2
+        exit 2
+        ;;
+    esac
+done
+
+# shellcheck source=tests/lib/tiers.sh
+. tests/lib/tiers.sh
+if [ -n "$LIST" ]; then
+    tiers_list
+    tiers_check
+    exit
+fi
+tiers_check || exit 1
+
+# shellcheck source=tests/lib/reap.sh
+. tests/lib/reap.sh
+reap_become_subreaper "$SCRIPT" "$@"
 
 log() { printf '[tests %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -39,13 +73,15 @@ if ! command -v cargo >/dev/null || [ "$(printf '%s\n%s\n' "$min" "${have:-0}" |
     exit 2
 fi
 
-DEADLINE=${PMEMVM_TEST_DEADLINE:-5250}
-# PMEMVM_TEST_FULL=1: the on-demand tests too (#[ignore]d ones: long nested
-# runs kept out of CI's 90 minutes; docs/testing.md, "On demand").
-FULL=""
-[ "${PMEMVM_TEST_FULL:-}" != 1 ] || FULL="--include-ignored"
+if [ -n "$FULL" ]; then
+    DEADLINE=${PMEMVM_TEST_DEADLINE:-9000}
+else
+    DEADLINE=${PMEMVM_TEST_DEADLINE:-5250}
+fi
 T0=$SECONDS
-remaining() { echo $(( DEADLINE - (SECONDS - T0) )); }
+TEST_LOGS=""
+# shellcheck source=tests/lib/deadline.sh
+. tests/lib/deadline.sh
 
 mkdir -p target
 export PMEMVM_SKIP_LOG="$PWD/target/pmemvm-test-skips.log"
@@ -57,47 +93,29 @@ export PMEMVM_TCG_LOCK=${PMEMVM_TCG_LOCK:-/tmp/pmemvm-tcg.lock}
 export PMEMVM_TCG_HOLD_LOG="$PWD/target/pmemvm-tcg-holds.log"
 : > "$PMEMVM_TCG_HOLD_LOG"
 
-summary() {
+# Each rerun of a nested step after the emulated platform's breakdown, with
+# its evidence (tests/src/nested/breakdown.rs); more than MAX_RERUNS fails the run.
+export PMEMVM_RERUN_LOG="$PWD/target/pmemvm-reruns.log"
+: > "$PMEMVM_RERUN_LOG"
+MAX_RERUNS=2
+
+# Prints log $2's lines under the heading $1 with their count.
+count_lines() {
     local n
-    # A background modular kernel build of a run that ended early stops with it
-    # (timeout signals its whole process group).
-    if [ -n "${MODULAR_PID:-}" ] && kill -0 "$MODULAR_PID" 2>/dev/null; then
-        pkill -TERM -P "$MODULAR_PID" 2>/dev/null || true
-    fi
-    n=$(grep -c . "$PMEMVM_L1_WAKEUP_LOG" 2>/dev/null || true)
-    echo "L1 wake-ups and restarts (a silent nested L1 sent a key event; a stalled or triple-faulted L1, or a 2-vCPU nested run whose guest triple-faulted, run again, up to 5 runs in all): ${n:-0}"
-    [ "${n:-0}" -eq 0 ] || sed 's/^/  - /; s/\t/: /' "$PMEMVM_L1_WAKEUP_LOG"
-    n=$(grep -c . "$PMEMVM_SKIP_LOG" 2>/dev/null || true)
-    echo "skips: ${n:-0}$([ "${PMEMVM_TEST_STRICT:-}" = 1 ] && echo ' (strict mode: each one failed its test)')"
-    [ "${n:-0}" -eq 0 ] || sed 's/^/  skip: /; s/\t/: /' "$PMEMVM_SKIP_LOG"
+    n=$(grep -c . "$2" 2>/dev/null || true)
+    echo "$1: ${n:-0}"
+    [ "${n:-0}" -eq 0 ] || sed 's/^/  - /; s/\t/: /' "$2"
+}
+
+summary() {
+    # What the run started and left running (a background build of a run that
+    # ended early, QEMUs its killed tests orphaned) ends with it; nothing else.
+    reap_descendants
+    count_lines "L1 wake-ups (a silent nested L1 was sent a key event)" "$PMEMVM_L1_WAKEUP_LOG"
+    count_lines "reruns after a breakdown of the emulated platform, each with its evidence (more than $MAX_RERUNS fail the run)" "$PMEMVM_RERUN_LOG"
+    count_lines "skips$([ "${PMEMVM_TEST_STRICT:-}" = 1 ] && echo ' (strict mode: each one failed its test)')" "$PMEMVM_SKIP_LOG"
 }
 trap summary EXIT
-
-# Runs "$@" within what is left of the deadline; on expiry says what was
-# running (the TCG lock names the test and its console) and fails.
-bounded() {
-    local left rc=0
-    left=$(remaining)
-    [ "$left" -gt 0 ] || { log "deadline of $DEADLINE s passed before: $*"; return 124; }
-    timeout --kill-after=30 "$left" "$@" || rc=$?
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        log "DEADLINE: $DEADLINE s passed while running: $*"
-        local slot console
-        for slot in "$PMEMVM_TCG_LOCK" "$PMEMVM_TCG_LOCK".*; do
-            [ -s "$slot" ] || continue
-            log "a guest that was running: $(tr '\n' ' ' < "$slot")"
-            console=$(sed -n 's/^console=//p' "$slot")
-            [ -z "$console" ] || [ ! -f "$console" ] || { log "its console, last lines:"; tail -n 40 "$console" >&2; }
-        done
-        for f in "${TEST_LOG:-}" "${TEST_B_LOG:-}" "${REST_LOG:-}"; do
-            [ -z "$f" ] || [ ! -f "$f" ] || { log "test log $f, last lines:"; tail -n 30 "$f" >&2; }
-        done
-        # QEMUs of killed tests are orphans now (they run in their own process groups).
-        pkill -KILL -P 1 -x qemu-system-x86 2>/dev/null || true
-        return 124
-    fi
-    return "$rc"
-}
 
 need=""
 for p in qemu-system-x86 acpica-tools binutils fio strace gdb crash python3-venv cpio gzip xz-utils busybox-static zstd libxml2-utils librsvg2-bin munge slurmctld slurmd slurm-client; do
@@ -184,33 +202,23 @@ export PMEMVM_BIN="$PWD/target/debug/pmemvm"
 # Three queues at once. The test binaries that boot QEMU under TCG (the nested L1s,
 # --engine qemu, the table and image checks) hold one of the machine-wide TCG
 # slots per guest (tests/src/tcg.rs: $PMEMVM_TCG_SLOTS, one per core by
-# default; an L1 has one vCPU): two queues of them, TCG_A and TCG_B, about
-# equally long (cargo runs each queue's binaries in name order), keep the cores busy;
-# every other test binary (unit tests, tiny guests on this host's KVM,
-# durability, CLI checks) runs beside them in a third queue. A test file not
-# named in TCG_A or TCG_B is in the third queue: no binary is left out.
-TCG_A="hw_kvm_tier engine_nested_api image_qemu l1_stall nested_dump nested_gdb
-    nested_harness nested_legacy_pmem nested_own_kernel qemu_tables nested_startup
-    nested_hang_loops nested_crash_consistency nested_nvdimm nested_media_errors
-    nested_lost_interrupt nested_nfit_test nested_bcache nested_ratio_fio nested_mce"
-TCG_B="engine_nested first_contact nested_media_live nested_ndctl_suite
-    nested_nvdimm_defaults nested_pmemvm nvdimm_labels run_qemu slurm nested_run_command
-    nested_fio_suite nested_verify_overlap"
-TCG_TESTS="$TCG_A $TCG_B"
-REST_TESTS=""
-for f in tests/tests/*.rs; do
-    t=$(basename "$f" .rs)
-    case " $(echo $TCG_TESTS) " in *" $t "*) ;; *) REST_TESTS="$REST_TESTS $t" ;; esac
-done
-for t in $TCG_TESTS; do
-    [ -f "tests/tests/$t.rs" ] || { log "TCG_A/TCG_B name $t, which is not a test of tests/tests/"; exit 1; }
-done
-dups=$(printf '%s\n' $TCG_TESTS | sort | uniq -d)
-[ -z "$dups" ] || { log "TCG_A and TCG_B both name: $dups"; exit 1; }
+# default; an L1 has one vCPU): two queues of them, A and B, of about equal
+# measured slot-seconds (tests/lib/tiers.sh; cargo runs each queue's binaries
+# in name order), keep the cores busy; every other test binary (unit tests,
+# tiny guests on this host's KVM, durability, CLI checks) runs beside them in
+# a third queue. Which binary goes where follows from its name.
+TIER=landing
+[ -z "$FULL" ] || TIER=full
+QUEUES=$(tiers_tcg_queues "$TIER")
+TCG_A=$(sed -n 's/^A//p' <<<"$QUEUES")
+TCG_B=$(sed -n 's/^B//p' <<<"$QUEUES")
+REST_TESTS=$(tiers_binaries host | tr '\n' ' ')
+log "tier: $TIER; TCG queue A:$TCG_A; TCG queue B:$TCG_B"
 TEST_LOG="$PWD/target/pmemvm-test.log"       # TCG queue A (printed as it runs)
 TEST_B_LOG="$PWD/target/pmemvm-test-b.log"   # TCG queue B (printed at its end)
 REST_LOG="$PWD/target/pmemvm-test-rest.log"  # the other queue (printed at its end)
 TIMES_LOG="$PWD/target/pmemvm-test-times.log"
+TEST_LOGS="$TEST_LOG $TEST_B_LOG $REST_LOG"
 : > "$TEST_LOG"; : > "$TEST_B_LOG"; : > "$REST_LOG"; : > "$TIMES_LOG"
 
 # Seconds since the start of the run at each test binary's start, for the
@@ -228,10 +236,10 @@ stamp_binaries() {
 cargo_test() {
     local queue=$1 out=$2 crc=0 full=""
     shift 2
-    # The on-demand tests are nested runs, in the TCG queues (the other queue's
-    # #[ignore]d tests are planted failures that other tests run).
-    [ "$queue" = rest ] || full=$FULL
-    # shellcheck disable=SC2086 # empty or one flag
+    # --full: the #[ignore = "full: ..."] tests too, never the planted
+    # failures (plant_*), which only the test that plants them runs.
+    [ -z "$FULL" ] || full="--include-ignored --skip plant_"
+    # shellcheck disable=SC2086 # empty or three words
     bounded cargo test --no-fail-fast "$@" -- --test-threads="${PMEMVM_TEST_THREADS:-2}" $full 2>&1 \
         | tee -a "$out" | stamp_binaries >> "$TIMES_LOG.$queue" || crc=$?
     printf '%s Running (end of cargo test)\n' "$(( SECONDS - T0 ))" >> "$TIMES_LOG.$queue"
@@ -281,6 +289,14 @@ awk -F'\t' '{ printf "%6d slot-s  %d slot(s) %5d s held %5d s waited  %s\n", $1 
     "$PMEMVM_TCG_HOLD_LOG" | sort -rn | head -n 40 >&2
 awk -F'\t' '{ s += $1 * $2 } END { printf "all TCG guests: %d slot-seconds in %d holds\n", s, NR }' \
     "$PMEMVM_TCG_HOLD_LOG" >&2
+# Each test's slot-seconds, for `--list` and the next run's queues (tests/lib/tiers.sh).
+awk -F'\t' '{ s[$4] += $1 * $2 } END { for (t in s) printf "%s\t%d\n", t, s[t] }' \
+    "$PMEMVM_TCG_HOLD_LOG" | sort >target/pmemvm-slot-seconds.tsv
+reruns=$(grep -c . "$PMEMVM_RERUN_LOG" || true)
+if [ "${reruns:-0}" -gt "$MAX_RERUNS" ]; then
+    log "$reruns reruns after breakdowns of the emulated platform, more than the $MAX_RERUNS a run may have: the run fails (the summary lists each with its evidence)"
+    rc=1
+fi
 wait "$MODULAR_PID" || true
 if [ "$(cat "$PMEMVM_MODULAR_BUILD.status" 2>/dev/null)" != 0 ]; then
     log "the background modular kernel build failed (status $(cat "$PMEMVM_MODULAR_BUILD.status" 2>/dev/null || echo none)); its log ends:"

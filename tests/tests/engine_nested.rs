@@ -1,3 +1,4 @@
+// test-queue: tcg
 //! Tier 5 through the product: `--engine nested` (pmemvm itself inside a QEMU
 //! TCG L1 with emulated SVM, `lab::nested`) for `run -- CMD`, `run --fio`
 //! and `boot` (`bench`: `engine_nested_api`), each `pmemvm` invocation booting its own L1 here. The
@@ -172,7 +173,7 @@ const TWO_VCPU_RUN: &[&str] = &[
 /// 2-vCPU guest's IPIs wait for a vCPU that cannot run and L1 soft-locks), and
 /// the guest sees both and runs work on both.
 #[test]
-#[ignore = "on demand, not in CI's time budget (PMEMVM_TEST_FULL=1 tests/run.sh runs it; docs/testing.md, section On demand): a 2-vCPU L1 holding both TCG slots; CI's 2-vCPU nested runs are the SIGQUIT test here, nested_media_live, nested_gdb and nested_ndctl_suite"]
+#[ignore = "full: a 2-vCPU L1 holding both TCG slots; CI's 2-vCPU nested runs are the SIGQUIT test here, nested_media_live, nested_gdb and nested_ndctl_suite"]
 fn a_two_vcpu_guest_gets_a_two_vcpu_l1() {
     let _tcg = require!(ready_n(2));
     let started = Instant::now();

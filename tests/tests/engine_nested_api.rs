@@ -1,3 +1,4 @@
+// test-queue: tcg
 //! Tier 5 through the product: `pmemvm run --engine nested --api SOCKET`, as a
 //! user types it. QEMU listens at the user's path on this host (owner-only)
 //! and carries the bytes to a serial port of the L1, where pmemvm serves the

@@ -1,3 +1,4 @@
+// test-queue: tcg
 //! The README's first command as a new user runs it: `./pmemvm bench
 //! pmem-nowait` from a fresh clone, on a host where QEMU is not on PATH.
 //!

@@ -1,3 +1,4 @@
+// test-queue: tcg
 //! The host-KVM tier on a hardware KVM, wherever the suite runs.
 //!
 //! The test binaries that check pmemvm on "this host's KVM" — tiny guests,

@@ -1,3 +1,4 @@
+// test-queue: tcg
 //! The guest image (`guest-images/build.sh`) under QEMU TCG with QEMU's own
 //! NVDIMM: it boots, finds `/dev/pmem0`, runs fio jobs delivered as an
 //! appended cpio archive, returns fio's JSON on COM2 and leaves through the

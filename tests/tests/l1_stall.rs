@@ -1,3 +1,4 @@
+// test-queue: tcg
 //! The stall diagnosis of `--engine nested` (`lab::nested::stall`) against a
 //! real QEMU: the L1's command line carries a monitor socket beside its
 //! console, and a stopped L1 is described by its vCPUs (registers, local

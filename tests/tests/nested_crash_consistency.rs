@@ -269,7 +269,7 @@ impl Images {
 }
 
 #[test]
-#[ignore = "on demand, not in CI's time budget (PMEMVM_TEST_FULL=1 tests/run.sh runs it; docs/testing.md, section On demand): two file systems' 100-record recordings and a 2-vCPU L1, about 3 min of TCG (every image, PMEMVM_TEST_CRASH_IMAGES=all: about 100 min per file system)"]
+#[ignore = "full: two file systems' 100-record recordings and a 2-vCPU L1, about 3 min of TCG (every image, PMEMVM_TEST_CRASH_IMAGES=all: about 100 min per file system)"]
 fn every_checked_image_recovers_with_the_flushed_records_and_a_broken_program_is_caught_torn() {
     let qemu = require!(pmemvm_tests::nested::find_qemu_10());
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm)).with_qemu(qemu);

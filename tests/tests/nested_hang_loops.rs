@@ -237,7 +237,7 @@ fn one_run_vm(
 const TIMEOUT: u64 = 600;
 
 #[test]
-#[ignore = "on demand (`-- --ignored`): a QEMU 10 and a two-vCPU L1 per run, which this host's TCG breaks down within minutes now and then (docs/testing.md)"]
+#[ignore = "full: a QEMU 10 and a two-vCPU L1 per run, which this host's TCG breaks down within minutes now and then (docs/testing.md)"]
 fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
     let runs = runs();
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));

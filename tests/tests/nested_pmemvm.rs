@@ -314,7 +314,7 @@ fn report_json(out: &RunOutput) -> serde_json::Value {
 /// `--side` under pmemvm: the image's vmlinux (PVH) against its bzImage, each run recording
 /// the kernel it booted.
 #[test]
-#[ignore = "on demand, not in CI's time budget (PMEMVM_TEST_FULL=1 tests/run.sh runs it; docs/testing.md, section On demand): two pmemvm boots of two kernels; the bench's sides are proven in CI by bench_pmem_nowait_under_pmemvm_reports_both_sides"]
+#[ignore = "full: two pmemvm boots of two kernels; the bench's sides are proven in CI by bench_pmem_nowait_under_pmemvm_reports_both_sides"]
 fn bench_side_ab_of_two_kernels_under_pmemvm() {
     let vm = require!(bench_vm());
     let out = vm
@@ -425,7 +425,7 @@ fn bench_bcache_verify_under_pmemvm() {
 /// xfs-dax-write under pmemvm, scaled down: fsdax namespace, the thread's mkfs.xfs and mount
 /// -o dax, then its fio job (one job, 10 files of 2 MiB).
 #[test]
-#[ignore = "on demand, not in CI's time budget (PMEMVM_TEST_FULL=1 tests/run.sh runs it; docs/testing.md, section On demand): two pmemvm boots of the xfs-dax-write experiment"]
+#[ignore = "full: two pmemvm boots of the xfs-dax-write experiment"]
 fn bench_xfs_dax_write_under_pmemvm() {
     let vm = require!(bench_vm());
     let out = vm

@@ -1,3 +1,4 @@
+// test-queue: tcg
 //! Namespace labels end to end: Debian's stock 6.1 kernel booted by pmemvm
 //! (nested harness: pmemvm in an L1 with a real KVM) manages labels with the
 //! real `ndctl` through pmemvm's `_DSM` transport, and they persist in the

@@ -1,3 +1,4 @@
+// test-queue: tcg
 //! Tier 3: real Linux accepts pmemvm's NVDIMM tables.
 //!
 //! Debian's stock 6.1 kernel (the nested harness's L1 kernel, with the

@@ -1,3 +1,4 @@
+// test-queue: tcg
 //! `pmemvm run` and `pmemvm bench` with `--engine qemu` (QEMU TCG here, KVM on
 //! hosts with hardware virtualization): the guest image, a job delivered by
 //! pmemvm, fio's JSON back with the run's metadata, the job's status as

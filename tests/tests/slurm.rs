@@ -1,3 +1,4 @@
+// test-queue: tcg
 //! `pmemvm bench EXP --slurm` on a real single-node Slurm cluster (munge, slurmctld and
 //! slurmd on this machine, see `pmemvm_tests::slurm_cluster`): the generated job array runs
 //! one `pmemvm bench --only SIDE:BOOT` per task under QEMU TCG, one task at a time (`%1`: two

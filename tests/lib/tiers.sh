@@ -1,0 +1,158 @@
+# SPDX-License-Identifier: Apache-2.0
+# Sourced by tests/run.sh: which tier and queue each test is in, from the
+# test files themselves — no list to keep.
+#
+# Tier (per test): a `#[test]` fn with `#[ignore = "full: <why>"]` is in the
+# full tier (`tests/run.sh --full`); one with `#[ignore = "a planted failure
+# ..."]` (a `plant_*` fn) runs only inside the test that plants it; every
+# other test is in the landing tier (`tests/run.sh`, what CI runs). An
+# `#[ignore]` that names neither would run in no tier: tiers_check refuses it.
+#
+# Queue (per test binary, tests/tests/NAME.rs): a binary that boots QEMU
+# guests under TCG — named `nested_*` or `tcg_*`, or whose file holds the line
+# `// test-queue: tcg` — runs in the two TCG queues, split by the last
+# measured slot-seconds; every other binary runs in the host queue.
+#
+# Slot-seconds (the TCG slots a test held times the seconds it held them,
+# tests/src/tcg.rs): target/pmemvm-slot-seconds.tsv of this checkout's last
+# run when there is one, else the committed tests/slot-seconds.tsv.
+
+TIERS_TEST_DIR=${TIERS_TEST_DIR:-tests/tests}
+
+# The slot-seconds table to read: this checkout's last run, else the committed one.
+tiers_times_file() {
+    if [ -s target/pmemvm-slot-seconds.tsv ]; then
+        echo target/pmemvm-slot-seconds.tsv
+    else
+        echo tests/slot-seconds.tsv
+    fi
+}
+
+# One line per test: binary, test, tier (landing|full|planted|untiered), queue
+# (tcg|host), tab-separated, in file and source order.
+tiers_tests() {
+    local f
+    for f in "$TIERS_TEST_DIR"/*.rs; do
+        awk -v bin="$(basename "$f" .rs)" '
+            BEGIN { queue = (bin ~ /^(nested|tcg)_/) ? "tcg" : "host" }
+            /^\/\/ test-queue: tcg$/ { queue = "tcg" }
+            { lines[NR] = $0 }
+            END {
+                pending = 0
+                for (i = 1; i <= NR; i++) {
+                    l = lines[i]
+                    if (l ~ /^[ \t]*#\[test\]/) { pending = 1; tier = "landing"; continue }
+                    if (!pending) continue
+                    if (l ~ /^[ \t]*#\[ignore/) {
+                        if (l ~ /#\[ignore = "full: /) tier = "full"
+                        else if (l ~ /#\[ignore = "a planted failure/) tier = "planted"
+                        else tier = "untiered"
+                        continue
+                    }
+                    if (match(l, /fn [A-Za-z0-9_]+/)) {
+                        name = substr(l, RSTART + 3, RLENGTH - 3)
+                        printf "%s\t%s\t%s\t%s\n", bin, name, tier, queue
+                        pending = 0
+                    }
+                }
+            }' "$f"
+    done
+}
+
+# Refuses a test that would run in no tier (an #[ignore] naming neither "full:"
+# nor a planted failure); prints one sentence per such test, status 1.
+tiers_check() {
+    local bad
+    bad=$(tiers_tests | awk -F'\t' '$3 == "untiered" { print $1 "::" $2 }')
+    [ -z "$bad" ] && return 0
+    printf 'tests/run.sh: %s is #[ignore]d without "full: <why>" (or "a planted failure"), so no tier would run it\n' $bad >&2
+    return 1
+}
+
+# The test binaries of one queue (tcg or host), one per line.
+tiers_binaries() {
+    tiers_tests | awk -F'\t' -v q="$1" '$4 == q { print $1 }' | uniq
+    # A file with no #[test] of its own (its tests in modules) is still a binary.
+    local f b
+    for f in "$TIERS_TEST_DIR"/*.rs; do
+        b=$(basename "$f" .rs)
+        grep -q '#\[test\]' "$f" && continue
+        case "$1" in
+            tcg) case "$b" in nested_* | tcg_*) echo "$b" ;; *) grep -qx '// test-queue: tcg' "$f" && echo "$b" ;; esac ;;
+            host) case "$b" in nested_* | tcg_*) ;; *) grep -qx '// test-queue: tcg' "$f" || echo "$b" ;; esac ;;
+        esac
+    done
+}
+
+# The TCG binaries split into two queues of about equal measured slot-seconds
+# of the tests that run ($1: "landing", or "full" for every tier): longest
+# first, each to the queue with less so far (a binary with no measured test
+# counts as 200). Prints "A name..." and "B name..." on two lines, each queue
+# in name order, as cargo runs it.
+tiers_tcg_queues() {
+    local times
+    times=$(tiers_times_file)
+    # The first input is the tier table, the second (standard input) the binaries.
+    tiers_binaries tcg | awk -F'\t' -v times="$times" -v full="$1" '
+        FNR == NR {
+            if ($3 == "landing" || (full == "full" && $3 == "full")) runs[$1 "::" $2] = 1
+            next
+        }
+        FNR == 1 {
+            while ((getline line < times) > 0) {
+                if (line ~ /^#/) continue
+                split(line, f, "\t")
+                if (!(f[1] in runs)) continue
+                split(f[1], t, "::")
+                cost[t[1]] += f[2]
+            }
+        }
+        { bins[++n] = $0; c[n] = ($0 in cost) ? cost[$0] : 200 }
+        END {
+            # Longest first (insertion sort: a few dozen binaries).
+            for (i = 2; i <= n; i++) {
+                b = bins[i]; x = c[i]
+                for (j = i - 1; j >= 1 && (c[j] < x || (c[j] == x && bins[j] > b)); j--) {
+                    bins[j + 1] = bins[j]; c[j + 1] = c[j]
+                }
+                bins[j + 1] = b; c[j + 1] = x
+            }
+            for (i = 1; i <= n; i++) {
+                if (sa <= sb) { sa += c[i]; q[bins[i]] = "A" } else { sb += c[i]; q[bins[i]] = "B" }
+            }
+            # Name order within each queue.
+            for (i = 2; i <= n; i++) {
+                v = bins[i]
+                for (j = i - 1; j >= 1 && bins[j] > v; j--) bins[j + 1] = bins[j]
+                bins[j + 1] = v
+            }
+            la = "A"; lb = "B"
+            for (i = 1; i <= n; i++) if (q[bins[i]] == "A") la = la " " bins[i]; else lb = lb " " bins[i]
+            print la; print lb
+        }' <(tiers_tests) -
+}
+
+# `tests/run.sh --list`: every test, its tier, queue and last measured
+# slot-seconds ("-" where it held no TCG slot or was never measured).
+tiers_list() {
+    local times
+    times=$(tiers_times_file)
+    printf '%-8s %-5s %9s  %s\n' tier queue slot-s test
+    tiers_tests | awk -F'\t' -v times="$times" '
+        BEGIN {
+            while ((getline line < times) > 0) {
+                if (line ~ /^#/) continue
+                split(line, f, "\t"); s[f[1]] += f[2]
+            }
+        }
+        {
+            key = $1 "::" $2
+            v = (key in s) ? sprintf("%d", s[key]) : "-"
+            printf "%-8s %-5s %9s  %s\n", $3, $4, v, key
+            n[$3]++
+        }
+        END {
+            printf "%d landing, %d full, %d planted (slot-seconds from %s)\n", n["landing"], n["full"], n["planted"], times
+        }'
+    echo "and the unit and doc tests of every crate (cargo test --workspace): landing, host queue"
+}
