@@ -40,6 +40,10 @@ pub struct TripleFault {
     pub rip: Option<u64>,
     /// The function at `rip` ("native_write_msr+0x4"), when the VMM found it.
     pub symbol: Option<String>,
+    /// The host kernel's module whose code holds `rip` ("kvm_amd at
+    /// 0x...+0x..."), when the VMM found one: an address of the host, not of
+    /// the guest.
+    pub host_module: Option<String>,
     /// The rest of its state, one phrase ("RSP 0x..., CR0 0x..., ...");
     /// empty when KVM gave none.
     pub state: String,

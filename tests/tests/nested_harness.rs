@@ -118,6 +118,11 @@ fn hung_command_is_killed_at_the_deadline() {
         // The console shows how far L1 got: it was running the command.
         assert!(console.contains(RUN_MARKER), "{message}");
         assert!(message.contains(RUN_MARKER), "{message}");
+        // And QEMU's monitor said where the L1's vCPU was before the kill.
+        assert!(
+            message.contains("where the L1's vCPUs were: CPU#0 RIP="),
+            "{message}"
+        );
     } else {
         assert!(console.contains("going to hang"), "{message}");
     }

@@ -35,6 +35,7 @@ pub fn triple_fault(
                 vcpu,
                 rip: trace_rip,
                 symbol: None,
+                host_module: None,
                 state,
             };
         }
@@ -59,6 +60,7 @@ pub fn triple_fault(
         vcpu,
         rip: regs.map(|r| r.rip),
         symbol: None,
+        host_module: None,
         state: parts.join(", "),
     }
 }

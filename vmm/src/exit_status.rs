@@ -26,6 +26,12 @@ pub const STORAGE_FAILURE: u8 = 6;
 /// The guest kernel panicked (pvpanic), whether it then asked for a reset or not.
 pub const GUEST_PANIC: u8 = 7;
 
+/// What a triple fault's description says when the guest's RIP lies in the
+/// code of one of the host kernel's modules (`/proc/modules`): the guest's
+/// kernel cannot be there, the host's KVM can — evidence that the CPU (or the
+/// emulator running this host) mixed the two levels' state.
+pub const HOST_MODULE_RIP: &str = "that RIP lies in the host kernel's module";
+
 /// The process exit status for an exit request.
 pub fn for_request(r: &ExitRequest) -> u8 {
     match r {
@@ -61,6 +67,12 @@ pub fn describe(r: &ExitRequest) -> String {
                 if let Some(name) = &t.symbol {
                     s.push_str(&format!(" ({name})"));
                 }
+            }
+            if let Some(module) = &t.host_module {
+                s.push_str(&format!(
+                    "; {HOST_MODULE_RIP} {module}: the CPU virtualization below pmemvm ran the \
+                     guest with the host's state"
+                ));
             }
             if !t.state.is_empty() {
                 s.push_str(&format!("; {}", t.state));
@@ -115,11 +127,25 @@ mod tests {
             rip: Some(0xffff_ffff_8100_2fad),
             symbol: Some("native_write_msr+0x4".into()),
             state: "CR2 0x0, IDT 0x0 limit 0x0".into(),
+            host_module: None,
         });
         assert_eq!(
             describe(&full),
             "the guest triple-faulted (KVM shutdown exit) on vCPU 1 at RIP 0xffffffff81002fad \
              (native_write_msr+0x4); CR2 0x0, IDT 0x0 limit 0x0"
+        );
+        let host = ExitRequest::TripleFault(TripleFault {
+            vcpu: 0,
+            rip: Some(0xffff_ffff_c047_d20c),
+            symbol: None,
+            state: String::new(),
+            host_module: Some("kvm_amd at 0xffffffffc0470000+0x26000".into()),
+        });
+        assert_eq!(
+            describe(&host),
+            "the guest triple-faulted (KVM shutdown exit) on vCPU 0 at RIP 0xffffffffc047d20c; \
+             that RIP lies in the host kernel's module kvm_amd at 0xffffffffc0470000+0x26000: \
+             the CPU virtualization below pmemvm ran the guest with the host's state"
         );
     }
 }

@@ -450,6 +450,7 @@ impl Vm {
             ExitRequest::TripleFault(mut t) => {
                 if let Some(rip) = t.rip {
                     t.symbol = crate::symbols::Symbols::load(&self.kernel).name(rip);
+                    t.host_module = crate::symbols::host_module_at(rip);
                 }
                 ExitRequest::TripleFault(t)
             }

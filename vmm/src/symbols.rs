@@ -125,6 +125,26 @@ impl Symbols {
     }
 }
 
+/// The host kernel's module whose code holds `addr` ("kvm_amd at
+/// 0x...+0x..."), from `/proc/modules`; `None` when none does, or when the
+/// host hides the addresses (they read as 0 without `CAP_SYSLOG`).
+pub fn host_module_at(addr: u64) -> Option<String> {
+    module_containing(&std::fs::read_to_string("/proc/modules").ok()?, addr)
+}
+
+/// [`host_module_at`] for a `/proc/modules` text: each line is `name size
+/// refcount deps state address [taints]`.
+fn module_containing(modules: &str, addr: u64) -> Option<String> {
+    modules.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let name = fields.first()?;
+        let size: u64 = fields.get(1)?.parse().ok()?;
+        let base = u64::from_str_radix(fields.get(5)?.strip_prefix("0x")?, 16).ok()?;
+        (base != 0 && addr >= base && addr - base < size)
+            .then(|| format!("{name} at {base:#x}+{size:#x}"))
+    })
+}
+
 /// x86-64 Linux's module area (`MODULES_VADDR`..`MODULES_END`: after the 1 GiB
 /// kernel image mapping, up to the fixmap).
 const LINUX_MODULES: std::ops::Range<u64> = 0xffff_ffff_c000_0000..0xffff_ffff_ff00_0000;
@@ -148,6 +168,26 @@ mod tests {
             let _ = Symbols::parse(&bytes[..cut]);
         }
         assert!(Symbols::load(Path::new("/nonexistent")).is_empty());
+    }
+
+    #[test]
+    fn a_host_module_is_found_by_its_range_and_hidden_addresses_find_none() {
+        let text = "kvm_amd 155648 0 - Live 0xffffffffc0470000\n\
+                    kvm 1146880 1 kvm_amd, Live 0xffffffffc0200000 (E)\n\
+                    hidden 4096 0 - Live 0x0000000000000000\n\
+                    garbage line\n";
+        assert_eq!(
+            module_containing(text, 0xffff_ffff_c047_d20c).as_deref(),
+            Some("kvm_amd at 0xffffffffc0470000+0x26000")
+        );
+        assert_eq!(
+            module_containing(text, 0xffff_ffff_c020_0000).as_deref(),
+            Some("kvm at 0xffffffffc0200000+0x118000")
+        );
+        // One past the end, a guest address, and addresses the host hides.
+        assert_eq!(module_containing(text, 0xffff_ffff_c049_6000), None);
+        assert_eq!(module_containing(text, 0xffff_ffff_8100_2fad), None);
+        assert_eq!(module_containing(text, 0x800), None);
     }
 
     #[test]

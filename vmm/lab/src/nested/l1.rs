@@ -183,12 +183,14 @@ pub struct L1Run {
 #[derive(Debug, thiserror::Error)]
 pub enum L1Failure {
     /// The deadline passed; QEMU was killed.
-    #[error("the L1 VM did not finish within {} s and was killed; L1 console, last lines:\n{console}", deadline.as_secs())]
+    #[error("the L1 VM did not finish within {} s and was killed; where its vCPUs were:\n{state}\nL1 console, last lines:\n{console}", deadline.as_secs())]
     Deadline {
         /// The deadline.
         deadline: Duration,
         /// When it was killed.
         elapsed: Duration,
+        /// The L1's vCPUs just before (QEMU's monitor, `stall::diagnose`).
+        state: String,
         /// Tail of the L1 console.
         console: String,
     },
@@ -361,7 +363,15 @@ pub fn run_l1(
     let mut beat = Heartbeat::new(console);
     let mut shown = 0usize;
     let mut describe = DescribeRelay::new(&l1_dir(share));
-    let waited = wait_watched(&mut child, deadline, || {
+    // The deadline is kept here rather than by `wait_watched`, so the L1's
+    // vCPUs are read through QEMU's monitor before it is killed.
+    let mut deadline_passed = false;
+    let waited = wait_watched(&mut child, None, || {
+        if deadline.is_some_and(|d| start.elapsed() >= d) {
+            stalled_state = stall::diagnose(pid, console);
+            deadline_passed = true;
+            return Some("the deadline passed".to_owned());
+        }
         while let Some(sig) = signals.as_ref().ok().and_then(|s| s.read()) {
             if sig == vmm::signals::DESCRIBE_SIGNAL {
                 describe.ask();
@@ -418,15 +428,16 @@ pub fn run_l1(
     let console_text =
         heartbeat::without_heartbeats(&fs::read_to_string(console).unwrap_or_default());
     let console_tail = || tail(&console_text, CONSOLE_TAIL_LINES);
+    let passed = |state| L1Failure::Deadline {
+        deadline: deadline.unwrap_or(elapsed),
+        elapsed,
+        state,
+        console: console_tail(),
+    };
     let qemu_status = match waited {
         Waited::Exited(status) => status,
-        Waited::Deadline => {
-            return Err(L1Failure::Deadline {
-                deadline: deadline.unwrap_or(elapsed),
-                elapsed,
-                console: console_tail(),
-            })
-        }
+        Waited::Deadline => return Err(passed(stalled_state)),
+        Waited::Stopped(_) if deadline_passed => return Err(passed(stalled_state)),
         Waited::Stopped(_) if stopped_by.is_some() => {
             return Err(L1Failure::Signal {
                 signal: stopped_by.unwrap_or_default(),
