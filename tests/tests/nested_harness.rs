@@ -120,7 +120,8 @@ fn hung_command_is_killed_at_the_deadline() {
         assert!(message.contains(RUN_MARKER), "{message}");
         // And QEMU's monitor said where the L1's vCPU was before the kill.
         assert!(
-            message.contains("where the L1's vCPUs were: CPU#0 RIP="),
+            message
+                .contains("where the L1's vCPUs were before the kill (QEMU's monitor): CPU#0 RIP="),
             "{message}"
         );
     } else {

@@ -36,7 +36,7 @@ pub enum NestedError {
     /// The deadline passed; QEMU (or the direct command) was killed.
     #[error(
         "the command did not finish within {deadline:?} and was killed \
-         (files kept in {}); its stderr, last lines:\n{stderr}\n{l1_state}{} console, last lines:\n{console}",
+         (files kept in {}); its stderr, last lines:\n{stderr}\n{} console, last lines:\n{console}",
         run_dir.display(), mode
     )]
     Deadline {
@@ -48,14 +48,11 @@ pub enum NestedError {
         mode: Mode,
         /// Kept run directory (share, console log).
         run_dir: PathBuf,
-        /// Tail of the L1 console (nested) or of stderr (direct).
+        /// Tail of the L1 console (nested: followed by where the L1's vCPUs
+        /// were before the kill, from QEMU's monitor) or of stderr (direct).
         console: String,
         /// Tail of the command's stderr (what pmemvm said so far).
         stderr: String,
-        /// Nested mode: where the L1's vCPUs were just before it was killed
-        /// (QEMU's monitor), as "where the L1's vCPUs were: ...\n"; empty in
-        /// direct mode.
-        l1_state: Box<str>,
     },
     /// The L1 kernel stopped running (no heartbeat from its init): an
     /// emulation failure of the L1, not of the command. Retried once.

@@ -401,7 +401,6 @@ impl NestedVm {
                 console: String::new(),
                 stderr: tail(&stderr, CONSOLE_TAIL_LINES),
                 run_dir: run_dir.keep(),
-                l1_state: Box::default(),
             });
         };
         let status = status
@@ -472,10 +471,12 @@ impl NestedVm {
                     deadline,
                     killed_after: elapsed,
                     mode: Mode::Nested,
-                    console,
+                    console: format!(
+                        "{console}\nwhere the L1's vCPUs were before the kill (QEMU's monitor): \
+                         {state}"
+                    ),
                     stderr: stderr_tail(),
                     run_dir: run_dir.keep(),
-                    l1_state: format!("where the L1's vCPUs were: {state}\n").into(),
                 })
             }
             Err(L1Failure::Stalled {
