@@ -268,11 +268,17 @@ impl Images {
     }
 }
 
+/// The landing tier's check of the recorder and `crash-check` under pmemvm
+/// nested: ext4's recording, a sample of its images (four under nested TCG,
+/// every one on a hardware KVM), no broken program.
+#[test]
+fn an_ext4_recording_is_crash_checked_image_by_image() {
+    check_recordings("ext4", false);
+}
+
 #[test]
 #[ignore = "full: two file systems' 100-record recordings and a 2-vCPU L1, about 3 min of TCG (every image, PMEMVM_TEST_CRASH_IMAGES=all: about 100 min per file system)"]
 fn every_checked_image_recovers_with_the_flushed_records_and_a_broken_program_is_caught_torn() {
-    let qemu = require!(pmemvm_tests::nested::find_qemu_10());
-    let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm)).with_qemu(qemu);
     // PMEMVM_TEST_CRASH_FS narrows the file systems (e.g. "xfs", or "" for
     // the broken program alone) and PMEMVM_TEST_CRASH_BROKEN=no leaves the
     // broken program out, while working on one part — or to run every
@@ -284,6 +290,14 @@ fn every_checked_image_recovers_with_the_flushed_records_and_a_broken_program_is
         Ok("no") => false,
         Ok(other) => panic!("PMEMVM_TEST_CRASH_BROKEN={other}: yes or no"),
     };
+    check_recordings(&file_systems, broken);
+}
+
+/// Records and crash-checks each of `file_systems` (space-separated) and,
+/// when `broken`, the broken program; see the module's description.
+fn check_recordings(file_systems: &str, broken: bool) {
+    let qemu = require!(pmemvm_tests::nested::find_qemu_10());
+    let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm)).with_qemu(qemu);
     let kernel = require!(guest_image("vmlinux"));
     let initrd = require!(guest_image("initramfs.cpio.gz"));
     let images = Images::for_mode(vm.mode());

@@ -80,7 +80,54 @@ const BOOT_TIMEOUT_SECS: u64 = 2400;
 /// Two boots, each with its L1's boot, the ndctl build and the root file system.
 const DEADLINE: Duration = Duration::from_secs(2 * (BOOT_TIMEOUT_SECS + 300) + 600);
 
+/// The landing tier's two of ndctl's tests, as a user types them: `pmemvm
+/// suite ndctl --engine nested --src TREE pmem-ns clear.sh` — namespaces on
+/// pmemvm's ACPI.NFIT bus, and an nfit_test error script (ARS, injection,
+/// clear) pointed at it; both must pass and the command's status is 0.
 #[test]
+fn two_ndctl_tests_pass_on_pmemvm_nested() {
+    let src = require!(pmemvm_tests::ndctl::source());
+    let _tcg = require!(pmemvm_tests::nested::engine_ready());
+    let dir = TempDir::new("nested-ndctl-two");
+    let chosen = ["pmem-ns", "clear.sh"];
+    let args: Vec<std::ffi::OsString> = chosen.iter().map(Into::into).collect();
+    let (out, summary) = pmemvm_tests::ndctl::run_engines(
+        "nested",
+        &src,
+        BOOT_TIMEOUT_SECS,
+        &args,
+        &dir.join("out"),
+        DEADLINE,
+    );
+    let rows: Vec<serde_json::Value> = summary["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["engine"] == "nested")
+        .cloned()
+        .collect();
+    assert_eq!(rows.len(), chosen.len(), "one row per test\n{}", out.dump());
+    let logs = || engine_logs(&summary, "nested");
+    for name in chosen {
+        let row = rows
+            .iter()
+            .find(|r| r["test"] == name)
+            .unwrap_or_else(|| panic!("{name} has no row in summary.json\n{}", out.dump()));
+        check_nested_row(name, row, &out, &logs);
+    }
+    assert!(
+        logs().contains("found provider: ACPI.NFIT"),
+        "pmem-ns ran on pmemvm's ACPI.NFIT bus, not nfit_test"
+    );
+    assert!(
+        logs().contains("the test runs on ACPI.NFIT"),
+        "clear.sh was pointed at pmemvm's bus (its modprobe nfit_test answered)"
+    );
+    assert_eq!(out.status, Some(0), "the suite's status\n{}", out.dump());
+}
+
+#[test]
+#[ignore = "full: every test of the default plan but the slow five, on pmemvm nested and QEMU's NVDIMM, two boots per engine (the landing tier runs two of them on pmemvm)"]
 fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
     let src = require!(pmemvm_tests::ndctl::source());
     // One TCG slot: `--cpus 1` gives the L1 one vCPU.
