@@ -130,7 +130,7 @@ fn a_halted_machine_is_described_by_its_vcpus_and_qemus_threads() {
     // The firmware finds no boot device and halts; the second vCPU waits for
     // its start-up IPI from the start.
     sleep(Duration::from_secs(3));
-    let summary = stall::diagnose(qemu.0.id(), &console);
+    let summary = stall::diagnose(qemu.0.id(), &console, &dir.join("no-code-ranges"));
     for cpu in ["CPU#0 RIP=", "CPU#1 RIP="] {
         assert!(summary.contains(cpu), "{summary}");
     }
@@ -153,7 +153,7 @@ fn a_halted_machine_is_described_by_its_vcpus_and_qemus_threads() {
     // A QEMU without a monitor: the summary says so instead of failing.
     let gone = Command::new("true").spawn().expect("true").id();
     let other = dir.join("sub/console");
-    let none = stall::diagnose(gone, &other);
+    let none = stall::diagnose(gone, &other, &dir.join("no-code-ranges"));
     assert!(none.contains("cannot connect"), "{none}");
 }
 

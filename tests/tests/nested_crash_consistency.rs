@@ -23,8 +23,9 @@
 //!    from one flush to a later one, and all 100 at the last flush.
 //!    These runs have one vCPU: with two, a strict run met an RCU stall of
 //!    the guest (vCPU 1 in `native_apic_msr_write`, interrupts off: the TCG
-//!    platform's interrupt delivery of docs/testing.md §6b) and then a panic
-//!    of the L1's kernel, while two other L1s ran beside it.
+//!    platform's interrupt delivery of docs/nested-platform.md, "Guest faults
+//!    in a two-vCPU L1") and then a panic of the L1's kernel, while two other
+//!    L1s ran beside it.
 //! 2. the broken program on a label-less DIMM's raw `/dev/pmem0`, recorded
 //!    with 2 vCPUs (the recorder's path with another vCPU running): record
 //!    i and marker i with one fsync for both, i = 1..6. Each flush is then
@@ -127,9 +128,11 @@ echo "records $c"
 /// logs and images on a tmpfs of the L1 (holes kept, no 9p round trips), in
 /// the share on the user's host in direct mode — and `tried NAME CMD…`,
 /// which runs CMD (output to `$O/NAME.out` and `.err`, status to
-/// `$O/steps.txt`) and, after a platform breakdown (docs/testing.md §6b),
-/// runs `$before` and CMD again, up to `$TRIES` runs in all. `$O` is where
-/// the test reads the results: the share, or `$P` with every image.
+/// `$O/steps.txt`) and, after a platform breakdown (`breakdown`: a guest
+/// triple fault at a RIP inside the L1's modules; docs/nested-platform.md,
+/// "The evidence the harness accepts"), runs `$before` and CMD again, up to
+/// `$TRIES` runs in all; any other end is CMD's result. `$O` is where the
+/// test reads the results: the share, or `$P` with every image.
 const L1_PREAMBLE: &str = r#"
 S=$(pwd)
 O=${P:-$S}
@@ -180,7 +183,7 @@ done
 /// kept in `$P`, a host directory the L1 mounts at the same path, so an L1
 /// restarted after a breakdown of the emulated platform goes on from the
 /// first flush without a result instead of booting hundreds of images
-/// again, and a guest's own breakdown reruns that flush only.
+/// again, and a check whose boot broke down (`tried`) reruns that flush only.
 const L1_ALL: &str = r#"
 for fs in $FILE_SYSTEMS; do
   case $fs in ext4) size=64M ;; xfs) size=384M ;; esac
@@ -334,7 +337,7 @@ fn check_recordings(file_systems: &str, broken: bool) {
         .env("PROGRAM", PROGRAM)
         .env("CHECK", CHECK)
         .env("RECORDS", &RECORDS.to_string())
-        .env("FILE_SYSTEMS", &file_systems)
+        .env("FILE_SYSTEMS", file_systems)
         .env("BROKEN_SEED", &BROKEN_SEED.to_string());
     if let Some(dir) = &kept {
         vm = vm.mount_same_path(dir).env("P", &dir.display().to_string());

@@ -363,12 +363,13 @@ pub fn run_l1(
     let mut beat = Heartbeat::new(console);
     let mut shown = 0usize;
     let mut describe = DescribeRelay::new(&l1_dir(share));
+    let code_ranges = l1_dir(share).join(stall::CODE_RANGES);
     // The deadline is kept here rather than by `wait_watched`, so the L1's
     // vCPUs are read through QEMU's monitor before it is killed.
     let mut deadline_passed = false;
     let waited = wait_watched(&mut child, None, || {
         if deadline.is_some_and(|d| start.elapsed() >= d) {
-            stalled_state = stall::diagnose(pid, console);
+            stalled_state = stall::diagnose(pid, console, &code_ranges);
             deadline_passed = true;
             return Some("the deadline passed".to_owned());
         }
@@ -394,7 +395,7 @@ pub fn run_l1(
         }
         let verdict = beat.check();
         if verdict.is_some() {
-            stalled_state = stall::diagnose(pid, console);
+            stalled_state = stall::diagnose(pid, console, &code_ranges);
             return verdict;
         }
         if kicked.is_some_and(|(beats, _)| beat.beats() > beats) {

@@ -40,9 +40,80 @@ pub fn diagnosis_file(console: &Path) -> PathBuf {
     console.with_file_name("l1-stall.txt")
 }
 
-/// Asks the stopped L1's QEMU (`pid`) what it was doing; writes everything
-/// to [`diagnosis_file`] and returns the summary for the error.
-pub fn diagnose(pid: u32, console: &Path) -> String {
+/// The file of the L1's share directory where the L1 init writes where its
+/// kernel's and modules' code lies (`guest-images/l1/init`): `kernel START
+/// END` (`_stext`, `_etext`) and one `module NAME START SIZE` per module.
+pub const CODE_RANGES: &str = "code-ranges";
+
+/// Where the L1's kernel and modules have their code, from [`CODE_RANGES`].
+#[derive(Debug, Default)]
+pub struct CodeRanges {
+    kernel: Option<(u64, u64)>,
+    modules: Vec<(String, u64, u64)>,
+}
+
+impl CodeRanges {
+    /// The ranges in `path`; empty when the L1 wrote none (an older L1 image,
+    /// or the L1 stopped before its share was mounted).
+    pub fn read(path: &Path) -> Self {
+        Self::parse(&fs::read_to_string(path).unwrap_or_default())
+    }
+
+    fn parse(text: &str) -> Self {
+        let hex = |w: Option<&str>| u64::from_str_radix(w?.trim_start_matches("0x"), 16).ok();
+        let mut ranges = Self::default();
+        for line in text.lines() {
+            let mut w = line.split_whitespace();
+            match w.next() {
+                Some("kernel") => {
+                    if let (Some(a), Some(b)) = (hex(w.next()), hex(w.next())) {
+                        ranges.kernel = Some((a, b));
+                    }
+                }
+                Some("module") => {
+                    let name = w.next().unwrap_or("?").to_owned();
+                    let base = hex(w.next());
+                    let size = w.next().and_then(|n| n.parse().ok());
+                    if let (Some(base), Some(size)) = (base, size) {
+                        ranges.modules.push((name, base, size));
+                    }
+                }
+                _ => {}
+            }
+        }
+        ranges
+    }
+
+    /// Where an L1 vCPU at `rip` with privilege level `cpl` was, in words;
+    /// `None` when the L1 wrote no ranges.
+    fn place(&self, rip: u64, cpl: &str) -> Option<String> {
+        let (start, end) = self.kernel?;
+        if (start..end).contains(&rip) {
+            return Some(format!(
+                "in the L1 kernel's code, _stext+{:#x}",
+                rip - start
+            ));
+        }
+        if let Some((name, base, _)) = self
+            .modules
+            .iter()
+            .find(|(_, base, size)| *base != 0 && rip >= *base && rip - base < *size)
+        {
+            return Some(format!("in the L1's module {name}+{:#x}", rip - base));
+        }
+        Some(if cpl == "3" {
+            "in user space (an L1 process, or the guest's)".to_owned()
+        } else {
+            "outside the L1 kernel's and modules' code: in guest mode, the guest's".to_owned()
+        })
+    }
+}
+
+/// Asks the stopped L1's QEMU (`pid`) what it was doing — each vCPU placed
+/// in the L1's kernel, a module of it or guest mode by `code` (the L1's
+/// [`CODE_RANGES`] file) — writes everything to [`diagnosis_file`] and
+/// returns the summary for the error.
+pub fn diagnose(pid: u32, console: &Path, code: &Path) -> String {
     let threads = threads(pid);
     let monitor = ask(console);
     let text = match &monitor {
@@ -52,7 +123,7 @@ pub fn diagnose(pid: u32, console: &Path) -> String {
     let full = format!("QEMU threads (pid {pid}):\n{threads}\nQEMU monitor:\n{text}\n");
     let file = diagnosis_file(console);
     let written = fs::write(&file, &full).is_ok();
-    let mut s = summary_of(&monitor);
+    let mut s = summary_of(&monitor, &CodeRanges::read(code));
     let _ = write!(s, "QEMU threads: {}", thread_summary(&threads));
     if written {
         let _ = write!(s, "\n(all of it in {})", file.display());
@@ -63,7 +134,7 @@ pub fn diagnose(pid: u32, console: &Path) -> String {
 /// One line per vCPU of the L1 whose console is `console`, as
 /// [`diagnose`] summarises them (nothing written).
 pub fn glance(console: &Path) -> String {
-    summary_of(&ask(console))
+    summary_of(&ask(console), &CodeRanges::default())
 }
 
 /// Wakes an L1 that QEMU left halted with an interrupt pending: a key event
@@ -95,9 +166,9 @@ fn connect(console: &Path) -> Result<UnixStream, String> {
     Ok(stream)
 }
 
-fn summary_of(monitor: &Result<String, String>) -> String {
+fn summary_of(monitor: &Result<String, String>, code: &CodeRanges) -> String {
     match monitor {
-        Ok(answer) => summary(answer),
+        Ok(answer) => summary(answer, code),
         Err(why) => format!("vCPUs unknown: {why}\n"),
     }
 }
@@ -223,7 +294,7 @@ fn without_escapes(raw: &str) -> String {
 
 /// Per vCPU: `CPU#n RIP=... IF=0|1 HLT=0|1 CPL=n IRR=...` (IRR: the
 /// vectors its local APIC holds pending, when `info lapic` answered).
-fn summary(monitor: &str) -> String {
+fn summary(monitor: &str, code: &CodeRanges) -> String {
     let mut irr = std::collections::BTreeMap::new();
     let mut lapic_cpu = None;
     for line in monitor.lines() {
@@ -262,6 +333,12 @@ fn summary(monitor: &str) -> String {
             if let Some(v) = c.strip_prefix("CPU#").and_then(|n| irr.get(n)) {
                 let _ = write!(out, " IRR={}", v.replace(' ', ","));
             }
+            let place = u64::from_str_radix(&field(["RIP=", "EIP="]), 16)
+                .ok()
+                .and_then(|rip| code.place(rip, &field(["CPL=", "CPL="])));
+            if let Some(place) = place {
+                let _ = write!(out, " ({place})");
+            }
             out.push('\n');
             cpu = None;
         }
@@ -290,12 +367,46 @@ RIP=ffffffff81e0123e RFL=00000246 [---Z-P-] CPL=0 II=0 A20=1 SMM=0 HLT=1\n\
 CPU#1\nEIP=000fd09a EFL=00000002 [-------] CPL=3 II=0 A20=1 SMM=0 HLT=0\n\
 (qemu)\ndumping local APIC state for CPU 0 \n\nLVT0\t 0x00010700\nISR\t (none)\nIRR\t 236 \n\
 dumping local APIC state for CPU 1 \nIRR\t (none)\n";
+        let none = CodeRanges::default();
         assert_eq!(
-            summary(monitor),
+            summary(monitor, &none),
             "CPU#0 RIP=ffffffff81e0123e IF=1 HLT=1 CPL=0 IRR=236\n\
 CPU#1 RIP=000fd09a IF=0 HLT=0 CPL=3 IRR=(none)\n"
         );
-        assert_eq!(summary(""), "(no vCPU registers from the monitor)\n");
+        assert_eq!(summary("", &none), "(no vCPU registers from the monitor)\n");
+    }
+
+    #[test]
+    fn each_vcpu_is_placed_in_the_l1_kernel_a_module_or_guest_mode() {
+        let code = CodeRanges::parse(
+            "kernel ffffffff9a000000 ffffffff9b200000\n\
+             module kvm_amd 0xffffffffc0470000 155648\n\
+             module hidden 0x0000000000000000 4096\n\
+             garbage\n",
+        );
+        let line = |rip: &str, cpl: &str| {
+            summary(
+                &format!("CPU#0\nRIP={rip} RFL=00000246 CPL={cpl} HLT=0\n"),
+                &code,
+            )
+        };
+        assert_eq!(
+            line("ffffffff9a1f6a07", "0"),
+            "CPU#0 RIP=ffffffff9a1f6a07 IF=1 HLT=0 CPL=0 (in the L1 kernel's code, _stext+0x1f6a07)\n"
+        );
+        assert!(
+            line("ffffffffc047d20c", "0").contains("(in the L1's module kvm_amd+0xd20c)"),
+            "{}",
+            line("ffffffffc047d20c", "0")
+        );
+        assert!(line("ffffffff81002fad", "0").contains("in guest mode, the guest's"));
+        assert!(line("00007f0012345678", "3").contains("in user space"));
+        // No ranges written: no place, only the registers.
+        assert!(!summary(
+            "CPU#0\nRIP=ffffffff81002fad CPL=0\n",
+            &CodeRanges::default()
+        )
+        .contains('('));
     }
 
     #[test]
