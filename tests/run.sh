@@ -99,13 +99,8 @@ export PMEMVM_RERUN_LOG="$PWD/target/pmemvm-reruns.log"
 : > "$PMEMVM_RERUN_LOG"
 MAX_RERUNS=2
 
-# Prints log $2's lines under the heading $1 with their count.
-count_lines() {
-    local n
-    n=$(grep -c . "$2" 2>/dev/null || true)
-    echo "$1: ${n:-0}"
-    [ "${n:-0}" -eq 0 ] || sed 's/^/  - /; s/\t/: /' "$2"
-}
+# shellcheck source=tests/lib/summary.sh
+. tests/lib/summary.sh
 
 summary() {
     # What the run started and left running (a background build of a run that
@@ -147,7 +142,7 @@ if [ -n "$need" ]; then
 fi
 # The distribution's QEMU runs the suite (Debian 12's 7.2 runs nested guests about
 # 1.5 times as fast as QEMU 10); a QEMU 10 is named for the tests that need one
-# (nested_hang_loops, run on demand).
+# (docs/nested-platform.md, "Which QEMU runs the suite", lists them).
 PMEMVM_QEMU_10=$(guest-images/lib/qemu-install.sh --unpack "${XDG_CACHE_HOME:-$HOME/.cache}/pmemvm/qemu")
 export PMEMVM_QEMU_10
 log "QEMU: $(qemu-system-x86_64 --version | head -n1); PMEMVM_QEMU_10: $("$PMEMVM_QEMU_10" --version | head -n1) ($PMEMVM_QEMU_10)"
@@ -222,7 +217,7 @@ TEST_LOGS="$TEST_LOG $TEST_B_LOG $REST_LOG"
 : > "$TEST_LOG"; : > "$TEST_B_LOG"; : > "$REST_LOG"; : > "$TIMES_LOG"
 
 # Seconds since the start of the run at each test binary's start, for the
-# per-binary times printed at the end (docs/testing.md quotes them).
+# per-binary times printed at the end (docs/testing.md, "Times").
 stamp_binaries() {
     local line
     while IFS= read -r line; do
@@ -292,11 +287,7 @@ awk -F'\t' '{ s += $1 * $2 } END { printf "all TCG guests: %d slot-seconds in %d
 # Each test's slot-seconds, for `--list` and the next run's queues (tests/lib/tiers.sh).
 awk -F'\t' '{ s[$4] += $1 * $2 } END { for (t in s) printf "%s\t%d\n", t, s[t] }' \
     "$PMEMVM_TCG_HOLD_LOG" | sort >target/pmemvm-slot-seconds.tsv
-reruns=$(grep -c . "$PMEMVM_RERUN_LOG" || true)
-if [ "${reruns:-0}" -gt "$MAX_RERUNS" ]; then
-    log "$reruns reruns after breakdowns of the emulated platform, more than the $MAX_RERUNS a run may have: the run fails (the summary lists each with its evidence)"
-    rc=1
-fi
+reruns_within "$PMEMVM_RERUN_LOG" "$MAX_RERUNS" || rc=1
 wait "$MODULAR_PID" || true
 if [ "$(cat "$PMEMVM_MODULAR_BUILD.status" 2>/dev/null)" != 0 ]; then
     log "the background modular kernel build failed (status $(cat "$PMEMVM_MODULAR_BUILD.status" 2>/dev/null || echo none)); its log ends:"

@@ -4,8 +4,8 @@
 # Installs (or upgrades to) the QEMU pmemvm runs its L1 VMs and its peer
 # engine on. Debian 12's own QEMU 7.2 loses nested guests' wake-ups under TCG
 # (a guest with two or more vCPUs under pmemvm in the L1 can stay halted for
-# good, and an idle L1 needs key events; docs/testing.md, "QEMU 7.2 and nested
-# guests"); QEMU 10 from bookworm-backports did not lose them in our runs. On Debian 12 this adds a
+# good, and an idle L1 needs key events; docs/nested-platform.md, "QEMU 7.2:
+# lost wake-ups"); QEMU 10 from bookworm-backports did not lose them in our runs. On Debian 12 this adds a
 # bookworm-backports source (default priority: nothing else is taken from it)
 # and installs qemu-system-x86 from there; elsewhere the distribution's own.
 #

@@ -177,8 +177,9 @@ const TWO_VCPU_RUN: &[&str] = &[
 fn a_two_vcpu_guest_gets_a_two_vcpu_l1() {
     let _tcg = require!(ready_n(2));
     let started = Instant::now();
-    // A triple fault of the 2-vCPU L1 or of the guest in it (TCG's) is run again
-    // (up to `BREAKDOWN_TRIES` runs).
+    // The 2-vCPU L1's own triple fault, panic or stall, or a guest triple fault
+    // at a RIP inside the L1's modules (TCG's: `platform_breakdown`), is run
+    // again (up to `BREAKDOWN_TRIES` runs); any other end is the result.
     let out = run_engine_nested(
         || {
             pmemvm(
@@ -368,8 +369,10 @@ fn a_guest_waiting_forever_is_described_per_vcpu_on_sigquit_and_at_the_time_out(
         let err = stderr.lock().unwrap().clone();
         (err, waited, asked)
     };
-    // An L1 that stalls or faults (the TCG platform's breakdown with two vCPUs,
-    // docs/testing.md §6b) is run again, as the other nested runs are.
+    // An L1 that stalls or faults, or a guest triple fault at a RIP inside the
+    // L1's modules (the TCG platform's breakdown with two vCPUs:
+    // docs/nested-platform.md, "The evidence the harness accepts"), is run
+    // again, as the other nested runs are.
     let (err, waited, asked) =
         pmemvm_tests::nested::retry_breakdowns("nested SIGQUIT", one_run, |(err, _, _)| {
             pmemvm_tests::nested::platform_breakdown(err)

@@ -408,7 +408,8 @@ fn bench_engine_auto_matches_the_host_kind() {
             // Two vCPUs on a real hardware KVM. Inside the nested L1 one: on QEMU
             // 7.2 a 2-vCPU guest there stalled the L1 in 2 of 3 runs, and on QEMU
             // 10 (with --pin 0,1 --memory 1G,thp) its off side's guest
-            // triple-faulted once (docs/testing.md, the hardware-KVM tier).
+            // triple-faulted once (docs/testing.md, "The hardware-KVM tier";
+            // docs/nested-platform.md, "Two vCPUs in the L1, and one L1 per run").
             let nested = lab::engine::in_nested_l1();
             let (cpus, pin) = if nested { ("1", "0") } else { ("2", "0,1") };
             let out = pmemvm_tests::pmemvm::run(

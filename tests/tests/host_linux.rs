@@ -49,9 +49,11 @@ fn linux_on_this_host_boots_or_ends_with_a_clear_message() {
         }
         HostKind::Hardware => {
             let initrd = image.initramfs.to_string_lossy().into_owned();
-            // In hw_kvm_tier's TCG-run L1 a 2-vCPU guest triple-faults now and
-            // then (docs/testing.md §6b), the emulated platform's breakdown:
-            // run again then, noted; the last run's end is the result.
+            // In hw_kvm_tier's TCG-run L1 a 2-vCPU guest's triple fault at a
+            // RIP inside the L1's modules (pmemvm says so; docs/nested-platform.md,
+            // "Guest faults in a two-vCPU L1") is the emulated platform's
+            // breakdown: run again then, noted; any other end, and the last
+            // run's, is the result.
             let boot = || {
                 run(
                     &[

@@ -10,8 +10,10 @@
 //!    pmemvm, `--dump-on-panic panic.core` is written and pmemvm ends with
 //!    status 7.
 //!
-//! A boot whose 2-vCPU guest triple-faults (the TCG platform's breakdown of
-//! docs/testing.md §6b, not pmemvm's) is run again, up to `BREAKDOWN_TRIES` runs, and noted.
+//! A boot whose 2-vCPU guest triple-faults at a RIP inside the L1's modules
+//! (the TCG platform's breakdown, not pmemvm's: docs/nested-platform.md, "Guest
+//! faults in a two-vCPU L1") is run again, up to `BREAKDOWN_TRIES` runs, and
+//! noted; any other guest triple fault is the result.
 //!
 //! On this host: `crash -s vmlinux running.core` prints `sys` with the
 //! release the dump's VMCOREINFO names (the kernel's own `uname -r`
@@ -36,8 +38,9 @@ boot() {
     exec pmemvm -v boot --kernel vmlinux --cpus 2 --memory 256M \
         --console-log console$n.txt --channel channel$n.bin "$@" 2> pmemvm$n.err
 }
-# A 2-vCPU guest in a TCG-run L1 triple-faults now and then (docs/testing.md
-# §6b): such a boot is run again, up to `BREAKDOWN_TRIES` runs in all, and the line pmemvm
+# A boot whose guest triple-faulted at a RIP inside the L1's modules (the
+# platform's breakdown, `breakdown`: docs/nested-platform.md, "Guest faults in a
+# two-vCPU L1") is run again, up to $TRIES runs in all, and the line pmemvm
 # printed is kept.
 # One try of run 1: boot, wait for the job's DUMP-READY, stats, dump, SIGTERM.
 # Its step lines go to steps1.txt; the try that counts appends them to steps.txt.
@@ -149,7 +152,8 @@ fn dumps_of_a_running_and_a_panicked_guest_open_in_crash_and_drgn() {
     require!(crash());
     let drgn = require!(drgn());
     // QEMU 10 runs the two-vCPU L1: Debian 12's 7.2 loses wake-ups of such
-    // L1s and their nested guests now and then (docs/testing.md).
+    // L1s and their nested guests now and then (docs/nested-platform.md, "QEMU
+    // 7.2: lost wake-ups").
     let qemu = require!(pmemvm_tests::nested::find_qemu_10());
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm)).with_qemu(qemu);
     let vmlinux = require!(guest_image("vmlinux"));

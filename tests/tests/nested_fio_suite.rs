@@ -12,7 +12,7 @@
 //! passed and none failed, and on the host `guest-images/suites/fio-suite-summary.sh`
 //! over what `--get` brought back (the suite's log and each test's artifact
 //! directory) prints the same totals. The subset is `PMEMVM_FIO_SUITE_TESTS` (ids,
-//! default [`SUBSET`]; empty: the whole suite, on demand, see docs/testing.md).
+//! default [`SUBSET`]; empty: the whole suite, see docs/testing.md, "fio's test suite").
 
 use std::fs;
 use std::process::Command;

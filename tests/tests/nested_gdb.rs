@@ -94,9 +94,11 @@ fn gdb_through_the_nested_engine_watches_breaks_steps_and_edits_a_tiny_guest() {
     assert_watch_break_step(&s);
 }
 
-/// Runs `session` again after the platform's breakdown: a 2-vCPU guest in a
-/// TCG-run L1 triple-faults now and then (docs/testing.md §6b), which is not
-/// the stub's doing; each restart is noted in the run's summary.
+/// Runs `session` again after the platform's breakdown (`platform_breakdown`
+/// in its output: the L1's own fault or stall, or a guest triple fault at a
+/// RIP inside the L1's modules; docs/nested-platform.md, "The evidence the
+/// harness accepts"), which is not the stub's doing; each rerun is noted in
+/// the run's summary. Any other guest triple fault is the result.
 fn retry_breakdowns(session: impl FnMut() -> Session) -> Session {
     pmemvm_tests::nested::retry_breakdowns("nested_gdb", session, |s| {
         let why = pmemvm_tests::nested::platform_breakdown(&s.all())?;

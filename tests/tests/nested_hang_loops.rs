@@ -24,9 +24,10 @@
 //! stacks on the console. Every boot must end with status 0 and every guest
 //! step with 0. A fresh L1 per run, because the emulated platform itself
 //! breaks down within minutes with a two-vCPU L1 on this host's QEMU 10
-//! (docs/testing.md, "The L1's own faults"): such a run is run again in a new
-//! L1 (the harness's breakdown retry, counted in tests/run.sh's summary), and a
-//! swap boot that had already passed is not booted again.
+//! (docs/nested-platform.md, "Two vCPUs in the L1, and one L1 per run"): a run
+//! whose L1 took its own triple fault, panicked or stopped is run again in a
+//! new L1 (the harness's breakdown retry, logged and counted in tests/run.sh's
+//! summary), and a swap boot that had already passed is not booted again.
 #![allow(clippy::unwrap_used)] // a failed step fails the test with its message
 
 use std::fs;
@@ -128,9 +129,10 @@ fi
 const L1_SCRIPT: &str = r#"
 D=@D@
 # One boot, NAME INITRD CPUS DIR ARGS...: its console, channel and stderr in
-# DIR. A boot that ended in the platform's breakdown (its guest triple-faulted
-# or an interrupt was lost below pmemvm: docs/testing.md §6b) is booted again
-# after $BEFORE, up to $TRIES boots, each noted in once-more.txt.
+# DIR. A boot whose guest triple-faulted at a RIP inside the L1's modules (the
+# platform's breakdown, `breakdown`: docs/nested-platform.md, "Guest faults in
+# a two-vCPU L1") is booted again after $BEFORE, up to $TRIES boots, each noted
+# in once-more.txt; any other end (a lost interrupt, a hang) is the result.
 pm() {
     name=$1; initrd=$2; cpus=$3; dir=$4; shift 4
     try=1
@@ -237,13 +239,13 @@ fn one_run_vm(
 const TIMEOUT: u64 = 600;
 
 #[test]
-#[ignore = "full: a QEMU 10 and a two-vCPU L1 per run, which this host's TCG breaks down within minutes now and then (docs/testing.md)"]
+#[ignore = "full: a QEMU 10 and a two-vCPU L1 per run, which this host's TCG breaks down within minutes now and then (docs/nested-platform.md)"]
 fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
     let runs = runs();
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));
     // The loops prove the QEMU pmemvm's wrapper installs (10 or newer); under
-    // Debian 12's 7.2 the first boot hangs (docs/testing.md, "QEMU 7.2 and
-    // nested guests"). tests/run.sh names a QEMU 10 in $PMEMVM_QEMU_10.
+    // Debian 12's 7.2 the first boot hangs (docs/nested-platform.md, "QEMU
+    // 7.2: lost wake-ups"). tests/run.sh names a QEMU 10 in $PMEMVM_QEMU_10.
     let qemu = match vm.l1_qemu() {
         Some(_) => Some(require!(find_qemu_10())),
         None => None, // direct mode: no L1, no QEMU

@@ -30,8 +30,10 @@
 //!    on; `--uninject` takes it back, the VM powers off in order and the
 //!    file holds no bad range.
 //!
-//! A boot whose 2-vCPU guest triple-faults (the TCG platform's breakdown of
-//! docs/testing.md §6b) is run again, up to `BREAKDOWN_TRIES` runs, and noted.
+//! A boot whose 2-vCPU guest triple-faults at a RIP inside the L1's modules
+//! (the TCG platform's breakdown: docs/nested-platform.md, "Guest faults in a
+//! two-vCPU L1") is run again, up to `BREAKDOWN_TRIES` runs, and noted; any
+//! other guest triple fault is the result.
 #![allow(clippy::unwrap_used)] // a failed step fails the test with its message
 
 use std::fs;
@@ -138,10 +140,10 @@ fn a_dax_load_from_an_injected_bad_page_is_a_machine_check_and_sigbus_and_a_rewr
     let initrd = require!(guest_image("initramfs.cpio.gz"));
     let job = setup_job_initrd(&fs::read(&initrd).unwrap(), JOB);
     let script = pmemvm_tests::nested::l1_script_with_retries(L1_SCRIPT);
-    // Each L1 boots the guest up to `TRIES` times (the script's loop); an L1
-    // in which every boot broke down (a strict run saw five in a row, each
-    // within 20 s of the guest's start) is started again, as the other
-    // nested runs are.
+    // Each L1 boots the guest up to `TRIES` times (the script's loop, on the
+    // platform's evidence only); an L1 whose last boot still ended in the
+    // platform's breakdown before the injection is started again, as the
+    // other nested runs are.
     let out = pmemvm_tests::nested::retry_breakdowns(
         "nested_mce L1",
         || {

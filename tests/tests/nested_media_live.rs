@@ -31,8 +31,10 @@
 //! and every boot here reads its NVDIMMs through `_FIT` at the root device's
 //! probe.
 //!
-//! A boot whose 2-vCPU guest triple-faults (the TCG platform's breakdown of
-//! docs/testing.md §6b) is run again, up to `BREAKDOWN_TRIES` runs, and noted.
+//! A boot whose 2-vCPU guest triple-faults at a RIP inside the L1's modules
+//! (the TCG platform's breakdown: docs/nested-platform.md, "Guest faults in a
+//! two-vCPU L1") is run again, up to `BREAKDOWN_TRIES` runs, and noted; any
+//! other guest triple fault is the result.
 #![allow(clippy::unwrap_used)] // a failed step fails the test with its message
 
 use std::fs;
@@ -125,8 +127,9 @@ run() {
     pmemvm ctl /tmp/api.sock stats > stats.json 2>&1
     wait $pid; echo "pmemvm $?" >> l1-steps.txt
 }
-# A 2-vCPU guest in a TCG-run L1 triple-faults now and then (docs/testing.md
-# §6b): such a boot is run again, up to `BREAKDOWN_TRIES` runs in all, and noted.
+# A boot whose guest triple-faulted at a RIP inside the L1's modules (the
+# platform's breakdown, `breakdown`: docs/nested-platform.md, "Guest faults in a
+# two-vCPU L1") is run again, up to $TRIES runs in all, and noted.
 try=1
 run
 while [ $try -lt $TRIES ] && breakdown pmemvm.err > /dev/null; do
@@ -141,8 +144,9 @@ pmemvm nvdimm badblocks a.img > bb-file.txt 2>&1
 fn a_range_injected_through_the_socket_reaches_badblocks_and_fio_and_a_health_change_ndctl_monitor()
 {
     // QEMU 10 runs the two-vCPU L1, as for nested_dump: Debian 12's 7.2 loses
-    // wake-ups of such L1s' nested guests now and then (docs/testing.md) — CI's
-    // first run of this test on 7.2 ended with both vCPUs halted, interrupts on.
+    // wake-ups of such L1s' nested guests now and then (docs/nested-platform.md,
+    // "QEMU 7.2: lost wake-ups") — CI's first run of this test on 7.2 ended
+    // with both vCPUs halted, interrupts on.
     let qemu = require!(pmemvm_tests::nested::find_qemu_10());
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm)).with_qemu(qemu);
     let kernel = require!(guest_image("vmlinux"));

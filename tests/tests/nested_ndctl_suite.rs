@@ -162,8 +162,10 @@ fn ndctl_suite_passes_on_pmemvm_nvdimms_and_legacy_pmem() {
         .chain(NFIT_TEST_ONLY.iter().map(|(t, _)| t))
         .copied()
         .collect();
-    // A triple fault of a 2-vCPU L1 or of the guest in it (TCG's, docs/testing.md) runs
-    // the command again (up to `BREAKDOWN_TRIES` runs), noted in the run's summary.
+    // A breakdown of the emulated platform (the L1's own fault or stall, a guest triple fault
+    // at a RIP inside the L1's modules: docs/nested-platform.md, "The evidence the harness
+    // accepts") runs the command again (up to `BREAKDOWN_TRIES` runs), noted in the run's
+    // summary; any other end is the result.
     let args: Vec<std::ffi::OsString> = chosen.iter().map(Into::into).collect();
     // QEMU's NVDIMM beside it in the same command, as a user compares them (one table).
     let (out, summary) = pmemvm_tests::ndctl::run_engines(

@@ -5,9 +5,10 @@
 //!
 //! 1. a tree of `PMEMVM_TEST_TREE_MIB` MiB (default 200) in a guest of
 //!    `PMEMVM_TEST_GUEST_MEMORY` RAM (default 160M: the tree is larger than the
-//!    guest's RAM; see docs/testing.md) put at `/data`, a script put as `./t`; the script checks
-//!    that `/dev/pmem0` is the user's `--nvdimm` (it reads the marker the test
-//!    wrote into that DIMM's backing file; the transfer disks are not NVDIMMs),
+//!    guest's RAM; see docs/testing.md, "Commands in the guest") put at `/data`,
+//!    a script put as `./t`; the script checks that `/dev/pmem0` is the user's
+//!    `--nvdimm` (it reads the marker the test wrote into that DIMM's backing
+//!    file; the transfer disks are not NVDIMMs),
 //!    hashes the tree, writes to stderr and exits 7; `/data` and the script's
 //!    `results` come back with `--get` and must equal what went in;
 //! 2. a command that prints and then sleeps past `--timeout`: pmemvm gives up,
@@ -116,7 +117,8 @@ fn run_command_with_put_get_status_and_timeout() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     // pmemvm's --timeout for the put/get run: 600 s, or 6 s a MiB for big trees
-    // (200 MiB took 252 s of nested TCG time, docs/testing.md).
+    // (a 200 MiB `--get` took 369–424 s of nested TCG time on QEMU 7.2, over
+    // 1,000 s on 10: docs/nested-platform.md, "Which QEMU runs the suite").
     let run_timeout = 600.max(mib as u64 * 6);
     // Guest RAM of the put/get run: less than the tree (it stays on the put DIMM).
     let memory = std::env::var("PMEMVM_TEST_GUEST_MEMORY").unwrap_or_else(|_| "160M".into());

@@ -91,8 +91,8 @@ fn arm(boot: &SetupBoot, name: &str) -> (u32, u32, Vec<String>) {
 #[ignore = "full: the 20-run A/B counts of four arms under pmemvm nested, two 2-vCPU guests' boots of about 200 s each"]
 fn the_verify_failure_needs_overlapping_writes_in_flight_and_nowait_off() {
     // One boot per side, each in an L1 of two vCPUs of its own (a 2-vCPU guest needs them):
-    // a `pmemvm` command per run, so a boot that meets the deadline in the 2-vCPU L1 (the
-    // emulated platform's hangs, docs/testing.md §6b) is run once more, not failed at once.
+    // a `pmemvm` command per run, so the harness runs a boot again only on evidence naming
+    // the emulated platform (docs/testing.md, "Reruns"); a boot that meets the deadline fails.
     let vm = require!(NestedVm::new()
         .and_then(NestedVm::with_pmemvm)
         .and_then(|vm| with_setup_image(vm, "vmlinux", &setup_script())))

@@ -264,3 +264,75 @@ fn the_deadline_ends_the_runs_orphaned_qemu_and_leaves_an_unrelated_one_alive() 
         "the deadline path ended a QEMU that was not the run's"
     );
 }
+
+/// The run's summary names each rerun with its evidence, and a run with
+/// more than two fails (tests/lib/summary.sh, as tests/run.sh calls it).
+#[test]
+fn the_summary_names_each_rerun_and_more_than_two_fail_the_run() {
+    let dir = TempDir::new("run-sh-reruns");
+    let tree = scratch_tree(&dir.0);
+    let log = tree.join("reruns.log");
+    let summary = |lines: &[&str]| {
+        fs::write(
+            &log,
+            lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+        )
+        .expect("write the rerun log");
+        Command::new("bash")
+            .args([
+                "-c",
+                ". tests/lib/summary.sh; count_lines reruns reruns.log; reruns_within reruns.log 2",
+            ])
+            .current_dir(&tree)
+            .output()
+            .expect("run the summary")
+    };
+    let evidence = "nested_mce::t\tthe L1 was restarted: the L1's CPU took a triple fault";
+    let one = summary(&[evidence]);
+    let stdout = String::from_utf8_lossy(&one.stdout);
+    assert_eq!(one.status.code(), Some(0), "{stdout}");
+    assert_eq!(
+        stdout,
+        "reruns: 1\n  - nested_mce::t: the L1 was restarted: the L1's CPU took a triple fault\n"
+    );
+    let three = summary(&[evidence, evidence, evidence]);
+    let stderr = String::from_utf8_lossy(&three.stderr);
+    assert_eq!(three.status.code(), Some(1), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&three.stdout).starts_with("reruns: 3\n"),
+        "{}",
+        String::from_utf8_lossy(&three.stdout)
+    );
+    assert!(
+        stderr.contains("3 reruns") && stderr.contains("more than the 2"),
+        "{stderr}"
+    );
+}
+
+/// A guest that triple-faults under pmemvm (a tiny guest on this host's
+/// KVM), run through the harness's rerun path with its classifier: no
+/// evidence of the platform, so one run, and its status 4 is the result.
+#[test]
+fn a_planted_guest_triple_fault_is_run_once_and_is_the_result() {
+    require!(pmemvm_tests::tiny::kvm_available());
+    let guest = require!(pmemvm_tests::tiny::guest("triplefault"));
+    let runs = std::cell::Cell::new(0);
+    let out = pmemvm_tests::nested::retry_breakdowns(
+        "planted triple fault",
+        || {
+            runs.set(runs.get() + 1);
+            pmemvm_tests::pmemvm::run(
+                &["boot", "--kernel", &guest.to_string_lossy()],
+                Duration::from_secs(60),
+            )
+        },
+        |out| pmemvm_tests::nested::platform_breakdown(&out.stderr),
+    );
+    assert_eq!(out.status, Some(4), "{}", out.dump());
+    assert!(
+        out.stderr.contains("the guest triple-faulted"),
+        "{}",
+        out.dump()
+    );
+    assert_eq!(runs.get(), 1, "a guest triple fault alone was run again");
+}

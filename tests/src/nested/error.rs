@@ -55,7 +55,8 @@ pub enum NestedError {
         stderr: String,
     },
     /// The L1 kernel stopped running (no heartbeat from its init): an
-    /// emulation failure of the L1, not of the command. Retried once.
+    /// emulation failure of the L1, not of the command. Run again, up to
+    /// `BREAKDOWN_TRIES` runs in all.
     #[error(
         "the L1 VM stopped running ({reason}) and was killed (files kept in {}); \
          what it was doing:\n{state}\nthe command's stderr, last lines:\n{stderr}\nL1 console, last lines:\n{console}",

@@ -68,11 +68,11 @@ pub fn find_qemu() -> Result<PathBuf, Skip> {
     })
 }
 
-/// A QEMU 10 or newer for the tests that need one (`nested_hang_loops`):
-/// `$PMEMVM_QEMU_10`, else the one of [`find_qemu`]. tests/run.sh sets it to a
-/// QEMU 10 unpacked from bookworm-backports when the one on `PATH` is Debian
-/// 12's 7.2, which runs the rest of the suite (docs/testing.md, "Which QEMU
-/// runs the suite").
+/// A QEMU 10 or newer for the tests that need one (`nested_hang_loops` and
+/// others): `$PMEMVM_QEMU_10`, else the one of [`find_qemu`]. tests/run.sh sets
+/// it to a QEMU 10 unpacked from bookworm-backports when the one on `PATH` is
+/// Debian 12's 7.2, which runs the rest of the suite (docs/nested-platform.md,
+/// "Which QEMU runs the suite").
 pub fn find_qemu_10() -> Result<PathBuf, Skip> {
     match std::env::var_os("PMEMVM_QEMU_10").filter(|q| !q.is_empty()) {
         Some(q) => user_binary("PMEMVM_QEMU_10", PathBuf::from(q)),

@@ -304,10 +304,13 @@ impl NestedVm {
     /// at most until the deadline.
     ///
     /// In nested mode an L1 whose kernel stops running (its init's heartbeat
-    /// ceases: a TCG emulation failure, seen as a silent L1 in CI) is killed
-    /// and the run is repeated once in a fresh share, saying so on stderr; a
-    /// second stall is an error. A command that is merely slow is not
-    /// retried: it meets the deadline.
+    /// ceases) is killed. A run that broke down with evidence naming the
+    /// emulated platform — that stall, the L1's own triple fault, panic or
+    /// oops, or, for a `pmemvm` command, a guest triple fault at a RIP inside
+    /// the L1's modules — is run again in a fresh share, saying so on stderr,
+    /// up to `BREAKDOWN_TRIES` runs in all (docs/testing.md, "Reruns"). A
+    /// command that is merely slow is not run again: it meets the deadline,
+    /// and that is its result.
     pub fn run(&self, argv: &[&str]) -> Result<RunOutput, NestedError> {
         match self.mode {
             Mode::Direct => {
@@ -542,7 +545,7 @@ impl NestedVm {
 
 /// Appends `<test>\t<wake-up>` to `$PMEMVM_L1_WAKEUP_LOG` when it is set: libtest hides a
 /// passing test's stderr, and `tests/run.sh` prints this log at the end (how often CI's L1s
-/// needed a key event, and the runs done once more).
+/// needed a key event; reruns are in `$PMEMVM_RERUN_LOG`, [`note_rerun`]).
 pub fn note_wakeup(wakeup: &str) {
     use std::io::Write as _;
     let Some(path) = std::env::var_os("PMEMVM_L1_WAKEUP_LOG").filter(|p| !p.is_empty()) else {

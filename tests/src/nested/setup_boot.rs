@@ -47,8 +47,9 @@ pub fn boot_line(name: &str, machine: &str, append: &str) -> String {
 }
 
 /// The boot of [`boot_line`] as an argument vector, for a run of its own: a `pmemvm`
-/// command, so the harness runs it once more when it meets the deadline in an L1 of two or
-/// more vCPUs (`nested::breakdown`).
+/// command, so the harness reads its stderr for a breakdown of the emulated platform and runs
+/// it again only on that evidence (`nested::breakdown`); a boot that meets the deadline is
+/// the result.
 pub fn boot_argv(name: &str, machine: &str, append: &str) -> Vec<String> {
     let mut argv: Vec<String> = [
         "pmemvm",

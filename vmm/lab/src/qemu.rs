@@ -51,8 +51,8 @@ pub fn find_qemu() -> Option<PathBuf> {
 
 /// The oldest QEMU this project has run nested guests on without losing their
 /// wake-ups: QEMU 7.2's TCG (Debian 12's) left 2-vCPU nested guests halted for
-/// good and needed key events to wake idle L1s (docs/testing.md, "QEMU 7.2 and
-/// nested guests").
+/// good and needed key events to wake idle L1s (docs/nested-platform.md, "QEMU
+/// 7.2: lost wake-ups").
 pub const NESTED_QEMU_MIN: (u32, u32) = (10, 0);
 
 /// `(major, minor)` from `qemu-system-x86_64 --version`'s first line
@@ -102,7 +102,8 @@ pub fn nested_gdb_warning(version: (u32, u32)) -> Option<String> {
 /// The warning for an L1 of `l1_cpus` vCPUs: with two or more, QEMU's TCG
 /// delivers an interrupt now and then where AMD's SVM holds it (right after
 /// `#VMEXIT`, before the hypervisor's `STGI`), which ends the L1 or its guest
-/// in a triple fault (measured: docs/testing.md, "The L1's own faults").
+/// in a triple fault (measured: docs/nested-platform.md, "The L1's own faults"
+/// and "Guest faults in a two-vCPU L1").
 pub fn nested_smp_warning(l1_cpus: u32) -> Option<String> {
     (l1_cpus >= 2).then(|| {
         format!(
