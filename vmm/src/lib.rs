@@ -45,6 +45,7 @@ pub mod mce;
 pub mod media;
 pub mod memory;
 pub mod memory_placement;
+pub mod owner_socket;
 pub mod placement;
 pub mod pvpanic;
 pub mod record;

@@ -1,8 +1,13 @@
 //! The control socket's client, the other end of [`super::protocol`]: one request line, the
 //! one reply, the answer in words. `pmemvm ctl SOCKET COMMAND` is this with a command line
 //! around it; tests and programs that drive a running VM use it too.
+//!
+//! It speaks only to the caller's own VMs: the socket file must belong to the caller or root,
+//! and so must the process listening on it (its peer credentials, checked after connecting, so
+//! a socket swapped in after the first check is caught too; [`crate::owner_socket`]). It
+//! reads at most [`MAX_REPLY`] bytes of a reply.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -14,6 +19,9 @@ use super::protocol::Reply;
 
 /// How long the client waits for an answer (a dump of a large guest takes a while).
 const REPLY_LIMIT: Duration = Duration::from_secs(900);
+/// The longest reply the client reads, newline included (`stats` of a machine with many
+/// DIMMs is a few KiB).
+pub const MAX_REPLY: u64 = 4 << 20;
 
 /// What a client asks of the VM.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,6 +111,22 @@ pub enum ClientError {
         "{0} is not a control socket (pmemvm boot/run --api PATH creates one while the guest runs)"
     )]
     NotASocket(PathBuf),
+    /// The socket file is another user's.
+    #[error("{path} belongs to uid {uid}, not to you (uid {me}) or root: pmemvm ctl speaks only to control sockets of your own VMs", path = .path.display(), me = crate::owner_socket::own_uid())]
+    NotOwner {
+        /// The socket.
+        path: PathBuf,
+        /// Its owner.
+        uid: u32,
+    },
+    /// The process listening on the socket is another user's.
+    #[error("the process listening at {path} runs as uid {uid}, not as you (uid {me}) or root; the request was not sent", path = .path.display(), me = crate::owner_socket::own_uid())]
+    ForeignListener {
+        /// The socket.
+        path: PathBuf,
+        /// The listener's uid.
+        uid: u32,
+    },
     /// Nobody listens (the VM ended).
     #[error("no VM answers at {path} ({source}); it may have ended")]
     Connect {
@@ -136,9 +160,9 @@ impl ClientError {
     /// True for the user's mistakes.
     pub fn is_usage(&self) -> bool {
         match self {
-            Self::NotASocket(_) | Self::Path(..) => true,
+            Self::NotASocket(_) | Self::Path(..) | Self::NotOwner { .. } => true,
             Self::Refused { usage, .. } => *usage,
-            Self::Connect { .. } | Self::Io { .. } => false,
+            Self::Connect { .. } | Self::Io { .. } | Self::ForeignListener { .. } => false,
         }
     }
 }
@@ -290,40 +314,69 @@ fn media_answer(action: &MediaRequest, result: &Value) -> String {
     }
 }
 
-/// Sends `command` to the VM at `socket` and waits for its reply; on success, the answer in
-/// words (JSON for `stats`, `version`, `media list`, `health get`).
-pub fn call(socket: &Path, command: &Request) -> Result<String, ClientError> {
+/// Connects to `socket` when it, and the process listening there, are the caller's or root's.
+fn connect(socket: &Path) -> Result<UnixStream, ClientError> {
     let is_socket = std::fs::metadata(socket).is_ok_and(|m| m.file_type().is_socket());
     if !is_socket {
         return Err(ClientError::NotASocket(socket.to_owned()));
     }
-    let line = request_line(command)?;
-    let path = socket.to_owned();
-    let io = |reason: String| ClientError::Io {
-        path: path.clone(),
-        reason,
-    };
-    let mut stream = UnixStream::connect(socket).map_err(|source| ClientError::Connect {
+    let connect_error = |source| ClientError::Connect {
         path: socket.to_owned(),
         source,
-    })?;
+    };
+    if let Some(uid) = crate::owner_socket::check_owner(socket).map_err(connect_error)? {
+        return Err(ClientError::NotOwner {
+            path: socket.to_owned(),
+            uid,
+        });
+    }
+    let stream = UnixStream::connect(socket).map_err(connect_error)?;
+    let listener = crate::owner_socket::peer_uid(&stream).map_err(connect_error)?;
+    if !crate::owner_socket::may_connect(listener) {
+        return Err(ClientError::ForeignListener {
+            path: socket.to_owned(),
+            uid: listener,
+        });
+    }
     stream
         .set_read_timeout(Some(REPLY_LIMIT))
-        .map_err(|e| io(e.to_string()))?;
-    let mut text = line.to_string();
-    text.push('\n');
-    stream
-        .write_all(text.as_bytes())
-        .map_err(|e| io(format!("sending the request: {e}")))?;
+        .map_err(connect_error)?;
+    Ok(stream)
+}
+
+/// One reply line of at most [`MAX_REPLY`] bytes; why not, in words.
+fn read_reply(stream: &UnixStream) -> Result<String, String> {
     let mut reply = String::new();
-    BufReader::new(&stream)
+    BufReader::new(stream.take(MAX_REPLY))
         .read_line(&mut reply)
-        .map_err(|e| io(format!("reading the reply: {e}")))?;
+        .map_err(|e| format!("reading the reply: {e}"))?;
     if reply.is_empty() {
-        return Err(io(
-            "the VM closed the socket without a reply (it may have ended)".into(),
+        return Err("the VM closed the socket without a reply (it may have ended)".into());
+    }
+    if !reply.ends_with('\n') && reply.len() as u64 >= MAX_REPLY {
+        return Err(format!(
+            "the reply is longer than {} MiB, which no pmemvm sends; it was not read further",
+            MAX_REPLY >> 20
         ));
     }
+    Ok(reply)
+}
+
+/// Sends `command` to the VM at `socket` and waits for its reply; on success, the answer in
+/// words (JSON for `stats`, `version`, `media list`, `health get`).
+pub fn call(socket: &Path, command: &Request) -> Result<String, ClientError> {
+    let line = request_line(command)?;
+    let stream = connect(socket)?;
+    let io = |reason: String| ClientError::Io {
+        path: socket.to_owned(),
+        reason,
+    };
+    let mut text = line.to_string();
+    text.push('\n');
+    (&stream)
+        .write_all(text.as_bytes())
+        .map_err(|e| io(format!("sending the request: {e}")))?;
+    let reply = read_reply(&stream).map_err(io)?;
     let reply: Reply = serde_json::from_str(&reply)
         .map_err(|e| io(format!("the reply is not the protocol's ({e})")))?;
     match (reply.ok, reply.result) {
@@ -434,5 +487,46 @@ mod tests {
                 .starts_with("/nonexistent/api.sock is not a control socket"),
             "{e}"
         );
+    }
+
+    /// A listener at a new socket that answers one connection with `reply`.
+    fn answering(name: &str, reply: Vec<u8>) -> (PathBuf, std::thread::JoinHandle<()>) {
+        let dir = std::env::temp_dir().join(format!("pmemvm-client-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("api.sock");
+        let l = crate::owner_socket::bind(&sock).unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut line = String::new();
+            BufReader::new(&s).read_line(&mut line).unwrap();
+            let _ = s.write_all(&reply);
+        });
+        (sock, t)
+    }
+
+    #[test]
+    fn a_reply_is_read_up_to_its_bound_only() {
+        let (sock, t) = answering(
+            "long",
+            vec![b'x'; usize::try_from(MAX_REPLY).unwrap() + 100],
+        );
+        let e = call(&sock, &Request::Version).unwrap_err();
+        assert!(!e.is_usage(), "{e}");
+        assert!(
+            e.to_string().contains("the reply is longer than 4 MiB"),
+            "{e}"
+        );
+        t.join().unwrap();
+        let (sock2, t) = answering(
+            "ok",
+            b"{\"ok\":true,\"result\":{\"protocol\":1}}\n".to_vec(),
+        );
+        let a = call(&sock2, &Request::Version).unwrap();
+        assert!(a.contains("\"protocol\": 1"), "{a}");
+        t.join().unwrap();
+        for s in [sock, sock2] {
+            std::fs::remove_dir_all(s.parent().unwrap()).unwrap();
+        }
     }
 }

@@ -3,10 +3,11 @@
 //! memory — in the JSON-lines protocol of [`protocol`] (docs/api.md).
 //! `pmemvm ctl PATH COMMAND` is its client.
 //!
-//! The socket is the user's: created owner-only (and a connection from
-//! another user is refused by its credentials, so the moment between
-//! `bind` and `chmod` gives nothing away), never over an existing path,
-//! removed when the VM ends. A serial device (a tty) named instead is
+//! The socket is the user's: created owner-only (mode 0600 from the bind,
+//! [`crate::owner_socket`]), a connection from another user refused by its
+//! credentials, never over an existing path, removed when the VM ends. A
+//! connection that sends nothing for [`server::IDLE_LIMIT`] is closed, so
+//! silent clients cannot keep `pmemvm ctl` out. A serial device (a tty) named instead is
 //! spoken on directly, raw, as one connection: how `--engine nested`
 //! carries the socket through a serial port of its L1.
 
@@ -45,9 +46,13 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    /// True for the user's mistakes (status 2); all of them are.
+    /// True for the user's mistakes (status 2): the path named. A bind the
+    /// host could not do (no file descriptor left, EMFILE) is not (status 1).
     pub fn is_usage(&self) -> bool {
-        true
+        match self {
+            Self::Exists(_) | Self::TooLong(_) => true,
+            Self::Listen { source, .. } => crate::owner_socket::is_path_fault(source),
+        }
     }
 }
 
@@ -104,17 +109,11 @@ impl ApiListener {
         if path.symlink_metadata().is_ok() {
             return Err(ApiError::Exists(path.to_path_buf()));
         }
-        let listener = UnixListener::bind(path).map_err(|source| ApiError::Listen {
+        let listener = crate::owner_socket::bind(path).map_err(|source| ApiError::Listen {
             path: path.to_path_buf(),
             hint: listen_hint(&source),
             source,
         })?;
-        {
-            use std::os::unix::fs::PermissionsExt;
-            if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
-                log::warn!("--api {}: cannot make the socket owner-only ({e}); other users' connections are refused by their credentials", path.display());
-            }
-        }
         Ok(Self {
             endpoint: Endpoint::Unix(listener),
             path: path.to_path_buf(),
@@ -165,6 +164,7 @@ mod tests {
             !e.to_string().contains("cannot hold"),
             "ENOENT says enough: {e}"
         );
+        assert!(e.is_usage(), "a missing directory is the path's fault: {e}");
         let nxio = std::io::Error::from_raw_os_error(libc::ENXIO);
         assert!(listen_hint(&nxio).contains("cannot hold a Unix socket"));
         let long = dir.join("x".repeat(120));
@@ -185,5 +185,26 @@ mod tests {
         drop(l);
         assert_eq!(std::fs::read(&sock).unwrap(), b"theirs");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_bind_the_host_cannot_do_is_not_the_users_mistake() {
+        let listen = |errno| ApiError::Listen {
+            path: "/tmp/api.sock".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+            hint: "",
+        };
+        for errno in [
+            libc::EMFILE,
+            libc::ENFILE,
+            libc::ENOMEM,
+            libc::ENOBUFS,
+            libc::EIO,
+        ] {
+            assert!(!listen(errno).is_usage(), "{}", listen(errno));
+        }
+        for errno in [libc::ENOENT, libc::EACCES, libc::EADDRINUSE, libc::ENXIO] {
+            assert!(listen(errno).is_usage(), "{}", listen(errno));
+        }
     }
 }

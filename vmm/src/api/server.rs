@@ -1,11 +1,12 @@
 //! The control socket's thread: accepts connections (at most
 //! [`MAX_CLIENTS`] at once, each on its own thread, from this user or
-//! root only), reads request lines, and runs the commands one at a time
-//! against the VM ([`Control`]). Ends when the VM does.
+//! root only: [`crate::owner_socket`]), reads request lines, and runs the
+//! commands one at a time against the VM ([`Control`]). A connection that
+//! sends nothing for [`IDLE_LIMIT`] is told so and closed, so clients that
+//! connect and stay silent cannot keep `pmemvm ctl` out for long. Ends when
+//! the VM does.
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -17,12 +18,18 @@ use serde_json::{json, Value};
 use super::protocol::{self, Command, Reply, MAX_LINE};
 use super::{ApiListener, Endpoint};
 use crate::dump::Dumper;
+use crate::gdb::hub::Holder;
+use crate::owner_socket::Gate;
 use crate::stats::{DimmCounters, ExitStats, NvdimmCounts};
 
 /// Connections served at once; more are told so and closed.
 pub const MAX_CLIENTS: usize = 4;
 /// How often the threads look at whether the VM ended.
 const POLL: Duration = Duration::from_millis(100);
+/// How long a connection may stay silent (between its requests, or before
+/// its first) before it is closed. Long enough for a person typing into
+/// `socat`; a command being run does not count.
+pub const IDLE_LIMIT: Duration = Duration::from_secs(30);
 /// How long `pause` waits for the vCPUs to stop.
 const PAUSE_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -109,14 +116,14 @@ impl Control {
             Command::Stats => Reply::ok(None, self.stats(*paused)),
             Command::Pause => self.gdb_refusal("pause").unwrap_or_else(|| {
                 let hub = self.dumper.hub();
-                match hub.hold_all(crate::signals::kick_signal(), PAUSE_DEADLINE) {
+                match hub.hold_all(Holder::Pause, crate::signals::kick_signal(), PAUSE_DEADLINE) {
                     Ok(()) => {
                         hub.drain_stops();
                         *paused = true;
                         Reply::ok(None, json!({"paused": true}))
                     }
                     Err(running) => {
-                        hub.release_all();
+                        hub.release_all(Holder::Pause);
                         Reply::error(
                             None,
                             format!(
@@ -129,8 +136,10 @@ impl Control {
                 }
             }),
             Command::Resume => self.gdb_refusal("resume").unwrap_or_else(|| {
+                // Only pause's hold: vCPUs a dump holds (--dump-on-panic)
+                // run again when the dump is written.
                 let hub = self.dumper.hub();
-                hub.release_all();
+                hub.release_all(Holder::Pause);
                 *paused = false;
                 Reply::ok(None, json!({"paused": false}))
             }),
@@ -217,33 +226,21 @@ impl Control {
     }
 }
 
-/// The uid of the process at the other end of `stream`.
-fn peer_uid(stream: &UnixStream) -> Option<u32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::ucred>()).ok()?;
-    // SAFETY: the fd is a connected Unix socket owned by `stream`; `cred`
-    // and `len` are valid for writes of the sizes given.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            std::ptr::from_mut(&mut cred).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some(cred.uid)
-}
-
 /// Serves `listener` with `control` until `exit` has a request.
 pub fn spawn(
     listener: ApiListener,
     control: Arc<Control>,
     exit: Arc<ExitNotifier>,
+) -> std::io::Result<JoinHandle<()>> {
+    spawn_with(listener, control, exit, IDLE_LIMIT)
+}
+
+/// [`spawn`] with a connection's silence limit `idle`.
+fn spawn_with(
+    listener: ApiListener,
+    control: Arc<Control>,
+    exit: Arc<ExitNotifier>,
+    idle: Duration,
 ) -> std::io::Result<JoinHandle<()>> {
     let builder = std::thread::Builder::new().name("api".into());
     match &listener.endpoint {
@@ -251,15 +248,16 @@ pub fn spawn(
             l.set_nonblocking(true)?;
             builder.spawn(move || {
                 if let Endpoint::Unix(l) = &listener.endpoint {
-                    accept_loop(l, listener.path(), &control, &exit);
+                    accept_loop(l, listener.path(), &control, &exit, idle);
                 }
             })
         }
         Endpoint::Serial(f) => {
+            // One stream for the VM's life (the nested engine's): no limit.
             let reader = BufReader::with_capacity(8192, PolledTty(f.try_clone()?));
             let writer = f.try_clone()?;
             builder.spawn(move || {
-                serve(reader, writer, &control, &exit);
+                serve(reader, writer, &control, &exit, None);
                 drop(listener);
             })
         }
@@ -285,10 +283,10 @@ fn accept_loop(
     path: &std::path::Path,
     control: &Arc<Control>,
     exit: &Arc<ExitNotifier>,
+    idle: Duration,
 ) {
     let clients = Arc::new(AtomicUsize::new(0));
-    // SAFETY: geteuid has no arguments and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let mut gate = Gate::new(format!("--api {}", path.display()));
     while exit.get().is_none() {
         let mut stream = match listener.accept() {
             Ok((s, _)) => s,
@@ -302,16 +300,16 @@ fn accept_loop(
                 continue;
             }
         };
-        let _ = stream.set_nonblocking(false);
-        if !peer_uid(&stream).is_some_and(|u| u == me || u == 0) {
+        if !gate.admit(&stream) {
             let e = Reply::error(
                 None,
-                "this control socket takes connections from its owner only".into(),
+                "this control socket takes connections from its owner (and root) only".into(),
                 false,
             );
             let _ = stream.write_all(&e.line());
             continue;
         }
+        let _ = stream.set_nonblocking(false);
         if clients.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
             clients.fetch_sub(1, Ordering::SeqCst);
             let e = Reply::error(
@@ -333,6 +331,7 @@ fn accept_loop(
                         writer,
                         &control,
                         &exit,
+                        Some(idle),
                     );
                 }
                 count.fetch_sub(1, Ordering::SeqCst);
@@ -344,16 +343,19 @@ fn accept_loop(
     }
 }
 
-/// Reads one line of at most [`MAX_LINE`] bytes into `line`; Ok(false) at
-/// the end of the stream. A longer line is consumed up to its newline and
-/// reported as too long.
+/// Reads one line of at most [`MAX_LINE`] bytes into `line`: `Some(too_long)`,
+/// `None` at the end of the stream or the VM's. A longer line is consumed up
+/// to its newline and reported as too long. With `idle`, a stream that sends
+/// nothing for that long is a `TimedOut` error.
 fn read_line<R: Read>(
     reader: &mut BufReader<R>,
     line: &mut Vec<u8>,
     exit: &ExitNotifier,
+    idle: Option<Duration>,
 ) -> std::io::Result<Option<bool>> {
     line.clear();
     let mut too_long = false;
+    let mut heard = Instant::now();
     loop {
         if exit.get().is_some() {
             return Ok(None);
@@ -366,10 +368,14 @@ fn read_line<R: Read>(
                     ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
                 ) =>
             {
-                continue
+                if idle.is_some_and(|limit| heard.elapsed() >= limit) {
+                    return Err(ErrorKind::TimedOut.into());
+                }
+                continue;
             }
             Err(e) => return Err(e),
         };
+        heard = Instant::now();
         if buf.is_empty() {
             return Ok(if line.is_empty() && !too_long {
                 None
@@ -398,16 +404,27 @@ fn read_line<R: Read>(
 }
 
 /// Answers the request lines of one connection (or serial device) until
-/// it ends or the VM does.
+/// it ends, stays silent for `idle`, or the VM ends.
 fn serve<R: Read>(
     mut reader: BufReader<R>,
     mut writer: impl Write,
     control: &Control,
     exit: &ExitNotifier,
+    idle: Option<Duration>,
 ) {
     let mut line = Vec::new();
     loop {
-        let reply = match read_line(&mut reader, &mut line, exit) {
+        let reply = match read_line(&mut reader, &mut line, exit, idle) {
+            Err(e) if e.kind() == ErrorKind::TimedOut => {
+                let secs = idle.map_or(0.0, |d| d.as_secs_f64());
+                let bye = Reply::error(
+                    None,
+                    format!("closing this connection: no request for {secs} s"),
+                    false,
+                );
+                let _ = writer.write_all(&bye.line());
+                return;
+            }
             Ok(None) | Err(_) => return,
             Ok(Some(true)) => {
                 Reply::error(None, protocol::ProtocolError::TooLong.to_string(), true)
@@ -427,6 +444,7 @@ fn serve<R: Read>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::net::UnixStream;
 
     fn pair() -> (BufReader<UnixStream>, UnixStream) {
         let (a, b) = UnixStream::pair().unwrap();
@@ -445,13 +463,22 @@ mod tests {
         w.write_all(b"tail").unwrap();
         drop(w);
         let mut line = Vec::new();
-        assert_eq!(read_line(&mut r, &mut line, &exit).unwrap(), Some(false));
+        assert_eq!(
+            read_line(&mut r, &mut line, &exit, None).unwrap(),
+            Some(false)
+        );
         assert_eq!(line, b"{\"command\":\"stats\"}");
-        assert_eq!(read_line(&mut r, &mut line, &exit).unwrap(), Some(true));
+        assert_eq!(
+            read_line(&mut r, &mut line, &exit, None).unwrap(),
+            Some(true)
+        );
         assert!(line.is_empty(), "an overlong line is not kept");
-        assert_eq!(read_line(&mut r, &mut line, &exit).unwrap(), Some(false));
+        assert_eq!(
+            read_line(&mut r, &mut line, &exit, None).unwrap(),
+            Some(false)
+        );
         assert_eq!(line, b"tail", "a last line without newline counts");
-        assert_eq!(read_line(&mut r, &mut line, &exit).unwrap(), None);
+        assert_eq!(read_line(&mut r, &mut line, &exit, None).unwrap(), None);
     }
 
     #[test]
@@ -460,13 +487,99 @@ mod tests {
         let (mut r, _w) = pair();
         exit.request(devices::exit::ExitRequest::PowerOff);
         let mut line = Vec::new();
-        assert_eq!(read_line(&mut r, &mut line, &exit).unwrap(), None);
+        assert_eq!(read_line(&mut r, &mut line, &exit, None).unwrap(), None);
+    }
+
+    /// The control of a one-vCPU VM without devices: enough for `version`.
+    fn control(exit: &Arc<ExitNotifier>) -> Arc<Control> {
+        use vm_memory::{GuestAddress, GuestMemoryMmap};
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
+        let hub = Arc::new(crate::gdb::hub::DebugHub::new(1, false));
+        Arc::new(Control {
+            dumper: Arc::new(Dumper::new(mem, hub)),
+            counters: Counters {
+                exits: Arc::new(ExitStats::default()),
+                dimms: Vec::new(),
+                dsm: None,
+                hotplug: None,
+            },
+            under_gdb: false,
+            pvpanic: Arc::new(crate::pvpanic::PvPanic::new(exit.clone())),
+            started: Instant::now(),
+            paused: Mutex::new(false),
+            media: super::super::media::MediaControl {
+                dimms: Vec::new(),
+                events: None,
+                hotplug: None,
+            },
+            hotplug: None,
+        })
     }
 
     #[test]
-    fn the_peer_is_this_user() {
-        let (a, _b) = UnixStream::pair().unwrap();
-        // SAFETY: geteuid has no arguments and cannot fail.
-        assert_eq!(peer_uid(&a), Some(unsafe { libc::geteuid() }));
+    fn silent_connections_are_closed_and_do_not_keep_ctl_out() {
+        use super::super::client::{call, Request};
+        let exit = Arc::new(ExitNotifier::new().unwrap());
+        let dir = std::env::temp_dir().join(format!("pmemvm-api-idle-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("api.sock");
+        let idle = Duration::from_secs(1);
+        let listener = ApiListener::bind(&sock).unwrap();
+        let thread = spawn_with(listener, control(&exit), exit.clone(), idle).unwrap();
+        let silent: Vec<UnixStream> = (0..MAX_CLIENTS)
+            .map(|_| UnixStream::connect(&sock).unwrap())
+            .collect();
+        // Accepted in order: the four are counted before the fifth.
+        let e = call(&sock, &Request::Version).unwrap_err();
+        assert!(
+            e.to_string().contains("clients are connected already"),
+            "the fifth is kept out while they stay: {e}"
+        );
+        for s in &silent {
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut bye = String::new();
+            BufReader::new(s).read_to_string(&mut bye).unwrap();
+            assert!(
+                bye.contains("closing this connection: no request for 1 s"),
+                "{bye:?}"
+            );
+        }
+        // Each one's thread counts itself out just after closing it.
+        let end = Instant::now() + Duration::from_secs(5);
+        let answer = loop {
+            match call(&sock, &Request::Version) {
+                Ok(a) => break a,
+                Err(e) if Instant::now() >= end => panic!("ctl still kept out: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        assert!(answer.contains("\"protocol\": 1"), "{answer}");
+        exit.request(devices::exit::ExitRequest::PowerOff);
+        thread.join().unwrap();
+        assert!(!sock.exists(), "the socket goes with the VM");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_silent_reader_times_out_and_a_talking_one_does_not() {
+        let exit = ExitNotifier::new().unwrap();
+        let (mut r, mut w) = pair();
+        let idle = Some(Duration::from_millis(300));
+        let mut line = Vec::new();
+        let e = read_line(&mut r, &mut line, &exit, idle).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TimedOut);
+        // Bytes a little at a time, each within the limit: no time-out.
+        let writer = std::thread::spawn(move || {
+            for b in b"{\"command\":\"stats\"}\n" {
+                std::thread::sleep(Duration::from_millis(30));
+                w.write_all(&[*b]).unwrap();
+            }
+        });
+        assert_eq!(
+            read_line(&mut r, &mut line, &exit, idle).unwrap(),
+            Some(false)
+        );
+        assert_eq!(line, b"{\"command\":\"stats\"}");
+        writer.join().unwrap();
     }
 }

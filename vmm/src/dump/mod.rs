@@ -7,7 +7,8 @@
 //!
 //! The vCPUs are held (kicked out of `KVM_RUN` and parked) while the dump
 //! is written, so registers and memory are one moment of the guest; a
-//! vCPU that was already paused stays paused.
+//! vCPU that was already paused stays paused (the dump holds and releases
+//! by its own name, [`crate::gdb::hub::Holder::Dump`]).
 
 pub mod elf;
 pub mod vmcoreinfo;
@@ -23,7 +24,7 @@ use std::time::Duration;
 use kvm_ioctls::VcpuFd;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
-use crate::gdb::hub::{DebugHub, Request};
+use crate::gdb::hub::{DebugHub, Holder, Request};
 
 /// How long the dump waits for the vCPUs to park.
 const HOLD_DEADLINE: Duration = Duration::from_secs(5);
@@ -149,28 +150,27 @@ impl Dumper {
         let held = self.hold_others(me)?;
         let result = self.write(path, own);
         for i in held {
-            self.hub.release(i);
+            self.hub.release(Holder::Dump, i);
         }
         result
     }
 
-    /// Holds every vCPU but `me` that is running; returns those this call
-    /// held (to be released after), leaving already-paused ones alone.
+    /// Holds every vCPU but `me` for the dump; returns them (to be released
+    /// after). Its release is the dump's own: a vCPU paused by `ctl pause`
+    /// or the debugger stays held by them.
     fn hold_others(&self, me: Option<usize>) -> Result<Vec<usize>, DumpError> {
         let others: Vec<usize> = (0..self.hub.vcpus()).filter(|&i| Some(i) != me).collect();
-        let newly: Vec<usize> = others
-            .iter()
-            .copied()
-            .filter(|&i| !self.hub.held(i))
-            .collect();
-        match self.hub.hold_some(&others, self.kick, HOLD_DEADLINE) {
+        match self
+            .hub
+            .hold_some(Holder::Dump, &others, self.kick, HOLD_DEADLINE)
+        {
             Ok(()) => {
                 self.hub.drain_stops();
-                Ok(newly)
+                Ok(others)
             }
             Err(running) => {
-                for &i in &newly {
-                    self.hub.release(i);
+                for &i in &others {
+                    self.hub.release(Holder::Dump, i);
                 }
                 Err(DumpError::Busy(running))
             }

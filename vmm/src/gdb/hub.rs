@@ -5,6 +5,12 @@
 //! debug registers, resume) — KVM's vCPU calls stay on the vCPU's thread.
 //! The debugger's thread holds every vCPU, kicks those in `KVM_RUN` out with
 //! the kick signal and waits until all are parked before it answers gdb.
+//!
+//! The debugger is not the only one that stops vCPUs: the control socket's
+//! `pause` and a memory dump (`ctl dump`, `--dump-on-panic`) do too. Each
+//! holds by its name ([`Holder`]) and releases only its own hold; a vCPU
+//! runs when nobody holds it, so `resume` never lets go of vCPUs a dump is
+//! reading, and a dump's end never resumes a paused guest.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -59,9 +65,31 @@ pub enum Request {
     Resume,
 }
 
+/// Who holds a vCPU; a vCPU is held while anyone does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// gdb (an interrupt, a breakpoint, `--gdb-wait`).
+    Debugger,
+    /// The control socket's `pause`, until its `resume`.
+    Pause,
+    /// A memory dump being written.
+    Dump,
+}
+
+impl Holder {
+    fn bit(self) -> u8 {
+        match self {
+            Self::Debugger => 1,
+            Self::Pause => 2,
+            Self::Dump => 4,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Slot {
-    hold: AtomicBool,
+    /// Who holds the vCPU ([`Holder::bit`]s).
+    hold: AtomicU8,
     parked: AtomicBool,
     stepping: AtomicBool,
     requests: Sender<Request>,
@@ -88,14 +116,14 @@ const PARK_POLL: Duration = Duration::from_millis(50);
 
 impl DebugHub {
     /// A hub for `vcpus` vCPUs; with `hold`, each parks before its first
-    /// `KVM_RUN` (`--gdb-wait`).
+    /// `KVM_RUN`, held by the debugger (`--gdb-wait`).
     pub fn new(vcpus: usize, hold: bool) -> Self {
         let (stops, stop_inbox) = channel();
         let slots = (0..vcpus)
             .map(|_| {
                 let (requests, inbox) = channel();
                 Slot {
-                    hold: AtomicBool::new(hold),
+                    hold: AtomicU8::new(if hold { Holder::Debugger.bit() } else { 0 }),
                     parked: AtomicBool::new(false),
                     stepping: AtomicBool::new(false),
                     requests,
@@ -132,17 +160,27 @@ impl DebugHub {
         ThreadGuard { hub: self, index }
     }
 
-    /// True when the debugger wants vCPU `index` parked.
+    /// True when anyone wants vCPU `index` parked.
     pub fn held(&self, index: usize) -> bool {
         self.slots
             .get(index)
-            .is_some_and(|s| s.hold.load(Ordering::SeqCst))
+            .is_some_and(|s| s.hold.load(Ordering::SeqCst) != 0)
     }
 
-    /// Announces that vCPU `index` parked for `cause` (it holds itself).
+    /// True when `holder` holds vCPU `index`.
+    pub fn held_by(&self, index: usize, holder: Holder) -> bool {
+        self.slots
+            .get(index)
+            .is_some_and(|s| s.hold.load(Ordering::SeqCst) & holder.bit() != 0)
+    }
+
+    /// Announces that vCPU `index` parked for `cause`; a debug event (step,
+    /// breakpoint, watchpoint) holds it for the debugger.
     pub fn parked(&self, index: usize, cause: StopCause) {
         if let Some(s) = self.slots.get(index) {
-            s.hold.store(true, Ordering::SeqCst);
+            if cause != StopCause::Held {
+                s.hold.fetch_or(Holder::Debugger.bit(), Ordering::SeqCst);
+            }
             s.parked.store(true, Ordering::SeqCst);
         }
         let _ = self.stops.send(Stop { vcpu: index, cause });
@@ -202,24 +240,31 @@ impl DebugHub {
         }
     }
 
-    /// Holds every vCPU and waits until each is parked or has left its
-    /// loop; the vCPUs still running after `deadline` are the error.
-    pub fn hold_all(&self, kick: libc::c_int, deadline: Duration) -> Result<(), Vec<usize>> {
+    /// Holds every vCPU for `holder` and waits until each is parked or has
+    /// left its loop; the vCPUs still running after `deadline` are the error
+    /// (still held: the caller releases them).
+    pub fn hold_all(
+        &self,
+        holder: Holder,
+        kick: libc::c_int,
+        deadline: Duration,
+    ) -> Result<(), Vec<usize>> {
         let all: Vec<usize> = (0..self.slots.len()).collect();
-        self.hold_some(&all, kick, deadline)
+        self.hold_some(holder, &all, kick, deadline)
     }
 
     /// As [`Self::hold_all`] for the vCPUs in `indices` only (a vCPU that
     /// takes a dump holds the others).
     pub fn hold_some(
         &self,
+        holder: Holder,
         indices: &[usize],
         kick: libc::c_int,
         deadline: Duration,
     ) -> Result<(), Vec<usize>> {
         for &i in indices {
             if let Some(s) = self.slots.get(i) {
-                s.hold.store(true, Ordering::SeqCst);
+                s.hold.fetch_or(holder.bit(), Ordering::SeqCst);
             }
         }
         let end = Instant::now() + deadline;
@@ -297,18 +342,21 @@ impl DebugHub {
             .map_err(|_| format!("vCPU {index} has ended"))
     }
 
-    /// Lets vCPU `index` run: clears its hold and wakes it.
-    pub fn release(&self, index: usize) {
+    /// Takes `holder`'s hold off vCPU `index`, and wakes it when nobody
+    /// else holds it.
+    pub fn release(&self, holder: Holder, index: usize) {
         if let Some(s) = self.slots.get(index) {
-            s.hold.store(false, Ordering::SeqCst);
-            let _ = s.requests.send(Request::Resume);
+            let before = s.hold.fetch_and(!holder.bit(), Ordering::SeqCst);
+            if before & !holder.bit() == 0 {
+                let _ = s.requests.send(Request::Resume);
+            }
         }
     }
 
-    /// Lets every vCPU run.
-    pub fn release_all(&self) {
+    /// Takes `holder`'s hold off every vCPU.
+    pub fn release_all(&self, holder: Holder) {
         for i in 0..self.slots.len() {
-            self.release(i);
+            self.release(holder, i);
         }
     }
 
@@ -392,14 +440,18 @@ mod tests {
         while !(hub.alive(0) && hub.alive(1)) {
             std::thread::sleep(Duration::from_millis(1));
         }
-        hub.hold_all(crate::signals::kick_signal(), Duration::from_secs(5))
-            .unwrap();
+        hub.hold_all(
+            Holder::Debugger,
+            crate::signals::kick_signal(),
+            Duration::from_secs(5),
+        )
+        .unwrap();
         assert!(hub.is_parked(0) && hub.is_parked(1));
         let (tx, rx) = channel();
         hub.send(1, Request::Read(tx)).unwrap();
         assert_eq!(rx.recv().unwrap().unwrap().regs.rip, 0x1001);
-        hub.release(0);
-        hub.release(1);
+        hub.release(Holder::Debugger, 0);
+        hub.release(Holder::Debugger, 1);
         while hub.is_parked(0) || hub.is_parked(1) {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -413,9 +465,58 @@ mod tests {
         }
         assert!(!hub.alive(0), "a vCPU that ended is not waited for");
         assert_eq!(
-            hub.hold_all(crate::signals::kick_signal(), Duration::from_millis(10)),
+            hub.hold_all(
+                Holder::Pause,
+                crate::signals::kick_signal(),
+                Duration::from_millis(10)
+            ),
             Ok(())
         );
+    }
+
+    #[test]
+    fn each_holder_releases_only_its_own_hold() {
+        // The kick handler must be installed for the signal not to end the process.
+        let _set = crate::vcpu::VcpuSet::new().unwrap();
+        let hub = Arc::new(DebugHub::new(2, false));
+        let end = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = (0..2).map(|i| vcpu(hub.clone(), i, end.clone())).collect();
+        while !(hub.alive(0) && hub.alive(1)) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let kick = crate::signals::kick_signal();
+        let long = Duration::from_secs(5);
+        // A dump (--dump-on-panic, taken by vCPU 0) holds vCPU 1 ...
+        hub.hold_some(Holder::Dump, &[1], kick, long).unwrap();
+        // ... while the control socket pauses and resumes the guest.
+        hub.hold_all(Holder::Pause, kick, long).unwrap();
+        hub.release_all(Holder::Pause);
+        let settle = Instant::now() + Duration::from_millis(200);
+        while Instant::now() < settle {
+            assert!(hub.is_parked(1), "resume let go of the dump's vCPU");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(hub.held_by(1, Holder::Dump) && !hub.held_by(1, Holder::Pause));
+        while hub.is_parked(0) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // A pause during the dump outlives the dump.
+        hub.hold_all(Holder::Pause, kick, long).unwrap();
+        hub.release(Holder::Dump, 1);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            hub.is_parked(0) && hub.is_parked(1),
+            "the guest stays paused"
+        );
+        hub.release_all(Holder::Pause);
+        while hub.is_parked(0) || hub.is_parked(1) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!hub.held(0) && !hub.held(1));
+        end.store(true, Ordering::SeqCst);
+        for t in threads {
+            t.join().unwrap();
+        }
     }
 
     #[test]
@@ -432,7 +533,11 @@ mod tests {
         // The kick handler must be installed for the signal not to end the process.
         let _set = crate::vcpu::VcpuSet::new().unwrap();
         assert_eq!(
-            hub.hold_all(crate::signals::kick_signal(), Duration::from_millis(50)),
+            hub.hold_all(
+                Holder::Debugger,
+                crate::signals::kick_signal(),
+                Duration::from_millis(50)
+            ),
             Err(vec![0])
         );
         t.join().unwrap();

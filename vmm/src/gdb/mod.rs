@@ -19,14 +19,16 @@ pub mod target;
 pub mod vcpu_side;
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use thiserror::Error;
 
 /// What can go wrong with the stub.
 #[derive(Debug, Error)]
 pub enum GdbError {
+    /// A TCP address beyond loopback without `--gdb-any-address`.
+    #[error("--gdb {0} is not a loopback address, and whoever reaches the debugger controls the guest: use 127.0.0.1 or ::1 (HOST:PORT, :PORT), a Unix socket path or a serial device, or add --gdb-any-address to open it beyond this machine")]
+    NotLoopback(SocketAddr),
     /// `--gdb` is not an address.
     #[error("--gdb '{0}' is not an address: use HOST:PORT (127.0.0.1:1234, localhost:1234, :1234), a Unix socket path (containing '/'), or a serial device under /dev")]
     BadAddress(String),
@@ -58,12 +60,16 @@ pub enum GdbError {
 }
 
 impl GdbError {
-    /// True when the user's input is at fault (exit status 2).
+    /// True when the user's input is at fault (exit status 2); a listen or
+    /// open the host could not do (no file descriptor left) is not.
     pub fn is_usage(&self) -> bool {
-        matches!(
-            self,
-            Self::BadAddress(_) | Self::Listen { .. } | Self::SocketExists(_) | Self::Serial { .. }
-        )
+        match self {
+            Self::BadAddress(_) | Self::NotLoopback(_) | Self::SocketExists(_) => true,
+            Self::Listen { source, .. } | Self::Serial { source, .. } => {
+                crate::owner_socket::is_path_fault(source)
+            }
+            Self::Vcpu(_) | Self::Connection(_) => false,
+        }
     }
 }
 
@@ -107,6 +113,19 @@ impl GdbAddr {
     }
 }
 
+impl GdbAddr {
+    /// Refuses a TCP address beyond loopback unless `any_address`
+    /// (`--gdb-any-address`): the stub has no password, and whoever connects
+    /// reads and writes guest memory and can end the VM. The command line
+    /// asks this before anything else, so a refusal changes nothing.
+    pub fn check_reach(&self, any_address: bool) -> Result<(), GdbError> {
+        match self {
+            Self::Tcp(a) if !a.ip().is_loopback() && !any_address => Err(GdbError::NotLoopback(*a)),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl std::fmt::Display for GdbAddr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -133,7 +152,7 @@ impl GdbListener {
         let endpoint = match addr {
             GdbAddr::Tcp(a) => {
                 if !a.ip().is_loopback() {
-                    log::warn!("--gdb {a}: the debugger's port is open beyond this machine; whoever connects controls the guest");
+                    log::warn!("--gdb {a} (--gdb-any-address): the debugger's port is open beyond this machine; whoever connects controls the guest");
                 }
                 let l = TcpListener::bind(a).map_err(|source| GdbError::Listen {
                     addr: a.to_string(),
@@ -145,11 +164,10 @@ impl GdbListener {
                 if p.symlink_metadata().is_ok() {
                     return Err(GdbError::SocketExists(p.clone()));
                 }
-                let l = UnixListener::bind(p).map_err(|source| GdbError::Listen {
+                let l = crate::owner_socket::bind(p).map_err(|source| GdbError::Listen {
                     addr: p.display().to_string(),
                     source,
                 })?;
-                set_owner_only(p);
                 server::Endpoint::Unix(l, p.clone())
             }
             GdbAddr::Serial(p) => server::Endpoint::Serial(server::open_serial(p)?),
@@ -167,16 +185,6 @@ impl GdbListener {
             server::Endpoint::Tcp(l) => l.local_addr().ok().map(|a| a.port()),
             _ => None,
         }
-    }
-}
-
-fn set_owner_only(p: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Err(e) = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)) {
-        log::warn!(
-            "--gdb {}: cannot make the socket owner-only: {e}",
-            p.display()
-        );
     }
 }
 
@@ -219,6 +227,43 @@ mod tests {
             assert!(e.is_usage(), "{bad}");
             assert!(e.to_string().contains(&format!("'{bad}'")), "{e}");
         }
+    }
+
+    #[test]
+    fn an_address_beyond_loopback_needs_its_own_option() {
+        for open in ["0.0.0.0:1234", "192.0.2.7:1234", "[::]:1234"] {
+            let a = GdbAddr::parse(open).unwrap();
+            let e = a.check_reach(false).unwrap_err();
+            assert!(e.is_usage(), "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("--gdb {a} is not a loopback address"))
+                    && e.to_string().contains("--gdb-any-address"),
+                "{e}"
+            );
+            a.check_reach(true).unwrap();
+        }
+        for near in [
+            ":1234",
+            "127.0.0.1:1",
+            "[::1]:1",
+            "/tmp/g.sock",
+            "/dev/ttyS2",
+        ] {
+            GdbAddr::parse(near).unwrap().check_reach(false).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_listen_the_host_cannot_do_is_not_the_users_mistake() {
+        let listen = |errno| GdbError::Listen {
+            addr: ":1234".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+        };
+        assert!(!listen(libc::EMFILE).is_usage());
+        assert!(!listen(libc::ENOBUFS).is_usage());
+        assert!(listen(libc::EADDRINUSE).is_usage());
+        assert!(listen(libc::EACCES).is_usage());
     }
 
     #[test]

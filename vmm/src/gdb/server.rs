@@ -21,9 +21,10 @@ use gdbstub::stub::state_machine::GdbStubStateMachine;
 use gdbstub::stub::{DisconnectReason, GdbStub, MultiThreadStopReason};
 use vm_memory::GuestMemoryMmap;
 
-use super::hub::{DebugHub, StopCause};
+use super::hub::{DebugHub, Holder, StopCause};
 use super::target::{tid_of, BreakpointMode, GuestTarget};
 use super::{GdbError, GdbListener};
+use crate::owner_socket::Gate;
 
 /// What the stub says when it listens (the nested engine watches for it).
 pub const LISTENING: &str = "gdb: waiting for a debugger at";
@@ -144,8 +145,9 @@ impl Connection for Stream {
     }
 }
 
-/// Waits for a debugger; `None` when the VM ended first.
-fn accept(endpoint: &Endpoint, exit: &ExitNotifier) -> Option<Stream> {
+/// Waits for a debugger; `None` when the VM ended first. On a Unix socket,
+/// another user's connection is refused at `gate` and closed.
+fn accept(endpoint: &Endpoint, exit: &ExitNotifier, gate: &mut Gate) -> Option<Stream> {
     let kind = loop {
         if exit.get().is_some() {
             return None;
@@ -156,6 +158,7 @@ fn accept(endpoint: &Endpoint, exit: &ExitNotifier) -> Option<Stream> {
             Endpoint::Serial(f) => f.try_clone().map(StreamKind::Serial),
         };
         match got {
+            Ok(StreamKind::Unix(s)) if !gate.admit(&s) => {}
             Ok(k) => break k,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(POLL),
             Err(e) => {
@@ -256,8 +259,9 @@ impl Server {
             }
         );
         let mut target = GuestTarget::new(self.hub.clone(), self.mem.clone(), self.breakpoints);
+        let mut gate = Gate::new(format!("--gdb {}", self.listener.addr));
         loop {
-            let Some(mut stream) = accept(&self.listener.endpoint, &self.exit) else {
+            let Some(mut stream) = accept(&self.listener.endpoint, &self.exit, &mut gate) else {
                 return;
             };
             // gdb speaks first; a serial line is "connected" at once, so
@@ -290,7 +294,10 @@ impl Server {
     }
 
     fn hold(&self) {
-        if let Err(running) = self.hub.hold_all(self.kick, HOLD_DEADLINE) {
+        if let Err(running) = self
+            .hub
+            .hold_all(Holder::Debugger, self.kick, HOLD_DEADLINE)
+        {
             log::warn!(
                 "gdb: vCPU {running:?} did not stop within {} s (busy in pmemvm's device code?)",
                 HOLD_DEADLINE.as_secs()

@@ -24,7 +24,7 @@ use gdbstub_arch::x86::X86_64_SSE;
 use kvm_bindings::kvm_guest_debug;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use super::hub::{CpuRegisters, DebugHub, Request, Stop, StopCause};
+use super::hub::{CpuRegisters, DebugHub, Holder, Request, Stop, StopCause};
 use super::paging::{self, GuestRam, Paging};
 use super::regs::{self, HwSlot, Watch};
 use super::GdbError;
@@ -444,7 +444,7 @@ impl MultiThreadResume for GuestTarget {
         self.hub.drain_stops();
         self.cache = vec![None; n];
         for i in run {
-            self.hub.release(i);
+            self.hub.release(Holder::Debugger, i);
         }
         Ok(())
     }
