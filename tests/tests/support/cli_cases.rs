@@ -528,6 +528,20 @@ pub(crate) fn cases() -> Vec<Case> {
             &["boot", "--engine", "nested", KERNEL, "{K}", "--gdb", "{D}/notelf"],
             "--gdb {D}/notelf: the path exists",
         ),
+        // --gdb beyond loopback: refused first, whatever the engine (no socket made)
+        case(
+            &["boot", KERNEL, "{K}", "--gdb", "0.0.0.0:1234", "--api", "{D}/api.sock"],
+            "--gdb 0.0.0.0:1234 is not a loopback address, and whoever reaches the debugger controls the guest",
+        ),
+        case(
+            &["boot", "--engine", "nested", KERNEL, "{K}", "--gdb", "[::]:1234"],
+            "--gdb [::]:1234 is not a loopback address",
+        ),
+        case(
+            &["run", "--engine", "qemu", "--gdb", "192.0.2.7:1234", "--", "true"],
+            "--gdb 192.0.2.7:1234 is not a loopback address",
+        ),
+        case(&["boot", KERNEL, "{K}", "--gdb-any-address"], "--gdb <ADDR>"),
         // --api and --dump-on-panic: existing paths (before the VM), engines without them,
         // and ctl on what is no control socket
         case(

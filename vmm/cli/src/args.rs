@@ -287,13 +287,17 @@ pub struct BootArgs {
     #[arg(long, value_enum, default_value = "pmemvm")]
     pub engine: BootEngineArg,
     /// The debugger: serve gdb's remote protocol at ADDR (`target remote
-    /// ADDR` in gdb): HOST:PORT (127.0.0.1:1234, :1234), a Unix socket path,
-    /// or a serial device under /dev.
+    /// ADDR` in gdb): HOST:PORT on loopback (127.0.0.1:1234, :1234), a Unix
+    /// socket path (owner-only), or a serial device under /dev.
     #[arg(long, value_name = "ADDR", value_parser = parse_gdb)]
     pub gdb: Option<vmm::gdb::GdbAddr>,
     /// With --gdb: hold the vCPUs until a debugger attaches (QEMU's -S).
     #[arg(long, requires = "gdb")]
     pub gdb_wait: bool,
+    /// With --gdb HOST:PORT: let HOST be beyond loopback (0.0.0.0, a LAN
+    /// address). The stub has no password: whoever reaches it controls the guest.
+    #[arg(long, requires = "gdb")]
+    pub gdb_any_address: bool,
     /// The control socket and the panic dump.
     #[command(flatten)]
     pub control: ControlArgs,
@@ -316,6 +320,15 @@ pub struct ControlArgs {
 
 fn parse_gdb(s: &str) -> Result<vmm::gdb::GdbAddr, String> {
     vmm::gdb::GdbAddr::parse(s).map_err(|e| e.to_string())
+}
+
+/// Refuses `--gdb HOST:PORT` beyond loopback without `--gdb-any-address`;
+/// asked first, so a refusal changes nothing.
+pub fn check_gdb(
+    gdb: Option<&vmm::gdb::GdbAddr>,
+    any_address: bool,
+) -> Result<(), vmm::gdb::GdbError> {
+    gdb.map_or(Ok(()), |a| a.check_reach(any_address))
 }
 
 /// `pmemvm acpi`.
@@ -439,6 +452,9 @@ pub struct RunArgs {
     /// With --gdb: hold the vCPUs until a debugger attaches.
     #[arg(long, requires = "gdb")]
     pub gdb_wait: bool,
+    /// With --gdb HOST:PORT: let HOST be beyond loopback, as for `boot`.
+    #[arg(long, requires = "gdb")]
+    pub gdb_any_address: bool,
     /// The control socket and the panic dump, as for `boot` (engine pmemvm).
     #[command(flatten)]
     pub control: ControlArgs,

@@ -28,5 +28,6 @@ impl From<&BootArgs> for lab::boot::BootRequest {
 
 /// `pmemvm boot`: returns the exit status.
 pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
+    crate::args::check_gdb(args.gdb.as_ref(), args.gdb_any_address)?;
     Ok(lab::boot::boot(&args.into())?)
 }

@@ -76,6 +76,7 @@ impl From<&RunArgs> for lab::run::RunRequest {
 /// The job spec of `pmemvm run` (see [`lab::run::RunRequest::spec`]); builds
 /// the Debian root file system of `--rootfs debian` if needed.
 pub(crate) fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
+    crate::args::check_gdb(args.gdb.as_ref(), args.gdb_any_address)?;
     Ok(lab::run::RunRequest::from(args).spec(true)?)
 }
 
