@@ -28,33 +28,29 @@ tiers_times_file() {
     fi
 }
 
+# The queue of test file $1: tcg or host.
+tiers_queue_of() {
+    case "$(basename "$1" .rs)" in nested_* | tcg_*) echo tcg && return ;; esac
+    if grep -qx '// test-queue: tcg' "$1"; then echo tcg; else echo host; fi
+}
+
 # One line per test: binary, test, tier (landing|full|planted|untiered), queue
 # (tcg|host), tab-separated, in file and source order.
 tiers_tests() {
     local f
     for f in "$TIERS_TEST_DIR"/*.rs; do
-        awk -v bin="$(basename "$f" .rs)" '
-            BEGIN { queue = (bin ~ /^(nested|tcg)_/) ? "tcg" : "host" }
-            /^\/\/ test-queue: tcg$/ { queue = "tcg" }
-            { lines[NR] = $0 }
-            END {
+        awk -v bin="$(basename "$f" .rs)" -v queue="$(tiers_queue_of "$f")" '
+            /^[ \t]*#\[test\]/ { pending = 1; tier = "landing"; next }
+            !pending { next }
+            /^[ \t]*#\[ignore/ {
+                if ($0 ~ /#\[ignore = "full: /) tier = "full"
+                else if ($0 ~ /#\[ignore = "a planted failure/) tier = "planted"
+                else tier = "untiered"
+                next
+            }
+            match($0, /fn [A-Za-z0-9_]+/) {
+                printf "%s\t%s\t%s\t%s\n", bin, substr($0, RSTART + 3, RLENGTH - 3), tier, queue
                 pending = 0
-                for (i = 1; i <= NR; i++) {
-                    l = lines[i]
-                    if (l ~ /^[ \t]*#\[test\]/) { pending = 1; tier = "landing"; continue }
-                    if (!pending) continue
-                    if (l ~ /^[ \t]*#\[ignore/) {
-                        if (l ~ /#\[ignore = "full: /) tier = "full"
-                        else if (l ~ /#\[ignore = "a planted failure/) tier = "planted"
-                        else tier = "untiered"
-                        continue
-                    }
-                    if (match(l, /fn [A-Za-z0-9_]+/)) {
-                        name = substr(l, RSTART + 3, RLENGTH - 3)
-                        printf "%s\t%s\t%s\t%s\n", bin, name, tier, queue
-                        pending = 0
-                    }
-                }
             }' "$f"
     done
 }
@@ -69,19 +65,14 @@ tiers_check() {
     return 1
 }
 
-# The test binaries of one queue (tcg or host), one per line.
+# The test binaries of queue $1 (tcg or host), one per line: every file of
+# the test directory is one, with or without a #[test] of its own.
 tiers_binaries() {
-    tiers_tests | awk -F'\t' -v q="$1" '$4 == q { print $1 }' | uniq
-    # A file with no #[test] of its own (its tests in modules) is still a binary.
-    local f b
+    local f
     for f in "$TIERS_TEST_DIR"/*.rs; do
-        b=$(basename "$f" .rs)
-        grep -q '#\[test\]' "$f" && continue
-        case "$1" in
-            tcg) case "$b" in nested_* | tcg_*) echo "$b" ;; *) grep -qx '// test-queue: tcg' "$f" && echo "$b" ;; esac ;;
-            host) case "$b" in nested_* | tcg_*) ;; *) grep -qx '// test-queue: tcg' "$f" || echo "$b" ;; esac ;;
-        esac
+        [ "$(tiers_queue_of "$f")" = "$1" ] && basename "$f" .rs
     done
+    return 0
 }
 
 # The TCG binaries split into two queues of about equal measured slot-seconds
