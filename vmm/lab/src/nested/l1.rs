@@ -37,8 +37,8 @@ pub struct L1Options {
     /// pmemvm in the L1 serves gdb (`--gdb`): QEMU listens for the debugger
     /// on this host (see [`gdb_chardev`]).
     pub gdb: Option<String>,
-    /// The user's `--api` socket on this host: QEMU listens there (owner-only)
-    /// and carries the bytes to the L1's [`API_TTY`], where pmemvm in the L1
+    /// The user's `--api` socket on this host: QEMU listens there (owner-only:
+    /// QEMU runs under umask 077) and carries the bytes to the L1's [`API_TTY`], where pmemvm in the L1
     /// serves the control protocol.
     pub api: Option<PathBuf>,
 }
@@ -129,11 +129,12 @@ pub fn l1_command(
         q.monitor(&stall::monitor_arg(&socket));
     }
     let mut cmd = q.into_command();
-    if opts.api.is_some() {
+    if makes_user_socket(opts) {
         use std::os::unix::process::CommandExt;
         // SAFETY: the closure runs in the child between fork and exec and
         // calls only umask, which is async-signal-safe and cannot fail: the
-        // control socket QEMU makes is the user's alone from its creation.
+        // control and gdb sockets QEMU makes are the user's alone from their
+        // creation.
         unsafe {
             cmd.pre_exec(|| {
                 libc::umask(0o077);
@@ -142,6 +143,19 @@ pub fn l1_command(
         }
     }
     cmd
+}
+
+/// True when QEMU makes a Unix socket at a path the user named (`--api`, or
+/// `--gdb PATH`): QEMU then runs under umask 077, so the socket is
+/// owner-only from its creation. QEMU accepts the connections itself, so
+/// their credentials are not checked as pmemvm's own sockets' are; the
+/// mode is the lock.
+fn makes_user_socket(opts: &L1Options) -> bool {
+    opts.api.is_some()
+        || opts
+            .gdb
+            .as_deref()
+            .is_some_and(|c| c.starts_with("socket,path="))
 }
 
 /// The L1 kernel's command line.
@@ -591,6 +605,24 @@ mod tests {
             serials(false, Some("tcp::1234")),
             [console, "null".into(), "chardev:gdb".into(), api]
         );
+    }
+
+    #[test]
+    fn qemu_makes_its_user_sockets_owner_only() {
+        let opts = |gdb: Option<vmm::gdb::GdbAddr>, api: Option<&str>| L1Options {
+            memory_mib: 1536,
+            cpus: 1,
+            mounts: Vec::new(),
+            interactive: false,
+            gdb: gdb.as_ref().map(gdb_chardev),
+            api: api.map(PathBuf::from),
+        };
+        let unix = vmm::gdb::GdbAddr::Unix("/home/u/gdb.sock".into());
+        let tcp = vmm::gdb::GdbAddr::parse(":1234").expect("an address");
+        assert!(makes_user_socket(&opts(Some(unix), None)));
+        assert!(makes_user_socket(&opts(None, Some("/home/u/api.sock"))));
+        assert!(!makes_user_socket(&opts(Some(tcp), None)));
+        assert!(!makes_user_socket(&opts(None, None)));
     }
 
     #[test]
