@@ -32,6 +32,34 @@ pub const GUEST_PANIC: u8 = 7;
 /// emulator running this host) mixed the two levels' state.
 pub const HOST_MODULE_RIP: &str = "that RIP lies in the host kernel's module";
 
+/// True when a failed open, read or bind at a path the user named is the
+/// path's fault (missing, no permission, a directory, taken, a file system
+/// that holds no socket): the user's to fix, [`USAGE`]. False for the host's
+/// own failures (no file descriptor or memory left, I/O errors):
+/// [`RUNTIME_ERROR`].
+pub fn is_path_fault(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::ENOENT
+                | libc::ENOTDIR
+                | libc::EACCES
+                | libc::EPERM
+                | libc::EROFS
+                | libc::EEXIST
+                | libc::EADDRINUSE
+                | libc::EADDRNOTAVAIL
+                | libc::ENXIO
+                | libc::ENODEV
+                | libc::EOPNOTSUPP
+                | libc::ENAMETOOLONG
+                | libc::ELOOP
+                | libc::EISDIR
+                | libc::EINVAL
+        )
+    )
+}
+
 /// The process exit status for an exit request.
 pub fn for_request(r: &ExitRequest) -> u8 {
     match r {

@@ -47,33 +47,6 @@ pub fn may_connect(uid: u32) -> bool {
     uid == own_uid() || uid == 0
 }
 
-/// True when a failed bind or open at a path the user named is the path's
-/// fault (missing directory, no permission, taken, a file system that holds
-/// no socket): the user's to fix, status 2. False for the host's own failures
-/// (no file descriptor or memory left, I/O errors): status 1.
-pub fn is_path_fault(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(
-            libc::ENOENT
-                | libc::ENOTDIR
-                | libc::EACCES
-                | libc::EPERM
-                | libc::EROFS
-                | libc::EEXIST
-                | libc::EADDRINUSE
-                | libc::EADDRNOTAVAIL
-                | libc::ENXIO
-                | libc::ENODEV
-                | libc::EOPNOTSUPP
-                | libc::ENAMETOOLONG
-                | libc::ELOOP
-                | libc::EISDIR
-                | libc::EINVAL
-        )
-    )
-}
-
 /// Creates a listening Unix socket at `path`, mode 0600 from its creation.
 pub fn bind(path: &Path) -> io::Result<UnixListener> {
     let _one = UMASK.lock().unwrap_or_else(|e| e.into_inner());

@@ -51,7 +51,7 @@ impl ApiError {
     pub fn is_usage(&self) -> bool {
         match self {
             Self::Exists(_) | Self::TooLong(_) => true,
-            Self::Listen { source, .. } => crate::owner_socket::is_path_fault(source),
+            Self::Listen { source, .. } => crate::exit_status::is_path_fault(source),
         }
     }
 }

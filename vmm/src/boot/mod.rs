@@ -117,16 +117,20 @@ pub enum BootError {
 }
 
 impl BootError {
-    /// True when the user's input is at fault (exit status 2).
+    /// True when the user's input is at fault (exit status 2); a kernel or
+    /// initrd the host could not read (no file descriptor left, EIO) is not.
     pub fn is_usage(&self) -> bool {
-        !matches!(
-            self,
-            Self::GuestMemory(_)
-                | Self::CmdlineLoad(_)
-                | Self::Configure(_)
-                | Self::InitrdAddress(_)
-                | Self::TooManyE820Entries(_)
-        )
+        match self {
+            Self::Read { source, .. } => crate::exit_status::is_path_fault(source),
+            _ => !matches!(
+                self,
+                Self::GuestMemory(_)
+                    | Self::CmdlineLoad(_)
+                    | Self::Configure(_)
+                    | Self::InitrdAddress(_)
+                    | Self::TooManyE820Entries(_)
+            ),
+        }
     }
 }
 
@@ -404,6 +408,19 @@ fn load_initrd(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kernel_the_host_cannot_read_is_not_the_users_mistake() {
+        let read = |errno| BootError::Read {
+            what: "kernel",
+            path: "/k".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+        };
+        assert!(!read(libc::EMFILE).is_usage());
+        assert!(!read(libc::EIO).is_usage());
+        assert!(read(libc::ENOENT).is_usage());
+        assert!(read(libc::EACCES).is_usage());
+    }
 
     #[test]
     fn detects_formats() {

@@ -66,7 +66,7 @@ impl GdbError {
         match self {
             Self::BadAddress(_) | Self::NotLoopback(_) | Self::SocketExists(_) => true,
             Self::Listen { source, .. } | Self::Serial { source, .. } => {
-                crate::owner_socket::is_path_fault(source)
+                crate::exit_status::is_path_fault(source)
             }
             Self::Vcpu(_) | Self::Connection(_) => false,
         }
