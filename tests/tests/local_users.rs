@@ -90,7 +90,7 @@ impl LocalUser {
                 &name,
             ],
         )
-        .unwrap_or_else(|e| panic!("{e}"));
+        .map_err(|e| Skip::new(format!("a second local user cannot be made here: {e}")))?;
         let (uid, gid) = (id("-u", &name), id("-g", &name));
         assert_ne!(uid, 0);
         Ok(Self { name, uid, gid })
