@@ -518,24 +518,36 @@ fn ring3_ratio_guest_runs_its_loop_in_ring_3_and_reports_every_mode() {
         console: vmm::config::ConsoleMode::Null,
         channel: None,
     };
-    let vm = vmm::vm::Vm::build(&config).unwrap();
-    let mem = vm.memory().clone();
     let size: u64 = 16 << 20;
-    for (i, v) in [size, size / 64 - 1, 20_000, 2_000].into_iter().enumerate() {
-        mem.write_obj(v, GuestAddress(0x20_0000 + 8 * i as u64))
-            .unwrap();
+    // Three guests, each mode's fewest cycles compared: a host busy beside the
+    // test (two TCG queues here) preempts a mode now and then, which only
+    // ever adds cycles; a mode that truly costs less still shows it.
+    let mut cycles = [u64::MAX; 5];
+    let mut outcome = None;
+    for _ in 0..3 {
+        let vm = vmm::vm::Vm::build(&config).unwrap();
+        let mem = vm.memory().clone();
+        for (i, v) in [size, size / 64 - 1, 20_000, 2_000].into_iter().enumerate() {
+            mem.write_obj(v, GuestAddress(0x20_0000 + 8 * i as u64))
+                .unwrap();
+        }
+        let run = vm.run().unwrap();
+        assert_eq!(
+            run.reason,
+            devices::exit::ExitRequest::GuestExit(0x11),
+            "{run:?}"
+        );
+        let word = |i: u64| -> u64 { mem.read_obj(GuestAddress(0x20_0100 + 8 * i)).unwrap() };
+        assert_eq!(word(0).to_le_bytes(), *b"R3RATIO1", "no results");
+        assert_eq!(word(6), 3, "the loop did not run at CPL 3");
+        for (mode, c) in cycles.iter_mut().enumerate() {
+            let this = word(mode as u64 + 1);
+            assert!(this > 0, "mode {mode}: no cycles");
+            *c = (*c).min(this);
+        }
+        outcome = Some(run);
     }
-    let outcome = vm.run().unwrap();
-    assert_eq!(
-        outcome.reason,
-        devices::exit::ExitRequest::GuestExit(0x11),
-        "{outcome:?}"
-    );
-    let word = |i: u64| -> u64 { mem.read_obj(GuestAddress(0x20_0100 + 8 * i)).unwrap() };
-    assert_eq!(word(0).to_le_bytes(), *b"R3RATIO1", "no results");
-    assert_eq!(word(6), 3, "the loop did not run at CPL 3");
-    let cycles: Vec<u64> = (1..6).map(word).collect();
-    assert!(cycles.iter().all(|&c| c > 0), "{cycles:?}");
+    let outcome = outcome.expect("three runs");
     // Random reads over 16 MiB cost more than the xorshift alone.
     assert!(cycles[1] > cycles[0], "{cycles:?}");
     // The guest side's page size is KVM's: the loop (run natively at CPL 3 on every kind of
