@@ -28,9 +28,9 @@ const LISTEN: Duration = Duration::from_secs(600);
 /// gdb's session, and pmemvm's end after it.
 const LIMIT: Duration = Duration::from_secs(900);
 
-/// QEMU 10, the L1 and gdb are there; the guard holds two TCG slots (the
-/// guests have two vCPUs, so the L1 has two).
-fn ready() -> Result<(PathBuf, TcgGuard), Skip> {
+/// QEMU 10, the L1 and gdb are there; the guard holds a TCG slot per vCPU
+/// of the guest (`--engine nested` gives the L1 as many).
+fn ready(vcpus: usize) -> Result<(PathBuf, TcgGuard), Skip> {
     gdb_available()?;
     let qemu = pmemvm_tests::nested::find_qemu_10()?;
     let version = Command::new(&qemu)
@@ -49,7 +49,7 @@ fn ready() -> Result<(PathBuf, TcgGuard), Skip> {
         Err(pmemvm_tests::nested::NestedError::Unavailable(s)) => return Err(s),
         Err(e) => panic!("preparing the L1 failed: {e}"),
     }
-    let guard = pmemvm_tests::tcg::lock_n(2).expect("take the TCG slots");
+    let guard = pmemvm_tests::tcg::lock_n(vcpus).expect("take the TCG slots");
     Ok((qemu, guard))
 }
 
@@ -69,7 +69,7 @@ fn boot_nested(qemu: &Path, args: &[&str]) -> Debugged {
 
 #[test]
 fn gdb_through_the_nested_engine_watches_breaks_steps_and_edits_a_tiny_guest() {
-    let (qemu, _guard) = require!(ready());
+    let (qemu, _guard) = require!(ready(2));
     let kernel = require!(pmemvm_tests::tiny::guest("debuggee"));
     let k = kernel.display().to_string();
     let target = format!("127.0.0.1:{}", free_port());
@@ -122,7 +122,7 @@ fn instruction_addresses(out: &str, function: &str) -> Vec<u64> {
 
 #[test]
 fn gdb_breaks_in_nd_pmem_probe_of_the_guest_kernel_and_the_guest_runs_on_to_its_end() {
-    let (qemu, _guard) = require!(ready());
+    let (qemu, _guard) = require!(ready(1));
     let image = require!(pmemvm_tests::image::image_dir());
     let vmlinux = image.vmlinux.clone();
     let v = vmlinux.display().to_string();
@@ -205,7 +205,7 @@ fn gdb_breaks_in_nd_pmem_probe_of_the_guest_kernel_and_the_guest_runs_on_to_its_
 
 #[test]
 fn run_with_gdb_breaks_in_pmem_submit_bio_and_the_job_finishes() {
-    let (qemu, _guard) = require!(ready());
+    let (qemu, _guard) = require!(ready(1));
     let image = require!(pmemvm_tests::image::image_dir());
     let vmlinux = image.vmlinux.clone();
     let dir = pmemvm_tests::pmemvm::TempDir::new("nested-gdb-run");
