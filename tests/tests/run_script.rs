@@ -46,6 +46,15 @@ fn run_script(tree: &Path, args: &[&str]) -> std::process::Output {
         .expect("run tests/run.sh")
 }
 
+/// `bash -c script` in `tree` (the functions of tests/lib/ sourced by it).
+fn bash_in(tree: &Path, script: &str) -> std::process::Output {
+    Command::new("bash")
+        .args(["-c", script])
+        .current_dir(tree)
+        .output()
+        .expect("run bash")
+}
+
 #[test]
 fn an_unknown_option_is_refused_in_one_sentence_before_anything_runs() {
     let dir = TempDir::new("run-sh-option");
@@ -130,11 +139,7 @@ fn list_names_every_test_with_its_tier_and_queue_and_a_new_file_is_placed_by_its
         .count();
     assert_eq!(listed, tests, "{stdout}");
     // The queues split follows too: the new binary is in queue A or B.
-    let queues = Command::new("bash")
-        .args(["-c", ". tests/lib/tiers.sh; tiers_tcg_queues landing"])
-        .current_dir(&tree)
-        .output()
-        .expect("split the queues");
+    let queues = bash_in(&tree, ". tests/lib/tiers.sh; tiers_tcg_queues landing");
     let text = String::from_utf8_lossy(&queues.stdout);
     assert_eq!(
         text.split_whitespace()
@@ -278,14 +283,10 @@ fn the_summary_names_each_rerun_and_more_than_two_fail_the_run() {
             lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
         )
         .expect("write the rerun log");
-        Command::new("bash")
-            .args([
-                "-c",
-                ". tests/lib/summary.sh; count_lines reruns reruns.log; reruns_within reruns.log 2",
-            ])
-            .current_dir(&tree)
-            .output()
-            .expect("run the summary")
+        bash_in(
+            &tree,
+            ". tests/lib/summary.sh; count_lines reruns reruns.log; reruns_within reruns.log 2",
+        )
     };
     let evidence = "nested_mce::t\tthe L1 was restarted: the L1's CPU took a triple fault";
     let one = summary(&[evidence]);

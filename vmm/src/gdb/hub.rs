@@ -393,6 +393,21 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// A hub of two vCPU stand-ins ([`vcpu`]), both running; the flag ends them.
+    fn two_running_vcpus() -> (
+        Arc<DebugHub>,
+        Arc<AtomicBool>,
+        Vec<std::thread::JoinHandle<u32>>,
+    ) {
+        let hub = Arc::new(DebugHub::new(2, false));
+        let end = Arc::new(AtomicBool::new(false));
+        let threads = (0..2).map(|i| vcpu(hub.clone(), i, end.clone())).collect();
+        while !(hub.alive(0) && hub.alive(1)) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        (hub, end, threads)
+    }
+
     /// A vCPU stand-in: runs (sleeps) until held, then parks and serves
     /// requests until resumed; ends when `end` is set.
     fn vcpu(
@@ -434,12 +449,7 @@ mod tests {
     fn hold_all_parks_every_vcpu_and_release_lets_them_run() {
         // The kick handler must be installed for the signal not to end the process.
         let _set = crate::vcpu::VcpuSet::new().unwrap();
-        let hub = Arc::new(DebugHub::new(2, false));
-        let end = Arc::new(AtomicBool::new(false));
-        let threads: Vec<_> = (0..2).map(|i| vcpu(hub.clone(), i, end.clone())).collect();
-        while !(hub.alive(0) && hub.alive(1)) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let (hub, end, threads) = two_running_vcpus();
         hub.hold_all(
             Holder::Debugger,
             crate::signals::kick_signal(),
@@ -478,12 +488,7 @@ mod tests {
     fn each_holder_releases_only_its_own_hold() {
         // The kick handler must be installed for the signal not to end the process.
         let _set = crate::vcpu::VcpuSet::new().unwrap();
-        let hub = Arc::new(DebugHub::new(2, false));
-        let end = Arc::new(AtomicBool::new(false));
-        let threads: Vec<_> = (0..2).map(|i| vcpu(hub.clone(), i, end.clone())).collect();
-        while !(hub.alive(0) && hub.alive(1)) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let (hub, end, threads) = two_running_vcpus();
         let kick = crate::signals::kick_signal();
         let long = Duration::from_secs(5);
         // A dump (--dump-on-panic, taken by vCPU 0) holds vCPU 1 ...
