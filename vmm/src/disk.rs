@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use devices::bus::Bus;
 use devices::virtio::blk::{Block, BlockStats};
+use devices::virtio::dma::DmaView;
 use devices::virtio::mmio::MmioTransport;
 use devices::virtio::MMIO_DEVICE_SIZE;
-use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::config::DiskSpec;
@@ -132,7 +132,7 @@ pub struct AttachedDisk {
 /// Puts each disk on `mmio` with an interrupt from `irq(gsi)`.
 pub fn attach_all(
     disks: Vec<OpenDisk>,
-    mem: &GuestMemoryMmap,
+    mem: &DmaView,
     mmio: &mut Bus,
     mut irq: impl FnMut(u32) -> Result<EventFd, String>,
 ) -> Result<Vec<AttachedDisk>, DiskError> {

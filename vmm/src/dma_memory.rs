@@ -1,79 +1,65 @@
 //! The guest memory a DMA device (a virtio disk) reaches: RAM, and every NVDIMM and
-//! legacy persistent-memory range. Guest pages of a DAX mapping are pmem pages, and the
-//! guest hands them to a disk as any other buffer (an `O_DIRECT` read or write between a
-//! file and a DAX-mapped buffer: ndctl's `device-dax` test does it); a device that saw
-//! only RAM returned such a request unused and the guest read its stale status byte as
-//! success — the data silently not moved.
+//! legacy persistent-memory range, in the two views of [`devices::virtio::dma`] (what
+//! a device may read, what it may write). Guest pages of a DAX mapping are pmem
+//! pages, and the guest hands them to a disk as any other buffer (an `O_DIRECT` read
+//! or write between a file and a DAX-mapped buffer: ndctl's `device-dax` test does
+//! it); a device that saw only RAM returned such a request unused and the guest read
+//! its stale status byte as success — the data silently not moved. A `readonly`
+//! DIMM or legacy range is mapped `PROT_READ` and joins the readable view only.
 
-use std::sync::Arc;
-
+use devices::virtio::dma::{DmaError, DmaMemory, DmaView};
 use vm_memory::mmap::MmapRegion;
-use vm_memory::{GuestAddress, GuestMemoryMmap, GuestRegionMmap};
+use vm_memory::GuestMemoryMmap;
 
-/// Errors of building the devices' view of guest memory.
-#[derive(Debug, thiserror::Error)]
-pub enum DmaMemoryError {
-    /// A range could not be described to vm-memory.
-    #[error("the devices' view of guest memory could not take the persistent-memory range at {base:#x} ({len} bytes): {why}")]
-    Region {
-        /// Guest physical base.
-        base: u64,
-        /// Length.
-        len: usize,
-        /// Cause.
-        why: String,
-    },
-}
-
-/// `ram` with each `(guest base, mapping)` of `pmem` added (the mappings are borrowed,
-/// not owned: dropping the result unmaps nothing).
+/// The views of `ram` with each `(guest base, mapping)` of `pmem` added (the
+/// mappings are borrowed, not owned: dropping the views unmaps nothing).
 ///
-/// The caller keeps every mapping of `pmem` alive as long as any device uses the result
-/// (the VM owns both; its devices run only in its vCPU threads, which end before it is
-/// dropped).
+/// The caller keeps every mapping of `pmem` alive as long as any device uses the
+/// views (the VM owns both; a hot-added DIMM's mapping lives as long as the VM).
 pub fn with_pmem<'a>(
     ram: &GuestMemoryMmap,
     pmem: impl IntoIterator<Item = (u64, &'a MmapRegion)>,
-) -> Result<GuestMemoryMmap, DmaMemoryError> {
-    let mut mem = ram.clone();
+) -> Result<DmaView, DmaError> {
+    let mut mem = DmaMemory::ram(ram);
     for (base, m) in pmem {
-        let err = |why: String| DmaMemoryError::Region {
-            base,
-            len: m.size(),
-            why,
-        };
-        // SAFETY: `m` is a live mapping of `m.size()` bytes at `m.as_ptr()` with the
-        // protection and flags it reports, and the caller keeps it mapped while the result
-        // is used (above); the new region does not own it, so it never unmaps it.
-        let raw = unsafe { MmapRegion::build_raw(m.as_ptr(), m.size(), m.prot(), m.flags()) }
-            .map_err(|e| err(e.to_string()))?;
-        let region = GuestRegionMmap::new(raw, GuestAddress(base))
-            .ok_or_else(|| err("it does not fit the guest address space".into()))?;
-        mem = mem
-            .insert_region(Arc::new(region))
-            .map_err(|e| err(e.to_string()))?;
+        mem = mem.with_range(base, m)?;
     }
-    Ok(mem)
+    Ok(DmaView::new(mem))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vm_memory::{Bytes, GuestMemoryBackend};
+    use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
 
     #[test]
-    fn a_pmem_range_is_reachable_beside_ram_and_stays_mapped_when_the_view_is_dropped() {
+    fn pmem_ranges_are_reachable_beside_ram_read_only_ones_only_to_read() {
         let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
         let pmem = MmapRegion::new(2 << 20).unwrap();
-        let view = with_pmem(&ram, [(1u64 << 32, &pmem)]).unwrap();
-        view.write_slice(b"dax page", GuestAddress((1 << 32) + 4096))
+        let ro = MmapRegion::<()>::build(
+            None,
+            1 << 20,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        )
+        .unwrap();
+        let view = with_pmem(&ram, [(1u64 << 32, &pmem), (2u64 << 32, &ro)])
+            .unwrap()
+            .current();
+        view.writable
+            .write_slice(b"dax page", GuestAddress((1 << 32) + 4096))
             .unwrap();
-        view.write_slice(b"ram", GuestAddress(64)).unwrap();
         // SAFETY: the region is 2 MiB long and still mapped; reading 8 bytes at 4096.
         let seen = unsafe { std::slice::from_raw_parts(pmem.as_ptr().add(4096), 8) };
         assert_eq!(seen, b"dax page", "the view writes the pmem mapping itself");
-        assert!(view.address_in_range(GuestAddress((1 << 32) + (2 << 20) - 1)));
-        assert!(!view.address_in_range(GuestAddress((1 << 32) + (2 << 20))));
+        assert!(view
+            .writable
+            .address_in_range(GuestAddress((1 << 32) + (2 << 20) - 1)));
+        assert!(!view
+            .readable
+            .address_in_range(GuestAddress((1 << 32) + (2 << 20))));
+        assert!(view.readable.address_in_range(GuestAddress(2 << 32)));
+        assert!(!view.writable.address_in_range(GuestAddress(2 << 32)));
         drop(view);
         // SAFETY: as above; the dropped view did not unmap the region.
         let after = unsafe { std::slice::from_raw_parts(pmem.as_ptr().add(4096), 8) };

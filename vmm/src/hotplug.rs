@@ -66,6 +66,9 @@ pub enum HotplugError {
     /// KVM refused the memory slot.
     #[error("KVM refused the new DIMM's memory slot: {0}")]
     Memslot(#[source] kvm_ioctls::Error),
+    /// The disks' view of guest memory could not take the DIMM.
+    #[error(transparent)]
+    Dma(#[from] devices::virtio::dma::DmaError),
     /// Host I/O (duplicating the file, raising the notification).
     #[error("{what}: {source}")]
     Io {
@@ -84,7 +87,7 @@ impl HotplugError {
             Self::NoFreeSlot { .. } | Self::Option { .. } | Self::AddressSpace { .. } => true,
             Self::Backing(e) => e.is_usage(),
             Self::Media(e) => e.is_usage(),
-            Self::Placement(_) | Self::Memslot(_) | Self::Io { .. } => false,
+            Self::Placement(_) | Self::Memslot(_) | Self::Dma(_) | Self::Io { .. } => false,
         }
     }
 }
@@ -126,6 +129,7 @@ pub struct NvdimmHotplug {
     dsm: Arc<DsmHandler>,
     events: Arc<PlatformEvents>,
     flush: Arc<Mutex<FlushHintDevice>>,
+    dma: devices::virtio::dma::DmaView,
     state: Mutex<State>,
 }
 
@@ -154,6 +158,8 @@ pub(crate) struct HotplugParts {
     pub events: Option<Arc<PlatformEvents>>,
     /// The flush-hint device (with a DIMM or a slot).
     pub flush: Option<Arc<Mutex<FlushHintDevice>>>,
+    /// The disks' view of guest memory, which each new DIMM joins.
+    pub dma: devices::virtio::dma::DmaView,
 }
 
 /// The end of the highest guest range of `ram` and `ranges` (base, length),
@@ -182,6 +188,7 @@ impl NvdimmHotplug {
             dsm: p.dsm?,
             events: p.events?,
             flush: p.flush?,
+            dma: p.dma,
             state: Mutex::new(State {
                 described: p.described,
                 next_memslot: p.next_memslot,
@@ -309,6 +316,20 @@ impl NvdimmHotplug {
         // the guest range starts above every range mapped before (`top`) and
         // the slot number was never used.
         unsafe { self.vm_fd.set_user_memory_region(region) }.map_err(HotplugError::Memslot)?;
+        // The disks reach the new DIMM from now on (a buffer there before this
+        // got an error status). Its mapping lives as long as the VM (`State::dimms`).
+        if let Err(e) = self.dma.add_range(base, &mapping) {
+            let gone = kvm_bindings::kvm_userspace_memory_region {
+                memory_size: 0,
+                ..region
+            };
+            // SAFETY: a size of 0 deletes the slot just created; nothing else
+            // refers to it yet (the guest has not been told of the DIMM).
+            if let Err(k) = unsafe { self.vm_fd.set_user_memory_region(gone) } {
+                log::warn!("removing the memory slot of a DIMM the disks cannot reach failed: {k}");
+            }
+            return Err(e.into());
+        }
         let placed = PlacedNvdimm {
             spec,
             base,

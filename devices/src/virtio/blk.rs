@@ -5,9 +5,13 @@
 //!
 //! Every request is checked before the file is touched: the header must be
 //! complete, the data must lie inside the disk (no sector arithmetic may
-//! overflow), a write to a read-only disk fails with `VIRTIO_BLK_S_IOERR`, and
-//! a chain without room for the status byte is returned unused. Descriptor
-//! chains themselves (loops, indices, addresses outside guest RAM) are
+//! overflow), a write to a read-only disk fails with `VIRTIO_BLK_S_IOERR`.
+//! Buffers are read from the readable view of guest memory and written only
+//! through the writable one ([`super::dma`]): a buffer in a read-only NVDIMM,
+//! past RAM or in a range the devices do not know fails the request with
+//! `VIRTIO_BLK_S_IOERR` in its status byte; a chain whose status byte or used
+//! ring entry cannot be written puts the device in DEVICE_NEEDS_RESET. Nothing
+//! is completed silently. Descriptor chains themselves (loops, indices) are
 //! validated by `virtio-queue`.
 
 use std::fs::File;
@@ -22,9 +26,14 @@ use virtio_bindings::virtio_blk::{
     VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT,
 };
 use virtio_queue::{DescriptorChain, Queue, QueueT, Reader, Writer};
-use vm_memory::GuestMemoryMmap;
+use vm_memory::{Address, Bytes, GuestMemoryMmap};
 
-use super::VirtioDevice;
+use super::dma::DmaMemory;
+use super::{Served, VirtioDevice};
+
+/// A chain the device cannot complete: its status byte is not writable.
+#[derive(Debug)]
+struct Unservable(&'static str);
 
 /// virtio device ID of a block device.
 pub const DEVICE_ID: u32 = 2;
@@ -72,7 +81,9 @@ pub struct BlockStats {
     pub flushes: AtomicU64,
     /// Well-formed requests that ended with an error status.
     pub errors: AtomicU64,
-    /// Chains returned unused (no header, no status byte, outside guest memory).
+    /// Chains the device could not serve (a short header, a buffer outside what
+    /// the device may read or write): completed with `VIRTIO_BLK_S_IOERR` where
+    /// their status byte is writable, else the device needed a reset.
     pub malformed: AtomicU64,
 }
 
@@ -142,37 +153,84 @@ impl Block {
     }
 
     /// Executes one request; returns the bytes written into the guest's
-    /// buffers (the used length), status byte included.
-    fn execute(&mut self, chain: DescriptorChain<&GuestMemoryMmap>, mem: &GuestMemoryMmap) -> u32 {
-        let (Ok(mut reader), Ok(mut writer)) =
-            (Reader::new(mem, chain.clone()), Writer::new(mem, chain))
-        else {
-            return self.malformed("its descriptors do not lie in guest memory");
+    /// buffers (the used length), status byte included. A request whose
+    /// buffers lie outside what the device may read or write completes with
+    /// `VIRTIO_BLK_S_IOERR` where its status byte is writable; one whose
+    /// status byte is not is [`Unservable`].
+    fn execute(
+        &mut self,
+        chain: DescriptorChain<&GuestMemoryMmap>,
+        mem: &DmaMemory,
+    ) -> Result<u32, Unservable> {
+        let Ok(mut writer) = Writer::new(&mem.writable, chain.clone()) else {
+            return self.fail_at_last_byte(
+                &chain,
+                mem,
+                "a buffer the device writes lies outside the guest's writable memory",
+            );
         };
-        let mut header = [0u8; HEADER_LEN];
-        if reader.read_exact(&mut header).is_err() {
-            return self.malformed("its header is shorter than 16 bytes");
-        }
         let Some(status_at) = writer.available_bytes().checked_sub(1) else {
-            return self.malformed("it has no room for the status byte");
+            return Err(Unservable("it has no room for the status byte"));
         };
         let Ok(mut status_writer) = writer.split_at(status_at) else {
-            return self.malformed("its status byte cannot be reached");
+            return Err(Unservable("its status byte cannot be reached"));
         };
-        let kind = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-        let mut sector_bytes = [0u8; 8];
-        sector_bytes.copy_from_slice(&header[8..16]);
-        let sector = u64::from_le_bytes(sector_bytes);
-        let (status, data_len) = self.serve(kind, sector, &mut reader, &mut writer);
-        if status != VIRTIO_BLK_S_OK {
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
-        }
-        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let (status, data_len) = match Reader::new(&mem.readable, chain) {
+            Err(_) => self.refused("a buffer the device reads lies outside guest memory"),
+            Ok(mut reader) => {
+                let mut header = [0u8; HEADER_LEN];
+                if reader.read_exact(&mut header).is_err() {
+                    self.refused("its header is shorter than 16 bytes")
+                } else {
+                    let kind = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+                    let mut sector_bytes = [0u8; 8];
+                    sector_bytes.copy_from_slice(&header[8..16]);
+                    let sector = u64::from_le_bytes(sector_bytes);
+                    let (status, data_len) = self.serve(kind, sector, &mut reader, &mut writer);
+                    if status != VIRTIO_BLK_S_OK {
+                        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.stats.requests.fetch_add(1, Ordering::Relaxed);
+                    (status, data_len)
+                }
+            }
+        };
         let status_byte = u8::try_from(status).unwrap_or(u8::MAX);
         if status_writer.write_all(&[status_byte]).is_err() {
-            return self.malformed("its status byte cannot be written");
+            return Err(Unservable("its status byte cannot be written"));
         }
-        u32::try_from(data_len + 1).unwrap_or(u32::MAX)
+        Ok(u32::try_from(data_len + 1).unwrap_or(u32::MAX))
+    }
+
+    /// A request refused before the file is touched: counted, `VIRTIO_BLK_S_IOERR`.
+    fn refused(&self, why: &str) -> (u32, usize) {
+        log::debug!("{}: a request was refused: {why}", self.path);
+        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+        (VIRTIO_BLK_S_IOERR, 0)
+    }
+
+    /// Completes a chain whose buffers cannot all be written with
+    /// `VIRTIO_BLK_S_IOERR` in the last byte of its last descriptor, when that
+    /// descriptor is device-writable and lies in the writable view.
+    fn fail_at_last_byte(
+        &self,
+        chain: &DescriptorChain<&GuestMemoryMmap>,
+        mem: &DmaMemory,
+        why: &'static str,
+    ) -> Result<u32, Unservable> {
+        let last = chain.clone().last().ok_or(Unservable(why))?;
+        let status_at = last
+            .len()
+            .checked_sub(1)
+            .and_then(|off| last.addr().checked_add(u64::from(off)))
+            .filter(|_| last.is_write_only())
+            .ok_or(Unservable(why))?;
+        let status = u8::try_from(VIRTIO_BLK_S_IOERR).unwrap_or(u8::MAX);
+        mem.writable
+            .write_obj(status, status_at)
+            .map_err(|_| Unservable(why))?;
+        self.refused(why);
+        Ok(1)
     }
 
     /// Serves a well-formed request: (status, bytes written to the guest before the status).
@@ -253,12 +311,6 @@ impl Block {
             }
             _ => (VIRTIO_BLK_S_UNSUPP, 0),
         }
-    }
-
-    fn malformed(&self, why: &str) -> u32 {
-        log::debug!("{}: a request was returned unused: {why}", self.path);
-        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-        0
     }
 }
 
@@ -343,24 +395,39 @@ impl VirtioDevice for Block {
         }
     }
 
-    fn process_queue(&mut self, _index: usize, queue: &mut Queue, mem: &GuestMemoryMmap) -> usize {
+    fn process_queue(&mut self, _index: usize, queue: &mut Queue, mem: &DmaMemory) -> Served {
         // At most one queue's worth per notification: a guest whose data
         // buffers overwrite its own available ring cannot keep the vCPU here;
         // a well-behaved driver notifies again for chains it adds meanwhile.
         let mut used = 0;
         while used < usize::from(queue.size()) {
-            let Some(chain) = queue.pop_descriptor_chain(mem) else {
+            let Some(chain) = queue.pop_descriptor_chain(&mem.readable) else {
                 break;
             };
             let head = chain.head_index();
-            let len = self.execute(chain, mem);
-            if let Err(e) = queue.add_used(mem, head, len) {
-                log::warn!("{}: the used ring cannot be written: {e:?}", self.path);
-                break;
+            let len = match self.execute(chain, mem) {
+                Ok(len) => len,
+                Err(Unservable(why)) => {
+                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    log::warn!(
+                        "{}: a request cannot be completed ({why}); the device needs a reset",
+                        self.path
+                    );
+                    return Served {
+                        used,
+                        broken: Some(why),
+                    };
+                }
+            };
+            if queue.add_used(&mem.writable, head, len).is_err() {
+                return Served {
+                    used,
+                    broken: Some("its used ring cannot be written"),
+                };
             }
             used += 1;
         }
-        used
+        Served { used, broken: None }
     }
 }
 

@@ -104,35 +104,45 @@ fn unknown_types_are_unsupported_and_get_id_names_the_disk() {
 }
 
 #[test]
-fn malformed_chains_are_returned_unused() {
+fn malformed_chains_get_an_error_status_and_one_without_a_status_byte_stops_the_device() {
     let mut d = Driver::ready(8192, false);
     // A header shorter than 16 bytes.
     d.header(VIRTIO_BLK_T_IN, 0);
     d.put_desc(0, HEADER, 8, F_NEXT, 2);
     d.put_desc(2, STATUS, 1, F_WRITE, 0);
     d.submit(0);
-    assert_eq!(d.used(0), (0, 0));
-    assert_eq!(d.status(), 0xee, "no status written");
-    // No writable byte for the status.
-    d.header(VIRTIO_BLK_T_IN, 0);
-    d.put_desc(0, HEADER, 16, 0, 0);
-    d.submit(0);
-    assert_eq!(d.used(1), (0, 0));
+    assert_eq!(d.used(0), (0, 1), "the status byte only");
+    assert_eq!(d.status(), S_IOERR);
     // A data descriptor outside guest memory.
     d.header(VIRTIO_BLK_T_IN, 0);
     d.put_desc(0, HEADER, 16, F_NEXT, 1);
     d.put_desc(1, 0x1_0000_0000, 512, F_NEXT | F_WRITE, 2);
     d.put_desc(2, STATUS, 1, F_WRITE, 0);
     d.submit(0);
-    assert_eq!(d.used_idx(), 3);
-    assert_eq!(d.used(2).1, 0);
+    assert_eq!(d.used(1), (0, 1));
+    assert_eq!(d.status(), S_IOERR);
     // A descriptor loop is cut after one queue of descriptors (virtio-queue's
     // TTL) and served as what it then is; it does not hang the device.
     d.put_desc(0, HEADER, 16, F_NEXT, 1);
     d.put_desc(1, DATA, 512, F_NEXT | F_WRITE, 0);
     d.submit(0);
-    assert_eq!(d.used_idx(), 4);
-    assert_eq!(d.dev.device().stats().malformed.load(Ordering::Relaxed), 3);
+    assert_eq!(d.used_idx(), 3);
+    assert_eq!(d.dev.device().stats().malformed.load(Ordering::Relaxed), 2);
+    assert_eq!(reg_read(&mut d.dev, 0x70) & 64, 0, "still working");
+    // No writable byte for the status: nothing to complete it with.
+    d.header(VIRTIO_BLK_T_IN, 0);
+    d.put_desc(0, HEADER, 16, 0, 0);
+    d.submit(0);
+    assert_eq!(d.used_idx(), 3, "not returned");
+    assert_ne!(reg_read(&mut d.dev, 0x70) & 64, 0, "DEVICE_NEEDS_RESET");
+    assert_ne!(
+        reg_read(&mut d.dev, 0x60) & 2,
+        0,
+        "a configuration interrupt"
+    );
+    // The device ignores its queue until the driver resets it.
+    d.request(VIRTIO_BLK_T_IN, 0, 512, true);
+    assert_eq!(d.used_idx(), 3);
 }
 
 #[test]

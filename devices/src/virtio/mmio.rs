@@ -15,16 +15,18 @@ use virtio_bindings::virtio_mmio::{
     VIRTIO_MMIO_CONFIG, VIRTIO_MMIO_CONFIG_GENERATION, VIRTIO_MMIO_DEVICE_FEATURES,
     VIRTIO_MMIO_DEVICE_FEATURES_SEL, VIRTIO_MMIO_DEVICE_ID, VIRTIO_MMIO_DRIVER_FEATURES,
     VIRTIO_MMIO_DRIVER_FEATURES_SEL, VIRTIO_MMIO_INTERRUPT_ACK, VIRTIO_MMIO_INTERRUPT_STATUS,
-    VIRTIO_MMIO_INT_VRING, VIRTIO_MMIO_MAGIC_VALUE, VIRTIO_MMIO_QUEUE_AVAIL_HIGH,
-    VIRTIO_MMIO_QUEUE_AVAIL_LOW, VIRTIO_MMIO_QUEUE_DESC_HIGH, VIRTIO_MMIO_QUEUE_DESC_LOW,
-    VIRTIO_MMIO_QUEUE_NOTIFY, VIRTIO_MMIO_QUEUE_NUM, VIRTIO_MMIO_QUEUE_NUM_MAX,
-    VIRTIO_MMIO_QUEUE_READY, VIRTIO_MMIO_QUEUE_SEL, VIRTIO_MMIO_QUEUE_USED_HIGH,
-    VIRTIO_MMIO_QUEUE_USED_LOW, VIRTIO_MMIO_STATUS, VIRTIO_MMIO_VENDOR_ID, VIRTIO_MMIO_VERSION,
+    VIRTIO_MMIO_INT_CONFIG, VIRTIO_MMIO_INT_VRING, VIRTIO_MMIO_MAGIC_VALUE,
+    VIRTIO_MMIO_QUEUE_AVAIL_HIGH, VIRTIO_MMIO_QUEUE_AVAIL_LOW, VIRTIO_MMIO_QUEUE_DESC_HIGH,
+    VIRTIO_MMIO_QUEUE_DESC_LOW, VIRTIO_MMIO_QUEUE_NOTIFY, VIRTIO_MMIO_QUEUE_NUM,
+    VIRTIO_MMIO_QUEUE_NUM_MAX, VIRTIO_MMIO_QUEUE_READY, VIRTIO_MMIO_QUEUE_SEL,
+    VIRTIO_MMIO_QUEUE_USED_HIGH, VIRTIO_MMIO_QUEUE_USED_LOW, VIRTIO_MMIO_STATUS,
+    VIRTIO_MMIO_VENDOR_ID, VIRTIO_MMIO_VERSION,
 };
 use virtio_queue::{Queue, QueueT};
-use vm_memory::GuestMemoryMmap;
+use vm_memory::{GuestAddress, GuestMemoryBackend};
 use vmm_sys_util::eventfd::EventFd;
 
+use super::dma::{DmaMemory, DmaView};
 use super::VirtioDevice;
 use crate::bus::BusDevice;
 
@@ -53,7 +55,7 @@ pub enum MmioError {
 /// One virtio device on the MMIO bus.
 pub struct MmioTransport<D: VirtioDevice> {
     device: D,
-    mem: GuestMemoryMmap,
+    mem: DmaView,
     irq: EventFd,
     queues: Vec<Queue>,
     queue_sel: u32,
@@ -84,9 +86,10 @@ impl<D: VirtioDevice> std::fmt::Debug for MmioTransport<D> {
 const STATUS_NEEDS_RESET: u32 = 64;
 
 impl<D: VirtioDevice> MmioTransport<D> {
-    /// A transport for `device` that reaches guest memory `mem` and raises
-    /// its interrupt by writing `irq` (an eventfd registered as a KVM irqfd).
-    pub fn new(device: D, mem: GuestMemoryMmap, irq: EventFd) -> Result<Self, MmioError> {
+    /// A transport for `device` that reaches guest memory through `mem` (the
+    /// views every device shares) and raises its interrupt by writing `irq`
+    /// (an eventfd registered as a KVM irqfd).
+    pub fn new(device: D, mem: DmaView, irq: EventFd) -> Result<Self, MmioError> {
         let queues = device
             .queue_max_sizes()
             .iter()
@@ -166,6 +169,13 @@ impl<D: VirtioDevice> MmioTransport<D> {
                 value &= !VIRTIO_CONFIG_S_FEATURES_OK;
             }
         }
+        // DRIVER_OK only after the device accepted the features (§3.1.1).
+        if value & VIRTIO_CONFIG_S_DRIVER_OK != 0
+            && (self.status | value) & VIRTIO_CONFIG_S_FEATURES_OK == 0
+        {
+            log::warn!("virtio-mmio: DRIVER_OK without FEATURES_OK refused");
+            value &= !VIRTIO_CONFIG_S_DRIVER_OK;
+        }
         // The driver may only add bits (§3.1.1); FAILED is the driver's to set.
         self.status |= value
             & (VIRTIO_CONFIG_S_ACKNOWLEDGE
@@ -199,28 +209,46 @@ impl<D: VirtioDevice> MmioTransport<D> {
         let Ok(i) = usize::try_from(index) else {
             return;
         };
+        let mem = self.mem.current();
         let Some(queue) = self.queues.get_mut(i) else {
             return;
         };
-        if !queue.is_valid(&self.mem) {
-            log::warn!("virtio-mmio: queue {i} was notified but does not fit guest memory; the device needs a reset");
-            self.needs_reset = true;
-            self.status |= STATUS_NEEDS_RESET;
+        if !rings_reachable(queue, &mem) {
+            self.needs_reset(&format!(
+                "queue {i} was notified but its rings do not lie in guest memory the device may use"
+            ));
             return;
         }
-        let used = self.device.process_queue(i, queue, &self.mem);
-        if used == 0 {
-            return;
-        }
-        let notify = queue.needs_notification(&self.mem).unwrap_or(true);
+        let served = self.device.process_queue(i, queue, &mem);
+        let notify = served.used > 0 && queue.needs_notification(&mem.readable).unwrap_or(true);
         if notify {
-            if self.interrupt_status == 0 {
-                self.raised_at = Some(std::time::Instant::now());
-            }
-            self.interrupt_status |= VIRTIO_MMIO_INT_VRING;
-            if let Err(e) = self.irq.write(1) {
-                log::warn!("virtio-mmio: raising the interrupt failed: {e}");
-            }
+            self.raise(VIRTIO_MMIO_INT_VRING);
+        }
+        if let Some(why) = served.broken {
+            self.needs_reset(&format!("queue {i}: {why}"));
+        }
+    }
+
+    /// Sets `bit` in the interrupt status and signals the guest.
+    fn raise(&mut self, bit: u32) {
+        if self.interrupt_status == 0 {
+            self.raised_at = Some(std::time::Instant::now());
+        }
+        self.interrupt_status |= bit;
+        if let Err(e) = self.irq.write(1) {
+            log::warn!("virtio-mmio: raising the interrupt failed: {e}");
+        }
+    }
+
+    /// The driver broke the protocol: the device stops using its queues until
+    /// the driver resets it, says so in DEVICE_NEEDS_RESET and, once the driver
+    /// had set DRIVER_OK, with a configuration change interrupt (§2.1.2).
+    fn needs_reset(&mut self, why: &str) {
+        log::warn!("virtio-mmio: {why}; the device needs a reset");
+        self.needs_reset = true;
+        self.status |= STATUS_NEEDS_RESET;
+        if self.status & VIRTIO_CONFIG_S_DRIVER_OK != 0 {
+            self.raise(VIRTIO_MMIO_INT_CONFIG);
         }
     }
 
@@ -279,9 +307,7 @@ impl<D: VirtioDevice> MmioTransport<D> {
                         .is_none_or(|size| q.try_set_size(size).is_err());
                 });
                 if refused {
-                    log::warn!("virtio-mmio: queue size {value} refused; the device needs a reset");
-                    self.needs_reset = true;
-                    self.status |= STATUS_NEEDS_RESET;
+                    self.needs_reset(&format!("queue size {value} refused"));
                 }
             }
             VIRTIO_MMIO_QUEUE_READY => {
@@ -321,6 +347,18 @@ impl<D: VirtioDevice> MmioTransport<D> {
             _ => {}
         }
     }
+}
+
+/// Whether `queue`'s descriptor table and available ring lie in what the
+/// device may read and its used ring in what it may write.
+fn rings_reachable(queue: &Queue, mem: &DmaMemory) -> bool {
+    // The used ring: flags, index, 8 bytes an entry, avail_event (the length
+    // virtio-queue checks).
+    let used_len = 6 + 8 * usize::from(queue.size());
+    queue.is_valid(&mem.readable)
+        && mem
+            .writable
+            .check_range(GuestAddress(queue.used_ring()), used_len)
 }
 
 fn low32(v: u64) -> u32 {

@@ -12,12 +12,16 @@
 //! here before it is used, and nothing the guest writes makes the device panic.
 
 pub mod blk;
+pub mod dma;
+#[cfg(test)]
+mod hostile_tests;
 pub mod mmio;
 #[cfg(test)]
 mod test_driver;
 
 use virtio_queue::Queue;
-use vm_memory::GuestMemoryMmap;
+
+use dma::DmaMemory;
 
 /// Bytes of MMIO space one virtio-mmio device takes (registers + config space).
 pub const MMIO_DEVICE_SIZE: u64 = 0x1000;
@@ -34,6 +38,17 @@ pub trait VirtioDevice: Send {
     /// its end read as zero.
     fn read_config(&self, offset: u64, data: &mut [u8]);
     /// Handles the driver's notification of queue `index`: consumes the
-    /// available buffers and returns how many it put in the used ring.
-    fn process_queue(&mut self, index: usize, queue: &mut Queue, mem: &GuestMemoryMmap) -> usize;
+    /// available buffers, reading guest memory through `mem.readable` and
+    /// writing it only through `mem.writable`.
+    fn process_queue(&mut self, index: usize, queue: &mut Queue, mem: &DmaMemory) -> Served;
+}
+
+/// What one notification did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    /// Chains put in the used ring.
+    pub used: usize,
+    /// Why the device stopped and needs a reset (a chain it could not
+    /// complete), if it did.
+    pub broken: Option<&'static str>,
 }

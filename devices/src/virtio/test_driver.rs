@@ -11,6 +11,7 @@ use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::tempfile::TempFile;
 
 use super::blk::Block;
+use super::dma::{DmaMemory, DmaView};
 use super::mmio::MmioTransport;
 use crate::bus::BusDevice;
 
@@ -27,6 +28,8 @@ pub const F_WRITE: u16 = 2;
 pub struct Driver {
     pub dev: MmioTransport<Block>,
     pub mem: GuestMemoryMmap,
+    /// The views the device uses (RAM until a test adds a range).
+    pub view: DmaView,
     pub irq: EventFd,
     pub file: TempFile,
     avail_idx: u16,
@@ -56,10 +59,12 @@ impl Driver {
             .unwrap();
         let blk = Block::new(f, "test.img", readonly, "pmemvm-test-disk").unwrap();
         let irq = EventFd::new(libc::EFD_NONBLOCK).unwrap();
-        let dev = MmioTransport::new(blk, mem.clone(), irq.try_clone().unwrap()).unwrap();
+        let view = DmaView::new(DmaMemory::ram(&mem));
+        let dev = MmioTransport::new(blk, view.clone(), irq.try_clone().unwrap()).unwrap();
         Self {
             dev,
             mem,
+            view,
             irq,
             file,
             avail_idx: 0,
@@ -172,4 +177,22 @@ impl Driver {
     pub fn file_bytes(&self) -> Vec<u8> {
         std::fs::read(self.file.as_path()).unwrap()
     }
+}
+
+/// A `PROT_READ` shared mapping of a file holding `bytes`: what a `readonly`
+/// NVDIMM or legacy range is to the devices. The file is returned to read back.
+pub fn read_only_range(bytes: &[u8]) -> (vm_memory::mmap::MmapRegion, TempFile) {
+    let file = TempFile::new().unwrap();
+    file.as_file().write_all(bytes).unwrap();
+    let region = vm_memory::mmap::MmapRegion::build(
+        Some(vm_memory::FileOffset::new(
+            std::fs::File::open(file.as_path()).unwrap(),
+            0,
+        )),
+        bytes.len(),
+        libc::PROT_READ,
+        libc::MAP_SHARED,
+    )
+    .unwrap();
+    (region, file)
 }

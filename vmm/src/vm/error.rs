@@ -53,7 +53,7 @@ pub enum VmError {
     Disk(#[from] crate::disk::DiskError),
     /// The disks' view of guest memory.
     #[error(transparent)]
-    DmaMemory(#[from] crate::dma_memory::DmaMemoryError),
+    DmaMemory(#[from] devices::virtio::dma::DmaError),
     /// Backing files of legacy persistent memory.
     #[error(transparent)]
     LegacyBacking(#[from] backing::LegacyBackingError),

@@ -429,6 +429,7 @@ impl Vm {
             dsm: dsm.clone(),
             events: events.clone(),
             flush,
+            dma: dma_mem,
         });
 
         let mut vcpus = Vec::with_capacity(config.machine.cpus.into());
