@@ -12,3 +12,13 @@ pub trait InterruptLine {
     /// Signals the line again; the time it was first raised is kept.
     fn raise_again(&self) -> std::io::Result<()>;
 }
+
+impl<T: InterruptLine + ?Sized> InterruptLine for std::sync::Arc<T> {
+    fn unanswered(&self) -> Option<Duration> {
+        (**self).unanswered()
+    }
+
+    fn raise_again(&self) -> std::io::Result<()> {
+        (**self).raise_again()
+    }
+}

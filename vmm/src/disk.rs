@@ -13,6 +13,7 @@ use devices::bus::Bus;
 use devices::virtio::blk::{Block, BlockStats};
 use devices::virtio::dma::DmaView;
 use devices::virtio::mmio::MmioTransport;
+use devices::virtio::queues::IoThread;
 use devices::virtio::MMIO_DEVICE_SIZE;
 use vmm_sys_util::eventfd::EventFd;
 
@@ -116,6 +117,9 @@ pub fn mmio_base(index: usize) -> u64 {
     layout::VIRTIO_MMIO_START.0 + MMIO_DEVICE_SIZE * index as u64
 }
 
+/// Offset of the virtio-mmio QueueNotify register in a device's page.
+const QUEUE_NOTIFY: u64 = 0x50;
+
 /// One attached disk's counters, for the run's record.
 #[derive(Debug, Clone)]
 pub struct AttachedDisk {
@@ -123,24 +127,53 @@ pub struct AttachedDisk {
     pub path: PathBuf,
     /// Read-only to the guest.
     pub readonly: bool,
+    /// The open file, for the exit fdatasync of a writable disk.
+    pub file: Option<Arc<File>>,
     /// Its counters.
     pub stats: Arc<BlockStats>,
     /// Its interrupt, for the lost-interrupt watch.
     pub line: crate::lost_interrupt::Line,
 }
 
-/// Puts each disk on `mmio` with an interrupt from `irq(gsi)`.
-pub fn attach_all(
+/// What [`attach_all`] wires each disk to: its interrupt and, where the host
+/// can, a KVM ioeventfd on its notify register.
+pub struct Wiring<I, N> {
+    /// An eventfd registered as the irqfd of ISA line `gsi`.
+    pub irq: I,
+    /// Registers `kick` as a KVM ioeventfd for guest writes at `addr`.
+    pub notify: N,
+}
+
+impl<I, N> std::fmt::Debug for Wiring<I, N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wiring").finish_non_exhaustive()
+    }
+}
+
+/// Puts each disk on `mmio`, each served by its own I/O thread (the vCPU
+/// that notifies a queue goes on at once; the thread does the file I/O).
+pub fn attach_all<I, N>(
     disks: Vec<OpenDisk>,
     mem: &DmaView,
     mmio: &mut Bus,
-    mut irq: impl FnMut(u32) -> Result<EventFd, String>,
-) -> Result<Vec<AttachedDisk>, DiskError> {
+    mut wiring: Wiring<I, N>,
+) -> Result<(Vec<AttachedDisk>, Vec<IoThread>), DiskError>
+where
+    I: FnMut(u32) -> Result<EventFd, String>,
+    N: FnMut(u64, &EventFd) -> Result<(), String>,
+{
     let mut attached = Vec::with_capacity(disks.len());
+    let mut threads = Vec::with_capacity(disks.len());
     for (i, (d, gsi)) in disks.into_iter().zip(layout::VIRTIO_IRQS).enumerate() {
         let attach = |why: String| DiskError::Attach {
             path: d.spec.path.clone(),
             why,
+        };
+        let file = match d.spec.readonly {
+            true => None,
+            false => Some(Arc::new(
+                d.file.try_clone().map_err(|e| attach(e.to_string()))?,
+            )),
         };
         let serial = format!("pmemvm-disk{i}");
         let block = Block::new(
@@ -150,23 +183,35 @@ pub fn attach_all(
             &serial,
         )?;
         let stats = block.stats();
-        let evt = irq(gsi).map_err(attach)?;
-        let dev = Arc::new(Mutex::new(MmioTransport::new(block, mem.clone(), evt)?));
-        mmio.insert(dev.clone(), mmio_base(i), MMIO_DEVICE_SIZE)
+        let evt = (wiring.irq)(gsi).map_err(attach)?;
+        let mut transport = MmioTransport::new(block, mem.clone(), evt)?;
+        let shared = transport.shared();
+        let io = IoThread::start(&format!("disk{i}-io"), shared.clone())
+            .map_err(|e| attach(format!("starting its I/O thread: {e}")))?;
+        transport.set_kick(io.kick().try_clone().map_err(|e| attach(e.to_string()))?);
+        // Without the ioeventfd the notify write exits to the vCPU thread,
+        // which wakes the I/O thread: slower, the same behaviour.
+        if let Err(why) = (wiring.notify)(mmio_base(i) + QUEUE_NOTIFY, io.kick()) {
+            log::debug!("disk {i}: no ioeventfd for its notify register ({why}); notifications exit to pmemvm");
+        }
+        threads.push(io);
+        let dev = Arc::new(Mutex::new(transport));
+        mmio.insert(dev, mmio_base(i), MMIO_DEVICE_SIZE)
             .map_err(|e| attach(e.to_string()))?;
         let line = crate::lost_interrupt::Line {
             name: format!("virtio disk {i} ({})", d.spec.path.display()),
             irq: gsi,
-            device: dev,
+            device: Arc::new(Mutex::new(shared)),
         };
         attached.push(AttachedDisk {
             path: d.spec.path,
             readonly: d.spec.readonly,
+            file,
             stats,
             line,
         });
     }
-    Ok(attached)
+    Ok((attached, threads))
 }
 
 #[cfg(test)]

@@ -397,6 +397,19 @@ impl Vm {
         if let Some(h) = self.hotplug.take() {
             self.nvdimms.extend(h.take_dimms());
         }
+        // No disk writes guest memory or its file after this (a request still
+        // in the kernel keeps its thread: the memory then stays mapped).
+        // Every thread is asked first, then each waited for.
+        for t in &self.disk_threads {
+            t.request_stop();
+        }
+        let io_stopped = self
+            .disk_threads
+            .iter_mut()
+            .map(|t| t.stop(STOP_DEADLINE))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .all(|ended| ended);
         let sync_error = sync_all(self.writable_files(), SYNC_DEADLINE);
         // The stores after the last flush (read after the sync, as at each
         // flush), and each recording's end record.
@@ -468,8 +481,15 @@ impl Vm {
             _ => None,
         };
         let nvdimms = self.counters().nvdimms();
-        if stopped.is_err() {
-            // A vCPU may still be in KVM_RUN on these mappings.
+        if !io_stopped {
+            log::warn!(
+                "a disk's I/O thread was still in a request {} s after the stop; guest memory stays mapped until pmemvm exits",
+                STOP_DEADLINE.as_secs()
+            );
+        }
+        if stopped.is_err() || !io_stopped {
+            // A vCPU may still be in KVM_RUN on these mappings, or a disk's
+            // I/O thread in a copy to or from them.
             std::mem::forget(self.mem.clone());
             for n in std::mem::take(&mut self.nvdimms) {
                 std::mem::forget(n.mapping);
@@ -563,6 +583,11 @@ impl Vm {
                     .filter(|l| !l.backing.spec.readonly)
                     .map(|l| (l.backing.display.clone(), l.backing.file.clone())),
             )
+            .chain(self.disks.iter().filter_map(|d| {
+                d.file
+                    .as_ref()
+                    .map(|f| (d.path.display().to_string(), f.clone()))
+            }))
             .collect()
     }
 

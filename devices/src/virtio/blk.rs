@@ -25,15 +25,11 @@ use virtio_bindings::virtio_blk::{
     VIRTIO_BLK_ID_BYTES, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP,
     VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT,
 };
-use virtio_queue::{DescriptorChain, Queue, QueueT, Reader, Writer};
+use virtio_queue::{DescriptorChain, Reader, Writer};
 use vm_memory::{Address, Bytes, GuestMemoryMmap};
 
 use super::dma::DmaMemory;
-use super::{Served, VirtioDevice};
-
-/// A chain the device cannot complete: its status byte is not writable.
-#[derive(Debug)]
-struct Unservable(&'static str);
+use super::{Unservable, VirtioDevice};
 
 /// virtio device ID of a block device.
 pub const DEVICE_ID: u32 = 2;
@@ -395,39 +391,17 @@ impl VirtioDevice for Block {
         }
     }
 
-    fn process_queue(&mut self, _index: usize, queue: &mut Queue, mem: &DmaMemory) -> Served {
-        // At most one queue's worth per notification: a guest whose data
-        // buffers overwrite its own available ring cannot keep the vCPU here;
-        // a well-behaved driver notifies again for chains it adds meanwhile.
-        let mut used = 0;
-        while used < usize::from(queue.size()) {
-            let Some(chain) = queue.pop_descriptor_chain(&mem.readable) else {
-                break;
-            };
-            let head = chain.head_index();
-            let len = match self.execute(chain, mem) {
-                Ok(len) => len,
-                Err(Unservable(why)) => {
-                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                    log::warn!(
-                        "{}: a request cannot be completed ({why}); the device needs a reset",
-                        self.path
-                    );
-                    return Served {
-                        used,
-                        broken: Some(why),
-                    };
-                }
-            };
-            if queue.add_used(&mem.writable, head, len).is_err() {
-                return Served {
-                    used,
-                    broken: Some("its used ring cannot be written"),
-                };
-            }
-            used += 1;
+    fn serve(
+        &mut self,
+        _index: usize,
+        chain: DescriptorChain<&GuestMemoryMmap>,
+        mem: &DmaMemory,
+    ) -> Result<u32, Unservable> {
+        let served = self.execute(chain, mem);
+        if served.is_err() {
+            self.stats.malformed.fetch_add(1, Ordering::Relaxed);
         }
-        Served { used, broken: None }
+        served
     }
 }
 

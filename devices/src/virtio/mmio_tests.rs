@@ -88,22 +88,26 @@ fn queue_registers_are_frozen_once_ready_and_the_interrupt_is_acked() {
 fn an_unacknowledged_interrupt_is_unanswered_until_acked_and_can_be_raised_again() {
     use crate::interrupt_line::InterruptLine;
     let mut d = Driver::ready(8192, false);
-    assert_eq!(d.dev.unanswered(), None, "nothing raised yet");
+    assert_eq!(d.dev.shared().unanswered(), None, "nothing raised yet");
     d.request(VIRTIO_BLK_T_IN, 0, 512, true);
     assert_eq!(d.irq.read().unwrap(), 1, "the completion raised the line");
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let waited = d.dev.unanswered().expect("raised, not acknowledged");
+    let waited = d
+        .dev
+        .shared()
+        .unanswered()
+        .expect("raised, not acknowledged");
     assert!(waited >= std::time::Duration::from_millis(20), "{waited:?}");
     // A second completion before the acknowledgement keeps the first time.
     d.request(VIRTIO_BLK_T_IN, 0, 512, true);
-    assert!(d.dev.unanswered().unwrap() >= waited);
+    assert!(d.dev.shared().unanswered().unwrap() >= waited);
     let _ = d.irq.read();
-    d.dev.raise_again().unwrap();
+    d.dev.shared().raise_again().unwrap();
     assert_eq!(d.irq.read().unwrap(), 1, "signalled again");
     assert!(
-        d.dev.unanswered().unwrap() >= waited,
+        d.dev.shared().unanswered().unwrap() >= waited,
         "the first time is kept"
     );
     reg_write(&mut d.dev, 0x64, 1);
-    assert_eq!(d.dev.unanswered(), None, "acknowledged");
+    assert_eq!(d.dev.shared().unanswered(), None, "acknowledged");
 }

@@ -15,11 +15,15 @@ pub mod blk;
 pub mod dma;
 #[cfg(test)]
 mod hostile_tests;
+#[cfg(test)]
+mod io_thread_tests;
 pub mod mmio;
+pub mod queues;
 #[cfg(test)]
 mod test_driver;
 
-use virtio_queue::Queue;
+use virtio_queue::DescriptorChain;
+use vm_memory::GuestMemoryMmap;
 
 use dma::DmaMemory;
 
@@ -37,18 +41,18 @@ pub trait VirtioDevice: Send {
     /// Reads the device-specific configuration space at `offset`; bytes past
     /// its end read as zero.
     fn read_config(&self, offset: u64, data: &mut [u8]);
-    /// Handles the driver's notification of queue `index`: consumes the
-    /// available buffers, reading guest memory through `mem.readable` and
-    /// writing it only through `mem.writable`.
-    fn process_queue(&mut self, index: usize, queue: &mut Queue, mem: &DmaMemory) -> Served;
+    /// Serves one chain of queue `index`, reading guest memory through
+    /// `mem.readable` and writing it only through `mem.writable`: the bytes it
+    /// wrote into the chain (the used length), or why the chain cannot be
+    /// completed (the device then needs a reset).
+    fn serve(
+        &mut self,
+        index: usize,
+        chain: DescriptorChain<&GuestMemoryMmap>,
+        mem: &DmaMemory,
+    ) -> Result<u32, Unservable>;
 }
 
-/// What one notification did.
+/// A chain a device cannot complete (its status byte is not writable): why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Served {
-    /// Chains put in the used ring.
-    pub used: usize,
-    /// Why the device stopped and needs a reset (a chain it could not
-    /// complete), if it did.
-    pub broken: Option<&'static str>,
-}
+pub struct Unservable(pub &'static str);

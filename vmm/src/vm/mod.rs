@@ -89,6 +89,8 @@ pub struct Vm {
     pub(crate) kernel: std::path::PathBuf,
     /// The virtio disks, for their counters.
     pub(crate) disks: Vec<crate::disk::AttachedDisk>,
+    /// Their I/O threads, stopped before the exit fdatasync.
+    pub(crate) disk_threads: Vec<devices::virtio::queues::IoThread>,
     /// The memory policy vCPU 0's thread runs with (for the run's record).
     pub(crate) vcpu_policy: Arc<Mutex<String>>,
     /// The debugger's endpoint (`--gdb`), served while the VM runs.
@@ -391,9 +393,23 @@ impl Vm {
                 .map(|n| (n.base, &n.mapping))
                 .chain(legacy_pmem.iter().map(|l| (l.base, &l.mapping))),
         )?;
-        let disks = crate::disk::attach_all(open_disks, &dma_mem, &mut mmio, |gsi| {
-            irq(gsi).map_err(|e| e.to_string())
-        })?;
+        let (disks, disk_threads) = crate::disk::attach_all(
+            open_disks,
+            &dma_mem,
+            &mut mmio,
+            crate::disk::Wiring {
+                irq: |gsi| irq(gsi).map_err(|e| e.to_string()),
+                notify: |addr, kick: &vmm_sys_util::eventfd::EventFd| {
+                    vm_fd
+                        .register_ioevent(
+                            kick,
+                            &kvm_ioctls::IoEventAddress::Mmio(addr),
+                            kvm_ioctls::NoDatamatch,
+                        )
+                        .map_err(|e| e.to_string())
+                },
+            },
+        )?;
         // The GED's line and register, when there is a DIMM to notify about.
         let events = match slots {
             0 => None,
@@ -468,6 +484,7 @@ impl Vm {
             placement: config.machine.placement.clone(),
             kernel: config.kernel.clone(),
             disks,
+            disk_threads,
             vcpu_policy: Arc::default(),
             gdb: None,
             api: None,
