@@ -113,7 +113,7 @@ summary() {
 trap summary EXIT
 
 need=""
-for p in qemu-system-x86 acpica-tools binutils fio strace gdb crash python3-venv cpio gzip xz-utils busybox-static zstd libxml2-utils librsvg2-bin munge slurmctld slurmd slurm-client; do
+for p in qemu-system-x86 acpica-tools binutils fio strace gdb crash python3-venv cpio gzip xz-utils busybox-static zstd libxml2-utils librsvg2-bin munge slurmctld slurmd slurm-client fuse3; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need="$need $p"
 done
 if [ -n "$need" ]; then
