@@ -5,8 +5,9 @@
  * legacy range lies, and waits for the used ring. Exits with the request's
  * status byte (0 = OK, 1 = IOERR), 0x44 when the device never returned the
  * request, 0x45 when it returned it without a status (the byte still 0xee),
- * 0x55 when FEATURES_OK was refused. The guest itself never touches the range
- * (32-bit, paging off): only the device's DMA does. */
+ * 0x55 when FEATURES_OK was refused. After a request that succeeded it
+ * writes DIMM 0's flush hint (a flush, for `record=`). The guest itself never
+ * touches the range (32-bit, paging off): only the device's DMA does. */
 .include "common.S"
 
 .set VIRTIO, 0xd0000000
@@ -85,7 +86,10 @@ _start:
     cmp $0xee, %al
     jne 3f
     mov $0x45, %al
-3:  jmp exit_with
+3:  test %al, %al
+    jnz 4f
+    movl $1, FLUSH_HINT
+4:  jmp exit_with
 no_features:
     mov $0x55, %al
     jmp exit_with

@@ -158,6 +158,12 @@ impl Block {
         chain: DescriptorChain<&GuestMemoryMmap>,
         mem: &DmaMemory,
     ) -> Result<u32, Unservable> {
+        // What the device will write, for the watchers of recorded DIMMs.
+        let written: Vec<(u64, u32)> = chain
+            .clone()
+            .writable()
+            .map(|d| (d.addr().0, d.len()))
+            .collect();
         let Ok(mut writer) = Writer::new(&mem.writable, chain.clone()) else {
             return self.fail_at_last_byte(
                 &chain,
@@ -195,6 +201,11 @@ impl Block {
         if status_writer.write_all(&[status_byte]).is_err() {
             return Err(Unservable("its status byte cannot be written"));
         }
+        // The data from the start of the device-writable buffers, the status
+        // in their last byte.
+        let total: u64 = written.iter().map(|&(_, l)| u64::from(l)).sum();
+        tell_watchers(mem, &written, 0, data_len as u64);
+        tell_watchers(mem, &written, total.saturating_sub(1), 1);
         Ok(u32::try_from(data_len + 1).unwrap_or(u32::MAX))
     }
 
@@ -306,6 +317,26 @@ impl Block {
                 }
             }
             _ => (VIRTIO_BLK_S_UNSUPP, 0),
+        }
+    }
+}
+
+/// Tells `mem`'s watchers of the `len` bytes at offset `from` of the
+/// device-writable descriptors `written` (address, length), in chain order.
+fn tell_watchers(mem: &DmaMemory, written: &[(u64, u32)], from: u64, len: u64) {
+    let (mut skip, mut left) = (from, len);
+    for &(addr, dlen) in written {
+        let dlen = u64::from(dlen);
+        if skip >= dlen {
+            skip -= dlen;
+            continue;
+        }
+        let n = left.min(dlen - skip);
+        mem.wrote(addr.saturating_add(skip), n);
+        left -= n;
+        skip = 0;
+        if left == 0 {
+            break;
         }
     }
 }

@@ -30,6 +30,17 @@ pub enum DmaError {
     },
 }
 
+/// Told of each range a device wrote into guest memory that it watches (a
+/// recorded NVDIMM: a store by DMA must enter the recording as a store by a
+/// vCPU does, through KVM's dirty log).
+pub trait DmaWriteWatcher: Send + Sync + std::fmt::Debug {
+    /// A device wrote `len` bytes at byte `offset` of the watched range.
+    fn wrote(&self, offset: u64, len: u64);
+}
+
+/// A watched guest range: base, length, watcher.
+type Watch = (u64, u64, Arc<dyn DmaWriteWatcher>);
+
 /// What devices may read and what they may write, at one moment.
 #[derive(Debug, Clone)]
 pub struct DmaMemory {
@@ -38,6 +49,7 @@ pub struct DmaMemory {
     /// The ranges the guest may write: device-to-driver buffers, status bytes,
     /// the used ring.
     pub writable: GuestMemoryMmap,
+    watches: Vec<Watch>,
 }
 
 impl DmaMemory {
@@ -46,6 +58,28 @@ impl DmaMemory {
         Self {
             readable: ram.clone(),
             writable: ram.clone(),
+            watches: Vec::new(),
+        }
+    }
+
+    /// These views, with `watcher` told of device writes into `len` bytes at
+    /// guest address `base`.
+    pub fn with_watch(&self, base: u64, len: u64, watcher: Arc<dyn DmaWriteWatcher>) -> Self {
+        let mut next = self.clone();
+        next.watches.push((base, len, watcher));
+        next
+    }
+
+    /// A device wrote `len` bytes at guest address `addr`: tells the watchers
+    /// of the ranges it touched, each with the part in its range.
+    pub fn wrote(&self, addr: u64, len: u64) {
+        let end = addr.saturating_add(len);
+        for (base, size, w) in &self.watches {
+            let from = addr.max(*base);
+            let to = end.min(base.saturating_add(*size));
+            if from < to {
+                w.wrote(from - base, to - from);
+            }
         }
     }
 
@@ -77,7 +111,11 @@ impl DmaMemory {
         } else {
             self.writable.clone()
         };
-        Ok(Self { readable, writable })
+        Ok(Self {
+            readable,
+            writable,
+            watches: self.watches.clone(),
+        })
     }
 }
 
@@ -97,6 +135,12 @@ impl DmaView {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Tells `watcher` of device writes into `len` bytes at `base`, for every device.
+    pub fn watch(&self, base: u64, len: u64, watcher: Arc<dyn DmaWriteWatcher>) {
+        let mut now = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *now = Arc::new(now.with_watch(base, len, watcher));
     }
 
     /// Adds the mapping `m` at `base` for every device (a hot-added range);
@@ -151,6 +195,28 @@ mod tests {
         assert_eq!(seen, b"dax", "the view writes the mapping itself");
         let e = DmaMemory::ram(&ram()).with_range(0, &rw).unwrap_err();
         assert!(e.to_string().contains("range at 0x0"), "{e}");
+    }
+
+    #[derive(Debug, Default)]
+    struct Seen(std::sync::Mutex<Vec<(u64, u64)>>);
+
+    impl DmaWriteWatcher for Seen {
+        fn wrote(&self, offset: u64, len: u64) {
+            self.0.lock().unwrap().push((offset, len));
+        }
+    }
+
+    #[test]
+    fn a_watcher_hears_of_the_part_of_each_device_write_in_its_range() {
+        let seen = Arc::new(Seen::default());
+        let view = DmaView::new(DmaMemory::ram(&ram()));
+        view.watch(0x1000, 0x2000, seen.clone());
+        let mem = view.current();
+        mem.wrote(0x800, 0x1000); // straddles the start
+        mem.wrote(0x2800, 0x1000); // straddles the end
+        mem.wrote(0x5000, 16); // outside
+        mem.wrote(u64::MAX - 4, 16); // wraps: cut at the end of the address space
+        assert_eq!(*seen.0.lock().unwrap(), vec![(0, 0x800), (0x1800, 0x800)]);
     }
 
     #[test]

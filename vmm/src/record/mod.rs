@@ -108,6 +108,9 @@ pub struct FlushRecorder {
     dimm_display: String,
     start: Instant,
     state: Mutex<State>,
+    /// Pages the disks wrote since the last epoch (KVM's dirty log sees only
+    /// the vCPUs' stores).
+    dma_dirty: Mutex<std::collections::BTreeSet<u64>>,
 }
 
 #[derive(Debug)]
@@ -207,6 +210,7 @@ impl FlushRecorder {
                 meta,
                 ended: false,
             }),
+            dma_dirty: Mutex::default(),
         })
     }
 
@@ -245,16 +249,18 @@ impl FlushRecorder {
             .get_dirty_log(self.slot, size)
             .map_err(RecordError::DirtyLog)?;
         let pages = self.region_size / PAGE as u64;
-        let indexes: Vec<u64> = bitmap
-            .iter()
-            .enumerate()
-            .flat_map(|(w, &word)| {
-                (0..64u64)
-                    .filter(move |b| word & (1 << b) != 0)
-                    .map(move |b| w as u64 * 64 + b)
-            })
-            .filter(|&i| i < pages)
-            .collect();
+        let mut dirty = std::mem::take(
+            &mut *self
+                .dma_dirty
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        dirty.extend(bitmap.iter().enumerate().flat_map(|(w, &word)| {
+            (0..64u64)
+                .filter(move |b| word & (1 << b) != 0)
+                .map(move |b| w as u64 * 64 + b)
+        }));
+        let indexes: Vec<u64> = dirty.into_iter().filter(|&i| i < pages).collect();
         let mut meta = vec![0u8; s.meta.len()];
         self.dimm
             .read_exact_at(&mut meta, self.region_size)
@@ -312,6 +318,20 @@ impl FlushRecorder {
     /// The whole file's size when recording started.
     pub fn file_size(&self) -> u64 {
         self.file_size
+    }
+}
+
+impl devices::virtio::dma::DmaWriteWatcher for FlushRecorder {
+    fn wrote(&self, offset: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let first = offset / PAGE as u64;
+        let last = offset.saturating_add(len - 1) / PAGE as u64;
+        self.dma_dirty
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(first..=last);
     }
 }
 

@@ -393,6 +393,12 @@ impl Vm {
                 .map(|n| (n.base, &n.mapping))
                 .chain(legacy_pmem.iter().map(|l| (l.base, &l.mapping))),
         )?;
+        // A disk's write into a recorded DIMM is a store the recording must see.
+        for n in &nvdimms {
+            if let Some(r) = &n.recorder {
+                dma_mem.watch(n.base, n.size(), r.clone());
+            }
+        }
         let (disks, disk_threads) = crate::disk::attach_all(
             open_disks,
             &dma_mem,
