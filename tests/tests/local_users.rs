@@ -187,6 +187,62 @@ fn another_user_is_refused_by_the_gdb_socket() {
 }
 
 #[test]
+fn another_user_is_refused_by_the_gdb_tcp_port_on_loopback() {
+    require!(kvm_available());
+    require!(gdb_available());
+    let kernel = require!(guest("spin"));
+    let user = require!(LocalUser::create("gdbtcp"));
+    let d = TempDir::new("users-gdb-tcp");
+    // Port 0: the kernel picks a free one, and pmemvm says which.
+    let mut vm = boot_tiny(&kernel, &["--gdb", "127.0.0.1:0"]);
+    assert!(vm.wait_for(LISTENING, LIMIT), "{}", vm.output());
+    let port = listening_port(&vm.output());
+    let target = format!("127.0.0.1:{port}");
+    let mut gdb = user.command("gdb", &d.0);
+    gdb.args(["-batch", "-nx", "-ex"])
+        .arg(format!("target remote {target}"))
+        .args(["-ex", "info registers rip"]);
+    let refused = run_cmd(&mut gdb, LIMIT);
+    let end = Instant::now() + Duration::from_secs(10);
+    while !vm.output().contains(&user.refusal()) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        vm.output().contains(&user.refusal()),
+        "pmemvm names the uid it refused:\n{}\n--- gdb ---\n{}",
+        vm.output(),
+        refused.dump()
+    );
+    assert!(
+        !refused.stdout.contains("rip "),
+        "the other user read no register:\n{}",
+        refused.dump()
+    );
+    let owner = gdb_batch(&kernel, &target, &["info registers rip"], LIMIT);
+    assert!(
+        owner.contains("rip "),
+        "the owner still attaches:\n{owner}\n{}",
+        vm.output()
+    );
+}
+
+/// The port in pmemvm's "listening" line for `--gdb 127.0.0.1:0`.
+fn listening_port(output: &str) -> u16 {
+    output
+        .lines()
+        .find(|l| l.contains(LISTENING))
+        .and_then(|l| l.split("127.0.0.1:").nth(1))
+        .and_then(|rest| {
+            rest.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no port in the listening line:\n{output}"))
+}
+
+#[test]
 fn another_user_is_refused_by_the_control_socket() {
     require!(kvm_available());
     let kernel = require!(guest("spin"));

@@ -55,6 +55,7 @@ pub mod signals;
 pub mod stack_scan;
 pub mod stats;
 pub mod symbols;
+pub mod tcp_peer;
 pub mod tty;
 pub mod vcpu;
 pub mod vcpu_status;

@@ -116,7 +116,17 @@ impl Gate {
     /// when it is another user, or its credentials cannot be read. The caller
     /// closes a refused stream.
     pub fn admit(&mut self, stream: &UnixStream) -> bool {
-        let peer = peer_uid(stream);
+        self.admit_uid(peer_uid(stream))
+    }
+
+    /// [`Self::admit`] for a loopback TCP connection (`--gdb :PORT`): the peer's
+    /// uid from the kernel's socket table ([`crate::tcp_peer`]).
+    pub fn admit_tcp(&mut self, stream: &std::net::TcpStream) -> bool {
+        self.admit_uid(crate::tcp_peer::loopback_peer_uid(stream))
+    }
+
+    /// True when `peer` (a uid, or why it cannot be known) may connect.
+    fn admit_uid(&mut self, peer: io::Result<u32>) -> bool {
         if peer.as_ref().is_ok_and(|&uid| may_connect(uid)) {
             return true;
         }

@@ -145,8 +145,9 @@ impl Connection for Stream {
     }
 }
 
-/// Waits for a debugger; `None` when the VM ended first. On a Unix socket,
-/// another user's connection is refused at `gate` and closed.
+/// Waits for a debugger; `None` when the VM ended first. On a Unix socket or
+/// from a loopback address, another user's connection is refused at `gate`
+/// and closed.
 fn accept(endpoint: &Endpoint, exit: &ExitNotifier, gate: &mut Gate) -> Option<Stream> {
     let kind = loop {
         if exit.get().is_some() {
@@ -159,6 +160,9 @@ fn accept(endpoint: &Endpoint, exit: &ExitNotifier, gate: &mut Gate) -> Option<S
         };
         match got {
             Ok(StreamKind::Unix(s)) if !gate.admit(&s) => {}
+            // A loopback peer is a user of this host: only the owner (and
+            // root) pass. A peer from beyond was let in by --gdb-any-address.
+            Ok(StreamKind::Tcp(s)) if from_this_host(&s) && !gate.admit_tcp(&s) => {}
             Ok(k) => break k,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(POLL),
             Err(e) => {
@@ -176,6 +180,16 @@ fn accept(endpoint: &Endpoint, exit: &ExitNotifier, gate: &mut Gate) -> Option<S
         log::warn!("gdb: the debugger's connection: {e}");
     }
     Some(Stream(Box::new(kind)))
+}
+
+/// True when the connection comes from a loopback address of this host.
+fn from_this_host(s: &TcpStream) -> bool {
+    s.peer_addr().map_or(true, |a| match a.ip() {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    })
 }
 
 /// Waits up to `limit` for the stub's thread, which tells an attached gdb
@@ -249,9 +263,15 @@ impl Server {
             self.exit.request(ExitRequest::Fatal(format!("gdb: {e}")));
             return;
         }
+        // A TCP port 0 is shown as the port the kernel gave.
+        let shown = match &self.listener.endpoint {
+            Endpoint::Tcp(l) => l
+                .local_addr()
+                .map_or_else(|_| self.listener.addr.to_string(), |a| a.to_string()),
+            _ => self.listener.addr.to_string(),
+        };
         eprintln!(
-            "pmemvm: {LISTENING} {}{}",
-            self.listener.addr,
+            "pmemvm: {LISTENING} {shown}{}",
             if self.listener.wait {
                 " (the guest starts when it attaches)"
             } else {
@@ -259,7 +279,7 @@ impl Server {
             }
         );
         let mut target = GuestTarget::new(self.hub.clone(), self.mem.clone(), self.breakpoints);
-        let mut gate = Gate::new(format!("--gdb {}", self.listener.addr));
+        let mut gate = Gate::new(format!("--gdb {shown}"));
         loop {
             let Some(mut stream) = accept(&self.listener.endpoint, &self.exit, &mut gate) else {
                 return;
