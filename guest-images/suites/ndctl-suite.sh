@@ -17,8 +17,9 @@
 # takes over the bus's first namespace). Each `meson test`'s JUnit XML and text log are left
 # in /job/ndctl-results/meson-N/ (N = 1, 2, ... in order), the kernel log before and after
 # and the platform (ndctl list) beside them (bring them back with `--get
-# /job/ndctl-results`). The status is 0 when every `meson test` ended with 0 (each test
-# passed or was skipped) and every step succeeded.
+# /job/ndctl-results`), and each step's output and status (step-K.txt, step-K.status). The
+# status is 0 when every `meson test` ended with 0 (each test passed or was skipped) and
+# every step succeeded.
 #
 # --bus BUS points the tests written for the kernel's nfit_test emulation (clear.sh,
 # pmem-errors.sh, inject-error.sh, inject-smart.sh, monitor.sh, ...) at BUS (ACPI.NFIT:
@@ -266,8 +267,12 @@ for a in "$@"; do
             [ -z "$names" ] || run_tests
             steps=$((steps + 1))
             echo "ndctl-suite.sh: step: ${a#!}"
-            if ! sh -c "${a#!}" >"$results/step-$steps.txt" 2>&1; then
-                echo "ndctl-suite.sh: the step \`${a#!}\` failed:" >&2
+            # Its status beside its output: the host fails the test it prepares when it
+            # failed (the test would skip without its setup, and a skip is not a failure).
+            sh -c "${a#!}" >"$results/step-$steps.txt" 2>&1 && st=0 || st=$?
+            echo "$st" >"$results/step-$steps.status"
+            if [ "$st" != 0 ]; then
+                echo "ndctl-suite.sh: the step \`${a#!}\` failed with status $st:" >&2
                 cat "$results/step-$steps.txt" >&2
                 status=1
             fi

@@ -210,6 +210,33 @@ fn check_nested_column(
     );
 }
 
+/// The part of meson's text logs `logs` that is test `name`'s own: from its
+/// `test: SUITE / NAME` line to the next test's.
+fn own_log(logs: &str, name: &str) -> String {
+    let mut mine = false;
+    let mut out = String::new();
+    for line in logs.lines() {
+        if let Some(t) = line.strip_prefix("test:") {
+            let t = t.trim();
+            mine = t == name || t.ends_with(&format!(" / {name}"));
+        }
+        if mine {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn a_tests_own_log_is_cut_from_meson_s_text_log_at_the_test_lines() {
+    let logs = "==== 1/2 ====\ntest:         ndctl:dax / device-dax\nverify loop took too long\n\
+                ==== 2/2 ====\ntest:         ndctl:dax / dax-dev\nother\n";
+    assert!(own_log(logs, "device-dax").contains("verify loop took too long"));
+    assert!(!own_log(logs, "dax-dev").contains("verify loop took too long"));
+    assert!(own_log(logs, "dax").is_empty(), "a name is matched whole");
+}
+
 /// Every meson text log of `engine`'s boots, for the message of a failure.
 fn engine_logs(summary: &serde_json::Value, engine: &str) -> String {
     let mut text = String::new();
@@ -281,8 +308,9 @@ fn check_nested_row(
     if let Some((_, marker)) = SPEED_ON_EMULATION.iter().find(|(t, _)| *t == name) {
         if row["verdict"] != "passed" {
             assert_eq!(row["verdict"], "failure", "{name}: {row}\n{}", logs());
+            // Its own output only: the line elsewhere in the logs proves nothing of it.
             assert!(
-                logs().contains(marker),
+                own_log(&logs(), name).contains(marker),
                 "{name} failed, and not at its check of speed ({marker}):\n{}",
                 logs()
             );
@@ -293,7 +321,7 @@ fn check_nested_row(
     if let Some((_, marker)) = NFIT_TEST_ONLY.iter().find(|(t, _)| *t == name) {
         assert_eq!(row["verdict"], "failure", "{name}: {row}\n{}", logs());
         assert!(
-            logs().contains(marker),
+            own_log(&logs(), name).contains(marker),
             "{name} failed, but not at its nfit_test assumption ({marker}):\n{}",
             logs()
         );

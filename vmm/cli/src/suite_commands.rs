@@ -56,6 +56,11 @@ pub fn ndctl(a: &NdctlArgs) -> Result<u8, SuiteError> {
     let req = a.request()?;
     if a.plan {
         print!("{}", plan_text(&suite::plan(&req)?));
+        if req.tests.is_empty() && req.nfit_test.is_none() {
+            for (name, why) in ndctl::NOT_PLANNED {
+                println!("not planned: {name}: {why}");
+            }
+        }
         return Ok(0);
     }
     let outcome = suite::run_ndctl(&req, |boot, rows| {

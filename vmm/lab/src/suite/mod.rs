@@ -4,6 +4,7 @@
 pub mod junit;
 pub mod ndctl;
 pub mod nfit_test;
+pub mod rows;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -162,12 +163,16 @@ pub struct NdctlOutcome {
 }
 
 impl NdctlOutcome {
-    /// 0 when every test passed or skipped itself, 1 otherwise; 128 + the signal when one
-    /// stopped the run (as a shell reports it).
+    /// 0 when every test passed or skipped itself and every boot's guest command
+    /// ended with 0, 1 otherwise; 128 + the signal when one stopped the run (as a
+    /// shell reports it). A boot whose guest failed although its rows do not say
+    /// so (a setup step failed, the script met an error) fails the run too.
     pub fn status(&self) -> u8 {
         match self.stopped_by {
             Some(sig) => 128u8.saturating_add(sig),
-            None => u8::from(!ndctl::failed(&self.rows).is_empty()),
+            None => u8::from(
+                !ndctl::failed(&self.rows).is_empty() || self.boots.iter().any(|b| b.status != 0),
+            ),
         }
     }
 }
@@ -434,6 +439,10 @@ pub fn run_ndctl(
             what: format!("creating {}", engine_dir.display()),
             source,
         })?;
+        // The default set shows the destructive tests no plan runs, with why.
+        if req.tests.is_empty() && req.nfit_test.is_none() {
+            outcome.rows.extend(ndctl::not_planned_rows(name));
+        }
         for (i, boot) in boots.iter().enumerate() {
             let (boot, absent) = match engine {
                 Engine::Qemu => ndctl::without_e820(boot, name, QEMU_NO_LEGACY),
@@ -559,6 +568,7 @@ mod tests {
             shape: ndctl::Shape::Small,
             verdict,
             seconds: None,
+            reason: None,
         };
         let outcome = |rows| NdctlOutcome {
             src: PathBuf::new(),
@@ -576,6 +586,17 @@ mod tests {
             1
         );
         assert_eq!(outcome(vec![row(Some(Error))]).status(), 1);
+        // Every row passed, but a boot's guest command did not end with 0.
+        let mut guest_failed = outcome(vec![row(Some(Passed))]);
+        guest_failed.boots.push(BootOutcome {
+            engine: "nested".into(),
+            shape: ndctl::Shape::Large,
+            status: 1,
+            error: None,
+            wall_seconds: 1.0,
+            dir: PathBuf::new(),
+        });
+        assert_eq!(guest_failed.status(), 1);
         assert_eq!(outcome(vec![row(None)]).status(), 1);
         let mut stopped = outcome(vec![row(Some(Passed))]);
         stopped.stopped_by = Some(15);

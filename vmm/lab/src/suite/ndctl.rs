@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::junit::{self, Verdict};
+pub use super::rows::{failed, rows, table, Row};
 
 /// The buses ndctl's tests use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,6 +147,52 @@ pub const KNOWN: &[KnownTest] = &[
     t("dm.sh", Bus::AcpiNfit, Shape::Large),
 ];
 
+/// The destructive tests of ndctl's tree (meson's `destructive` and `keyutils` options)
+/// that no plan of this command runs on pmemvm's buses, each with why. The default set
+/// lists them as `n/a` so a table shows the whole destructive suite.
+pub const NOT_PLANNED: &[(&str, &str)] = &[
+    (
+        "daxctl-create.sh",
+        "its victim is a dax region of the kernel's cxl_test emulation (cxl_acpi.0); it has \
+         no NVDIMM or e820 case",
+    ),
+    (
+        "firmware-update.sh",
+        "it updates firmware through nfit_test's firmware _DSM functions, which pmemvm's \
+         _DSM does not offer; it runs on the kernel's nfit_test with --nfit-test",
+    ),
+    (
+        "nfit-security.sh",
+        "it drives nfit_test's security _DSM functions (passphrases through keyutils), \
+         which pmemvm's _DSM does not offer",
+    ),
+    (
+        "cxl-update-firmware.sh",
+        "a CXL test of the kernel's cxl_test emulation, not of NVDIMMs",
+    ),
+    (
+        "cxl-security.sh",
+        "a CXL test of the kernel's cxl_test emulation, not of NVDIMMs",
+    ),
+];
+
+/// The [`NOT_PLANNED`] tests as `n/a` rows of `engine`.
+pub fn not_planned_rows(engine: &str) -> Vec<Row> {
+    NOT_PLANNED
+        .iter()
+        .map(|(name, why)| Row {
+            test: (*name).into(),
+            engine: engine.into(),
+            not_applicable: Some(format!("{name}: not in any plan of this command: {why}")),
+            bus: Bus::AcpiNfit,
+            shape: Shape::Small,
+            verdict: None,
+            seconds: None,
+            reason: None,
+        })
+        .collect()
+}
+
 /// The default set: every test of [`KNOWN`].
 pub fn default_tests() -> Vec<&'static str> {
     KNOWN.iter().map(|k| k.name).collect()
@@ -257,140 +303,6 @@ pub fn plan(tests: &[String]) -> Result<Vec<Boot>, PlanError> {
     Ok(boots)
 }
 
-/// One test's row of the table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Row {
-    /// meson's name.
-    pub test: String,
-    /// The engine it ran on (resolved: pmemvm, qemu or nested).
-    pub engine: String,
-    /// Why the test cannot run on this engine (it was not tried); None when it was.
-    pub not_applicable: Option<String>,
-    /// Its bus.
-    pub bus: Bus,
-    /// Its boot's machine.
-    pub shape: Shape,
-    /// What meson recorded; None when the test has no case in the boot's JUnit XML (its
-    /// boot failed, or the guest ended before it).
-    pub verdict: Option<Verdict>,
-    /// meson's seconds for it.
-    pub seconds: Option<f64>,
-}
-
-/// The rows of `boot` on `engine` from the JUnit files in `results`
-/// (`meson-N/testlog.junit.xml`).
-pub fn rows(boot: &Boot, engine: &str, results: &Path) -> Vec<Row> {
-    let mut cases = Vec::new();
-    for n in 1.. {
-        let dir = results.join(format!("meson-{n}"));
-        if !dir.is_dir() {
-            break;
-        }
-        if let Ok(xml) = std::fs::read_to_string(dir.join("testlog.junit.xml")) {
-            cases.extend(junit::cases(&xml));
-        }
-    }
-    boot.tests
-        .iter()
-        .map(|k| {
-            let case = junit::find(&cases, k.name);
-            Row {
-                test: k.name.into(),
-                engine: engine.into(),
-                not_applicable: None,
-                bus: k.bus,
-                shape: boot.shape,
-                verdict: case.map(|c| c.verdict),
-                seconds: case.map(|c| c.seconds),
-            }
-        })
-        .collect()
-}
-
-/// What a row says in a table cell: `pass (12.5 s)`, `FAIL`, `not run`, `n/a`.
-fn cell(r: &Row) -> String {
-    match (r.not_applicable.is_some(), r.verdict, r.seconds) {
-        (true, _, _) => "n/a".into(),
-        (false, None, _) => "not run".into(),
-        (false, Some(v), Some(s)) if s >= 0.0 => format!("{} ({s:.1} s)", v.as_str()),
-        (false, Some(v), _) => v.as_str().into(),
-    }
-}
-
-/// The table: one line per test (test, bus, boot), a column per engine; then why each
-/// `n/a` is.
-pub fn table(rows: &[Row]) -> String {
-    let mut engines: Vec<&str> = Vec::new();
-    let mut tests: Vec<&Row> = Vec::new();
-    for r in rows {
-        if !engines.contains(&r.engine.as_str()) {
-            engines.push(&r.engine);
-        }
-        if !tests.iter().any(|t| t.test == r.test) {
-            tests.push(r);
-        }
-    }
-    // In the plan's order, whichever engine's row came first (an engine's `n/a` rows are
-    // made before its boot runs); tests the plan does not know keep theirs.
-    tests.sort_by_key(|t| KNOWN.iter().position(|k| k.name == t.test));
-    // Columns as wide as their longest entry (ack-shutdown-count-set, nfit-test).
-    let tw = tests
-        .iter()
-        .map(|t| t.test.len())
-        .max()
-        .unwrap_or(0)
-        .max(20);
-    let bw = tests
-        .iter()
-        .map(|t| t.shape.name().len())
-        .max()
-        .unwrap_or(0)
-        .max(6);
-    let mut out = format!("{:<tw$} {:<22} {:<bw$}", "test", "bus", "boot");
-    for e in &engines {
-        out.push_str(&format!(" {e:<16}"));
-    }
-    out.push('\n');
-    for t in &tests {
-        out.push_str(&format!(
-            "{:<tw$} {:<22} {:<bw$}",
-            t.test,
-            t.bus.as_str(),
-            t.shape.name()
-        ));
-        for e in &engines {
-            let c = rows
-                .iter()
-                .find(|r| r.test == t.test && r.engine == *e)
-                .map_or_else(|| "-".to_string(), cell);
-            out.push_str(&format!(" {c:<16}"));
-        }
-        out.push('\n');
-    }
-    let mut reasons: Vec<String> = Vec::new();
-    for r in rows {
-        if let Some(why) = &r.not_applicable {
-            let line = format!("n/a on {}: {why}", r.engine);
-            if !reasons.contains(&line) {
-                reasons.push(line);
-            }
-        }
-    }
-    for line in reasons {
-        out.push_str(&line);
-        out.push('\n');
-    }
-    out.lines().map(|l| format!("{}\n", l.trim_end())).collect()
-}
-
-/// The tests that were tried and did not pass or skip.
-pub fn failed(rows: &[Row]) -> Vec<&Row> {
-    rows.iter()
-        .filter(|r| r.not_applicable.is_none())
-        .filter(|r| !matches!(r.verdict, Some(Verdict::Passed | Verdict::Skipped)))
-        .collect()
-}
-
 /// The part of `boot` an engine without legacy persistent memory can run (no e820
 /// tests, no legacy range), and the rows of what it leaves out, with `why`.
 pub fn without_e820(boot: &Boot, engine: &str, why: &str) -> (Boot, Vec<Row>) {
@@ -441,6 +353,7 @@ fn leave_out(
             shape: boot.shape,
             verdict: None,
             seconds: None,
+            reason: None,
         })
         .collect();
     (
@@ -543,52 +456,53 @@ mod tests {
         );
     }
 
+    /// The tests ndctl v81's test/meson.build adds with its `destructive` and `keyutils`
+    /// options, in its order.
+    const V81_OPTIONAL: [&str; 17] = [
+        "firmware-update.sh",
+        "cxl-update-firmware.sh",
+        "pmem-ns",
+        "sub-section.sh",
+        "dax-dev",
+        "dax-ext4.sh",
+        "dax-xfs.sh",
+        "align.sh",
+        "device-dax",
+        "revoke-devmem",
+        "device-dax-fio.sh",
+        "daxctl-devices.sh",
+        "daxctl-create.sh",
+        "dm.sh",
+        "mmap.sh",
+        "nfit-security.sh",
+        "cxl-security.sh",
+    ];
+
     #[test]
-    fn rows_come_from_every_meson_run_of_the_boot_and_missing_cases_are_not_run() {
-        let dir = std::env::temp_dir().join(format!("pmemvm-suite-rows-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("meson-1")).unwrap();
-        std::fs::create_dir_all(dir.join("meson-2")).unwrap();
-        std::fs::write(
-            dir.join("meson-1/testlog.junit.xml"),
-            r#"<testsuites><testcase name="align.sh" time="52.6"/><testcase name="dm.sh" time="7.1"><failure/></testcase></testsuites>"#,
-        )
-        .unwrap();
-        std::fs::write(
-            dir.join("meson-2/testlog.junit.xml"),
-            r#"<testsuites><testcase name="ndctl:dax / daxctl-devices.sh" time="40.8"><skipped/></testcase></testsuites>"#,
-        )
-        .unwrap();
-        let boots = plan(&[
-            "align.sh".into(),
-            "dm.sh".into(),
-            "daxctl-devices.sh".into(),
-        ])
-        .unwrap();
-        let rows = rows(&boots[0], "nested", &dir);
-        let got: Vec<(&str, Option<Verdict>)> =
-            rows.iter().map(|r| (r.test.as_str(), r.verdict)).collect();
-        assert_eq!(
-            got,
-            [
-                ("daxctl-devices.sh", Some(Verdict::Skipped)),
-                ("align.sh", Some(Verdict::Passed)),
-                ("dm.sh", Some(Verdict::Failure)),
-            ]
-        );
-        let bad: Vec<&str> = failed(&rows).iter().map(|r| r.test.as_str()).collect();
-        assert_eq!(bad, ["dm.sh"]);
-        let t = table(&rows);
-        assert!(
-            t.contains("dm.sh") && t.contains("FAIL") && t.contains("52.6"),
-            "{t}"
-        );
-        // No JUnit at all: every test of the boot is "not run", and a failure.
-        let empty = rows_of_nothing(&boots[0]);
-        assert!(empty.iter().all(|r| r.verdict.is_none()));
-        assert_eq!(failed(&empty).len(), 3);
-        assert!(table(&empty).contains("not run"));
-        let _ = std::fs::remove_dir_all(&dir);
+    fn every_destructive_test_of_the_tree_is_planned_or_not_applicable_with_its_reason() {
+        for t in V81_OPTIONAL {
+            let planned = KNOWN.iter().any(|k| k.name == t);
+            let not = NOT_PLANNED.iter().any(|(n, _)| *n == t);
+            assert!(planned != not, "{t}: planned {planned}, n/a {not}");
+        }
+        let rows = not_planned_rows("nested");
+        assert!(failed(&rows).is_empty(), "n/a is not a failure");
+        assert!(table(&rows).contains("n/a on nested: nfit-security.sh: not in any plan"));
+        // Where ndctl v81's tree is beside the workspace (this workplace's shared
+        // directory), the list is the tree's own.
+        let tree = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/third-party/ndctl-v81/test/meson.build");
+        if let Ok(meson) = std::fs::read_to_string(&tree) {
+            let from = meson.find("get_option('destructive')").expect("the block");
+            let block = &meson[from..];
+            let block = &block[..block.find("foreach t : tests").expect("its end")];
+            let named: Vec<&str> = block
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("[ '"))
+                .filter_map(|l| l.split('\'').next())
+                .collect();
+            assert_eq!(named, V81_OPTIONAL, "{}", tree.display());
+        }
     }
 
     #[test]
