@@ -24,7 +24,11 @@ pub fn crash_images(a: &CrashImagesArgs) -> Result<String, ImageError> {
         m.dimm,
         if first == last { String::new() } else { format!(" to {last}") },
         m.last_flush,
-        if m.complete { "" } else { ", cut short" },
+        match (&m.complete, &m.cut) {
+            (true, _) => String::new(),
+            (false, Some(why)) => format!(", cut short: {why}"),
+            (false, None) => ", cut short".into(),
+        },
         if torn > 0 { format!(", {torn} torn variant{}", if torn == 1 { "" } else { "s" }) } else { String::new() },
         a.out.display(),
         a.out.join(images::MANIFEST).display()

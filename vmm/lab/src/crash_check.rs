@@ -369,6 +369,7 @@ mod tests {
             region_size: 32 << 20,
             last_flush: 3,
             complete: true,
+            cut: None,
             images: Vec::new(),
         };
         let s = image_spec(
@@ -404,6 +405,7 @@ mod tests {
                 region_size: 16 << 20,
                 last_flush: 2,
                 complete: true,
+                cut: None,
                 images: Vec::new(),
             },
             command: vec!["check".into()],

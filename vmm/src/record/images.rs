@@ -114,6 +114,9 @@ pub struct Manifest {
     pub last_flush: u64,
     /// False when the log was used with --partial.
     pub complete: bool,
+    /// Where and why reading the log stopped before its end record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<String>,
     /// The images.
     pub images: Vec<ImageInfo>,
 }
@@ -259,6 +262,7 @@ pub fn write_each<E: From<ImageError>>(
         region_size: log.header.region_size,
         last_flush: last,
         complete: log.complete,
+        cut: log.cut.clone(),
         images,
     };
     let json = serde_json::to_vec_pretty(&manifest).map_err(|e| ImageError::Io {

@@ -215,6 +215,8 @@ pub struct FlushLog {
     pub tail: Option<EpochEntry>,
     /// True when the end record was read.
     pub complete: bool,
+    /// Where and why reading stopped before the end record (with `partial`).
+    pub cut: Option<String>,
     file: File,
 }
 
@@ -247,12 +249,26 @@ impl FlushLog {
         let mut epochs: Vec<EpochEntry> = Vec::new();
         let mut tail = None;
         let mut complete = false;
-        while let Some((kind, payload)) = read_frame(&mut file, at, len).map_err(io(&path))? {
+        // Before the header is read, no index can be checked (and none is there).
+        let mut region_pages = u64::MAX;
+        let mut cut = None;
+        while let Some((kind, size, kept)) =
+            read_frame(&mut file, at, len, region_pages).map_err(io(&path))?
+        {
             let payload_at = at + FRAME_HEAD as u64;
+            // With --partial, the first frame that cannot be read ends the log
+            // (a write error cut it, or a host crash left zeros after it).
+            let bad = |why: String| match partial && header.is_some() {
+                true => Ok(format!("at byte {at}: {why}")),
+                false => Err(corrupt(at, why)),
+            };
             match kind {
-                Frame::Bad(why) => return Err(corrupt(at, why)),
+                Frame::Bad(why) => {
+                    cut = Some(bad(why)?);
+                    break;
+                }
                 Frame::Ok(KIND_HEADER) if header.is_none() && at == 8 => {
-                    let h: Header = serde_json::from_slice(&payload)
+                    let h: Header = serde_json::from_slice(&kept.bytes)
                         .map_err(|e| corrupt(at, format!("its header is not readable ({e})")))?;
                     if h.version != VERSION || h.page_size != PAGE as u64 {
                         let (v, p) = (h.version, h.page_size);
@@ -262,16 +278,23 @@ impl FlushLog {
                         );
                         return Err(corrupt(at, why));
                     }
+                    region_pages = h.region_size / PAGE as u64;
                     header = Some(h);
                 }
                 Frame::Ok(k @ (KIND_EPOCH | KIND_TAIL))
                     if header.is_some() && tail.is_none() && !complete =>
                 {
                     let next = epochs.len() as u64 + 1;
-                    let head = header
+                    let checked = header
                         .as_ref()
-                        .map_or(Err(String::new()), |h| check_epoch(h, next, &payload))
-                        .map_err(|why| corrupt(at, why))?;
+                        .map_or(Err(String::new()), |h| check_epoch(h, next, size, &kept));
+                    let head = match checked {
+                        Ok(head) => head,
+                        Err(why) => {
+                            cut = Some(bad(why)?);
+                            break;
+                        }
+                    };
                     let entry = EpochEntry { head, payload_at };
                     if k == KIND_EPOCH {
                         epochs.push(entry);
@@ -283,13 +306,17 @@ impl FlushLog {
                     complete = true;
                 }
                 Frame::Ok(k) => {
-                    return Err(corrupt(
-                        at,
-                        format!("a frame of kind {k} where it cannot be"),
-                    ))
+                    cut = Some(bad(format!("a frame of kind {k} where it cannot be"))?);
+                    break;
                 }
             }
-            at = payload_at + payload.len() as u64 + 4;
+            at = payload_at + size + 4;
+        }
+        if cut.is_none() && !complete {
+            cut = Some(match at < len {
+                true => format!("the file ends inside the frame at byte {at}"),
+                false => format!("the file ends at byte {at}, before the end record"),
+            });
         }
         let Some(header) = header else {
             return Err(LogError::NotALog(path));
@@ -316,6 +343,7 @@ impl FlushLog {
             epochs,
             tail,
             complete,
+            cut,
             file,
         })
     }
@@ -358,9 +386,76 @@ enum Frame {
     Bad(String),
 }
 
+/// The most of a header or end frame's payload kept in memory (its JSON).
+const KEEP_SMALL: usize = 1 << 20;
+/// Bytes read at a time while a frame's checksum is computed.
+const CHUNK: usize = 1 << 20;
+
+/// What is kept of a frame while its checksum streams: the whole payload of
+/// a small frame, the head of an epoch frame with its page indexes checked
+/// on the way (the page contents are never held: an epoch can be the whole
+/// DIMM, and reading it takes memory of one chunk).
+struct Kept {
+    /// The payload's first bytes (all of a small frame).
+    bytes: Vec<u8>,
+    /// The epoch head, once its bytes passed.
+    head: Option<EpochHead>,
+    /// The first page index at or past `region_pages`, if any.
+    bad_index: Option<u64>,
+    region_pages: u64,
+    /// Bytes of an index cut by a chunk's end.
+    carry: Vec<u8>,
+}
+
+impl Kept {
+    fn new(region_pages: u64) -> Self {
+        Self {
+            bytes: Vec::new(),
+            head: None,
+            bad_index: None,
+            region_pages,
+            carry: Vec::new(),
+        }
+    }
+
+    /// Takes `chunk`, the payload's bytes from offset `at`.
+    fn take(&mut self, at: usize, chunk: &[u8]) {
+        let room = KEEP_SMALL.saturating_sub(self.bytes.len());
+        if at == self.bytes.len() {
+            self.bytes
+                .extend_from_slice(&chunk[..chunk.len().min(room)]);
+        }
+        if self.head.is_none() && self.bytes.len() >= EPOCH_HEAD {
+            self.head = parse_head(&self.bytes);
+        }
+        let Some(head) = self.head else {
+            return;
+        };
+        let indexes_end = EPOCH_HEAD + 8 * usize::try_from(head.pages).unwrap_or(usize::MAX);
+        let from = at.max(EPOCH_HEAD);
+        let to = (at + chunk.len()).min(indexes_end);
+        if from >= to || self.bad_index.is_some() {
+            return;
+        }
+        self.carry.extend_from_slice(&chunk[from - at..to - at]);
+        let whole = self.carry.len() / 8 * 8;
+        self.bad_index = self.carry[..whole]
+            .chunks_exact(8)
+            .map(le_u64)
+            .find(|&i| i >= self.region_pages);
+        self.carry.drain(..whole);
+    }
+}
+
 /// The frame at `at`: `None` when the file ends there or the frame is cut
-/// short (the log ends), its kind and payload, or why it is bad.
-fn read_frame(file: &mut File, at: u64, len: u64) -> std::io::Result<Option<(Frame, Vec<u8>)>> {
+/// short (the log ends), its kind and what [`Kept`] kept of its payload, or
+/// why it is bad. The checksum streams through one chunk of memory.
+fn read_frame(
+    file: &mut File,
+    at: u64,
+    len: u64,
+    region_pages: u64,
+) -> std::io::Result<Option<(Frame, u64, Kept)>> {
     if len.saturating_sub(at) < FRAME_HEAD as u64 {
         return Ok(None);
     }
@@ -369,61 +464,52 @@ fn read_frame(file: &mut File, at: u64, len: u64) -> std::io::Result<Option<(Fra
     file.read_exact(&mut head)?;
     let kind = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
     let size = le_u64(&head[4..12]);
+    let mut kept = Kept::new(region_pages);
     if size > MAX_PAYLOAD {
-        return Ok(Some((
-            Frame::Bad(format!("a frame claims {size} bytes")),
-            Vec::new(),
-        )));
+        let why = format!("a frame claims {size} bytes");
+        return Ok(Some((Frame::Bad(why), 0, kept)));
     }
     if (len - at - FRAME_HEAD as u64) < size + 4 {
         return Ok(None);
     }
-    let Ok(size_bytes) = usize::try_from(size) else {
-        return Ok(Some((
-            Frame::Bad(format!("a frame claims {size} bytes")),
-            Vec::new(),
-        )));
-    };
-    let mut payload = vec![0u8; size_bytes];
-    file.read_exact(&mut payload)?;
-    let mut crc = [0u8; 4];
-    file.read_exact(&mut crc)?;
     let mut h = crc32fast::Hasher::new();
     h.update(&head);
-    h.update(&payload);
-    if h.finalize() != u32::from_le_bytes(crc) {
-        return Ok(Some((
-            Frame::Bad("a frame's checksum does not match its bytes".into()),
-            payload,
-        )));
+    let mut buf = vec![0u8; CHUNK.min(usize::try_from(size).unwrap_or(CHUNK))];
+    let mut done = 0u64;
+    while done < size {
+        let n = usize::try_from((size - done).min(buf.len() as u64)).unwrap_or(buf.len());
+        file.read_exact(&mut buf[..n])?;
+        h.update(&buf[..n]);
+        kept.take(usize::try_from(done).unwrap_or(usize::MAX), &buf[..n]);
+        done += n as u64;
     }
-    Ok(Some((Frame::Ok(kind), payload)))
+    let mut crc = [0u8; 4];
+    file.read_exact(&mut crc)?;
+    if h.finalize() != u32::from_le_bytes(crc) {
+        let why = "a frame's checksum does not match its bytes".to_string();
+        return Ok(Some((Frame::Bad(why), size, kept)));
+    }
+    Ok(Some((Frame::Ok(kind), size, kept)))
 }
 
-/// The fields of epoch frame `payload`, checked against the header: its
-/// length, its number (`next`), its pages inside the region, its meta size.
-fn check_epoch(h: &Header, next: u64, payload: &[u8]) -> Result<EpochHead, String> {
-    let head = parse_head(payload).ok_or("an epoch frame is too short")?;
+/// The fields of an epoch frame of `size` payload bytes (`kept` holds its
+/// head and its indexes' check), checked against the header: its length, its
+/// number (`next`), its pages inside the region, its meta size.
+fn check_epoch(h: &Header, next: u64, size: u64, kept: &Kept) -> Result<EpochHead, String> {
+    let head = kept.head.ok_or("an epoch frame is too short")?;
     let n = head.number;
     let want =
         EPOCH_HEAD as u64 + u64::from(head.pages) * (8 + PAGE as u64) + u64::from(head.meta_len);
-    if want != payload.len() as u64 {
-        let got = payload.len();
+    if want != size {
         return Err(format!(
-            "flush {n}'s frame holds {got} bytes where its fields need {want}"
+            "flush {n}'s frame holds {size} bytes where its fields need {want}"
         ));
     }
     if n != next {
         return Err(format!("flush {n} follows flush {}", next - 1));
     }
-    let region_pages = h.region_size / PAGE as u64;
-    let end = EPOCH_HEAD + 8 * usize::try_from(head.pages).unwrap_or(usize::MAX);
-    let indexes = payload.get(EPOCH_HEAD..end).unwrap_or_default();
-    if let Some(bad) = indexes
-        .chunks_exact(8)
-        .map(le_u64)
-        .find(|&i| i >= region_pages)
-    {
+    if let Some(bad) = kept.bad_index {
+        let region_pages = h.region_size / PAGE as u64;
         return Err(format!(
             "flush {n} names page {bad}, beyond the region's {region_pages} pages"
         ));
@@ -548,11 +634,16 @@ pub(crate) mod tests {
         let at = bytes.len() - 200;
         bytes[at] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
-        let e = FlushLog::open(&d, true).unwrap_err().to_string();
+        let e = FlushLog::open(&d, false).unwrap_err().to_string();
         assert!(
             e.contains("corrupted at byte") && e.contains("checksum"),
             "{e}"
         );
+        // With --partial the log ends at the bad frame, and says where and why.
+        let log = FlushLog::open(&d, true).unwrap();
+        assert_eq!(log.last(), 1);
+        let cut = log.cut.clone().unwrap();
+        assert!(cut.contains("at byte") && cut.contains("checksum"), "{cut}");
         std::fs::write(&path, b"not a log at all").unwrap();
         let e = FlushLog::open(&d, true).unwrap_err().to_string();
         assert!(e.contains("is not a pmemvm flush log"), "{e}");
@@ -611,3 +702,7 @@ pub(crate) mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
+
+#[cfg(test)]
+#[path = "log_cut_tests.rs"]
+mod cut_tests;

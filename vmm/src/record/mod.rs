@@ -343,8 +343,13 @@ impl devices::nvdimm::FlushObserver for FlushRecorder {
         }
         let number = s.epochs + 1;
         let vcpu = current_vcpu();
-        self.append(&mut s, KIND_EPOCH, number, vcpu)
-            .map_err(|e| e.to_string())
+        let appended = self.append(&mut s, KIND_EPOCH, number, vcpu);
+        if appended.is_err() {
+            // The log ends where the error left it: a frame after a cut one would
+            // hide every complete flush from `crash-images --partial`.
+            s.ended = true;
+        }
+        appended.map_err(|e| e.to_string())
     }
 }
 

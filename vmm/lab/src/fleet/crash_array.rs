@@ -198,6 +198,7 @@ pub fn merge(out: &Path, flushes: &[u64], command: &[String]) -> CrashCheck {
         region_size: 0,
         last_flush: flushes.last().copied().unwrap_or(0),
         complete: false,
+        cut: None,
         images: Vec::new(),
     });
     manifest.images = images;
@@ -304,6 +305,7 @@ mod tests {
                 region_size: 16 << 20,
                 last_flush: 7,
                 complete: true,
+                cut: None,
                 images: vec![vmm::record::images::ImageInfo {
                     flush,
                     file: format!("flush-{flush:06}.img"),
