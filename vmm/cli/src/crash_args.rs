@@ -32,9 +32,10 @@ pub struct ImageSelection {
     pub all: bool,
     /// Also a torn variant of each image: a random subset, drawn with SEED,
     /// of the 64-byte lines stored after that flush (the same SEED gives the
-    /// same bytes).
-    #[arg(long, value_name = "SEED")]
-    pub torn: Option<u64>,
+    /// same bytes); `,granule=8` tears at the pmem driver's 8-byte stores
+    /// instead (16 and 32 are accepted too).
+    #[arg(long, value_name = "SEED[,granule=N]")]
+    pub torn: Option<vmm::record::torn::TornSpec>,
     /// Use a log that ends without its end record (pmemvm was killed while
     /// recording): its complete flushes only.
     #[arg(long)]

@@ -9,8 +9,10 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::log::{EpochEntry, FlushLog, LogError, LINE, PAGE};
+use super::log::{EpochEntry, FlushLog, LogError, PAGE};
 use super::sparse;
+use super::torn::tear;
+pub use super::torn::TornSpec;
 
 /// Which flushes get an image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,11 +97,15 @@ pub struct TornInfo {
     pub file: String,
     /// The seed it was drawn with.
     pub seed: u64,
+    /// Bytes a store is torn at: 64 (a cache line, the default) or 8 (the
+    /// pmem driver's stores), 16 or 32.
+    #[serde(default = "super::torn::default_granule")]
+    pub granule: u64,
     /// Where the later stores come from: "flush N+1" or "tail".
     pub from: String,
-    /// 64-byte lines stored after the flush (different from the image).
+    /// Pieces of `granule` bytes stored after the flush (different from the image).
     pub lines_after: u64,
-    /// Byte offsets in the region of the lines this variant holds.
+    /// Byte offsets in the region of the pieces this variant holds.
     pub lines_applied: Vec<u64>,
 }
 
@@ -133,8 +139,8 @@ pub struct Request {
     pub out: PathBuf,
     /// Which flushes.
     pub select: Selection,
-    /// Torn variants with this seed.
-    pub torn: Option<u64>,
+    /// Torn variants: the seed and the granule.
+    pub torn: Option<TornSpec>,
     /// Accept a log without its end record.
     pub partial: bool,
 }
@@ -214,7 +220,7 @@ pub fn write_each<E: From<ImageError>>(
         copy_to(&work, &path, size, &mut guard)?;
         let torn = match req.torn {
             None => None,
-            Some(seed) => {
+            Some(TornSpec { seed, granule }) => {
                 let next = epochs
                     .get(usize::try_from(n).unwrap_or(usize::MAX))
                     .map(|e| (e.clone(), format!("flush {}", n + 1)))
@@ -229,12 +235,14 @@ pub fn write_each<E: From<ImageError>>(
                         &work,
                         &torn_file,
                         seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                        granule,
                     )?,
                     None => (0, Vec::new()),
                 };
                 Some(TornInfo {
                     file: torn_name,
                     seed,
+                    granule: granule as u64,
                     from: next.map_or_else(
                         || "nothing (no stores after it were recorded)".into(),
                         |(_, f)| f,
@@ -294,58 +302,6 @@ fn apply(log: &mut FlushLog, e: &EpochEntry, work: &File) -> Result<(), ImageErr
             .map_err(io("writing a crash image's label area"))?;
     }
     Ok(())
-}
-
-/// Writes into `torn` a seeded subset of the lines `next` stores that
-/// differ from `work` (the state the image shows); returns how many lines
-/// differ and the offsets of those written.
-fn tear(
-    log: &mut FlushLog,
-    next: &EpochEntry,
-    work: &File,
-    torn: &File,
-    seed: u64,
-) -> Result<(u64, Vec<u64>), ImageError> {
-    let io = |source| ImageError::Io {
-        what: "writing a torn crash image".into(),
-        source,
-    };
-    let mut rng = SplitMix(seed);
-    let indexes = log.indexes(next)?;
-    let (mut now, mut later) = (vec![0u8; PAGE], vec![0u8; PAGE]);
-    let mut after = 0u64;
-    let mut applied = Vec::new();
-    for (i, &idx) in indexes.iter().enumerate() {
-        log.page(next, i, &mut later)?;
-        work.read_exact_at(&mut now, idx * PAGE as u64)
-            .map_err(io)?;
-        for l in 0..PAGE / LINE {
-            let r = l * LINE..(l + 1) * LINE;
-            if now[r.clone()] == later[r.clone()] {
-                continue;
-            }
-            after += 1;
-            if rng.next() & 1 == 1 {
-                let at = idx * PAGE as u64 + r.start as u64;
-                torn.write_all_at(&later[r], at).map_err(io)?;
-                applied.push(at);
-            }
-        }
-    }
-    Ok((after, applied))
-}
-
-/// SplitMix64: small, fast, and the same everywhere for a seed.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 }
 
 fn new_file(p: &Path) -> std::io::Result<File> {
@@ -428,9 +384,48 @@ mod tests {
             dir: dir.to_path_buf(),
             out: out.to_path_buf(),
             select,
-            torn,
+            torn: torn.map(|seed| TornSpec {
+                seed,
+                granule: super::super::log::LINE,
+            }),
             partial: false,
         }
+    }
+
+    #[test]
+    fn a_torn_variant_at_8_bytes_tears_inside_a_cache_line_and_says_its_granule() {
+        let d = tmp("granule");
+        write_log(&d, &[(vec![1], 0x11), (vec![1], 0x22)], true);
+        let out = d.join("out");
+        let mut r = req(&d, &out, Selection::At(1), Some(5));
+        r.torn = Some(TornSpec {
+            seed: 5,
+            granule: 8,
+        });
+        let m = write(&r).unwrap();
+        let t = m.images[0].torn.clone().unwrap();
+        assert_eq!(t.granule, 8);
+        assert_eq!(
+            t.lines_after,
+            (PAGE / 8) as u64,
+            "every 8 bytes of the page changed"
+        );
+        assert!(t.lines_applied.iter().all(|o| o % 8 == 0));
+        let img = std::fs::read(out.join(&t.file)).unwrap();
+        let page = &img[PAGE..2 * PAGE];
+        for o in &t.lines_applied {
+            let at = usize::try_from(*o).unwrap();
+            assert_eq!(&img[at..at + 8], &[0x22; 8]);
+        }
+        let mixed = page
+            .chunks(64)
+            .filter(|line| line.contains(&0x11) && line.contains(&0x22))
+            .count();
+        assert!(mixed > 0, "no 64-byte line holds both states");
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join(MANIFEST)).unwrap()).unwrap();
+        assert_eq!(json["images"][0]["torn"]["granule"], 8);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

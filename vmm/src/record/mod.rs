@@ -14,6 +14,7 @@
 pub mod images;
 pub mod log;
 pub mod sparse;
+pub mod torn;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
