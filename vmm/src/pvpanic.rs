@@ -83,8 +83,8 @@ impl PvPanic {
                     info.ram_bytes >> 20,
                     info.data_bytes >> 20,
                     match &info.kernel_release {
-                        Some(r) => format!("; kernel {r}"),
-                        None => "; no VMCOREINFO found: the guest kernel lacks CONFIG_CRASH_CORE (crash and drgn need it)".into(),
+                        Some(r) => format!("; kernel {r}, VMCOREINFO {}", info.vmcoreinfo_from),
+                        None => format!("; {}", info.vmcoreinfo_from),
                     }
                 ),
                 Err(e) => eprintln!("pmemvm: --dump-on-panic: {e}"),

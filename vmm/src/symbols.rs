@@ -40,49 +40,12 @@ impl Symbols {
     }
 
     fn parse(b: &[u8]) -> Option<Self> {
-        // ELF64, little endian.
-        if b.get(0..4)? != b"\x7fELF" || *b.get(4)? != 2 || *b.get(5)? != 1 {
-            return None;
-        }
-        let shoff = usize::try_from(u64_at(b, 0x28)?).ok()?;
-        let shentsize = usize::from(u16_at(b, 0x3a)?);
-        let shnum = usize::from(u16_at(b, 0x3c)?);
-        if shentsize < 0x40 {
-            return None;
-        }
-        let section = |i: usize| -> Option<(u32, usize, usize, u32, usize)> {
-            let h = shoff.checked_add(i.checked_mul(shentsize)?)?;
-            Some((
-                u32_at(b, h + 4)?,
-                usize::try_from(u64_at(b, h + 0x18)?).ok()?,
-                usize::try_from(u64_at(b, h + 0x20)?).ok()?,
-                u32_at(b, h + 0x28)?,
-                usize::try_from(u64_at(b, h + 0x38)?).ok()?,
-            ))
-        };
-        let (_, off, size, link, entsize) =
-            (0..shnum).filter_map(section).find(|s| s.0 == SHT_SYMTAB)?;
-        let (_, str_off, str_size, _, _) = section(usize::try_from(link).ok()?)?;
-        let strtab = b.get(str_off..str_off.checked_add(str_size)?)?;
-        let symtab = b.get(off..off.checked_add(size)?)?;
-        if entsize < 24 {
-            return None;
-        }
         let mut funcs = Vec::new();
-        for sym in symtab.chunks_exact(entsize) {
-            let info = *sym.get(4)?;
-            let value = u64_at(sym, 8)?;
-            if info & 0xf != STT_FUNC || value == 0 {
-                continue;
+        for_each_symbol(b, |info, value, size, name| {
+            if info & 0xf == STT_FUNC && value != 0 {
+                funcs.push((value, size, String::from_utf8_lossy(name).into_owned()));
             }
-            let name_off = usize::try_from(u32_at(sym, 0)?).ok()?;
-            let Some(rest) = strtab.get(name_off..) else {
-                continue;
-            };
-            let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
-            let name = String::from_utf8_lossy(&rest[..end]).into_owned();
-            funcs.push((value, u64_at(sym, 16)?, name));
-        }
+        })?;
         funcs.sort_by_key(|f| f.0);
         Some(Self { funcs })
     }
@@ -123,6 +86,68 @@ impl Symbols {
     pub fn is_empty(&self) -> bool {
         self.funcs.is_empty()
     }
+}
+
+/// Calls `f` with (info, value, size, name) of every symbol of the ELF64
+/// file `b`; `None` when it is not one with a symbol table.
+fn for_each_symbol(b: &[u8], mut f: impl FnMut(u8, u64, u64, &[u8])) -> Option<()> {
+    // ELF64, little endian.
+    if b.get(0..4)? != b"\x7fELF" || *b.get(4)? != 2 || *b.get(5)? != 1 {
+        return None;
+    }
+    let shoff = usize::try_from(u64_at(b, 0x28)?).ok()?;
+    let shentsize = usize::from(u16_at(b, 0x3a)?);
+    let shnum = usize::from(u16_at(b, 0x3c)?);
+    if shentsize < 0x40 {
+        return None;
+    }
+    let section = |i: usize| -> Option<(u32, usize, usize, u32, usize)> {
+        let h = shoff.checked_add(i.checked_mul(shentsize)?)?;
+        Some((
+            u32_at(b, h + 4)?,
+            usize::try_from(u64_at(b, h + 0x18)?).ok()?,
+            usize::try_from(u64_at(b, h + 0x20)?).ok()?,
+            u32_at(b, h + 0x28)?,
+            usize::try_from(u64_at(b, h + 0x38)?).ok()?,
+        ))
+    };
+    let (_, off, size, link, entsize) =
+        (0..shnum).filter_map(section).find(|s| s.0 == SHT_SYMTAB)?;
+    let (_, str_off, str_size, _, _) = section(usize::try_from(link).ok()?)?;
+    let strtab = b.get(str_off..str_off.checked_add(str_size)?)?;
+    let symtab = b.get(off..off.checked_add(size)?)?;
+    if entsize < 24 {
+        return None;
+    }
+    for sym in symtab.chunks_exact(entsize) {
+        let info = *sym.get(4)?;
+        let value = u64_at(sym, 8)?;
+        let name_off = usize::try_from(u32_at(sym, 0)?).ok()?;
+        let Some(rest) = strtab.get(name_off..) else {
+            continue;
+        };
+        let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+        f(info, value, u64_at(sym, 16)?, &rest[..end]);
+    }
+    Some(())
+}
+
+/// The addresses of the symbols `names` (of any type: functions, objects,
+/// assembler labels) in the ELF64 kernel at `path`, in order; `None` for each
+/// it lacks (every one, for a bzImage or a stripped file).
+pub fn addresses(path: &Path, names: &[&str]) -> Vec<Option<u64>> {
+    let mut found = vec![None; names.len()];
+    let small = std::fs::metadata(path).is_ok_and(|m| m.len() <= MAX_FILE);
+    if let Some(bytes) = small.then(|| std::fs::read(path).ok()).flatten() {
+        for_each_symbol(&bytes, |_, value, _, name| {
+            if let Some(i) = names.iter().position(|n| n.as_bytes() == name) {
+                if value != 0 {
+                    found[i] = Some(value);
+                }
+            }
+        });
+    }
+    found
 }
 
 /// The host kernel's module whose code holds `addr` ("kvm_amd at

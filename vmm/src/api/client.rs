@@ -269,9 +269,12 @@ fn answer(command: &Request, result: &Value) -> String {
             n("ram_bytes") >> 20,
             n("data_bytes") >> 20,
             n("vcpus"),
-            match result.get("kernel_release").and_then(Value::as_str) {
-                Some(r) => format!("kernel {r}: crash vmlinux FILE, or drgn -c FILE -s vmlinux"),
-                None => "no VMCOREINFO in guest memory: the guest kernel lacks CONFIG_CRASH_CORE, which crash and drgn need".into(),
+            match (
+                result.get("kernel_release").and_then(Value::as_str),
+                result.get("vmcoreinfo_from").and_then(Value::as_str).unwrap_or("")
+            ) {
+                (Some(r), from) => format!("kernel {r} (VMCOREINFO {from}): crash vmlinux FILE, or drgn -c FILE -s vmlinux"),
+                (None, why) => why.to_string(),
             }
         ),
     }

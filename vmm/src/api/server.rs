@@ -496,7 +496,7 @@ mod tests {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
         let hub = Arc::new(crate::gdb::hub::DebugHub::new(1, false));
         Arc::new(Control {
-            dumper: Arc::new(Dumper::new(mem, hub)),
+            dumper: Arc::new(Dumper::new(mem, hub, std::path::Path::new("/nonexistent"))),
             counters: Counters {
                 exits: Arc::new(ExitStats::default()),
                 dimms: Vec::new(),

@@ -11,6 +11,7 @@
 //! by its own name, [`crate::gdb::hub::Holder::Dump`]).
 
 pub mod elf;
+pub mod kernel_note;
 pub mod vmcoreinfo;
 
 use std::fs::OpenOptions;
@@ -84,7 +85,16 @@ pub struct DumpInfo {
     pub kernel_release: Option<String>,
     /// Where VMCOREINFO was (guest-physical), when found.
     pub vmcoreinfo_gpa: Option<u64>,
+    /// How it was found, or why there is none, in a sentence for the user.
+    pub vmcoreinfo_from: String,
 }
+
+/// How a dump's VMCOREINFO was found.
+const FROM_KERNEL: &str = "read through the kernel's own vmcoreinfo_note pointer";
+/// ... when the kernel file gives no way to the kernel's own.
+const FROM_SCAN: &str = "found by a scan of guest RAM: the --kernel file has no symbols \
+    (a bzImage or a stripped vmlinux), and a note a guest user planted could be taken; \
+    boot the vmlinux for one read through the kernel's own pointer";
 
 /// Refuses `path` when something is there already, or its directory is not.
 pub fn check_new_file(path: &Path) -> Result<(), DumpError> {
@@ -120,16 +130,20 @@ impl elf::Ram for GuestRam<'_> {
 pub struct Dumper {
     mem: GuestMemoryMmap,
     hub: Arc<DebugHub>,
+    /// The kernel file's symbols that lead to its note (none for a bzImage).
+    anchors: Option<kernel_note::Anchors>,
     kick: libc::c_int,
     busy: Mutex<()>,
 }
 
 impl Dumper {
-    /// A dumper of `mem`, stopping vCPUs through `hub`.
-    pub fn new(mem: GuestMemoryMmap, hub: Arc<DebugHub>) -> Self {
+    /// A dumper of `mem`, stopping vCPUs through `hub`, of a guest booted
+    /// from the kernel file `kernel`.
+    pub fn new(mem: GuestMemoryMmap, hub: Arc<DebugHub>, kernel: &Path) -> Self {
         Self {
             mem,
             hub,
+            anchors: kernel_note::Anchors::of(kernel),
             kick: crate::signals::kick_signal(),
             busy: Mutex::new(()),
         }
@@ -219,7 +233,21 @@ impl Dumper {
         };
         let vcpus = self.registers(own)?;
         let ram = GuestRam(&self.mem);
-        let info = vmcoreinfo::find(&ram).map_err(io_err)?;
+        let (info, from) = match self.anchors {
+            Some(a) => match kernel_note::locate(&ram, &vcpus, a) {
+                Ok(f) => (Some(f), FROM_KERNEL.to_string()),
+                Err(why) => (None, format!("no VMCOREINFO in the dump: {why}")),
+            },
+            None => match vmcoreinfo::find(&ram).map_err(io_err)? {
+                Some(f) => (Some(f), FROM_SCAN.to_string()),
+                None => (
+                    None,
+                    "no VMCOREINFO in guest memory: the guest kernel lacks CONFIG_CRASH_CORE, \
+                     which crash and drgn need"
+                        .to_string(),
+                ),
+            },
+        };
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -255,6 +283,7 @@ impl Dumper {
             vcpus: summary.vcpus,
             kernel_release: info.as_ref().and_then(|f| f.value("OSRELEASE")),
             vmcoreinfo_gpa: info.map(|f| f.gpa),
+            vmcoreinfo_from: from,
         })
     }
 }

@@ -18,11 +18,11 @@ use std::io;
 use super::elf::Ram;
 
 /// The note's name as it lies in memory: "VMCOREINFO", NUL, padding to 12.
-const NAME: &[u8; 12] = b"VMCOREINFO\0\0";
+pub(super) const NAME: &[u8; 12] = b"VMCOREINFO\0\0";
 /// How the description starts.
-const FIRST_KEY: &[u8] = b"OSRELEASE=";
+pub(super) const FIRST_KEY: &[u8] = b"OSRELEASE=";
 /// The kernel's bound on the description (`VMCOREINFO_BYTES`, a page).
-const MAX_DESC: usize = 4096;
+pub(super) const MAX_DESC: usize = 4096;
 /// Bytes read at a time.
 const CHUNK: usize = 4 << 20;
 
