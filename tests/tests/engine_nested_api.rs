@@ -1,7 +1,8 @@
 // test-queue: tcg
 //! Tier 5 through the product: `pmemvm run --engine nested --api SOCKET`, as a
-//! user types it. QEMU listens at the user's path on this host (owner-only)
-//! and carries the bytes to a serial port of the L1, where pmemvm serves the
+//! user types it. pmemvm listens at the user's path on this host (owner-only,
+//! each peer checked) and relays the bytes through the L1's QEMU to a serial
+//! port of the L1, where pmemvm serves the
 //! control protocol; `pmemvm ctl SOCKET media inject 0 1M+4K` on this host
 //! then reaches the guest inside: its platform event makes Linux scrub the
 //! DIMM and `/sys/block/pmem0/badblocks` gains `2048 8`, which the guest's

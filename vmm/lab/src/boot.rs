@@ -124,11 +124,11 @@ fn boot_nested(req: &BootRequest) -> Result<u8, RunError> {
         return refuse("--modules of boot");
     }
     if let Some(p) = &req.control.api {
-        // QEMU listens there: refused as on this host, before the L1 starts.
+        // This pmemvm listens there: refused as on this host, before the L1 starts.
         drop(vmm::api::ApiListener::bind(p)?);
     }
     if let Some((addr, _)) = &req.gdb {
-        // QEMU listens there: refused as on this host, before the L1 starts.
+        // This pmemvm listens there: refused as on this host, before the L1 starts.
         drop(vmm::gdb::GdbListener::bind(addr, false)?);
     }
     let (kernel, initrd, _) = resolve_kernel(&req.files)?;

@@ -150,15 +150,18 @@ impl NestedEngine {
         install_binary(share, "pmemvm", &self.pmemvm, true)?;
         let words: Vec<&str> = argv.iter().map(String::as_str).collect();
         write_command(share, &env(), &words, &mounts, None)?;
+        let l1 = l1_dir(share);
+        // The user's doors are this pmemvm's, owner-only; QEMU gets private ends.
+        let doors = crate::nested::doors::open(&l1, m.gdb.map(|(addr, _)| addr), api)
+            .map_err(io_err("open the --gdb or --api door"))?;
         let opts = L1Options {
             memory_mib: l1_memory_mib(m.spec.memory),
             cpus: l1_cpus(m.spec.cpus, host_cpus()),
             mounts,
             interactive: false,
-            gdb: m.gdb.map(|(addr, _)| crate::nested::l1::gdb_chardev(addr)),
-            api: api.map(Path::to_path_buf),
+            gdb: doors.gdb_chardev.clone(),
+            api: doors.api_private.clone(),
         };
-        let l1 = l1_dir(share);
         let console = l1.join("l1-console.log");
         let cmd = l1_command(&self.qemu, &self.l1, &opts, &console, share);
         log::info!("running the L1: {cmd:?}");
@@ -166,7 +169,6 @@ impl NestedEngine {
             crate::nested::gdb::Announcer::start(l1.join("stderr"), addr.to_string())
         });
         let api_announcer = api.map(|p| crate::nested::gdb::Announcer::api(l1.join("stderr"), p));
-        let _socket = api.map(QemuSocket);
         let run = run_l1(
             cmd,
             false,
@@ -178,6 +180,7 @@ impl NestedEngine {
         );
         drop(announcer);
         drop(api_announcer);
+        drop(doors);
         let mut ended = Ended {
             accelerator: ACCELERATOR.into(),
             functional_only: true,
@@ -240,29 +243,12 @@ pub struct InteractiveBoot<'a> {
     pub cmdline: &'a str,
     /// vCPUs, RAM and the devices (no host placement: refused before).
     pub spec: &'a MachineSpec,
-    /// `--gdb ADDR` and `--gdb-wait`: QEMU listens at ADDR on this host and
+    /// `--gdb ADDR` and `--gdb-wait`: this pmemvm listens at ADDR and
     /// pmemvm in the L1 serves gdb through the L1's third serial port.
     pub gdb: Option<(&'a vmm::gdb::GdbAddr, bool)>,
-    /// `--api PATH`: QEMU listens at PATH on this host and pmemvm in the L1
+    /// `--api PATH`: this pmemvm listens at PATH and pmemvm in the L1
     /// serves the control protocol through the L1's fourth serial port.
     pub api: Option<&'a Path>,
-}
-
-/// The control socket QEMU made at the user's path: removed when the L1
-/// has ended, if it is still a socket (QEMU may have removed it itself).
-struct QemuSocket<'a>(&'a Path);
-
-impl Drop for QemuSocket<'_> {
-    fn drop(&mut self) {
-        use std::os::unix::fs::FileTypeExt;
-        if self
-            .0
-            .symlink_metadata()
-            .is_ok_and(|m| m.file_type().is_socket())
-        {
-            let _ = fs::remove_file(self.0);
-        }
-    }
 }
 
 /// A temporary share, removed on drop.
@@ -310,26 +296,27 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
     install_binary(&share.0, "pmemvm", &pmemvm, true)?;
     let words: Vec<&str> = argv.iter().map(String::as_str).collect();
     write_command(&share.0, &env(), &words, &mounts, Some(INTERACTIVE_TTY))?;
+    let l1 = l1_dir(&share.0);
+    let doors = crate::nested::doors::open(&l1, b.gdb.map(|(addr, _)| addr), b.api)
+        .map_err(io_err("open the --gdb or --api door"))?;
     let opts = L1Options {
         memory_mib: l1_memory_mib(b.spec.memory),
         cpus: l1_cpus(b.spec.cpus, host_cpus()),
         mounts,
         interactive: true,
-        gdb: b.gdb.map(|(addr, _)| crate::nested::l1::gdb_chardev(addr)),
-        api: b.api.map(Path::to_path_buf),
+        gdb: doors.gdb_chardev.clone(),
+        api: doors.api_private.clone(),
     };
-    let l1 = l1_dir(&share.0);
     let console = l1.join("l1-console.log");
     let cmd = l1_command(qemu, &l1_image, &opts, &console, &share.0);
     log::info!("running the L1: {cmd:?}");
     eprintln!("pmemvm: --engine nested: booting the L1 VM (QEMU TCG with emulated SVM; the guest's console follows here, functional only)");
     if let Some(p) = b.api {
         eprintln!(
-            "pmemvm: --engine nested: QEMU listens for the control socket at {} (pmemvm in the L1 serves it once the guest boots)",
+            "pmemvm: --engine nested: listening for the control socket at {} (owner-only; pmemvm in the L1 serves it once the guest boots)",
             p.display()
         );
     }
-    let _socket = b.api.map(QemuSocket);
     // QEMU restores the terminal itself when it exits in order; this covers a killed QEMU.
     let saved = vmm::console::SavedTerminal::save();
     let run = run_l1(

@@ -12,7 +12,9 @@ pub(crate) fn l1_args(qemu: &Path, addr: &vmm::gdb::GdbAddr, wait: bool) -> Vec<
     if let Some(w) = crate::qemu::version_of(qemu).and_then(crate::qemu::nested_gdb_warning) {
         eprintln!("pmemvm: warning: --engine nested: {w}");
     }
-    eprintln!("pmemvm: --engine nested: QEMU listens for gdb at {addr} (target remote {addr})");
+    eprintln!(
+        "pmemvm: --engine nested: listening for gdb at {addr}, owner-only (target remote {addr})"
+    );
     let mut args = vec!["--gdb".to_string(), super::l1::GDB_TTY.to_string()];
     if wait {
         args.push("--gdb-wait".to_string());

@@ -34,12 +34,11 @@ pub struct L1Options {
     /// process's stdin and stdout (`pmemvm boot --engine nested`).
     pub interactive: bool,
     /// QEMU's chardev for the L1's third serial port ([`GDB_TTY`]), where
-    /// pmemvm in the L1 serves gdb (`--gdb`): QEMU listens for the debugger
-    /// on this host (see [`gdb_chardev`]).
+    /// pmemvm in the L1 serves gdb (`--gdb`): a private socket the user's door
+    /// relays to ([`super::doors`]), or the user's serial device.
     pub gdb: Option<String>,
-    /// The user's `--api` socket on this host: QEMU listens there (owner-only:
-    /// QEMU runs under umask 077) and carries the bytes to the L1's [`API_TTY`], where pmemvm in the L1
-    /// serves the control protocol.
+    /// QEMU's private socket for the L1's [`API_TTY`], where pmemvm in the L1
+    /// serves the control protocol; the user's `--api` door relays to it.
     pub api: Option<PathBuf>,
 }
 

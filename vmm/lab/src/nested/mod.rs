@@ -27,6 +27,7 @@
 
 use std::path::PathBuf;
 
+pub mod doors;
 pub(crate) mod gdb;
 pub mod heartbeat;
 pub mod l1;
