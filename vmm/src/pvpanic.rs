@@ -83,7 +83,7 @@ impl PvPanic {
                     info.ram_bytes >> 20,
                     info.data_bytes >> 20,
                     match &info.kernel_release {
-                        Some(r) => format!("; kernel {r}, VMCOREINFO {}", info.vmcoreinfo_from),
+                        Some(r) => format!("; kernel {r}; VMCOREINFO {}", info.vmcoreinfo_from),
                         None => format!("; {}", info.vmcoreinfo_from),
                     }
                 ),

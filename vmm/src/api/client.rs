@@ -273,7 +273,7 @@ fn answer(command: &Request, result: &Value) -> String {
                 result.get("kernel_release").and_then(Value::as_str),
                 result.get("vmcoreinfo_from").and_then(Value::as_str).unwrap_or("")
             ) {
-                (Some(r), from) => format!("kernel {r} (VMCOREINFO {from}): crash vmlinux FILE, or drgn -c FILE -s vmlinux"),
+                (Some(r), from) => format!("kernel {r}: crash vmlinux FILE, or drgn -c FILE -s vmlinux (VMCOREINFO {from})"),
                 (None, why) => why.to_string(),
             }
         ),
