@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use super::log::{EpochEntry, FlushLog, LogError, PAGE};
 use super::sparse;
-use super::torn::tear;
 pub use super::torn::TornSpec;
+use super::torn::{tear, TearError};
 
 /// Which flushes get an image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,18 @@ pub enum ImageError {
         /// The cause.
         source: std::io::Error,
     },
+}
+
+impl From<TearError> for ImageError {
+    fn from(e: TearError) -> Self {
+        match e {
+            TearError::Log(l) => Self::Log(l),
+            TearError::Io(source) => Self::Io {
+                what: "writing a torn crash image".into(),
+                source,
+            },
+        }
+    }
 }
 
 /// One image in the manifest.
@@ -236,7 +248,8 @@ pub fn write_each<E: From<ImageError>>(
                         &torn_file,
                         seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15),
                         granule,
-                    )?,
+                    )
+                    .map_err(ImageError::from)?,
                     None => (0, Vec::new()),
                 };
                 Some(TornInfo {

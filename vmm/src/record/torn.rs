@@ -7,8 +7,18 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use super::images::ImageError;
-use super::log::{EpochEntry, FlushLog, LINE, PAGE};
+use super::log::{EpochEntry, FlushLog, LogError, LINE, PAGE};
+
+/// Why a torn variant could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum TearError {
+    /// The log's epoch could not be read.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// The image could not be read or written.
+    #[error("writing a torn crash image: {0}")]
+    Io(#[source] std::io::Error),
+}
 
 /// Granules a variant may tear at: a divisor of a cache line, at least the
 /// 8 bytes of one store.
@@ -85,11 +95,8 @@ pub(super) fn tear(
     torn: &File,
     seed: u64,
     granule: usize,
-) -> Result<(u64, Vec<u64>), ImageError> {
-    let io = |source| ImageError::Io {
-        what: "writing a torn crash image".into(),
-        source,
-    };
+) -> Result<(u64, Vec<u64>), TearError> {
+    let io = TearError::Io;
     let granule = if GRANULES.contains(&granule) {
         granule
     } else {

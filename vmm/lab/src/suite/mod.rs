@@ -2,6 +2,7 @@
 //! table of what passed: `pmemvm suite ndctl` (ndctl's own `meson test`, see [`ndctl`]).
 
 pub mod junit;
+pub mod machines;
 pub mod ndctl;
 pub mod nfit_test;
 pub mod rows;

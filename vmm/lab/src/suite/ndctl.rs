@@ -10,86 +10,9 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-pub use super::rows::{failed, rows, table, Row};
-
-/// The buses ndctl's tests use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Bus {
-    /// The platform's NFIT bus (pmemvm's NVDIMMs); the destructive tests that name it.
-    #[serde(rename = "ACPI.NFIT")]
-    AcpiNfit,
-    /// Tests written for the kernel's `nfit_test.0` emulation, pointed at ACPI.NFIT at run
-    /// time (`ndctl-suite.sh --bus ACPI.NFIT`): the error, scrub and SMART paths.
-    #[serde(rename = "nfit_test → ACPI.NFIT")]
-    NfitTestOnAcpi,
-    /// Legacy persistent memory (E820 type 12, `--pmem-legacy`).
-    #[serde(rename = "e820")]
-    E820,
-    /// The kernel's own `nfit_test.0`/`nfit_test.1` emulation (`--nfit-test`: the modules
-    /// of tools/testing/nvdimm built against the user's modular kernel).
-    #[serde(rename = "nfit_test")]
-    NfitTest,
-}
-
-impl Bus {
-    /// As in the table.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Bus::AcpiNfit => "ACPI.NFIT",
-            Bus::NfitTestOnAcpi => "nfit_test → ACPI.NFIT",
-            Bus::E820 => "e820",
-            Bus::NfitTest => "nfit_test",
-        }
-    }
-}
-
-/// The machines the boots run on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Shape {
-    /// Two 1 GiB NVDIMMs with label areas and a 3 GiB legacy range: `pmem-ns` and
-    /// `sub-section.sh` (the sizes they ask for), the nfit_test error scripts, the e820
-    /// tests (`dax-ext4.sh`/`dax-xfs.sh` fallocate 1 GiB on a namespace with its memmap on
-    /// the device).
-    Small,
-    /// One 8 GiB NVDIMM: `align.sh` (1 GiB + 8 KiB and 2 GiB namespaces in one empty
-    /// region), `dm.sh` (two 1 GiB namespaces with the bus's other regions enabled),
-    /// `daxctl-devices.sh` (a 4 GiB devdax namespace hot-added as memory).
-    Large,
-    /// No NVDIMM and no legacy range: the user's modular kernel with the nfit_test
-    /// modules, whose buses are the kernel's own emulation (`--nfit-test`).
-    NfitTest,
-}
-
-impl Shape {
-    /// Its name in the table and the results directory.
-    pub fn name(self) -> &'static str {
-        match self {
-            Shape::Small => "small",
-            Shape::Large => "large",
-            Shape::NfitTest => "nfit-test",
-        }
-    }
-
-    /// `--nvdimm` specs.
-    pub fn nvdimms(self) -> &'static [&'static str] {
-        match self {
-            Shape::Small => &["1G", "1G"],
-            Shape::Large => &["8G"],
-            Shape::NfitTest => &[],
-        }
-    }
-
-    /// `--pmem-legacy` specs.
-    pub fn legacy(self) -> &'static [&'static str] {
-        match self {
-            Shape::Small => &["3G"],
-            Shape::Large | Shape::NfitTest => &[],
-        }
-    }
-}
+use super::junit::{self, Verdict};
+pub use super::machines::{Bus, Shape};
+pub use super::rows::{failed, Row};
 
 /// One of ndctl's tests this command can place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,6 +224,66 @@ pub fn plan(tests: &[String]) -> Result<Vec<Boot>, PlanError> {
         }
     }
     Ok(boots)
+}
+
+/// The rows of `boot` on `engine` from the JUnit files in `results`
+/// (`meson-N/testlog.junit.xml`), and the statuses of the setup steps
+/// (`step-K.status`, K counting the boot's steps from 1): a test whose step
+/// failed fails, whatever meson says of it (it skips without its setup).
+pub fn rows(boot: &Boot, engine: &str, results: &Path) -> Vec<Row> {
+    let mut cases = Vec::new();
+    for n in 1.. {
+        let dir = results.join(format!("meson-{n}"));
+        if !dir.is_dir() {
+            break;
+        }
+        if let Ok(xml) = std::fs::read_to_string(dir.join("testlog.junit.xml")) {
+            cases.extend(junit::cases(&xml));
+        }
+    }
+    let mut step = 0;
+    boot.tests
+        .iter()
+        .map(|k| {
+            let case = junit::find(&cases, k.name);
+            let mut row = Row {
+                test: k.name.into(),
+                engine: engine.into(),
+                not_applicable: None,
+                bus: k.bus,
+                shape: boot.shape,
+                verdict: case.map(|c| c.verdict),
+                seconds: case.map(|c| c.seconds),
+                reason: None,
+            };
+            if let Some(cmd) = k.before {
+                step += 1;
+                if let Some(why) = failed_step(results, step, cmd) {
+                    row.verdict = Some(Verdict::Failure);
+                    row.reason = Some(why);
+                }
+            }
+            row
+        })
+        .collect()
+}
+
+/// Why step `k` (`cmd`) of a boot failed, from `step-K.status` in `results`;
+/// `None` when it succeeded or left no status (it did not run: the test's row
+/// says so itself).
+fn failed_step(results: &Path, k: usize, cmd: &str) -> Option<String> {
+    let text = std::fs::read_to_string(results.join(format!("step-{k}.status"))).ok()?;
+    match text.trim() {
+        "0" => None,
+        st => Some(format!(
+            "its setup step `{cmd}` failed with status {st} (step-{k}.txt has its output)"
+        )),
+    }
+}
+
+/// The table of `rows` in the plan's order ([`KNOWN`]; tests it does not know last).
+pub fn table(rows: &[Row]) -> String {
+    super::rows::table_by(rows, |t| KNOWN.iter().position(|k| k.name == t))
 }
 
 /// The part of `boot` an engine without legacy persistent memory can run (no e820

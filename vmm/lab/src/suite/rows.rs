@@ -1,12 +1,10 @@
 //! The table of `pmemvm suite ndctl`: one row per test and engine, from meson's
 //! JUnit XML and the guest script's setup-step statuses, and how it is printed.
 
-use std::path::Path;
-
 use serde::{Deserialize, Serialize};
 
-use super::junit::{self, Verdict};
-use super::ndctl::{Boot, Bus, Shape, KNOWN};
+use super::junit::Verdict;
+use super::machines::{Bus, Shape};
 
 /// One test's row of the table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,61 +29,6 @@ pub struct Row {
     pub reason: Option<String>,
 }
 
-/// The rows of `boot` on `engine` from the JUnit files in `results`
-/// (`meson-N/testlog.junit.xml`), and the statuses of the setup steps
-/// (`step-K.status`, K counting the boot's steps from 1): a test whose step
-/// failed fails, whatever meson says of it (it skips without its setup).
-pub fn rows(boot: &Boot, engine: &str, results: &Path) -> Vec<Row> {
-    let mut cases = Vec::new();
-    for n in 1.. {
-        let dir = results.join(format!("meson-{n}"));
-        if !dir.is_dir() {
-            break;
-        }
-        if let Ok(xml) = std::fs::read_to_string(dir.join("testlog.junit.xml")) {
-            cases.extend(junit::cases(&xml));
-        }
-    }
-    let mut step = 0;
-    boot.tests
-        .iter()
-        .map(|k| {
-            let case = junit::find(&cases, k.name);
-            let mut row = Row {
-                test: k.name.into(),
-                engine: engine.into(),
-                not_applicable: None,
-                bus: k.bus,
-                shape: boot.shape,
-                verdict: case.map(|c| c.verdict),
-                seconds: case.map(|c| c.seconds),
-                reason: None,
-            };
-            if let Some(cmd) = k.before {
-                step += 1;
-                if let Some(why) = failed_step(results, step, cmd) {
-                    row.verdict = Some(Verdict::Failure);
-                    row.reason = Some(why);
-                }
-            }
-            row
-        })
-        .collect()
-}
-
-/// Why step `k` (`cmd`) of a boot failed, from `step-K.status` in `results`;
-/// `None` when it succeeded or left no status (it did not run: the test's row
-/// says so itself).
-fn failed_step(results: &Path, k: usize, cmd: &str) -> Option<String> {
-    let text = std::fs::read_to_string(results.join(format!("step-{k}.status"))).ok()?;
-    match text.trim() {
-        "0" => None,
-        st => Some(format!(
-            "its setup step `{cmd}` failed with status {st} (step-{k}.txt has its output)"
-        )),
-    }
-}
-
 /// What a row says in a table cell: `pass (12.5 s)`, `FAIL`, `not run`, `n/a`.
 fn cell(r: &Row) -> String {
     match (r.not_applicable.is_some(), r.verdict, r.seconds) {
@@ -96,9 +39,10 @@ fn cell(r: &Row) -> String {
     }
 }
 
-/// The table: one line per test (test, bus, boot), a column per engine; then why each
-/// `n/a` is.
-pub fn table(rows: &[Row]) -> String {
+/// The table: one line per test (test, bus, boot), a column per engine, the tests in
+/// the order `order` gives (by name; unknown ones last); then why each `n/a` is, and
+/// why a failure is when meson's verdict is not the whole story.
+pub fn table_by(rows: &[Row], order: impl Fn(&str) -> Option<usize>) -> String {
     let mut engines: Vec<&str> = Vec::new();
     let mut tests: Vec<&Row> = Vec::new();
     for r in rows {
@@ -111,7 +55,7 @@ pub fn table(rows: &[Row]) -> String {
     }
     // In the plan's order, whichever engine's row came first (an engine's `n/a` rows are
     // made before its boot runs); tests the plan does not know keep theirs.
-    tests.sort_by_key(|t| KNOWN.iter().position(|k| k.name == t.test));
+    tests.sort_by_key(|t| order(&t.test));
     // Columns as wide as their longest entry (ack-shutdown-count-set, nfit-test).
     let tw = tests
         .iter()
@@ -175,7 +119,8 @@ pub fn failed(rows: &[Row]) -> Vec<&Row> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::suite::ndctl::plan;
+    use crate::suite::ndctl::{plan, rows, table};
+    use std::path::Path;
 
     #[test]
     fn a_test_whose_setup_step_failed_fails_with_the_step_named_though_meson_saw_a_skip() {
