@@ -163,6 +163,18 @@ fn another_user_is_refused_by_the_gdb_socket() {
     );
     widen(&sock);
     let refused = intrude();
+    refused_then_owner_attaches(&mut vm, &user, &refused, &kernel, &s);
+}
+
+/// `refused` (the other user's gdb) read no register and pmemvm named its uid;
+/// the owner's gdb then attaches at `target`.
+fn refused_then_owner_attaches(
+    vm: &mut pmemvm_tests::gdb::Debugged,
+    user: &LocalUser,
+    refused: &Output,
+    kernel: &Path,
+    target: &str,
+) {
     let end = Instant::now() + Duration::from_secs(10);
     while !vm.output().contains(&user.refusal()) && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
@@ -178,7 +190,7 @@ fn another_user_is_refused_by_the_gdb_socket() {
         "the other user read no register:\n{}",
         refused.dump()
     );
-    let owner = gdb_batch(&kernel, &s, &["info registers rip"], LIMIT);
+    let owner = gdb_batch(kernel, target, &["info registers rip"], LIMIT);
     assert!(
         owner.contains("rip "),
         "the owner still attaches:\n{owner}\n{}",
@@ -203,27 +215,7 @@ fn another_user_is_refused_by_the_gdb_tcp_port_on_loopback() {
         .arg(format!("target remote {target}"))
         .args(["-ex", "info registers rip"]);
     let refused = run_cmd(&mut gdb, LIMIT);
-    let end = Instant::now() + Duration::from_secs(10);
-    while !vm.output().contains(&user.refusal()) && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(
-        vm.output().contains(&user.refusal()),
-        "pmemvm names the uid it refused:\n{}\n--- gdb ---\n{}",
-        vm.output(),
-        refused.dump()
-    );
-    assert!(
-        !refused.stdout.contains("rip "),
-        "the other user read no register:\n{}",
-        refused.dump()
-    );
-    let owner = gdb_batch(&kernel, &target, &["info registers rip"], LIMIT);
-    assert!(
-        owner.contains("rip "),
-        "the owner still attaches:\n{owner}\n{}",
-        vm.output()
-    );
+    refused_then_owner_attaches(&mut vm, &user, &refused, &kernel, &target);
 }
 
 /// The port in pmemvm's "listening" line for `--gdb 127.0.0.1:0`.
