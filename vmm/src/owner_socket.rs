@@ -119,10 +119,16 @@ impl Gate {
         self.admit_uid(peer_uid(stream))
     }
 
-    /// [`Self::admit`] for a loopback TCP connection (`--gdb :PORT`): the peer's
-    /// uid from the kernel's socket table ([`crate::tcp_peer`]).
+    /// [`Self::admit`] for a TCP connection (`--gdb HOST:PORT`): a peer on a
+    /// loopback address is a user of this host, checked by its uid from the
+    /// kernel's socket table ([`crate::tcp_peer`]); a peer from beyond is let in
+    /// (only `--gdb-any-address` listens where one can reach); a peer whose
+    /// address cannot be read is refused.
     pub fn admit_tcp(&mut self, stream: &std::net::TcpStream) -> bool {
-        self.admit_uid(crate::tcp_peer::loopback_peer_uid(stream))
+        let from_here = stream
+            .peer_addr()
+            .map_or(true, |a| crate::tcp_peer::is_loopback(a.ip()));
+        !from_here || self.admit_uid(crate::tcp_peer::loopback_peer_uid(stream))
     }
 
     /// True when `peer` (a uid, or why it cannot be known) may connect.

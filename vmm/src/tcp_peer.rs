@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 /// between two loopback addresses of this host.
 pub fn loopback_peer_uid(stream: &TcpStream) -> io::Result<u32> {
     let (local, peer) = (stream.local_addr()?, stream.peer_addr()?);
-    if !peer.ip().is_loopback() && !is_mapped_loopback(peer.ip()) {
+    if !is_loopback(peer.ip()) {
         return Err(io::Error::other(format!(
             "{peer} is not a loopback address: its user cannot be known"
         )));
@@ -29,8 +29,10 @@ pub fn loopback_peer_uid(stream: &TcpStream) -> io::Result<u32> {
     })
 }
 
-fn is_mapped_loopback(ip: IpAddr) -> bool {
-    matches!(ip, IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()))
+/// True for a loopback address of this host, an IPv4-mapped one included.
+pub fn is_loopback(ip: IpAddr) -> bool {
+    ip.is_loopback()
+        || matches!(ip, IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()))
 }
 
 /// The uid of the entry of `table` (the text of /proc/net/tcp or tcp6) whose

@@ -158,12 +158,16 @@ impl Block {
         chain: DescriptorChain<&GuestMemoryMmap>,
         mem: &DmaMemory,
     ) -> Result<u32, Unservable> {
-        // What the device will write, for the watchers of recorded DIMMs.
-        let written: Vec<(u64, u32)> = chain
-            .clone()
-            .writable()
-            .map(|d| (d.addr().0, d.len()))
-            .collect();
+        // What the device will write, for the watchers of recorded DIMMs (none:
+        // nothing to note on the request's path).
+        let written: Vec<(u64, u32)> = match mem.watched() {
+            true => chain
+                .clone()
+                .writable()
+                .map(|d| (d.addr().0, d.len()))
+                .collect(),
+            false => Vec::new(),
+        };
         let Ok(mut writer) = Writer::new(&mem.writable, chain.clone()) else {
             return self.fail_at_last_byte(
                 &chain,
@@ -236,6 +240,7 @@ impl Block {
         mem.writable
             .write_obj(status, status_at)
             .map_err(|_| Unservable(why))?;
+        mem.wrote(status_at.0, 1);
         self.refused(why);
         Ok(1)
     }

@@ -70,6 +70,11 @@ impl DmaMemory {
         next
     }
 
+    /// True when some range is watched (a device need not note what it wrote otherwise).
+    pub fn watched(&self) -> bool {
+        !self.watches.is_empty()
+    }
+
     /// A device wrote `len` bytes at guest address `addr`: tells the watchers
     /// of the ranges it touched, each with the part in its range.
     pub fn wrote(&self, addr: u64, len: u64) {

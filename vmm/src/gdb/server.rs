@@ -160,9 +160,7 @@ fn accept(endpoint: &Endpoint, exit: &ExitNotifier, gate: &mut Gate) -> Option<S
         };
         match got {
             Ok(StreamKind::Unix(s)) if !gate.admit(&s) => {}
-            // A loopback peer is a user of this host: only the owner (and
-            // root) pass. A peer from beyond was let in by --gdb-any-address.
-            Ok(StreamKind::Tcp(s)) if from_this_host(&s) && !gate.admit_tcp(&s) => {}
+            Ok(StreamKind::Tcp(s)) if !gate.admit_tcp(&s) => {}
             Ok(k) => break k,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(POLL),
             Err(e) => {
@@ -180,16 +178,6 @@ fn accept(endpoint: &Endpoint, exit: &ExitNotifier, gate: &mut Gate) -> Option<S
         log::warn!("gdb: the debugger's connection: {e}");
     }
     Some(Stream(Box::new(kind)))
-}
-
-/// True when the connection comes from a loopback address of this host.
-fn from_this_host(s: &TcpStream) -> bool {
-    s.peer_addr().map_or(true, |a| match a.ip() {
-        std::net::IpAddr::V4(v4) => v4.is_loopback(),
-        std::net::IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-    })
 }
 
 /// Waits up to `limit` for the stub's thread, which tells an attached gdb

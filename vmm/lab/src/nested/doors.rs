@@ -113,7 +113,7 @@ fn serve(listener: &Listener, private: &Path, gate: &mut Gate, stop: &AtomicBool
         };
         let admitted = match &client {
             Client::Unix(s) => gate.admit(s),
-            Client::Tcp(s) => !from_this_host(s) || gate.admit_tcp(s),
+            Client::Tcp(s) => gate.admit_tcp(s),
         };
         if !admitted {
             continue;
@@ -125,16 +125,6 @@ fn serve(listener: &Listener, private: &Path, gate: &mut Gate, stop: &AtomicBool
             );
         }
     }
-}
-
-/// True when the TCP peer is on a loopback address of this host.
-fn from_this_host(s: &TcpStream) -> bool {
-    s.peer_addr().map_or(true, |a| match a.ip() {
-        std::net::IpAddr::V4(v4) => v4.is_loopback(),
-        std::net::IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-    })
 }
 
 /// Copies between `client` and QEMU's socket both ways until one closes
