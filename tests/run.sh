@@ -294,5 +294,13 @@ if [ "$(cat "$PMEMVM_MODULAR_BUILD.status" 2>/dev/null)" != 0 ]; then
     tail -n 30 "$PMEMVM_MODULAR_BUILD.log" >&2 || true
     rc=1
 fi
+# Each failed test's own output (its panic message), last, where a CI log's
+# tail shows it: at most 25 lines a test.
+if [ -n "$failed" ]; then
+    log "what each failed test printed:"
+    awk '/^---- .* stdout ----$/ { n = 0; on = 1 }
+         /^(failures|successes):$/ { on = 0 }
+         on && n++ < 25' $TEST_LOGS >&2 || true
+fi
 log "done in $(( SECONDS - T0 )) s (status $rc)"
 exit "$rc"

@@ -332,9 +332,10 @@ fn a_guest_waiting_forever_is_described_per_vcpu_on_sigquit_and_at_the_time_out(
                     "--fio",
                     job.to_str().unwrap(),
                     // Long enough for the guest to reach its setup on a loaded host (one CI
-                    // run saw `/init` up after 31.5 s, and 40 s caught it still in `ndctl list`).
+                    // run saw `/init` up after 31.5 s, and 40 s caught it still in `ndctl list`):
+                    // twice that and more; each second here holds both TCG slots.
                     "--timeout",
-                    "150",
+                    "100",
                     "--json",
                     record.to_str().unwrap(),
                 ],

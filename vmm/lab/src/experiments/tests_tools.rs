@@ -134,9 +134,11 @@ fn phases_run_on_host_files() {
             let out = cmd.arg(&path).output().unwrap();
             assert!(
                 out.status.success(),
-                "{name} {}: {}",
+                "{name} {}: fio exited with {}: {} {}",
                 ph.name,
-                String::from_utf8_lossy(&out.stderr)
+                out.status,
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&out.stdout)
             );
             let report = parse_fio_json(&out.stdout).unwrap();
             let m = e.measurement(ph, &report).unwrap();
@@ -152,7 +154,12 @@ fn phases_run_on_host_files() {
                 // A job shorter than a second (the famfs write here) logs no second.
                 let runtime = m.read.iter().chain(&m.write).map(|d| d.runtime_ms).max();
                 if runtime.unwrap_or(0) >= 1500 {
-                    assert!(!series.iops.values.is_empty() && series.iops.streams >= 1);
+                    assert!(
+                        !series.iops.values.is_empty() && series.iops.streams >= 1,
+                        "{name} {}: {runtime:?} ms of I/O and no second in its IOPS log {:?}",
+                        ph.name,
+                        log("iops").map(|l| String::from_utf8_lossy(&l).into_owned())
+                    );
                 }
                 assert!(m.clat.p99_ns.is_some() && m.lat.p99_ns.is_some(), "{m:?}");
                 if m.slat.samples > 0 {
