@@ -27,6 +27,7 @@ pub mod pci_host;
 pub mod platform_events;
 pub mod power;
 pub mod serial;
+pub mod store_gate;
 pub mod virtio;
 
 /// A scratch file for unit tests: read-write, already unlinked, `len` bytes of zeros.

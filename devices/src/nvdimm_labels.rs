@@ -45,6 +45,9 @@ pub struct FileLabels {
     /// Write through a shared mapping ([`crate::mapped_write`]): the file has no write(2)
     /// (hugetlbfs, a hugetlb memfd).
     pub through_mapping: bool,
+    /// A recorded DIMM's gate, held while a label is written (a recording's
+    /// epoch copies the label area with no write in flight).
+    pub store_gate: Option<std::sync::Arc<crate::store_gate::StoreGate>>,
 }
 
 impl FileLabels {
@@ -56,7 +59,17 @@ impl FileLabels {
             size,
             readonly,
             through_mapping: false,
+            store_gate: None,
         }
+    }
+
+    /// Label writes hold `gate`'s shared side (a recorded DIMM).
+    pub fn store_gate(
+        mut self,
+        gate: Option<std::sync::Arc<crate::store_gate::StoreGate>>,
+    ) -> Self {
+        self.store_gate = gate;
+        self
     }
 
     /// Writes go through a shared mapping of the file (for hugetlbfs, which has no
@@ -99,6 +112,7 @@ impl LabelStorage for FileLabels {
             ));
         }
         let at = self.file_offset(off, data.len())?;
+        let _storing = self.store_gate.as_ref().map(|g| g.storing());
         if self.through_mapping {
             crate::mapped_write::write_through_mapping(&self.file, at, data)
         } else {

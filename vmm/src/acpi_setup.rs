@@ -284,7 +284,8 @@ pub fn install(
                 d.label_size,
                 d.readonly,
             )
-            .through_mapping(n.backing.fs == crate::hugepages::FsKind::Hugetlbfs),
+            .through_mapping(n.backing.fs == crate::hugepages::FsKind::Hugetlbfs)
+            .store_gate(n.recorder.as_ref().map(|r| r.store_gate())),
         );
         handler.add_media(n.media.clone());
     }

@@ -350,6 +350,7 @@ impl Vm {
                 debug: debug.cloned(),
                 pvpanic: self.pvpanic.clone(),
                 mce_vendor: self.mce_vendor,
+                epoch_gate: self.epoch_gate.clone(),
             };
             let pin: Vec<u32> = self.placement.pin.get(index).copied().into_iter().collect();
             let node = self.placement.host_node;

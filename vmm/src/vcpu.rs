@@ -237,6 +237,8 @@ pub struct VcpuContext {
     /// The guest's CPU vendor when a DIMM has `mce=on` (how its machine
     /// checks are written).
     pub mce_vendor: Option<crate::mce::deliver::Vendor>,
+    /// With a recorded DIMM: where this vCPU stops while an epoch is taken.
+    pub epoch_gate: Option<Arc<crate::record::instant::EpochGate>>,
 }
 
 /// A panic payload as text.
@@ -274,6 +276,8 @@ impl VcpuContext {
         let _registered = KvmRunRegistration::new(&mut self.vcpu);
         let hub = self.debug.clone();
         let _debugged = hub.as_deref().map(|h| h.enter(self.index));
+        let gate = self.epoch_gate.clone();
+        let _epochs = gate.as_deref().map(|g| g.enter(self.index));
         if self.index == 0 {
             if let Some(us) = crate::stats::micros_since_start() {
                 log::info!("startup: first KVM_RUN {us} us after main");
@@ -331,7 +335,14 @@ impl VcpuContext {
         let stats = self.stats.clone();
         let status = self.status.clone();
         status.in_guest();
-        match self.vcpu.run() {
+        if let Some(g) = &self.epoch_gate {
+            g.enter_guest(self.index);
+        }
+        let ran = self.vcpu.run();
+        if let Some(g) = &self.epoch_gate {
+            g.left_guest(self.index);
+        }
+        match ran {
             Ok(VcpuExit::IoIn(port, data)) => {
                 status.in_exit(Exit::PortIn, port.into());
                 ExitStats::bump(&stats.io_in);

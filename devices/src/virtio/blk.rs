@@ -168,6 +168,9 @@ impl Block {
                 .collect(),
             false => Vec::new(),
         };
+        // A recorded DIMM's epoch is taken with no store in flight: this
+        // request's stores and their notes happen on one side of it.
+        let _storing = mem.storing(&written);
         let Ok(mut writer) = Writer::new(&mem.writable, chain.clone()) else {
             return self.fail_at_last_byte(
                 &chain,
@@ -237,6 +240,7 @@ impl Block {
             .filter(|_| last.is_write_only())
             .ok_or(Unservable(why))?;
         let status = u8::try_from(VIRTIO_BLK_S_IOERR).unwrap_or(u8::MAX);
+        // Under the caller's `storing` guard: this byte is in its last writable descriptor.
         mem.writable
             .write_obj(status, status_at)
             .map_err(|_| Unservable(why))?;

@@ -10,7 +10,9 @@
 //! gains a range (an NVDIMM hot-add); a device takes the current pair at each
 //! queue notification.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLockReadGuard};
+
+use crate::store_gate::StoreGate;
 
 use vm_memory::mmap::MmapRegion;
 use vm_memory::{GuestAddress, GuestMemoryMmap, GuestRegionMmap};
@@ -36,6 +38,12 @@ pub enum DmaError {
 pub trait DmaWriteWatcher: Send + Sync + std::fmt::Debug {
     /// A device wrote `len` bytes at byte `offset` of the watched range.
     fn wrote(&self, offset: u64, len: u64);
+
+    /// The gate a device holds while it stores into the range and tells of it
+    /// (a recording takes its epoch with every store stopped).
+    fn store_gate(&self) -> Option<Arc<StoreGate>> {
+        None
+    }
 }
 
 /// A watched guest range: base, length, watcher.
@@ -50,6 +58,8 @@ pub struct DmaMemory {
     /// the used ring.
     pub writable: GuestMemoryMmap,
     watches: Vec<Watch>,
+    /// The watchers' store gate (one per VM).
+    gate: Option<Arc<StoreGate>>,
 }
 
 impl DmaMemory {
@@ -59,6 +69,7 @@ impl DmaMemory {
             readable: ram.clone(),
             writable: ram.clone(),
             watches: Vec::new(),
+            gate: None,
         }
     }
 
@@ -66,8 +77,23 @@ impl DmaMemory {
     /// guest address `base`.
     pub fn with_watch(&self, base: u64, len: u64, watcher: Arc<dyn DmaWriteWatcher>) -> Self {
         let mut next = self.clone();
+        next.gate = next.gate.take().or_else(|| watcher.store_gate());
         next.watches.push((base, len, watcher));
         next
+    }
+
+    /// Held while a device stores into guest memory at the `(address,
+    /// length)` ranges `targets` and tells the watchers: the store gate's
+    /// shared side when a target meets a watched range, else nothing.
+    pub fn storing(&self, targets: &[(u64, u32)]) -> Option<RwLockReadGuard<'_, ()>> {
+        let gate = self.gate.as_ref()?;
+        let meets = targets.iter().any(|&(addr, len)| {
+            let end = addr.saturating_add(u64::from(len));
+            self.watches
+                .iter()
+                .any(|(base, size, _)| addr < base.saturating_add(*size) && *base < end)
+        });
+        meets.then(|| gate.storing())
     }
 
     /// True when some range is watched (a device need not note what it wrote otherwise).
@@ -120,6 +146,7 @@ impl DmaMemory {
             readable,
             writable,
             watches: self.watches.clone(),
+            gate: self.gate.clone(),
         })
     }
 }

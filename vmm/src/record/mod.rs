@@ -12,6 +12,7 @@
 //! [`log`]; docs/crash-consistency.md says what it means and where it ends.
 
 pub mod images;
+pub mod instant;
 pub mod log;
 pub mod sparse;
 pub mod torn;
@@ -58,12 +59,15 @@ pub enum RecordError {
     /// KVM's dirty log could not be read.
     #[error("KVM_GET_DIRTY_LOG on the DIMM's memory slot failed: {0}")]
     DirtyLog(kvm_ioctls::Error),
+    /// The vCPUs could not be stopped for an epoch.
+    #[error("{0}")]
+    Quiesce(devices::store_gate::GateError),
 }
 
 impl RecordError {
     /// True when the user's value is at fault (exit status 2).
     pub fn is_usage(&self) -> bool {
-        !matches!(self, Self::Io { .. } | Self::DirtyLog(_))
+        !matches!(self, Self::Io { .. } | Self::DirtyLog(_) | Self::Quiesce(_))
     }
 }
 
@@ -112,6 +116,8 @@ pub struct FlushRecorder {
     /// Pages the disks wrote since the last epoch (KVM's dirty log sees only
     /// the vCPUs' stores).
     dma_dirty: Mutex<std::collections::BTreeSet<u64>>,
+    /// Stops every store while an epoch is taken.
+    instant: Arc<instant::EpochGate>,
 }
 
 #[derive(Debug)]
@@ -145,6 +151,7 @@ impl FlushRecorder {
         dimm: Arc<File>,
         dimm_display: &str,
         region_size: u64,
+        instant: Arc<instant::EpochGate>,
     ) -> Result<Self, RecordError> {
         check_dir(dir)?;
         let not_writable = |e: std::io::Error| RecordError::NotWritable {
@@ -212,7 +219,13 @@ impl FlushRecorder {
                 ended: false,
             }),
             dma_dirty: Mutex::default(),
+            instant,
         })
+    }
+
+    /// The gate the DIMM's user-space writers (disks, label writes) hold.
+    pub fn store_gate(&self) -> Arc<devices::store_gate::StoreGate> {
+        self.instant.store_gate()
     }
 
     /// Flushes recorded so far.
@@ -334,6 +347,10 @@ impl devices::virtio::dma::DmaWriteWatcher for FlushRecorder {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .extend(first..=last);
     }
+
+    fn store_gate(&self) -> Option<Arc<devices::store_gate::StoreGate>> {
+        Some(self.instant.store_gate())
+    }
 }
 
 impl devices::nvdimm::FlushObserver for FlushRecorder {
@@ -344,7 +361,12 @@ impl devices::nvdimm::FlushObserver for FlushRecorder {
         }
         let number = s.epochs + 1;
         let vcpu = current_vcpu();
-        let appended = self.append(&mut s, KIND_EPOCH, number, vcpu);
+        // Every vCPU out of the guest and every device store done, from the
+        // dirty log's read to the last page's copy: the epoch is one instant.
+        let appended = match self.instant.quiesce() {
+            Ok(_quiesced) => self.append(&mut s, KIND_EPOCH, number, vcpu),
+            Err(e) => Err(RecordError::Quiesce(e)),
+        };
         if appended.is_err() {
             // The log ends where the error left it: a frame after a cut one would
             // hide every complete flush from `crash-images --partial`.

@@ -105,6 +105,8 @@ pub struct Vm {
     pub(crate) pvpanic: Arc<crate::pvpanic::PvPanic>,
     /// Room for NVDIMMs hot-added while the guest runs (`--nvdimm-slots`).
     pub(crate) hotplug: Option<Arc<crate::hotplug::NvdimmHotplug>>,
+    /// Where vCPUs and devices stop while a recording takes an epoch.
+    pub(crate) epoch_gate: Option<Arc<crate::record::instant::EpochGate>>,
 }
 
 impl std::fmt::Debug for Vm {
@@ -314,6 +316,8 @@ impl Vm {
         let backings = backing::open_all(&config.machine.nvdimms)?;
         let mut nvdimms = Vec::with_capacity(backings.len());
         let mut media_started = crate::media::SetupGuard::default();
+        // With a recorded DIMM: where the vCPUs and devices stop for each epoch.
+        let mut epoch_gate = None;
         for (i, (b, base)) in backings.into_iter().zip(bases).enumerate() {
             let mapping = b.map()?;
             crate::memory_placement::place_dimm(
@@ -355,6 +359,13 @@ impl Vm {
                     b.file.clone(),
                     &b.display,
                     mapping.size() as u64,
+                    epoch_gate
+                        .get_or_insert_with(|| {
+                            Arc::new(crate::record::instant::EpochGate::new(
+                                config.machine.cpus.into(),
+                            ))
+                        })
+                        .clone(),
                 )?)),
                 None => None,
             };
@@ -498,6 +509,7 @@ impl Vm {
             pvpanic,
             hotplug,
             mce_vendor: mce.map(|(v, _)| v),
+            epoch_gate,
         })
     }
 
