@@ -59,6 +59,7 @@ pub mod tcp_peer;
 pub mod tty;
 pub mod vcpu;
 pub mod vcpu_status;
+pub mod vcpu_threads;
 pub mod vm;
 
 /// Unit tests that map and touch megabytes, or measure this process's RSS,

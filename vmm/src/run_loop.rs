@@ -351,6 +351,8 @@ impl Vm {
                 pvpanic: self.pvpanic.clone(),
                 mce_vendor: self.mce_vendor,
                 epoch_gate: self.epoch_gate.clone(),
+                threads: self.vcpu_threads.clone(),
+                mce_broadcast: self.mce_broadcast.clone(),
             };
             let pin: Vec<u32> = self.placement.pin.get(index).copied().into_iter().collect();
             let node = self.placement.host_node;

@@ -239,6 +239,10 @@ pub struct VcpuContext {
     pub mce_vendor: Option<crate::mce::deliver::Vendor>,
     /// With a recorded DIMM: where this vCPU stops while an epoch is taken.
     pub epoch_gate: Option<Arc<crate::record::instant::EpochGate>>,
+    /// The VM's vCPU threads (this one registers itself).
+    pub threads: Arc<crate::vcpu_threads::VcpuThreads>,
+    /// An Intel guest's machine checks reach every vCPU.
+    pub mce_broadcast: Option<Arc<crate::mce::broadcast::McBroadcast>>,
 }
 
 /// A panic payload as text.
@@ -276,8 +280,12 @@ impl VcpuContext {
         let _registered = KvmRunRegistration::new(&mut self.vcpu);
         let hub = self.debug.clone();
         let _debugged = hub.as_deref().map(|h| h.enter(self.index));
+        let threads = self.threads.clone();
+        let _kickable = threads.enter(self.index);
         let gate = self.epoch_gate.clone();
-        let _epochs = gate.as_deref().map(|g| g.enter(self.index));
+        let _out_at_end = gate
+            .as_deref()
+            .map(|g| crate::record::instant::LeftAtEnd(g, self.index));
         if self.index == 0 {
             if let Some(us) = crate::stats::micros_since_start() {
                 log::info!("startup: first KVM_RUN {us} us after main");
@@ -299,6 +307,14 @@ impl VcpuContext {
                     let cause = crate::gdb::hub::StopCause::Held;
                     crate::gdb::vcpu_side::park(h, self.index, &self.vcpu, cause, &self.stop);
                     continue;
+                }
+            }
+            if let Some(b) = &self.mce_broadcast {
+                if let Some(request) =
+                    crate::mce::vcpu_side::take_broadcast(self.index, &self.vcpu, b)
+                {
+                    self.exit.request(request);
+                    return;
                 }
             }
             if let Some(request) = self.run_once() {
@@ -404,8 +420,9 @@ impl VcpuContext {
                     if let Err(e) = p.read(addr, data) {
                         return Some(ExitRequest::StorageFailure(format!("vCPU {}: {e}", self.index)));
                     }
-                    let (v, mmio) = (self.mce_vendor, &self.mmio);
-                    return crate::mce::vcpu_side::read(self.index, &mut self.vcpu, v, &p, mmio, (addr, len));
+                    let mce = (self.mce_vendor, self.mce_broadcast.as_deref());
+                    let mmio = &self.mmio;
+                    return crate::mce::vcpu_side::read(self.index, &mut self.vcpu, mce, &p, mmio, (addr, len));
                 }
                 if self.mmio.read(addr, data).is_err() {
                     stats.unclaimed_access(self.index, "mmio-read", addr);

@@ -37,12 +37,12 @@ const MCG_SER_P: u64 = 1 << 24;
 const MSR_IA32_MCG_STATUS: u32 = 0x17a;
 const MSR_IA32_MCG_CTL: u32 = 0x17b;
 const MSR_IA32_MC0_CTL: u32 = 0x400;
-const MCG_STATUS_RIPV: u64 = 1 << 0;
+pub(super) const MCG_STATUS_RIPV: u64 = 1 << 0;
 const MCG_STATUS_EIPV: u64 = 1 << 1;
-const MCG_STATUS_MCIP: u64 = 1 << 2;
+pub(super) const MCG_STATUS_MCIP: u64 = 1 << 2;
 
-const MCI_STATUS_VAL: u64 = 1 << 63;
-const MCI_STATUS_UC: u64 = 1 << 61;
+pub(super) const MCI_STATUS_VAL: u64 = 1 << 63;
+pub(super) const MCI_STATUS_UC: u64 = 1 << 61;
 const MCI_STATUS_EN: u64 = 1 << 60;
 const MCI_STATUS_MISCV: u64 = 1 << 59;
 const MCI_STATUS_ADDRV: u64 = 1 << 58;
@@ -185,16 +185,29 @@ pub enum Delivery {
     Masked,
 }
 
+/// MCi_CTL bit 10 of bank 4 on AMD: GART table walk errors only. Linux on
+/// AMD families 0x10 to 0x15 clears it (a quirk for old BIOSes), which
+/// leaves DRAM errors enabled on hardware; KVM, though, drops an
+/// uncorrected error in any bank whose MCi_CTL is not all ones.
+const GART_TBL_WALK: u64 = 1 << 10;
+
+/// True when a bank with MCi_CTL `ctl` reports an uncorrected memory error:
+/// all ones, or all ones but bank 4's GART table walk bit.
+fn reports_memory_errors(bank: usize, ctl: u64) -> bool {
+    ctl == u64::MAX || (bank == 4 && ctl | GART_TBL_WALK == u64::MAX)
+}
+
 /// The bank to put the error in: `preferred` when the guest left it
-/// enabled (its MCi_CTL all ones: KVM drops an uncorrected error in any
-/// other bank without a word — Linux on the nested tests' AMD family 0x15
-/// CPU leaves bank 4 so), else the highest enabled bank; `None` when
-/// `mcg_ctl` (with MCG_CTL_P) is not all ones or no bank is enabled.
+/// enabled for memory errors (see [`reports_memory_errors`]: Linux on the
+/// nested tests' AMD family 0x15 CPU clears bank 4's GART bit, and bank 4
+/// is the only one `amd_mce_is_memory_error` takes), else the highest
+/// enabled bank; `None` when `mcg_ctl` (with MCG_CTL_P) is not all ones or
+/// no bank is enabled.
 pub fn choose_bank(preferred: u8, mcg_ctl: Option<u64>, ctls: &[u64]) -> Option<u8> {
     if mcg_ctl.is_some_and(|c| c != u64::MAX) {
         return None;
     }
-    let enabled = |b: usize| ctls.get(b).is_some_and(|&c| c == u64::MAX);
+    let enabled = |b: usize| ctls.get(b).is_some_and(|&c| reports_memory_errors(b, c));
     if enabled(usize::from(preferred)) {
         return Some(preferred);
     }
@@ -246,35 +259,92 @@ pub fn raise(
             "still exiting after {COMPLETION_ROUNDS} rounds"
         )));
     }
-    let mut index = vec![MSR_IA32_MCG_STATUS, MSR_IA32_MCG_CTL];
-    index.extend((0..BANK_COUNT).map(|b| MSR_IA32_MC0_CTL + 4 * b));
-    let msrs = read_msrs(vcpu, &index)?;
-    if msrs[0] & MCG_STATUS_MCIP != 0 {
+    let state = bank_state(vcpu)?;
+    if state.mcg_status & MCG_STATUS_MCIP != 0 {
         return Ok(Delivery::InHandler);
     }
-    let Some(bank) = choose_bank(vendor.bank(), Some(msrs[1]), &msrs[2..]) else {
+    let Some(bank) = choose_bank(vendor.bank(), state.mcg_ctl, &state.ctls) else {
         return Ok(Delivery::Masked);
     };
     vcpu.set_regs(&before).map_err(kvm("KVM_SET_REGS"))?;
-    let error = vendor.load_error(gpa, bank);
-    // SAFETY: the ioctl reads one `kvm_x86_mce` from `error`, alive for the
-    // call; the fd is the vCPU's, used from its own thread.
-    let r = unsafe { ioctl_with_ref(&*vcpu, KVM_X86_SET_MCE(), &error) };
-    if r < 0 {
-        return Err(McError::Kvm {
-            what: "KVM_X86_SET_MCE",
-            source: std::io::Error::last_os_error(),
-        });
+    // A bank enabled for memory errors but not all ones (bank 4's GART bit)
+    // is opened for KVM while the error goes in, then given its value back.
+    let ctl = state
+        .ctls
+        .get(usize::from(bank))
+        .copied()
+        .unwrap_or(u64::MAX);
+    let ctl_msr = MSR_IA32_MC0_CTL + 4 * u32::from(bank);
+    if ctl != u64::MAX {
+        write_msr(vcpu, ctl_msr, u64::MAX)?;
+    }
+    set_mce(vcpu, &vendor.load_error(gpa, bank))?;
+    if ctl != u64::MAX {
+        write_msr(vcpu, ctl_msr, ctl)?;
     }
     // KVM takes an error it then drops without a word (a bank the guest
     // disabled): the load must not be restarted into the same exit forever.
     if read_msrs(vcpu, &[MSR_IA32_MCG_STATUS])?[0] & MCG_STATUS_MCIP == 0 {
         return Err(McError::Completion(format!(
             "KVM did not take the machine check for bank {bank} (MCG_STATUS {:#x})",
-            msrs[0]
+            state.mcg_status
         )));
     }
     Ok(Delivery::Raised(bank))
+}
+
+/// A vCPU's machine-check state: MCG_STATUS, MCG_CTL and each bank's MCi_CTL.
+#[derive(Debug, Clone)]
+pub(super) struct BankState {
+    pub mcg_status: u64,
+    pub mcg_ctl: Option<u64>,
+    pub ctls: Vec<u64>,
+}
+
+/// Reads `vcpu`'s [`BankState`] (on its own thread).
+pub(super) fn bank_state(vcpu: &VcpuFd) -> Result<BankState, McError> {
+    let mut index = vec![MSR_IA32_MCG_STATUS, MSR_IA32_MCG_CTL];
+    index.extend((0..BANK_COUNT).map(|b| MSR_IA32_MC0_CTL + 4 * b));
+    let msrs = read_msrs(vcpu, &index)?;
+    Ok(BankState {
+        mcg_status: msrs[0],
+        mcg_ctl: Some(msrs[1]),
+        ctls: msrs[2..].to_vec(),
+    })
+}
+
+/// `KVM_X86_SET_MCE`: queues `error` on `vcpu` (on its own thread).
+pub(super) fn set_mce(vcpu: &VcpuFd, error: &kvm_x86_mce) -> Result<(), McError> {
+    // SAFETY: the ioctl reads one `kvm_x86_mce` from `error`, alive for the
+    // call; the fd is the vCPU's, used from its own thread.
+    let r = unsafe { ioctl_with_ref(vcpu, KVM_X86_SET_MCE(), error) };
+    if r < 0 {
+        return Err(McError::Kvm {
+            what: "KVM_X86_SET_MCE",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// Writes one MSR of `vcpu` as the host (KVM takes a bank's MCi_CTL then).
+fn write_msr(vcpu: &VcpuFd, index: u32, data: u64) -> Result<(), McError> {
+    let msrs = Msrs::from_entries(&[kvm_msr_entry {
+        index,
+        data,
+        ..Default::default()
+    }])
+    .map_err(|e| McError::Completion(format!("MSR list: {e:?}")))?;
+    match vcpu.set_msrs(&msrs) {
+        Ok(1) => Ok(()),
+        Ok(_) => Err(McError::Completion(format!(
+            "KVM did not take MSR {index:#x} = {data:#x}"
+        ))),
+        Err(e) => Err(McError::Kvm {
+            what: "KVM_SET_MSRS",
+            source: std::io::Error::from_raw_os_error(e.errno()),
+        }),
+    }
 }
 
 /// The data of an MMIO exit made while a load completes.
@@ -358,10 +428,21 @@ mod tests {
         let all = [u64::MAX; 10];
         assert_eq!(choose_bank(4, Some(u64::MAX), &all), Some(4));
         assert_eq!(choose_bank(9, None, &all), Some(9));
-        // Linux on AMD family 0xf clears bit 10 of bank 4's MCi_CTL.
-        let mut amd_k8 = all;
-        amd_k8[4] = !(1 << 10);
-        assert_eq!(choose_bank(4, Some(u64::MAX), &amd_k8), Some(9));
+        // Linux on AMD families 0x10-0x15 clears bit 10 of bank 4's MCi_CTL
+        // (GART table walk errors only): DRAM errors still go to bank 4,
+        // the one Linux takes as memory; any other bit off disables it.
+        let mut amd = all;
+        amd[4] = !(1 << 10);
+        assert_eq!(choose_bank(4, Some(u64::MAX), &amd), Some(4));
+        amd[4] = !(1 << 9);
+        assert_eq!(choose_bank(4, Some(u64::MAX), &amd), Some(9));
+        let mut intel = all;
+        intel[9] = !(1 << 10);
+        assert_eq!(
+            choose_bank(9, None, &intel),
+            Some(8),
+            "bit 10 is bank 4's only"
+        );
         let mut few = [0u64; 10];
         few[2] = u64::MAX;
         assert_eq!(choose_bank(4, None, &few), Some(2));

@@ -19,6 +19,7 @@
 //! guest's clear-error `_DSM`, which Linux's pmem driver calls when it
 //! rewrites a bad block, does).
 
+pub mod broadcast;
 pub mod deliver;
 pub mod holes;
 pub mod vcpu_side;

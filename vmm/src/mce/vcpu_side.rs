@@ -7,6 +7,7 @@ use devices::bus::Bus;
 use devices::exit::ExitRequest;
 use kvm_ioctls::VcpuFd;
 
+use super::broadcast::{McBroadcast, Taken};
 use super::deliver::{self, Delivery, MmioData, Vendor};
 use super::PoisonSlots;
 
@@ -16,7 +17,7 @@ use super::PoisonSlots;
 pub fn read(
     index: usize,
     vcpu: &mut VcpuFd,
-    vendor: Option<Vendor>,
+    (vendor, broadcast): (Option<Vendor>, Option<&McBroadcast>),
     p: &Arc<PoisonSlots>,
     mmio: &Bus,
     (addr, len): (u64, usize),
@@ -42,6 +43,9 @@ pub fn read(
     match deliver::raise(vcpu, vendor, addr, serve) {
         Ok(Delivery::Raised(bank)) => {
             p.raised.fetch_add(1, Ordering::Relaxed);
+            if let Some(b) = broadcast {
+                b.signal_others(index);
+            }
             log::warn!(
                 "vCPU {index}: machine check for the load at guest address {addr:#x} ({}, a bad range), bank {bank}",
                 p.describe(addr)
@@ -71,4 +75,20 @@ pub fn write(index: usize, p: &PoisonSlots, addr: u64, data: &[u8]) -> Option<Ex
     p.write(addr, data)
         .err()
         .map(|e| ExitRequest::StorageFailure(format!("vCPU {index}: {e}")))
+}
+
+/// Before `KVM_RUN` on vCPU `index`'s thread: the broadcast #MC another
+/// vCPU's machine check left for it (Intel guests with several vCPUs).
+pub fn take_broadcast(index: usize, vcpu: &VcpuFd, b: &McBroadcast) -> Option<ExitRequest> {
+    match b.take(index, vcpu)? {
+        Ok(Taken::Raised(bank)) => {
+            log::info!("vCPU {index}: machine check broadcast from another vCPU, bank {bank} (not enabled: no error of its own)");
+            None
+        }
+        Ok(Taken::Skipped(why)) => {
+            log::info!("vCPU {index}: no broadcast machine check: {why}");
+            None
+        }
+        Err(e) => Some(ExitRequest::Fatal(format!("vCPU {index}: {e}"))),
+    }
 }

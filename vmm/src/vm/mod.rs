@@ -107,6 +107,10 @@ pub struct Vm {
     pub(crate) hotplug: Option<Arc<crate::hotplug::NvdimmHotplug>>,
     /// Where vCPUs and devices stop while a recording takes an epoch.
     pub(crate) epoch_gate: Option<Arc<crate::record::instant::EpochGate>>,
+    /// The vCPU threads, to kick.
+    pub(crate) vcpu_threads: Arc<crate::vcpu_threads::VcpuThreads>,
+    /// An Intel guest's machine checks reach every vCPU (several vCPUs).
+    pub(crate) mce_broadcast: Option<Arc<crate::mce::broadcast::McBroadcast>>,
 }
 
 impl std::fmt::Debug for Vm {
@@ -316,6 +320,9 @@ impl Vm {
         let backings = backing::open_all(&config.machine.nvdimms)?;
         let mut nvdimms = Vec::with_capacity(backings.len());
         let mut media_started = crate::media::SetupGuard::default();
+        let vcpu_threads = Arc::new(crate::vcpu_threads::VcpuThreads::new(
+            config.machine.cpus.into(),
+        ));
         // With a recorded DIMM: where the vCPUs and devices stop for each epoch.
         let mut epoch_gate = None;
         for (i, (b, base)) in backings.into_iter().zip(bases).enumerate() {
@@ -363,6 +370,7 @@ impl Vm {
                         .get_or_insert_with(|| {
                             Arc::new(crate::record::instant::EpochGate::new(
                                 config.machine.cpus.into(),
+                                vcpu_threads.clone(),
                             ))
                         })
                         .clone(),
@@ -509,7 +517,17 @@ impl Vm {
             pvpanic,
             hotplug,
             mce_vendor: mce.map(|(v, _)| v),
+            mce_broadcast: match mce {
+                Some((crate::mce::deliver::Vendor::Intel, _)) if config.machine.cpus > 1 => {
+                    Some(Arc::new(crate::mce::broadcast::McBroadcast::new(
+                        config.machine.cpus.into(),
+                        vcpu_threads.clone(),
+                    )))
+                }
+                _ => None,
+            },
             epoch_gate,
+            vcpu_threads,
         })
     }
 
