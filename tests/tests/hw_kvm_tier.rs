@@ -34,7 +34,7 @@ struct TierBinary {
     own_l1: bool,
 }
 
-const TIER: [TierBinary; 9] = [
+const TIER: [TierBinary; 12] = [
     TierBinary {
         name: "kvm_tiny",
         filter: &[],
@@ -88,6 +88,29 @@ const TIER: [TierBinary; 9] = [
         at_least: 2,
         asserts: "record=: one epoch per guest flush from the dirty log of SVM's KVM, \
                   crash images after each flush, reproducible torn variants, bad logs refused",
+        own_l1: false,
+    },
+    TierBinary {
+        name: "record_instant",
+        filter: &[],
+        at_least: 1,
+        asserts: "record= with two vCPUs: every plain image one instant (B never ahead of A)",
+        own_l1: false,
+    },
+    TierBinary {
+        name: "mce_smp",
+        filter: &[],
+        at_least: 1,
+        asserts: "a poisoned load with two vCPUs on SVM's KVM: AMD's machine check stays \
+                  on the vCPU that loaded",
+        own_l1: false,
+    },
+    TierBinary {
+        name: "mce_semantics",
+        filter: &[],
+        at_least: 3,
+        asserts: "hole pages on SVM's KVM: an RMW's store to poison dropped, a fetch from \
+                  poison a machine check, locked adds of two vCPUs exact",
         own_l1: false,
     },
     TierBinary {

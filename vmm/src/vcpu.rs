@@ -358,6 +358,16 @@ impl VcpuContext {
         if let Some(g) = &self.epoch_gate {
             g.left_guest(self.index);
         }
+        // A locked instruction's hold on a hole lasts until its write (a kick
+        // in between keeps it).
+        let rmw_goes_on = match &ran {
+            Ok(VcpuExit::MmioWrite(..)) => true,
+            Err(e) => e.errno() == libc::EINTR || e.errno() == libc::EAGAIN,
+            Ok(_) => false,
+        };
+        if !rmw_goes_on {
+            crate::mce::vcpu_side::release_holes(self.index, &self.dimms);
+        }
         match ran {
             Ok(VcpuExit::IoIn(port, data)) => {
                 status.in_exit(Exit::PortIn, port.into());
@@ -417,12 +427,13 @@ impl VcpuContext {
                     };
                     // mce=on: a hole around a poisoned page.
                     let len = data.len();
-                    if let Err(e) = p.read(addr, data) {
-                        return Some(ExitRequest::StorageFailure(format!("vCPU {}: {e}", self.index)));
+                    if let Err(e) = crate::mce::vcpu_side::hole_fill(self.index, &p, addr, data) {
+                        return Some(e);
                     }
+                    let locked = crate::mce::vcpu_side::locked_instruction(&self.vcpu, &self.mem);
                     let mce = (self.mce_vendor, self.mce_broadcast.as_deref());
-                    let mmio = &self.mmio;
-                    return crate::mce::vcpu_side::read(self.index, &mut self.vcpu, mce, &p, mmio, (addr, len));
+                    let at = (addr, len, locked);
+                    return crate::mce::vcpu_side::hole_loaded(self.index, &mut self.vcpu, mce, &p, &self.mmio, at);
                 }
                 if self.mmio.read(addr, data).is_err() {
                     stats.unclaimed_access(self.index, "mmio-read", addr);
@@ -487,7 +498,10 @@ impl VcpuContext {
             Ok(VcpuExit::MemoryFault { gpa, size, .. }) => {
                 Some(memory_fault(self.index, &self.dimms, gpa, size))
             }
-            Ok(VcpuExit::InternalError) => Some(ExitRequest::Fatal(self.internal_error())),
+            Ok(VcpuExit::InternalError) => match self.fetch_from_poison() {
+                Some(raised) => raised,
+                None => Some(ExitRequest::Fatal(self.internal_error())),
+            },
             Ok(VcpuExit::FailEntry(reason, cpu)) => Some(ExitRequest::Fatal(format!(
                 "vCPU {} could not enter the guest (hardware entry failure reason {reason:#x} on host CPU {cpu})",
                 self.index
@@ -548,6 +562,30 @@ impl VcpuContext {
     }
 
     /// "KVM internal error" with the vCPU's RIP and the instruction bytes there.
+    /// After an emulation failure: a machine check when the instruction at
+    /// RIP lies in a poisoned line of an `mce=on` DIMM (`None` otherwise).
+    fn fetch_from_poison(&mut self) -> Option<Option<ExitRequest>> {
+        // SAFETY: reading the `internal` member of the kvm_run union is valid
+        // right after KVM_RUN returned KVM_EXIT_INTERNAL_ERROR.
+        let suberror = unsafe { self.vcpu.get_kvm_run().__bindgen_anon_1.internal.suberror };
+        if suberror != kvm_bindings::KVM_INTERNAL_ERROR_EMULATION || self.mce_vendor.is_none() {
+            return None;
+        }
+        let rip = self.vcpu.get_regs().ok()?.rip;
+        let linear = self.vcpu.get_sregs().ok()?.cs.base.wrapping_add(rip);
+        let gpa = match self.vcpu.translate_gva(linear) {
+            Ok(t) if t.valid != 0 => t.physical_address,
+            _ => return None,
+        };
+        let p = self
+            .dimms
+            .iter()
+            .find(|d| d.contains(gpa))
+            .and_then(|d| d.poison.clone())?;
+        let mce = (self.mce_vendor, self.mce_broadcast.as_deref());
+        crate::mce::vcpu_side::fetch(self.index, &self.vcpu, mce, &p, gpa)
+    }
+
     fn internal_error(&mut self) -> String {
         // SAFETY: reading the `internal` member of the kvm_run union is valid
         // right after KVM_RUN returned KVM_EXIT_INTERNAL_ERROR.

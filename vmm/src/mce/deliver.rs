@@ -113,6 +113,19 @@ impl Vendor {
             },
         }
     }
+
+    /// The error for an instruction fetch from `gpa`: as [`Self::load_error`]
+    /// (Intel's MCACOD an instruction fetch, 0x150), with MCG_STATUS EIPV
+    /// and not RIPV — the fetched instruction never ran, so the interrupted
+    /// RIP is where the error is and cannot be restarted.
+    pub fn fetch_error(self, gpa: u64, bank: u8) -> kvm_x86_mce {
+        let mut e = self.load_error(gpa, bank);
+        e.mcg_status = MCG_STATUS_MCIP | MCG_STATUS_EIPV;
+        if self == Vendor::Intel {
+            e.status = (e.status & !0xffff) | 0x150;
+        }
+        e
+    }
 }
 
 /// CPUID as a guest needs it to take machine checks and recover: MCE and
@@ -263,10 +276,24 @@ pub fn raise(
     if state.mcg_status & MCG_STATUS_MCIP != 0 {
         return Ok(Delivery::InHandler);
     }
+    if choose_bank(vendor.bank(), state.mcg_ctl, &state.ctls).is_none() {
+        return Ok(Delivery::Masked);
+    }
+    vcpu.set_regs(&before).map_err(kvm("KVM_SET_REGS"))?;
+    queue(vcpu, vendor, &state, |bank| vendor.load_error(gpa, bank))
+}
+
+/// Queues the machine check `error(bank)` on `vcpu` in the bank
+/// [`choose_bank`] picks from `state` (read before: MCIP clear).
+pub fn queue(
+    vcpu: &VcpuFd,
+    vendor: Vendor,
+    state: &BankState,
+    error: impl FnOnce(u8) -> kvm_x86_mce,
+) -> Result<Delivery, McError> {
     let Some(bank) = choose_bank(vendor.bank(), state.mcg_ctl, &state.ctls) else {
         return Ok(Delivery::Masked);
     };
-    vcpu.set_regs(&before).map_err(kvm("KVM_SET_REGS"))?;
     // A bank enabled for memory errors but not all ones (bank 4's GART bit)
     // is opened for KVM while the error goes in, then given its value back.
     let ctl = state
@@ -278,7 +305,7 @@ pub fn raise(
     if ctl != u64::MAX {
         write_msr(vcpu, ctl_msr, u64::MAX)?;
     }
-    set_mce(vcpu, &vendor.load_error(gpa, bank))?;
+    set_mce(vcpu, &error(bank))?;
     if ctl != u64::MAX {
         write_msr(vcpu, ctl_msr, ctl)?;
     }
@@ -295,14 +322,14 @@ pub fn raise(
 
 /// A vCPU's machine-check state: MCG_STATUS, MCG_CTL and each bank's MCi_CTL.
 #[derive(Debug, Clone)]
-pub(super) struct BankState {
+pub struct BankState {
     pub mcg_status: u64,
     pub mcg_ctl: Option<u64>,
     pub ctls: Vec<u64>,
 }
 
 /// Reads `vcpu`'s [`BankState`] (on its own thread).
-pub(super) fn bank_state(vcpu: &VcpuFd) -> Result<BankState, McError> {
+pub fn bank_state(vcpu: &VcpuFd) -> Result<BankState, McError> {
     let mut index = vec![MSR_IA32_MCG_STATUS, MSR_IA32_MCG_CTL];
     index.extend((0..BANK_COUNT).map(|b| MSR_IA32_MC0_CTL + 4 * b));
     let msrs = read_msrs(vcpu, &index)?;

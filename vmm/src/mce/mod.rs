@@ -22,6 +22,7 @@
 pub mod broadcast;
 pub mod deliver;
 pub mod holes;
+pub mod rmw;
 pub mod vcpu_side;
 
 use std::fs::File;
@@ -147,6 +148,8 @@ pub struct PoisonSlots {
     closed: AtomicBool,
     /// Machine checks raised.
     pub raised: AtomicU64,
+    /// Held from a locked instruction's read of a hole to its write.
+    pub rmw: rmw::HoleLock,
 }
 
 impl std::fmt::Debug for PoisonSlots {
@@ -207,6 +210,7 @@ impl PoisonSlots {
             }),
             closed: AtomicBool::new(false),
             raised: AtomicU64::new(0),
+            rmw: rmw::HoleLock::default(),
         });
         p.apply(bad)?;
         Ok(p)
