@@ -19,6 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
+/// How long a kicked vCPU may stay in the guest before it is kicked again.
+const KICK_AGAIN: Duration = Duration::from_millis(2);
+
 /// Errors quiescing the writers.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GateError {
@@ -133,7 +136,12 @@ impl StoreGate {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.holding.store(true, Ordering::SeqCst);
-        let end = Instant::now() + deadline;
+        let start = Instant::now();
+        // One kick makes a vCPU leave (the signal sets its `immediate_exit`,
+        // so even one about to enter `KVM_RUN` returns at once); a vCPU
+        // still in after KICK_AGAIN is kicked again, in case the first came
+        // before it said it entered.
+        let mut kicked: Option<Instant> = None;
         loop {
             let running: Vec<usize> = self
                 .in_guest
@@ -145,7 +153,7 @@ impl StoreGate {
             if running.is_empty() {
                 break;
             }
-            if Instant::now() >= end {
+            if start.elapsed() >= deadline {
                 let (lock, open) = &self.reopened;
                 let _g = lock
                     .lock()
@@ -154,9 +162,12 @@ impl StoreGate {
                 open.notify_all();
                 return Err(GateError::StillRunning(running, deadline));
             }
-            kick.kick(&running);
+            if kicked.is_none_or(|t| t.elapsed() >= KICK_AGAIN) {
+                kick.kick(&running);
+                kicked = Some(Instant::now());
+            }
+            // The kicked threads need a CPU to leave: give them this one.
             std::thread::yield_now();
-            std::thread::sleep(Duration::from_micros(50));
         }
         let stores = self
             .stores

@@ -124,9 +124,14 @@ pub struct TempDir(pub PathBuf);
 impl TempDir {
     /// Creates `$TMPDIR/pmemvm-test-<name>-<pid>-<n>`.
     pub fn new(name: &str) -> Self {
+        Self::new_in(&std::env::temp_dir(), name)
+    }
+
+    /// Creates `<parent>/pmemvm-test-<name>-<pid>-<n>` (a tmpfs, say).
+    pub fn new_in(parent: &std::path::Path, name: &str) -> Self {
         use std::sync::atomic::{AtomicU32, Ordering};
         static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
+        let p = parent.join(format!(
             "pmemvm-test-{name}-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)

@@ -21,11 +21,15 @@
 //!    program had seen flushed (it writes marker i only after record i's
 //!    fsync returned). The test then wants the markers never to go back
 //!    from one flush to a later one, and all 100 at the last flush.
-//!    These runs have one vCPU: with two, a strict run met an RCU stall of
-//!    the guest (vCPU 1 in `native_apic_msr_write`, interrupts off: the TCG
-//!    platform's interrupt delivery of docs/nested-platform.md, "Guest faults
-//!    in a two-vCPU L1") and then a panic of the L1's kernel, while two other
-//!    L1s ran beside it.
+//!    The recorded runs have two vCPUs and a concurrent writer: a loop of
+//!    64 KiB rewrites of another file with fsync while the records go in,
+//!    so each epoch is taken with another vCPU storing. The L1 has one CPU
+//!    (the guest's two vCPUs interleave on it): in a two-CPU L1 a strict run
+//!    met an RCU stall of the guest (vCPU 1 in `native_apic_msr_write`,
+//!    interrupts off: the TCG platform's interrupt delivery of
+//!    docs/nested-platform.md, "Guest faults in a two-vCPU L1"); the
+//!    recorder's stop with vCPUs truly in parallel is `record_instant`'s and
+//!    `nested_record_instant`'s.
 //! 2. the broken program on a label-less DIMM's raw `/dev/pmem0`, recorded
 //!    with 2 vCPUs (the recorder's path with another vCPU running): record
 //!    i and marker i with one fsync for both, i = 1..6. Each flush is then
@@ -70,6 +74,12 @@ if [ "$dev" = /dev/pmem0 ] && [ "$4" = mount ]; then
   mkdir -p /mnt; mount -o dax /dev/pmem0 /mnt
   grep -q ' /mnt .*dax' /proc/mounts || { echo "not mounted with dax"; exit 3; }
   f=/mnt/f
+  # A concurrent writer (the other vCPU's work while the records go in):
+  # 64 KiB rewrites of another file, each with an fsync, until the records end.
+  ( j=0; while [ ! -e /tmp/stop ]; do
+      yes "w$j" | head -c 65536 | dd of=/mnt/g bs=4096 seek=$(( j % 8 * 16 )) conv=notrunc,fsync 2> /dev/null
+      j=$((j+1)); done; echo "writer-rounds $j" ) &
+  writer=$!
 else
   f=$dev
 fi
@@ -84,7 +94,7 @@ while [ $i -le $n ]; do
   printf '%08d' $i | dd of=$f bs=8 count=1 conv=notrunc,fsync 2> /dev/null
   i=$((i+1))
 done
-[ "$f" = /mnt/f ] && umount /mnt
+if [ "$f" = /mnt/f ]; then touch /tmp/stop; wait $writer; umount /mnt; fi
 echo "program-done $n"
 "#;
 
@@ -165,9 +175,9 @@ for fs in $FILE_SYSTEMS; do
   before="rm -f $fs-setup.img"
   tried $fs-setup pmemvm run $RUN --cmdline "$CMDLINE" --nvdimm "$size,file=$fs-setup.img" \
     -- sh -c "$SETUP" setup $fs
-  # The recorded run (one vCPU: see the test's doc).
+  # The recorded run: two vCPUs, the records and a concurrent writer.
   before="rm -rf $fs-rec; cp $fs-setup.img $fs.img"
-  tried $fs-program pmemvm run $RUN --cmdline "$CMDLINE" \
+  tried $fs-program pmemvm run $RUN --cmdline "$CMDLINE" --cpus 2 \
     --nvdimm "$size,file=$fs.img,record=$fs-rec" -- sh -c "$PROGRAM" program /dev/pmem0 good $RECORDS mount
   last=$(pmemvm crash-images $fs-rec --out $fs-probe --at 0 | sed -n 's/.*recorded flushes 1 to \([0-9]*\).*/\1/p')
   rm -rf $fs-probe
@@ -192,7 +202,7 @@ for fs in $FILE_SYSTEMS; do
     tried $fs-setup pmemvm run $RUN --cmdline "$CMDLINE" --nvdimm "$size,file=$fs-setup.img" \
       -- sh -c "$SETUP" setup $fs
     before="rm -rf $fs-rec; cp $fs-setup.img $fs.img"
-    tried $fs-program pmemvm run $RUN --cmdline "$CMDLINE" \
+    tried $fs-program pmemvm run $RUN --cmdline "$CMDLINE" --cpus 2 \
       --nvdimm "$size,file=$fs.img,record=$fs-rec" -- sh -c "$PROGRAM" program /dev/pmem0 good $RECORDS mount
     [ "$(tail -n1 $P/steps.txt)" = "$fs-program 0" ] || continue
     if [ "$WORK" = tmpfs ]; then
@@ -378,6 +388,18 @@ fn check_recordings(file_systems: &str, broken: bool) {
         assert!(
             flushes >= u64::from(RECORDS),
             "{fs_name}: {flushes} flushes for {RECORDS} fsyncs\n{}",
+            ctx(&format!("{fs_name}-program.err"))
+        );
+        // The other vCPU's writer ran through the recording.
+        let program = read(&format!("{fs_name}-program.out"));
+        let rounds: u64 = program
+            .lines()
+            .find_map(|l| l.strip_prefix("writer-rounds "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        assert!(
+            rounds >= 1 && program.contains("program-done"),
+            "{fs_name}: the concurrent writer's rounds: {rounds}\n{}",
             ctx(&format!("{fs_name}-program.err"))
         );
         let checks = match images {
