@@ -17,8 +17,11 @@
 //!
 //! On this host: `crash -s vmlinux running.core` prints `sys` with the
 //! release the dump's VMCOREINFO names (the kernel's own `uname -r`
-//! text), drgn reads `init_task.comm` as "swapper/0" from both dumps, and
-//! crash's `log` of the panic dump holds the panic message.
+//! text), though a user process of the running guest planted 64 MiB of fake
+//! VMCOREINFO notes, some below the kernel's; crash's `bt -a` has a frame for
+//! each vCPU (the dump's register notes); drgn reads `init_task.comm` as
+//! "swapper/0" from both dumps (it needs the true KASLR offset for that);
+//! and crash's `log` of the panic dump holds the panic message.
 #![allow(clippy::unwrap_used)] // a failed step fails the test with its message
 
 use std::fs;
@@ -81,6 +84,43 @@ while [ $try -lt $TRIES ] && [ $st = 4 ] && breakdown pmemvm2.err > /dev/null; d
 done
 echo "run2 $st" >> steps.txt
 "#;
+
+/// The running guest's job: a user process plants 64 MiB of fake
+/// VMCOREINFO notes (the kernel's note's shape, a made-up release and KASLR
+/// offset) in free memory — some below the kernel's own note, where a scan
+/// of RAM would meet one first — then says DUMP-READY and waits.
+const PLANT: &str = r#"
+printf '\013\000\000\000\074\000\000\000\000\000\000\000VMCOREINFO\000\000OSRELEASE=6.6.6-planted\nPAGESIZE=4096\nKERNELOFFSET=2a000000\n' > /tmp/n
+{ cat /tmp/n; head -c 44 /dev/zero; } > /tmp/b
+i=0; while [ $i -lt 13 ]; do cat /tmp/b /tmp/b > /tmp/c; mv /tmp/c /tmp/b; i=$((i+1)); done
+i=0; while [ $i -lt 64 ]; do cat /tmp/b >> /tmp/fake; i=$((i+1)); done
+echo "planted $(wc -c < /tmp/fake)"
+echo DUMP-READY
+sleep 600
+"#;
+
+/// The lowest guest-physical address in `core` (an ELF core) where
+/// `needle` lies in a PT_LOAD, if any.
+fn lowest_in_core(core: &[u8], needle: &[u8]) -> Option<u64> {
+    let le = |at: usize, n: usize| {
+        core[at..at + n]
+            .iter()
+            .rev()
+            .fold(0u64, |v, &x| (v << 8) | u64::from(x))
+    };
+    let (phoff, phnum) = (le(32, 8) as usize, le(56, 2) as usize);
+    (0..phnum)
+        .filter_map(|i| {
+            let h = phoff + i * 56;
+            let (kind, off, paddr, filesz) = (le(h, 4), le(h + 8, 8), le(h + 24, 8), le(h + 32, 8));
+            let seg = core.get(off as usize..(off + filesz) as usize)?;
+            (kind == 1)
+                .then(|| seg.windows(needle.len()).position(|w| w == needle))
+                .flatten()
+                .map(|p| paddr + p as u64)
+        })
+        .min()
+}
 
 /// crash (Debian's package).
 fn crash() -> Result<PathBuf, Skip> {
@@ -167,10 +207,7 @@ fn dumps_of_a_running_and_a_panicked_guest_open_in_crash_and_drgn() {
         .deadline(Duration::from_secs(2400))
         .file("vmlinux", &vmlinux)
         .file("initramfs", &initrd)
-        .bytes(
-            "run1.img",
-            setup_job_initrd(&base, "echo DUMP-READY\nsleep 600\n"),
-        )
+        .bytes("run1.img", setup_job_initrd(&base, PLANT))
         .run(&[
             "sh",
             "-c",
@@ -220,6 +257,37 @@ fn dumps_of_a_running_and_a_panicked_guest_open_in_crash_and_drgn() {
         "crash's sys names the release:\n{sys}\n{ctx}"
     );
     assert!(sys.contains("CPUS: 2"), "{sys}");
+    // The planted notes lie below the kernel's, and none of them is taken:
+    // the dump's VMCOREINFO is read through the kernel's own pointer.
+    let core = fs::read(&running).unwrap();
+    let real_note = format!("VMCOREINFO\0\0OSRELEASE={release}\n");
+    let (fake, real) = (
+        lowest_in_core(&core, b"OSRELEASE=6.6.6-planted"),
+        lowest_in_core(&core, real_note.as_bytes()),
+    );
+    assert!(
+        matches!((fake, real), (Some(f), Some(r)) if f < r),
+        "a planted note below the kernel's: planted at {fake:x?}, the kernel's at {real:x?}\n{ctx}"
+    );
+    assert!(
+        dumped.contains("read through the kernel's own vmcoreinfo_note pointer")
+            && !sys.contains("6.6.6-planted"),
+        "{sys}\n{ctx}"
+    );
+    // crash's backtrace of each vCPU, from the dump's register notes.
+    let bt = crash_session(&vmlinux, &running, "bt -a\nquit\n");
+    for cpu in 0..2 {
+        let section = bt
+            .split("PID: ")
+            .find(|s| s.contains(&format!("CPU: {cpu} ")))
+            .unwrap_or_else(|| panic!("crash's bt -a has no CPU {cpu}:\n{bt}\n{ctx}"));
+        assert!(
+            section
+                .lines()
+                .any(|l| l.trim_start().starts_with("#0 ") && l.contains(" [")),
+            "a frame of CPU {cpu}:\n{bt}"
+        );
+    }
     let log = crash_session(&vmlinux, &panicked, "log\nquit\n");
     assert!(
         log.contains("Kernel panic - not syncing: Attempted to kill init!"),

@@ -26,6 +26,7 @@ const CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 quiet";
 
 /// The guest: namespace, file system, the file's place, both processes.
 const GUEST: &str = r#"set -e
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ndctl create-namespace -f -e namespace0.0 -m fsdax -M dev > /dev/null
 i=0; while [ ! -e /dev/pmem0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 mkfs.ext4 -q -F -b 4096 /dev/pmem0

@@ -75,7 +75,7 @@ impl PvPanic {
         }
         eprintln!("pmemvm: the guest kernel panicked (vCPU {index}, through the pvpanic device)");
         if let Some((dumper, path)) = self.dump.get() {
-            match dumper.dump(path, Some((index, vcpu))) {
+            match dumper.dump(path, Some((index, vcpu)), false) {
                 Ok(info) => eprintln!(
                     "pmemvm: the guest's memory and vCPU registers are in {} ({} MiB of RAM, {} MiB \
                      not zero{}): crash vmlinux {0}, or drgn -c {0} -s vmlinux",

@@ -67,7 +67,10 @@ impl Vm {
     /// The dumper of this VM (with a hub), armed for `--dump-on-panic`:
     /// before the vCPUs start, so a guest that panics at once is dumped.
     pub(crate) fn arm_dumps(&mut self, hub: Option<&Arc<DebugHub>>) -> Option<Arc<Dumper>> {
-        let dumper = Arc::new(Dumper::new(self.mem.clone(), hub?.clone(), &self.kernel));
+        let dumper = Arc::new(
+            Dumper::new(self.mem.clone(), hub?.clone(), &self.kernel)
+                .with_nvdimms(self.dma_view.clone()),
+        );
         if let Some(path) = self.dump_on_panic.take() {
             self.pvpanic.dump_to(dumper.clone(), path);
         }

@@ -36,7 +36,7 @@ impl Ram for Bytes<'_> {
 pub fn run(data: &[u8]) {
     match parse(data) {
         Ok(r) => match r.command {
-            Command::Dump { file } => assert!(file.is_absolute(), "{file:?}"),
+            Command::Dump { file, .. } => assert!(file.is_absolute(), "{file:?}"),
             Command::Media { range, .. } => {
                 assert!(range.is_none_or(|r| r.len() <= 4096));
             }

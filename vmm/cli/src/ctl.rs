@@ -34,6 +34,10 @@ pub enum CtlCommand {
     Dump {
         /// The new file (a relative path is taken from here).
         file: PathBuf,
+        /// The NVDIMMs' ranges too (they are in their backing files anyway;
+        /// with this the dump is one file, and as large as RAM and DIMMs).
+        #[arg(long)]
+        nvdimms: bool,
     },
     /// A DIMM's media errors while the guest runs: inject (the guest is
     /// notified and scrubs), clear, list.
@@ -131,7 +135,7 @@ impl From<&CtlCommand> for Request {
             CtlCommand::Stats => Self::Stats,
             CtlCommand::Pause => Self::Pause,
             CtlCommand::Resume => Self::Resume,
-            CtlCommand::Dump { file } => Self::Dump { file },
+            CtlCommand::Dump { file, nvdimms } => Self::Dump { file, nvdimms },
             CtlCommand::Media { action } => Self::Media(match action {
                 MediaCommand::Inject { dimm, range } => MediaRequest::Inject { dimm, range },
                 MediaCommand::Clear { dimm, range } => MediaRequest::Clear { dimm, range },

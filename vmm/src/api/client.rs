@@ -38,6 +38,8 @@ pub enum Request {
     Dump {
         /// The new file.
         file: PathBuf,
+        /// The NVDIMMs' ranges too.
+        nvdimms: bool,
     },
     /// A DIMM's media errors.
     Media(MediaRequest),
@@ -174,9 +176,12 @@ fn request_line(command: &Request) -> Result<Value, ClientError> {
         Request::Stats => json!({"command": "stats"}),
         Request::Pause => json!({"command": "pause"}),
         Request::Resume => json!({"command": "resume"}),
-        Request::Dump { file } => {
+        Request::Dump { file, nvdimms } => {
             let abs = std::path::absolute(file).map_err(|e| ClientError::Path(file.clone(), e))?;
-            json!({"command": "dump", "file": abs})
+            match nvdimms {
+                true => json!({"command": "dump", "file": abs, "nvdimms": true}),
+                false => json!({"command": "dump", "file": abs}),
+            }
         }
         Request::Media(action) => match action {
             MediaRequest::Inject { dimm, range } => {
@@ -264,9 +269,13 @@ fn answer(command: &Request, result: &Value) -> String {
         Request::Pause => "paused: the vCPUs are stopped (pmemvm ctl SOCKET resume lets them run)".into(),
         Request::Resume => "running".into(),
         Request::Dump { .. } => format!(
-            "{}: {} MiB of guest RAM ({} MiB not zero), {} vCPU(s), {}",
+            "{}: {} MiB of guest RAM{} ({} MiB not zero), {} vCPU(s), {}",
             result.get("file").and_then(Value::as_str).unwrap_or("?"),
             n("ram_bytes") >> 20,
+            match n("nvdimm_bytes") >> 20 {
+                0 => String::new(),
+                mib => format!(" and {mib} MiB of NVDIMMs"),
+            },
             n("data_bytes") >> 20,
             n("vcpus"),
             match (
@@ -420,8 +429,16 @@ mod tests {
     fn a_relative_dump_path_is_sent_absolute_and_requests_parse_on_the_other_side() {
         let r = request_line(&Request::Dump {
             file: "guest.core".into(),
+            nvdimms: false,
         })
         .unwrap();
+        assert!(r.get("nvdimms").is_none(), "{r}");
+        let r = request_line(&Request::Dump {
+            file: "guest.core".into(),
+            nvdimms: true,
+        })
+        .unwrap();
+        assert_eq!(r["nvdimms"], true);
         let file = r["file"].as_str().unwrap();
         assert!(
             file.starts_with('/') && file.ends_with("/guest.core"),
@@ -432,7 +449,10 @@ mod tests {
             Request::Stats,
             Request::Pause,
             Request::Resume,
-            Request::Dump { file: "/x".into() },
+            Request::Dump {
+                file: "/x".into(),
+                nvdimms: false,
+            },
             Request::Media(MediaRequest::Inject {
                 dimm: 1,
                 range: "1M+4K".into(),

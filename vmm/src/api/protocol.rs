@@ -41,6 +41,8 @@ pub enum Command {
     Dump {
         /// Where.
         file: std::path::PathBuf,
+        /// The NVDIMMs' ranges too (`"nvdimms": true`).
+        nvdimms: bool,
     },
     /// A DIMM's media errors, changed or listed while the guest runs.
     Media {
@@ -121,6 +123,8 @@ struct Wire {
     spec: Option<String>,
     #[serde(default)]
     id: Option<Value>,
+    #[serde(default)]
+    nvdimms: Option<bool>,
 }
 
 impl Wire {
@@ -133,6 +137,7 @@ impl Wire {
             ("range", self.range.is_some()),
             ("set", self.set.is_some()),
             ("spec", self.spec.is_some()),
+            ("nvdimms", self.nvdimms.is_some()),
         ];
         match given.iter().find(|(k, set)| *set && !takes.contains(k)) {
             Some((k, _)) => Err(ProtocolError::Argument(format!(
@@ -187,7 +192,7 @@ pub fn parse(line: &[u8]) -> Result<Request, ProtocolError> {
         "pause" => wire.only("pause", &[]).map(|()| Command::Pause)?,
         "resume" => wire.only("resume", &[]).map(|()| Command::Resume)?,
         "dump" => {
-            wire.only("dump", &["file"])?;
+            wire.only("dump", &["file", "nvdimms"])?;
             let file = wire.file.as_deref().ok_or_else(|| {
                 ProtocolError::Argument(
                     "'dump' needs 'file': the absolute path of a new file".into(),
@@ -199,7 +204,10 @@ pub fn parse(line: &[u8]) -> Result<Request, ProtocolError> {
                     "dump file '{file}' is not an absolute path (pmemvm ctl makes relative paths absolute)"
                 )));
             }
-            Command::Dump { file: path }
+            Command::Dump {
+                file: path,
+                nvdimms: wire.nvdimms.unwrap_or(false),
+            }
         }
         "media" => media(&wire)?,
         "health" => health(&wire)?,
@@ -408,9 +416,20 @@ mod tests {
         assert_eq!(
             r.command,
             Command::Dump {
-                file: "/tmp/x.core".into()
+                file: "/tmp/x.core".into(),
+                nvdimms: false
             }
         );
+        let with = parse(br#"{"command": "dump", "file": "/x", "nvdimms": true}"#).unwrap();
+        assert_eq!(
+            with.command,
+            Command::Dump {
+                file: "/x".into(),
+                nvdimms: true
+            }
+        );
+        let e = parse(br#"{"command": "stats", "nvdimms": true}"#).unwrap_err();
+        assert!(e.to_string().contains("'stats' takes no 'nvdimms'"), "{e}");
         assert_eq!(r.id, Some(Value::from(7)));
         assert_eq!(
             parse(br#"{"command":"stats"}"#).unwrap().command,

@@ -143,14 +143,15 @@ impl Control {
                 *paused = false;
                 Reply::ok(None, json!({"paused": false}))
             }),
-            Command::Dump { file } => {
-                self.gdb_refusal("dump")
-                    .unwrap_or_else(|| match self.dumper.dump(&file, None) {
+            Command::Dump { file, nvdimms } => {
+                self.gdb_refusal("dump").unwrap_or_else(|| {
+                    match self.dumper.dump(&file, None, nvdimms) {
                         Ok(info) => {
                             Reply::ok(None, serde_json::to_value(info).unwrap_or(Value::Null))
                         }
                         Err(e) => Reply::error(None, e.to_string(), e.is_usage()),
-                    })
+                    }
+                })
             }
             Command::Media {
                 action,

@@ -3,7 +3,8 @@
 //! and `drgn -c FILE -s vmlinux` (docs/debugging.md). Taken on request
 //! (`pmemvm ctl SOCKET dump FILE`) or when the guest kernel panics
 //! (`--dump-on-panic FILE`, through the pvpanic device). NVDIMM contents
-//! are not in the dump: they are in their files.
+//! are in their files; `ctl dump FILE --nvdimms` puts their ranges (and the
+//! legacy pmem ranges, hot-added DIMMs too) in the dump as well.
 //!
 //! The vCPUs are held (kicked out of `KVM_RUN` and parked) while the dump
 //! is written, so registers and memory are one moment of the guest; a
@@ -77,6 +78,8 @@ pub struct DumpInfo {
     pub file: PathBuf,
     /// Bytes of guest RAM in it.
     pub ram_bytes: u64,
+    /// Bytes of NVDIMM and legacy pmem ranges in it (`--nvdimms`; else 0).
+    pub nvdimm_bytes: u64,
     /// Bytes of it that were not zero (the rest are holes in the file).
     pub data_bytes: u64,
     /// vCPUs whose registers are in it.
@@ -134,6 +137,8 @@ pub struct Dumper {
     anchors: Option<kernel_note::Anchors>,
     kick: libc::c_int,
     busy: Mutex<()>,
+    /// RAM and the NVDIMM ranges, for a dump that asks for them.
+    nvdimms: Option<devices::virtio::dma::DmaView>,
 }
 
 impl Dumper {
@@ -146,7 +151,14 @@ impl Dumper {
             anchors: kernel_note::Anchors::of(kernel),
             kick: crate::signals::kick_signal(),
             busy: Mutex::new(()),
+            nvdimms: None,
         }
+    }
+
+    /// Dumps that ask for them get the ranges of `view` beyond RAM.
+    pub fn with_nvdimms(mut self, view: devices::virtio::dma::DmaView) -> Self {
+        self.nvdimms = Some(view);
+        self
     }
 
     /// The hub the vCPUs park at.
@@ -157,12 +169,18 @@ impl Dumper {
     /// Writes a dump to `path` (which must not exist). `own` is the calling
     /// vCPU thread's index and vCPU when a vCPU takes the dump (a panic):
     /// its registers are read directly, the others' through the hub.
-    pub fn dump(&self, path: &Path, own: Option<(usize, &VcpuFd)>) -> Result<DumpInfo, DumpError> {
+    /// With `nvdimms`, the NVDIMM and legacy pmem ranges are in it too.
+    pub fn dump(
+        &self,
+        path: &Path,
+        own: Option<(usize, &VcpuFd)>,
+        nvdimms: bool,
+    ) -> Result<DumpInfo, DumpError> {
         let _one = self.busy.try_lock().map_err(|_| DumpError::InProgress)?;
         check_new_file(path)?;
         let me = own.map(|(i, _)| i);
         let held = self.hold_others(me)?;
-        let result = self.write(path, own);
+        let result = self.write(path, own, nvdimms);
         for i in held {
             self.hub.release(Holder::Dump, i);
         }
@@ -226,13 +244,25 @@ impl Dumper {
         Ok(states)
     }
 
-    fn write(&self, path: &Path, own: Option<(usize, &VcpuFd)>) -> Result<DumpInfo, DumpError> {
+    fn write(
+        &self,
+        path: &Path,
+        own: Option<(usize, &VcpuFd)>,
+        nvdimms: bool,
+    ) -> Result<DumpInfo, DumpError> {
         let io_err = |source| DumpError::Write {
             path: path.to_path_buf(),
             source,
         };
         let vcpus = self.registers(own)?;
         let ram = GuestRam(&self.mem);
+        // RAM and every pmem range, read as the devices read them.
+        let with_pmem = self
+            .nvdimms
+            .as_ref()
+            .filter(|_| nvdimms)
+            .map(|v| v.current().readable.clone());
+        let contents = with_pmem.as_ref().map_or(GuestRam(&self.mem), GuestRam);
         let (info, from) = match self.anchors {
             Some(a) => match kernel_note::locate(&ram, &vcpus, a) {
                 Ok(f) => (Some(f), FROM_KERNEL.to_string()),
@@ -257,7 +287,7 @@ impl Dumper {
         let mut out = BufWriter::new(file);
         let written = elf::write_core(
             &mut out,
-            &ram,
+            &contents,
             &vcpus,
             info.as_ref().map(|f| f.desc.as_slice()),
         );
@@ -276,9 +306,11 @@ impl Dumper {
                 return Err(io_err(e));
             }
         };
+        let ram_bytes: u64 = self.mem.iter().map(|r| r.len()).sum();
         Ok(DumpInfo {
             file: path.to_path_buf(),
-            ram_bytes: summary.ram_bytes,
+            ram_bytes,
+            nvdimm_bytes: summary.ram_bytes.saturating_sub(ram_bytes),
             data_bytes: summary.data_bytes,
             vcpus: summary.vcpus,
             kernel_release: info.as_ref().and_then(|f| f.value("OSRELEASE")),

@@ -109,6 +109,9 @@ pub struct Vm {
     pub(crate) epoch_gate: Option<Arc<crate::record::instant::EpochGate>>,
     /// The vCPU threads, to kick.
     pub(crate) vcpu_threads: Arc<crate::vcpu_threads::VcpuThreads>,
+    /// RAM and every NVDIMM and legacy range (hot-added ones too), as the
+    /// devices and a dump with `--nvdimms` read them.
+    pub(crate) dma_view: devices::virtio::dma::DmaView,
     /// An Intel guest's machine checks reach every vCPU (several vCPUs).
     pub(crate) mce_broadcast: Option<Arc<crate::mce::broadcast::McBroadcast>>,
 }
@@ -470,7 +473,7 @@ impl Vm {
             dsm: dsm.clone(),
             events: events.clone(),
             flush,
-            dma: dma_mem,
+            dma: dma_mem.clone(),
         });
 
         let mut vcpus = Vec::with_capacity(config.machine.cpus.into());
@@ -528,6 +531,7 @@ impl Vm {
             },
             epoch_gate,
             vcpu_threads,
+            dma_view: dma_mem,
         })
     }
 
