@@ -108,12 +108,13 @@ fn lowest_in_core(core: &[u8], needle: &[u8]) -> Option<u64> {
             .rev()
             .fold(0u64, |v, &x| (v << 8) | u64::from(x))
     };
-    let (phoff, phnum) = (le(32, 8) as usize, le(56, 2) as usize);
+    let at = |v: u64| usize::try_from(v).unwrap();
+    let (phoff, phnum) = (at(le(32, 8)), at(le(56, 2)));
     (0..phnum)
         .filter_map(|i| {
             let h = phoff + i * 56;
             let (kind, off, paddr, filesz) = (le(h, 4), le(h + 8, 8), le(h + 24, 8), le(h + 32, 8));
-            let seg = core.get(off as usize..(off + filesz) as usize)?;
+            let seg = core.get(at(off)..at(off + filesz))?;
             (kind == 1)
                 .then(|| seg.windows(needle.len()).position(|w| w == needle))
                 .flatten()
