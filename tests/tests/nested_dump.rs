@@ -18,7 +18,7 @@
 //! On this host: `crash -s vmlinux running.core` prints `sys` with the
 //! release the dump's VMCOREINFO names (the kernel's own `uname -r`
 //! text), though a user process of the running guest planted 64 MiB of fake
-//! VMCOREINFO notes, some below the kernel's; crash's `bt -a` has a frame for
+//! VMCOREINFO notes; crash's `bt -a` has a frame for
 //! each vCPU (the dump's register notes); drgn reads `init_task.comm` as
 //! "swapper/0" from both dumps (it needs the true KASLR offset for that);
 //! and crash's `log` of the panic dump holds the panic message.
@@ -87,8 +87,7 @@ echo "run2 $st" >> steps.txt
 
 /// The running guest's job: a user process plants 64 MiB of fake
 /// VMCOREINFO notes (the kernel's note's shape, a made-up release and KASLR
-/// offset) in free memory — some below the kernel's own note, where a scan
-/// of RAM would meet one first — then says DUMP-READY and waits.
+/// offset) in free memory, then says DUMP-READY and waits.
 const PLANT: &str = r#"
 printf '\013\000\000\000\074\000\000\000\000\000\000\000VMCOREINFO\000\000OSRELEASE=6.6.6-planted\nPAGESIZE=4096\nKERNELOFFSET=2a000000\n' > /tmp/n
 { cat /tmp/n; head -c 44 /dev/zero; } > /tmp/b
@@ -266,9 +265,13 @@ fn dumps_of_a_running_and_a_panicked_guest_open_in_crash_and_drgn() {
         lowest_in_core(&core, b"OSRELEASE=6.6.6-planted"),
         lowest_in_core(&core, real_note.as_bytes()),
     );
+    // Both are in the dump. The kernel allocates its note early, low in RAM
+    // (0x26000c in one run here), where a user process cannot get below it;
+    // the unit test `the_kernels_own_note_is_found_where_a_scan_finds_the_users_forgery`
+    // plants one below.
     assert!(
-        matches!((fake, real), (Some(f), Some(r)) if f < r),
-        "a planted note below the kernel's: planted at {fake:x?}, the kernel's at {real:x?}\n{ctx}"
+        fake.is_some() && real.is_some(),
+        "the planted notes ({fake:x?}) and the kernel's ({real:x?}) in the dump\n{ctx}"
     );
     assert!(
         dumped.contains("read through the kernel's own vmcoreinfo_note pointer")
