@@ -18,7 +18,7 @@
 use std::fs;
 use std::time::Duration;
 
-use pmemvm_tests::guest_inputs::debian_rootfs;
+use pmemvm_tests::guest_inputs::rootfs_or_fail;
 use pmemvm_tests::nested::{guest_image, NestedError, NestedVm};
 use pmemvm_tests::require;
 
@@ -59,14 +59,19 @@ while not os.path.exists('/tmp/stop'):
     n += 1
     a.value = n
     b.value = n
+    if n == 1000:
+        open('/tmp/storing', 'w').close()
 print('stores', n)
 PY
 writer=$!
 python3 - <<'PY'
-import os
+import os, time
+while not os.path.exists('/tmp/storing'):
+    time.sleep(0.05)
 fd = os.open('/mnt/ab', os.O_RDWR)
 for _ in range(40):
     os.fsync(fd)
+    time.sleep(0.02)
 print('fsyncs 40')
 PY
 touch /tmp/stop
@@ -109,7 +114,11 @@ fn every_plain_image_of_a_two_vcpu_linux_recording_has_b_never_ahead_of_a() {
         .deadline(Duration::from_secs(2400))
         .file("vmlinux", kernel)
         .file("initramfs.cpio.gz", initrd)
-        .file("debian.ext4", debian_rootfs())
+        // The default root file system has no mkfs.ext4: e2fsprogs with it.
+        .file(
+            "debian.ext4",
+            rootfs_or_fail(&["--packages", "python3,ndctl,xfsprogs,e2fsprogs"]),
+        )
         .env("CMDLINE", CMDLINE)
         .env("GUEST", GUEST)
         .run(&["sh", "-c", L1])
