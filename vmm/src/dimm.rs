@@ -17,6 +17,9 @@ pub struct Nvdimm {
     /// Its memory slots around poisoned pages (`mce=on`). First: fields are
     /// dropped in order, and these must be closed before `mapping` goes.
     pub poison: Option<crate::mce::SlotsGuard>,
+    /// The flush recorder of `record=` (it reads pages through a view of
+    /// `mapping`: dropped before it, as `poison`).
+    pub recorder: Option<Arc<crate::record::FlushRecorder>>,
     /// Backing file.
     pub backing: NvdimmBacking,
     /// The `MAP_SHARED` mapping registered as a memslot.
@@ -29,8 +32,6 @@ pub struct Nvdimm {
     pub handle: u32,
     /// Bad ranges, health and unsafe shutdown count ([`crate::media`]).
     pub media: Arc<devices::nvdimm_media::DimmMedia>,
-    /// The flush recorder of `record=`.
-    pub recorder: Option<Arc<crate::record::FlushRecorder>>,
 }
 
 impl Nvdimm {

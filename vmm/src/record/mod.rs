@@ -118,6 +118,9 @@ pub struct FlushRecorder {
     dma_dirty: Mutex<std::collections::BTreeSet<u64>>,
     /// Stops every store while an epoch is taken.
     instant: Arc<instant::EpochGate>,
+    /// The guest's view of the region (its mapping of the file), where the
+    /// pages are copied from.
+    region: vm_memory::GuestMemoryMmap,
 }
 
 #[derive(Debug)]
@@ -150,9 +153,21 @@ impl FlushRecorder {
         slot: u32,
         dimm: Arc<File>,
         dimm_display: &str,
-        region_size: u64,
+        mapping: &vm_memory::mmap::MmapRegion,
         instant: Arc<instant::EpochGate>,
     ) -> Result<Self, RecordError> {
+        let region_size = mapping.size() as u64;
+        // The pages are read where the guest stores them: a file system
+        // whose read(2) does not see a shared mapping's stores before they
+        // are written back (9p with cache=mmap, some FUSE ones) would give
+        // older pages than the guest's.
+        let region = devices::virtio::dma::DmaMemory::ram(&vm_memory::GuestMemoryMmap::default())
+            .with_range(0, mapping)
+            .map_err(|e| RecordError::Io {
+                what: format!("viewing the mapping of {dimm_display}"),
+                source: std::io::Error::other(e),
+            })?
+            .readable;
         check_dir(dir)?;
         let not_writable = |e: std::io::Error| RecordError::NotWritable {
             path: dir.to_path_buf(),
@@ -220,6 +235,7 @@ impl FlushRecorder {
             }),
             dma_dirty: Mutex::default(),
             instant,
+            region,
         })
     }
 
@@ -309,9 +325,15 @@ impl FlushRecorder {
         put(&mut s.log, &head_bytes).map_err(io(format!("writing {log_name}")))?;
         let mut page = vec![0u8; PAGE];
         for &i in &indexes {
-            self.dimm
-                .read_exact_at(&mut page, i * PAGE as u64)
-                .map_err(io(format!("reading {}", self.dimm_display)))?;
+            vm_memory::Bytes::read_slice(
+                &self.region,
+                &mut page,
+                vm_memory::GuestAddress(i * PAGE as u64),
+            )
+            .map_err(|e| RecordError::Io {
+                what: format!("reading page {i} of {}", self.dimm_display),
+                source: std::io::Error::other(e),
+            })?;
             put(&mut s.log, &page).map_err(io(format!("writing {log_name}")))?;
         }
         if meta_changed {

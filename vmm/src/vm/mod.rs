@@ -368,7 +368,7 @@ impl Vm {
                     slot,
                     b.file.clone(),
                     &b.display,
-                    mapping.size() as u64,
+                    &mapping,
                     epoch_gate
                         .get_or_insert_with(|| {
                             Arc::new(crate::record::instant::EpochGate::new(
