@@ -31,6 +31,7 @@ ndctl create-namespace -f -e namespace0.0 -m fsdax -M dev > /dev/null
 i=0; while [ ! -e /dev/pmem0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 mkfs.ext4 -q -F -b 4096 /dev/pmem0
 mkdir -p /mnt; mount -o dax /dev/pmem0 /mnt
+grep ' /mnt .*dax' /proc/mounts || { echo "not mounted with dax"; exit 3; }
 python3 - <<'PY'
 import os, mmap
 fd = os.open('/mnt/ab', os.O_RDWR | os.O_CREAT)
@@ -48,6 +49,10 @@ data=$(cat $dev/resource)
 region=$(cat $(dirname $dev)/resource)
 sector=$(xfs_io -c "fiemap -v" /mnt/ab | awk '$1 == "0:" { sub(/[.][.].*/, "", $3); print $3; exit }')
 echo "AB-AT $(( data - region + sector * 512 ))"
+# DAX for this file (statx's STATX_ATTR_DAX, 0x200000), or the stores would
+# go to the page cache and reach the DIMM only by writeback, page by page.
+echo "attributes $(xfs_io -c 'statx -r' /mnt/ab | sed -n 's/^stat.attributes = //p')"
+xfs_io -c "fiemap -v" /mnt/ab
 python3 - <<'PY' &
 import os, mmap, ctypes
 fd = os.open('/mnt/ab', os.O_RDWR)
@@ -137,6 +142,13 @@ fn every_plain_image_of_a_two_vcpu_linux_recording_has_b_never_ahead_of_a() {
     assert!(read("steps.txt").contains("run 0"), "{}", ctx());
     assert!(read("steps.txt").contains("images 0"), "{}", ctx());
     let run = read("run.out");
+    println!(
+        "{}",
+        run.lines()
+            .filter(|l| !l.starts_with(' '))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     assert!(
         run.contains("fsyncs 40") && run.contains("ab-done"),
         "{}",
