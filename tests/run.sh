@@ -253,12 +253,22 @@ rc=0
     exit "$qrc"
 ) &
 REST_PID=$!
-# shellcheck disable=SC2046 # one --test per name
-cargo_test tcg-b "$TEST_B_LOG" -p pmemvm-tests $(printf -- '--test %s ' $TCG_B) >/dev/null &
+# run_queue QUEUE LOG BINARIES...: one `cargo test` per binary, in the order
+# given (longest first: cargo would run one invocation's binaries in name order).
+run_queue() {
+    local queue=$1 out=$2 qrc=0 b
+    shift 2
+    for b in "$@"; do
+        cargo_test "$queue" "$out" -p pmemvm-tests --test "$b" || qrc=1
+    done
+    return "$qrc"
+}
+# shellcheck disable=SC2086 # one word per binary
+run_queue tcg-b "$TEST_B_LOG" $TCG_B >/dev/null &
 TCG_B_PID=$!
 (
-    # shellcheck disable=SC2046 # one --test per name
-    cargo_test tcg "$TEST_LOG" -p pmemvm-tests $(printf -- '--test %s ' $TCG_A) >/dev/null &
+    # shellcheck disable=SC2086 # one word per binary
+    run_queue tcg "$TEST_LOG" $TCG_A >/dev/null &
     tail -n +1 --pid=$! -f "$TEST_LOG"
     wait $!
 ) || rc=$?
@@ -285,8 +295,14 @@ awk -F'\t' '{ printf "%6d slot-s  %d slot(s) %5d s held %5d s waited  %s\n", $1 
 awk -F'\t' '{ s += $1 * $2 } END { printf "all TCG guests: %d slot-seconds in %d holds\n", s, NR }' \
     "$PMEMVM_TCG_HOLD_LOG" >&2
 # Each test's slot-seconds, for `--list` and the next run's queues (tests/lib/tiers.sh).
-awk -F'\t' '{ s[$4] += $1 * $2 } END { for (t in s) printf "%s\t%d\n", t, s[t] }' \
-    "$PMEMVM_TCG_HOLD_LOG" | sort >target/pmemvm-slot-seconds.tsv
+# With each TCG binary's wall time as "NAME::(wall)" (a binary holding few slots
+# for long still takes its time in its queue).
+{
+    awk -F'\t' '{ s[$4] += $1 * $2 } END { for (t in s) printf "%s\t%d\n", t, s[t] }' \
+        "$PMEMVM_TCG_HOLD_LOG"
+    awk '$2 ~ /^tcg/ { n = $3; sub(/^tests\//, "", n); sub(/\.rs$/, "", n); printf "%s::(wall)\t%d\n", n, $1 }' \
+        "$TIMES_LOG"
+} | sort >target/pmemvm-slot-seconds.tsv
 reruns_within "$PMEMVM_RERUN_LOG" "$MAX_RERUNS" || rc=1
 wait "$MODULAR_PID" || true
 if [ "$(cat "$PMEMVM_MODULAR_BUILD.status" 2>/dev/null)" != 0 ]; then

@@ -11,7 +11,8 @@
 # Queue (per test binary, tests/tests/NAME.rs): a binary that boots QEMU
 # guests under TCG — named `nested_*` or `tcg_*`, or whose file holds the line
 # `// test-queue: tcg` — runs in the two TCG queues, split by the last
-# measured slot-seconds; every other binary runs in the host queue.
+# measured slot-seconds and run longest first; every other binary runs in
+# the host queue.
 #
 # Slot-seconds (the TCG slots a test held times the seconds it held them,
 # tests/src/tcg.rs): target/pmemvm-slot-seconds.tsv of this checkout's last
@@ -86,19 +87,26 @@ tiers_tcg_queues() {
     # The first input is the tier table, the second (standard input) the binaries.
     tiers_binaries tcg | awk -F'\t' -v times="$times" -v full="$1" '
         FNR == NR {
-            if ($3 == "landing" || (full == "full" && $3 == "full")) runs[$1 "::" $2] = 1
+            if ($3 == "landing" || (full == "full" && $3 == "full")) { runs[$1 "::" $2] = 1; inbin[$1] = 1 }
             next
         }
         FNR == 1 {
             while ((getline line < times) > 0) {
                 if (line ~ /^#/) continue
                 split(line, f, "\t")
-                if (!(f[1] in runs)) continue
                 split(f[1], t, "::")
+                # A binary'"'"'s own wall time ("NAME::(wall)"): a binary that holds few
+                # slots for long (first_contact builds) costs its time.
+                if (t[2] == "(wall)") { wall[t[1]] = f[2]; continue }
+                if (!(f[1] in runs)) continue
                 cost[t[1]] += f[2]
             }
         }
-        { bins[++n] = $0; c[n] = ($0 in cost) ? cost[$0] : 200 }
+        # Unmeasured: 200; a binary with no test in this tier runs nothing: 0.
+        {
+            bins[++n] = $0; c[n] = ($0 in cost) ? cost[$0] : (($0 in inbin) ? 200 : 0)
+            if (($0 in inbin) && wall[$0] > c[n]) c[n] = wall[$0]
+        }
         END {
             # Longest first (insertion sort: a few dozen binaries).
             for (i = 2; i <= n; i++) {
@@ -111,12 +119,8 @@ tiers_tcg_queues() {
             for (i = 1; i <= n; i++) {
                 if (sa <= sb) { sa += c[i]; q[bins[i]] = "A" } else { sb += c[i]; q[bins[i]] = "B" }
             }
-            # Name order within each queue.
-            for (i = 2; i <= n; i++) {
-                v = bins[i]
-                for (j = i - 1; j >= 1 && bins[j] > v; j--) bins[j + 1] = bins[j]
-                bins[j + 1] = v
-            }
+            # Longest first within each queue too (tests/run.sh runs them in this
+            # order): the queues end with short binaries, not one long one alone.
             la = "A"; lb = "B"
             for (i = 1; i <= n; i++) if (q[bins[i]] == "A") la = la " " bins[i]; else lb = lb " " bins[i]
             print la; print lb

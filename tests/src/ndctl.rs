@@ -48,6 +48,19 @@ pub fn run_engines(
     out: &std::path::Path,
     deadline: std::time::Duration,
 ) -> (crate::pmemvm::Output, serde_json::Value) {
+    run_engines_env(engines, src, timeout_secs, args, out, deadline, &[])
+}
+
+/// [`run_engines`] with `env` (name, value) set for pmemvm.
+pub fn run_engines_env(
+    engines: &str,
+    src: &std::path::Path,
+    timeout_secs: u64,
+    args: &[std::ffi::OsString],
+    out: &std::path::Path,
+    deadline: std::time::Duration,
+    env: &[(&str, &str)],
+) -> (crate::pmemvm::Output, serde_json::Value) {
     let started = std::time::Instant::now();
     let timeout = timeout_secs.to_string();
     let output = crate::nested::run_engine_nested(
@@ -60,7 +73,8 @@ pub fn run_engines(
                 .args(args)
                 .arg("--out")
                 .arg(out)
-                .env("PMEMVM_L1_CACHE", crate::nested::cache_dir());
+                .env("PMEMVM_L1_CACHE", crate::nested::cache_dir())
+                .envs(env.iter().copied());
             c
         },
         deadline,

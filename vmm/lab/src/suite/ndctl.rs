@@ -154,12 +154,24 @@ impl Boot {
         argv.push(GUEST_TREE.into());
         for t in &self.tests {
             if let Some(step) = t.before {
-                argv.push(format!("!{step}"));
+                argv.push(match steps_fail() {
+                    true => "!exit 3".into(),
+                    false => format!("!{step}"),
+                });
             }
             argv.push(t.name.into());
         }
         argv
     }
+}
+
+/// Debug builds only: `PMEMVM_TEST_FAULT=suite-step-fails` makes every setup step
+/// exit with status 3 in the guest — the test of a plan whose setup fails
+/// (tests/tests/nested_ndctl_suite.rs); release builds never inject it.
+fn steps_fail() -> bool {
+    cfg!(debug_assertions)
+        && std::env::var("PMEMVM_TEST_FAULT")
+            .is_ok_and(|v| v.split(',').any(|f| f == "suite-step-fails"))
 }
 
 /// Where the guest finds the tree and the script.
