@@ -58,6 +58,7 @@ pub mod symbols;
 pub mod tcp_peer;
 pub mod tty;
 pub mod vcpu;
+mod vcpu_failure;
 pub mod vcpu_status;
 pub mod vcpu_threads;
 pub mod vm;

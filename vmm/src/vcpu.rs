@@ -22,7 +22,7 @@ use devices::bus::Bus;
 use devices::exit::{ExitNotifier, ExitRequest};
 use kvm_bindings::kvm_run;
 use kvm_ioctls::{VcpuExit, VcpuFd};
-use vm_memory::{GuestAddress, GuestMemoryMmap};
+use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::signal::{register_signal_handler, Killable};
 
 use crate::dimm_fault::dimm_space_report;
@@ -560,109 +560,8 @@ impl VcpuContext {
             Err(e) => Some(ExitRequest::Fatal(format!("vCPU {}: {e}", self.index))),
         }
     }
-
-    /// "KVM internal error" with the vCPU's RIP and the instruction bytes there.
-    /// After an emulation failure: a machine check when the instruction at
-    /// RIP lies in a poisoned line of an `mce=on` DIMM (`None` otherwise).
-    fn fetch_from_poison(&mut self) -> Option<Option<ExitRequest>> {
-        // SAFETY: reading the `internal` member of the kvm_run union is valid
-        // right after KVM_RUN returned KVM_EXIT_INTERNAL_ERROR.
-        let suberror = unsafe { self.vcpu.get_kvm_run().__bindgen_anon_1.internal.suberror };
-        if suberror != kvm_bindings::KVM_INTERNAL_ERROR_EMULATION || self.mce_vendor.is_none() {
-            return None;
-        }
-        let rip = self.vcpu.get_regs().ok()?.rip;
-        let linear = self.vcpu.get_sregs().ok()?.cs.base.wrapping_add(rip);
-        let gpa = match self.vcpu.translate_gva(linear) {
-            Ok(t) if t.valid != 0 => t.physical_address,
-            _ => return None,
-        };
-        let p = self
-            .dimms
-            .iter()
-            .find(|d| d.contains(gpa))
-            .and_then(|d| d.poison.clone())?;
-        let mce = (self.mce_vendor, self.mce_broadcast.as_deref());
-        crate::mce::vcpu_side::fetch(self.index, &self.vcpu, mce, &p, gpa)
-    }
-
-    fn internal_error(&mut self) -> String {
-        // SAFETY: reading the `internal` member of the kvm_run union is valid
-        // right after KVM_RUN returned KVM_EXIT_INTERNAL_ERROR.
-        let suberror = unsafe { self.vcpu.get_kvm_run().__bindgen_anon_1.internal.suberror };
-        let what = match suberror {
-            kvm_bindings::KVM_INTERNAL_ERROR_EMULATION => "a KVM emulation failure",
-            kvm_bindings::KVM_INTERNAL_ERROR_SIMUL_EX => {
-                "a KVM internal error (exception during exception delivery)"
-            }
-            kvm_bindings::KVM_INTERNAL_ERROR_DELIVERY_EV => "a KVM internal error (event delivery)",
-            _ => "a KVM internal error",
-        };
-        let mut msg = format!("vCPU {} stopped on {what}", self.index);
-        if let Ok(regs) = self.vcpu.get_regs() {
-            msg.push_str(&format!(" at RIP {:#x}", regs.rip));
-            let linear = self
-                .vcpu
-                .get_sregs()
-                .map(|s| s.cs.base.wrapping_add(regs.rip))
-                .unwrap_or(regs.rip);
-            let phys = match self.vcpu.translate_gva(linear) {
-                Ok(t) if t.valid != 0 => Some(t.physical_address),
-                _ => None,
-            };
-            if let Some(pa) = phys {
-                let mut bytes = [0u8; 16];
-                if vm_memory::Bytes::read_slice(&self.mem, &mut bytes, GuestAddress(pa)).is_ok() {
-                    let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
-                    msg.push_str(&format!(", instruction bytes {}", hex.join(" ")));
-                }
-            }
-        }
-        msg
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stop_joins_threads_that_return_and_names_those_that_do_not() {
-        let mut set = VcpuSet::new().unwrap();
-        for i in 0..2 {
-            let stop = set.stop_flag();
-            set.spawn(i, move || {
-                while !stop.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            })
-            .unwrap();
-        }
-        // vCPU 2 never looks at the flag (as one stuck in the kernel).
-        set.spawn(2, || std::thread::sleep(Duration::from_secs(30)))
-            .unwrap();
-        let start = Instant::now();
-        assert_eq!(set.stop_and_join(Duration::from_millis(300)), Err(vec![2]));
-        assert!(start.elapsed() < Duration::from_secs(5));
-        assert!(set.is_empty());
-    }
-
-    #[test]
-    fn a_kick_interrupts_a_blocking_call() {
-        // The kick handler has no SA_RESTART: a blocked read returns EINTR,
-        // as KVM_RUN does.
-        let mut set = VcpuSet::new().unwrap();
-        let stop = set.stop_flag();
-        let (r, _w) = std::os::unix::net::UnixStream::pair().unwrap();
-        set.spawn(0, move || {
-            use std::io::Read;
-            let mut b = [0u8; 1];
-            while !stop.load(Ordering::SeqCst) {
-                let _ = (&r).read(&mut b);
-            }
-        })
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(set.stop_and_join(Duration::from_secs(5)), Ok(()));
-    }
-}
+#[path = "vcpu_tests.rs"]
+mod tests;
