@@ -3,6 +3,7 @@
 //! Every harness here skips with a visible reason when the tier it needs
 //! (KVM, QEMU, a built guest image) is missing on the machine.
 
+pub mod core_file;
 pub mod durable;
 pub mod gdb;
 pub mod guest_inputs;

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use pmemvm_tests::core_file::read_u64 as find_phys;
 use pmemvm_tests::pmemvm::{pmemvm_bin, run, TempDir};
 use pmemvm_tests::require;
 use pmemvm_tests::tiny::{guest, kvm_available};
@@ -47,37 +48,9 @@ fn symbol(kernel: &Path, symbol: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {symbol} in {}", kernel.display()))
 }
 
-fn le(b: &[u8], at: usize, n: usize) -> u64 {
-    b[at..at + n]
-        .iter()
-        .rev()
-        .fold(0, |v, &x| (v << 8) | u64::from(x))
-}
-
 /// The 8 bytes at guest-physical `gpa` in an ELF core, by its PT_LOADs.
 fn read_phys(core: &[u8], gpa: u64) -> u64 {
     find_phys(core, gpa).unwrap_or_else(|| panic!("no PT_LOAD holds {gpa:#x}"))
-}
-
-/// [`read_phys`], `None` where no PT_LOAD holds `gpa`.
-fn find_phys(core: &[u8], gpa: u64) -> Option<u64> {
-    assert_eq!(&core[..4], b"\x7fELF");
-    let phoff = usize::try_from(le(core, 32, 8)).expect("e_phoff");
-    let phnum = usize::try_from(le(core, 56, 2)).expect("e_phnum");
-    for i in 0..phnum {
-        let h = phoff + i * 56;
-        let (kind, off, paddr, size) = (
-            le(core, h, 4),
-            le(core, h + 8, 8),
-            le(core, h + 24, 8),
-            le(core, h + 32, 8),
-        );
-        if kind == 1 && gpa >= paddr && gpa + 8 <= paddr + size {
-            let at = usize::try_from(off + gpa - paddr).expect("offset");
-            return Some(le(core, at, 8));
-        }
-    }
-    None
 }
 
 fn readelf_notes(core: &Path) -> String {

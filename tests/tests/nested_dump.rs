@@ -98,30 +98,6 @@ echo DUMP-READY
 sleep 600
 "#;
 
-/// The lowest guest-physical address in `core` (an ELF core) where
-/// `needle` lies in a PT_LOAD, if any.
-fn lowest_in_core(core: &[u8], needle: &[u8]) -> Option<u64> {
-    let le = |at: usize, n: usize| {
-        core[at..at + n]
-            .iter()
-            .rev()
-            .fold(0u64, |v, &x| (v << 8) | u64::from(x))
-    };
-    let at = |v: u64| usize::try_from(v).unwrap();
-    let (phoff, phnum) = (at(le(32, 8)), at(le(56, 2)));
-    (0..phnum)
-        .filter_map(|i| {
-            let h = phoff + i * 56;
-            let (kind, off, paddr, filesz) = (le(h, 4), le(h + 8, 8), le(h + 24, 8), le(h + 32, 8));
-            let seg = core.get(at(off)..at(off + filesz))?;
-            (kind == 1)
-                .then(|| seg.windows(needle.len()).position(|w| w == needle))
-                .flatten()
-                .map(|p| paddr + p as u64)
-        })
-        .min()
-}
-
 /// crash (Debian's package).
 fn crash() -> Result<PathBuf, Skip> {
     match Command::new("crash").arg("--version").output() {
@@ -275,8 +251,8 @@ fn dumps_of_a_running_and_a_panicked_guest_open_in_crash_and_drgn() {
     let core = fs::read(&running).unwrap();
     let real_note = format!("VMCOREINFO\0\0OSRELEASE={release}\n");
     let (fake, real) = (
-        lowest_in_core(&core, b"OSRELEASE=6.6.6-planted"),
-        lowest_in_core(&core, real_note.as_bytes()),
+        pmemvm_tests::core_file::lowest(&core, b"OSRELEASE=6.6.6-planted"),
+        pmemvm_tests::core_file::lowest(&core, real_note.as_bytes()),
     );
     // Both are in the dump. The kernel allocates its note early, low in RAM
     // (0x26000c in one run here), where a user process cannot get below it;
