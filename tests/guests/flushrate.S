@@ -37,11 +37,7 @@ _start:
     TSC_DEADLINE
 2:  cmp %r12, UP
     je 3f
-    pause
-    rdtsc
-    shl $32, %rdx
-    or %rdx, %rax
-    cmp %r8, %rax
+    TSC_WAITING
     jb 2b
     mov $0x7c, %al
     jmp exit_al

@@ -20,6 +20,7 @@
  */
 .include "long64.S"
 .include "ap_start.inc"
+.include "mc_idt.inc"
 
 .set BAD, NVDIMM + 0x100000 + 8
 .set AP_STACK, 0x80000
@@ -35,22 +36,7 @@ _start:
     MAP_HOLE_AND_FIRST_NVDIMM
     movq $0, SEEN
     movq $0, SEEN + 8
-    /* IDT entry 18: a 64-bit interrupt gate to mc_handler. */
-    lea idt(%rip), %rdi
-    add $(18 * 16), %rdi
-    lea mc_handler(%rip), %rax
-    mov %ax, (%rdi)
-    mov %cs, %dx
-    mov %dx, 2(%rdi)
-    movw $0x8e00, 4(%rdi)
-    shr $16, %rax
-    mov %ax, 6(%rdi)
-    shr $16, %rax
-    mov %eax, 8(%rdi)
-    movl $0, 12(%rdi)
-    lea idt(%rip), %rax
-    mov %rax, idtr+2(%rip)
-    call take_machine_checks
+    MC_IDT mc_handler
     START_AP AP_UP, no_ap
 
     mov $BAD, %rdi
@@ -101,11 +87,7 @@ mc_handler:
     TSC_DEADLINE
 3:  cmpq $0, SEEN + 8
     jne 4f
-    pause
-    rdtsc
-    shl $32, %rdx
-    or %rdx, %rax
-    cmp %r8, %rax
+    TSC_WAITING
     jb 3b
 4:  call report
     mov SEEN + 8, %rax
@@ -171,7 +153,4 @@ msg_mcg: .asciz "mcg"
 AP_TRAMPOLINE_CODE
 
 .data
-.balign 16
-idt:  .fill 256 * 16, 1, 0
-idtr: .word 256 * 16 - 1
-      .quad 0
+MC_IDT_DATA

@@ -14,6 +14,7 @@
  * 0x7c wrong RIP, 0x7b wrong MCG_STATUS, 0x7a no valid bank, 0x79 wrong
  * address, 0x78 step 1 read the wrong bytes. */
 .include "long64.S"
+.include "mc_idt.inc"
 
 .set BAD_PAGE, NVDIMM + 0x100000
 
@@ -24,25 +25,7 @@ _start:
     mov $0x90000, %rsp
     MAP_HOLE_AND_FIRST_NVDIMM
 
-    /* IDT entry 18: a 64-bit interrupt gate to mc_handler. */
-    lea idt(%rip), %rdi
-    add $(18 * 16), %rdi
-    lea mc_handler(%rip), %rax
-    mov %ax, (%rdi)
-    mov %cs, %dx
-    mov %dx, 2(%rdi)
-    movw $0x8e00, 4(%rdi)
-    shr $16, %rax
-    mov %ax, 6(%rdi)
-    shr $16, %rax
-    mov %eax, 8(%rdi)
-    movl $0, 12(%rdi)
-    lea idt(%rip), %rax
-    mov %rax, idtr+2(%rip)
-    lidt idtr(%rip)
-    mov %cr4, %rax
-    or $0x40, %rax
-    mov %rax, %cr4
+    MC_IDT mc_handler
 
     lea msg_start(%rip), %rsi
     call puts
@@ -126,7 +109,4 @@ msg_mc:    .asciz "poisonload: machine check\n"
 msg_ok:    .asciz "poisonload: machine check at the load, bank and address right\n"
 
 .data
-.balign 16
-idt:  .fill 256 * 16, 1, 0
-idtr: .word 256 * 16 - 1
-      .quad 0
+MC_IDT_DATA
