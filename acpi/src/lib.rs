@@ -13,9 +13,11 @@
 #![forbid(unsafe_code)]
 
 pub mod aml;
+pub mod cedt;
 pub mod dsdt;
 pub mod fadt;
 pub mod madt;
+pub mod mcfg;
 pub mod nfit;
 pub mod nvdimm_ssdt;
 pub mod sdt;

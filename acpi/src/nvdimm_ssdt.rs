@@ -292,66 +292,7 @@ pub fn build(dimms: &[NvdimmDescription], slots: usize, dsm: Option<&DsmTranspor
     let mut t = Sdt::new(*b"SSDT", SSDT_REVISION, NVDIMM_SSDT_OEM_TABLE_ID);
     let mut root = vec![aml::name("_HID", &aml::string("ACPI0012"))];
     if let Some(tr) = dsm {
-        let page_bits = DSM_PAGE_SIZE * 8;
-        // A read of the doorbell tells whether the call found new media
-        // errors (an error injection asking for notification); then the
-        // root device gets the notification a platform sends for them
-        // (ACPI 6.4, 5.6.6: 0x81 on an NVDIMM root device).
-        root.push(aml::method(
-            "_DSM",
-            4,
-            true,
-            &[
-                aml::store(
-                    &aml::call(
-                        "NCAL",
-                        &[
-                            aml::arg(0),
-                            aml::arg(1),
-                            aml::arg(2),
-                            aml::arg(3),
-                            aml::integer(ROOT_DSM_HANDLE),
-                        ],
-                    ),
-                    &aml::local(0),
-                ),
-                aml::if_(
-                    &aml::lequal(&aml::path("NDBR"), &aml::integer(1)),
-                    &[aml::notify("\\_SB.NVDR", 0x81)],
-                ),
-                aml::ret(&aml::local(0)),
-            ],
-        ));
-        root.push(aml::op_region(
-            "NPAG",
-            RegionSpace::SystemMemory,
-            tr.page_addr,
-            DSM_PAGE_SIZE as u64,
-        ));
-        root.push(aml::field(
-            "NPAG",
-            FieldAccess::DWord,
-            &[
-                ("NHDL", 32),
-                ("NREV", 32),
-                ("NFUN", 32),
-                ("NLEN", 32),
-                ("NDAT", page_bits - DSM_IN_DATA_OFFSET * 8),
-            ],
-        ));
-        root.push(aml::field(
-            "NPAG",
-            FieldAccess::DWord,
-            &[("RLEN", 32), ("RDAT", page_bits - DSM_OUT_DATA_OFFSET * 8)],
-        ));
-        root.push(aml::op_region(
-            "NDBL",
-            RegionSpace::SystemIo,
-            u64::from(tr.doorbell_port),
-            4,
-        ));
-        root.push(aml::field("NDBL", FieldAccess::DWord, &[("NDBR", 32)]));
-        root.push(ncal(tr));
+        root.extend(root_dsm(tr));
         // Only a machine with empty slots has `_FIT`: without one the
         // static NFIT is all there ever is, and Linux reads it directly.
         if slots > dimms.len() {
@@ -366,20 +307,18 @@ pub fn build(dimms: &[NvdimmDescription], slots: usize, dsm: Option<&DsmTranspor
         let handle = aml::integer(u64::from(handle));
         let mut body = vec![aml::name("_ADR", &handle)];
         if dsm.is_some() {
+            let args = [
+                aml::arg(0),
+                aml::arg(1),
+                aml::arg(2),
+                aml::arg(3),
+                handle.clone(),
+            ];
             body.push(aml::method(
                 "_DSM",
                 4,
                 false,
-                &[aml::ret(&aml::call(
-                    "NCAL",
-                    &[
-                        aml::arg(0),
-                        aml::arg(1),
-                        aml::arg(2),
-                        aml::arg(3),
-                        handle.clone(),
-                    ],
-                ))],
+                &[aml::ret(&aml::call("NCAL", &args))],
             ));
         }
         root.push(aml::device(&child_name(i), &body));
@@ -390,6 +329,69 @@ pub fn build(dimms: &[NvdimmDescription], slots: usize, dsm: Option<&DsmTranspor
     }
     t.append(&aml::scope("\\_SB", &sb));
     t.finish()
+}
+
+/// The root device's `_DSM` and the transport under it: the DSM page's
+/// fields, the doorbell and `NCAL`. A read of the doorbell tells whether the
+/// call found new media errors (an error injection asking for notification);
+/// then the root device gets the notification a platform sends for them
+/// (ACPI 6.4, 5.6.6: 0x81 on an NVDIMM root device).
+fn root_dsm(tr: &DsmTransport) -> Vec<Vec<u8>> {
+    let page_bits = DSM_PAGE_SIZE * 8;
+    let args = [
+        aml::arg(0),
+        aml::arg(1),
+        aml::arg(2),
+        aml::arg(3),
+        aml::integer(ROOT_DSM_HANDLE),
+    ];
+    let dsm = aml::method(
+        "_DSM",
+        4,
+        true,
+        &[
+            aml::store(&aml::call("NCAL", &args), &aml::local(0)),
+            aml::if_(
+                &aml::lequal(&aml::path("NDBR"), &aml::integer(1)),
+                &[aml::notify("\\_SB.NVDR", 0x81)],
+            ),
+            aml::ret(&aml::local(0)),
+        ],
+    );
+    let page = tr.page_addr;
+    vec![
+        dsm,
+        aml::op_region(
+            "NPAG",
+            RegionSpace::SystemMemory,
+            page,
+            DSM_PAGE_SIZE as u64,
+        ),
+        aml::field(
+            "NPAG",
+            FieldAccess::DWord,
+            &[
+                ("NHDL", 32),
+                ("NREV", 32),
+                ("NFUN", 32),
+                ("NLEN", 32),
+                ("NDAT", page_bits - DSM_IN_DATA_OFFSET * 8),
+            ],
+        ),
+        aml::field(
+            "NPAG",
+            FieldAccess::DWord,
+            &[("RLEN", 32), ("RDAT", page_bits - DSM_OUT_DATA_OFFSET * 8)],
+        ),
+        aml::op_region(
+            "NDBL",
+            RegionSpace::SystemIo,
+            u64::from(tr.doorbell_port),
+            4,
+        ),
+        aml::field("NDBL", FieldAccess::DWord, &[("NDBR", 32)]),
+        ncal(tr),
+    ]
 }
 
 /// Event bit of the root's 0x81 (new media errors) in the GED register.

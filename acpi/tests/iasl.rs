@@ -427,3 +427,32 @@ fn srat_with_numa_dimms() {
     let xsdt = get(&all, "XSDT.aml");
     assert_eq!(xsdt.matches("ACPI Table Address").count(), 5, "{xsdt}");
 }
+
+/// The MCFG as ACPICA reads it: the ECAM window's base, segment and buses.
+#[test]
+fn mcfg_disassembles_to_its_ecam_window() {
+    if !iasl_available() {
+        pmemvm_skip::skip!("iasl not found (install acpica-tools)");
+    }
+    let window = acpi::mcfg::EcamWindow {
+        base: 0xe000_0000,
+        segment: 0,
+        first_bus: 0,
+        last_bus: 15,
+    };
+    let dir = tmpdir("mcfg");
+    std::fs::write(dir.join("mcfg.aml"), acpi::mcfg::build(&[window])).unwrap();
+    let dsl = disassemble(&dir, "mcfg.aml");
+    let field = |key: &str| -> Vec<String> {
+        dsl.lines()
+            .filter_map(|l| l.split_once(" : "))
+            .filter(|(k, _)| k.trim_end().ends_with(key))
+            .map(|(_, v)| v.trim().to_string())
+            .collect()
+    };
+    assert_eq!(field("Base Address"), ["00000000E0000000"], "{dsl}");
+    assert_eq!(field("Segment Group Number"), ["0000"], "{dsl}");
+    assert_eq!(field("Start Bus Number"), ["00"], "{dsl}");
+    assert_eq!(field("End Bus Number"), ["0F"], "{dsl}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

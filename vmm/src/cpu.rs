@@ -143,7 +143,30 @@ pub fn configure(
     let err = |step| move |source| CpuSetupError::Kvm { cpu, step, source };
     patch_cpuid(&mut cpuid, cpu, count);
     vcpu.set_cpuid2(&cpuid).map_err(err("CPUID"))?;
+    set_boot_msrs(vcpu, cpu)?;
+    let fpu = kvm_fpu {
+        fcw: 0x37f,
+        mxcsr: 0x1f80,
+        ..Default::default()
+    };
+    vcpu.set_fpu(&fpu).map_err(err("FPU"))?;
+    let mut lapic: kvm_lapic_state = vcpu.get_lapic().map_err(err("LAPIC read"))?;
+    set_lvt_mode(&mut lapic, APIC_LVT0, APIC_MODE_EXTINT);
+    set_lvt_mode(&mut lapic, APIC_LVT1, APIC_MODE_NMI);
+    vcpu.set_lapic(&lapic).map_err(err("LAPIC"))?;
+    if cpu != 0 {
+        return Ok(());
+    }
+    let mut sregs: kvm_sregs = vcpu.get_sregs().map_err(err("segment registers read"))?;
+    write_boot_gdt(mem, &mut sregs)?;
+    let regs = enter_at(entry, &mut sregs);
+    vcpu.set_sregs(&sregs).map_err(err("segment registers"))?;
+    vcpu.set_regs(&regs).map_err(err("registers"))?;
+    Ok(())
+}
 
+/// The MSRs a vCPU boots with (fast strings on, write-back MTRR default).
+fn set_boot_msrs(vcpu: &VcpuFd, cpu: u8) -> Result<(), CpuSetupError> {
     let msrs: Vec<kvm_msr_entry> = [
         (MSR_IA32_SYSENTER_CS, 0),
         (MSR_IA32_SYSENTER_ESP, 0),
@@ -169,36 +192,24 @@ pub fn configure(
         step: "MSR list",
         source: kvm_ioctls::Error::new(libc::E2BIG),
     })?;
-    let set = vcpu.set_msrs(&msrs).map_err(err("MSRs"))?;
+    let set = vcpu.set_msrs(&msrs).map_err(|source| CpuSetupError::Kvm {
+        cpu,
+        step: "MSRs",
+        source,
+    })?;
     if set != msrs.as_slice().len() {
         log::debug!(
             "vCPU {cpu}: KVM accepted {set} of {} boot MSRs",
             msrs.as_slice().len()
         );
     }
+    Ok(())
+}
 
-    let fpu = kvm_fpu {
-        fcw: 0x37f,
-        mxcsr: 0x1f80,
-        ..Default::default()
-    };
-    vcpu.set_fpu(&fpu).map_err(err("FPU"))?;
-
-    let mut lapic: kvm_lapic_state = vcpu.get_lapic().map_err(err("LAPIC read"))?;
-    set_lvt_mode(&mut lapic, APIC_LVT0, APIC_MODE_EXTINT);
-    set_lvt_mode(&mut lapic, APIC_LVT1, APIC_MODE_NMI);
-    vcpu.set_lapic(&lapic).map_err(err("LAPIC"))?;
-
-    if cpu != 0 {
-        return Ok(());
-    }
-    let mut sregs: kvm_sregs = vcpu.get_sregs().map_err(err("segment registers read"))?;
-    let mut regs = kvm_regs {
-        rflags: 0x2,
-        ..Default::default()
-    };
-    // GDT: null, 64-bit code, flat data, 32-bit code (PVH), TSS placeholder.
-    // Its size is the layout's, so it cannot grow into the IDT behind it.
+/// The boot GDT (null, 64-bit code, flat data, 32-bit code for PVH, a TSS
+/// placeholder) and an empty IDT in guest memory, and the segment registers
+/// over them. The GDT's size is the layout's, so it cannot grow into the IDT.
+fn write_boot_gdt(mem: &GuestMemoryMmap, sregs: &mut kvm_sregs) -> Result<(), CpuSetupError> {
     let gdt: [u64; layout::BOOT_GDT_ENTRIES] = [
         0,
         0x00af_9b00_0000_ffff,
@@ -226,6 +237,17 @@ pub fn configure(
     sregs.gs = data;
     sregs.ss = data;
     sregs.tr = tss;
+    Ok(())
+}
+
+/// The boot vCPU's mode and registers for `entry`: PVH's 32-bit protected
+/// mode with the start info in RBX, or Linux's 64-bit entry with the boot
+/// page tables, stack and zero page.
+fn enter_at(entry: EntryPoint, sregs: &mut kvm_sregs) -> kvm_regs {
+    let mut regs = kvm_regs {
+        rflags: 0x2,
+        ..Default::default()
+    };
     match entry {
         EntryPoint::Pvh(rip) => {
             sregs.cs = segment(0x18, 0, 0xffff_ffff, 11, 1, 0);
@@ -247,9 +269,7 @@ pub fn configure(
             regs.rsi = layout::ZERO_PAGE_START.0;
         }
     }
-    vcpu.set_sregs(&sregs).map_err(err("segment registers"))?;
-    vcpu.set_regs(&regs).map_err(err("registers"))?;
-    Ok(())
+    regs
 }
 
 fn set_lvt_mode(lapic: &mut kvm_lapic_state, reg: usize, mode: u32) {

@@ -276,20 +276,7 @@ impl NvdimmHotplug {
             return Err(HotplugError::NoFreeSlot { slots: self.slots });
         }
         let size = spec.spa_size();
-        let bits = self.phys_bits.min(crate::memory::MAX_PHYS_ADDR_BITS);
-        let limit = 1u64 << bits;
-        let base = st
-            .top
-            .checked_next_multiple_of(layout::NVDIMM_ALIGN)
-            .unwrap_or(u64::MAX);
-        if base.checked_add(size).is_none_or(|end| end > limit) {
-            return Err(HotplugError::AddressSpace {
-                size,
-                base,
-                limit,
-                bits,
-            });
-        }
+        let base = self.free_base(st.top, size)?;
         let mut backing = NvdimmBacking::open(spec)?;
         let mapping = backing.map()?;
         crate::memory_placement::place_dimm(&backing, &mapping, base, self.host_node)?;
@@ -304,32 +291,7 @@ impl NvdimmHotplug {
                 what: format!("duplicating the fd of {}", backing.display),
                 source,
             })?;
-        let region = kvm_bindings::kvm_userspace_memory_region {
-            slot: st.next_memslot,
-            flags: 0,
-            guest_phys_addr: base,
-            memory_size: size,
-            userspace_addr: mapping.as_ptr() as u64,
-        };
-        // SAFETY: `mapping` is a live MAP_SHARED mapping of `size` bytes that
-        // this object keeps (in `State::dimms`) as long as the VM fd exists;
-        // the guest range starts above every range mapped before (`top`) and
-        // the slot number was never used.
-        unsafe { self.vm_fd.set_user_memory_region(region) }.map_err(HotplugError::Memslot)?;
-        // The disks reach the new DIMM from now on (a buffer there before this
-        // got an error status). Its mapping lives as long as the VM (`State::dimms`).
-        if let Err(e) = self.dma.add_range(base, &mapping) {
-            let gone = kvm_bindings::kvm_userspace_memory_region {
-                memory_size: 0,
-                ..region
-            };
-            // SAFETY: a size of 0 deletes the slot just created; nothing else
-            // refers to it yet (the guest has not been told of the DIMM).
-            if let Err(k) = unsafe { self.vm_fd.set_user_memory_region(gone) } {
-                log::warn!("removing the memory slot of a DIMM the disks cannot reach failed: {k}");
-            }
-            return Err(e.into());
-        }
+        self.map_for_guest_and_disks(st.next_memslot, (base, size), &mapping)?;
         let placed = PlacedNvdimm {
             spec,
             base,
@@ -338,19 +300,7 @@ impl NvdimmHotplug {
         };
         let described = describe_dimm(&placed, slot_index);
         let flush_stats = Arc::new(FlushStats::default());
-        let added_flush = self
-            .flush
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .add(FlushTarget {
-                file: backing.file.clone(),
-                path: backing.display.clone(),
-                stats: flush_stats.clone(),
-                observer: None::<Arc<dyn FlushObserver>>,
-            });
-        if !added_flush {
-            log::warn!("the flush-hint page of NVDIMM slot {index} was taken");
-        }
+        self.add_flush_hint(index, &backing, &flush_stats);
         self.dsm.hot_add(
             handle,
             FileLabels::new(labels_fd, spec.label_offset(), described.label_size, false)
@@ -391,6 +341,77 @@ impl NvdimmHotplug {
             file,
             notified,
         })
+    }
+
+    /// The base of a DIMM of `size` above `top`, within the guest's address width.
+    fn free_base(&self, top: u64, size: u64) -> Result<u64, HotplugError> {
+        let bits = self.phys_bits.min(crate::memory::MAX_PHYS_ADDR_BITS);
+        let limit = 1u64 << bits;
+        let base = top
+            .checked_next_multiple_of(layout::NVDIMM_ALIGN)
+            .unwrap_or(u64::MAX);
+        if base.checked_add(size).is_none_or(|end| end > limit) {
+            return Err(HotplugError::AddressSpace {
+                size,
+                base,
+                limit,
+                bits,
+            });
+        }
+        Ok(base)
+    }
+
+    /// `mapping` as guest memory (`size` bytes at `base`, memory slot
+    /// `memslot`), and in the disks' view from now on (a buffer there before
+    /// this got an error status); the slot goes again when the disks cannot take it.
+    fn map_for_guest_and_disks(
+        &self,
+        memslot: u32,
+        (base, size): (u64, u64),
+        mapping: &vm_memory::mmap::MmapRegion,
+    ) -> Result<(), HotplugError> {
+        let region = kvm_bindings::kvm_userspace_memory_region {
+            slot: memslot,
+            flags: 0,
+            guest_phys_addr: base,
+            memory_size: size,
+            userspace_addr: mapping.as_ptr() as u64,
+        };
+        // SAFETY: `mapping` is a live MAP_SHARED mapping of `size` bytes that
+        // the caller keeps (in `State::dimms`) as long as the VM fd exists;
+        // the guest range starts above every range mapped before (`top`) and
+        // the slot number was never used.
+        unsafe { self.vm_fd.set_user_memory_region(region) }.map_err(HotplugError::Memslot)?;
+        let Err(e) = self.dma.add_range(base, mapping) else {
+            return Ok(());
+        };
+        let gone = kvm_bindings::kvm_userspace_memory_region {
+            memory_size: 0,
+            ..region
+        };
+        // SAFETY: a size of 0 deletes the slot just created; nothing else
+        // refers to it yet (the guest has not been told of the DIMM).
+        if let Err(k) = unsafe { self.vm_fd.set_user_memory_region(gone) } {
+            log::warn!("removing the memory slot of a DIMM the disks cannot reach failed: {k}");
+        }
+        Err(e.into())
+    }
+
+    /// The new DIMM's flush-hint page writes its file.
+    fn add_flush_hint(&self, index: usize, backing: &NvdimmBacking, stats: &Arc<FlushStats>) {
+        let added = self
+            .flush
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .add(FlushTarget {
+                file: backing.file.clone(),
+                path: backing.display.clone(),
+                stats: stats.clone(),
+                observer: None::<Arc<dyn FlushObserver>>,
+            });
+        if !added {
+            log::warn!("the flush-hint page of NVDIMM slot {index} was taken");
+        }
     }
 }
 

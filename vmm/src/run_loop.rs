@@ -17,24 +17,22 @@
 //!    for all of them; a sync that does not finish is named (status 6);
 //! 3. the request becomes the [`RunOutcome`].
 
-use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use devices::exit::{ExitNotifier, ExitRequest};
 use event_manager::{EventManager, EventOps, EventSet, Events, MutEventSubscriber, SubscriberOps};
-use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 use vmm_sys_util::timerfd::TimerFd;
 
 use crate::console::{ConsoleInput, RawTerminal};
-use crate::exit_status;
 use crate::fault::Faults;
 use crate::signals::StopSignals;
 use crate::vcpu::{DimmRange, VcpuContext, VcpuSet, STOP_DEADLINE};
 use crate::vm::{RunOutcome, Vm, VmError};
 
+use crate::exit_sync::SyncOnUnwind;
 pub use crate::exit_sync::SYNC_DEADLINE;
-use crate::exit_sync::{sync_all, SyncOnUnwind};
 
 /// How a run is watched.
 #[derive(Debug, Clone, Copy)]
@@ -55,6 +53,18 @@ impl Default for RunOptions {
 }
 
 type Subscriber = Box<dyn MutEventSubscriber>;
+
+/// The event loop and what it watches while the VM runs.
+struct Watched {
+    events: EventManager<Subscriber>,
+    /// SIGQUIT asked where the vCPUs are.
+    describe: Arc<AtomicBool>,
+    /// The lost-interrupt watch is due.
+    watch_due: Arc<AtomicBool>,
+    watch: crate::lost_interrupt::InterruptWatch,
+    /// The terminal in raw mode while the console takes its input.
+    terminal: Option<RawTerminal>,
+}
 
 /// Drains the exit eventfd; the request itself is read from the notifier.
 struct ExitEvent(Arc<ExitNotifier>, Faults);
@@ -144,55 +154,7 @@ impl Vm {
     /// [`Vm::run`] with a watchdog and injected faults.
     pub fn run_with(mut self, opts: RunOptions) -> Result<RunOutcome, VmError> {
         let exit = self.exit.clone();
-        let mut events = EventManager::<Subscriber>::new().map_err(|e| VmError::Io {
-            what: "creating the event loop".into(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        events.add_subscriber(Box::new(ExitEvent(exit.clone(), opts.faults)));
-        let signals =
-            StopSignals::block().map_err(io_err("blocking SIGINT/SIGTERM/SIGHUP/SIGQUIT"))?;
-        let describe = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        events.add_subscriber(Box::new(SignalEvent {
-            signals,
-            exit: exit.clone(),
-            describe: describe.clone(),
-        }));
-        if let Some(timeout) = opts.timeout {
-            let mut timer = TimerFd::new()
-                .map_err(std::io::Error::from)
-                .map_err(io_err("creating the watchdog timer"))?;
-            timer
-                .reset(timeout, None)
-                .map_err(std::io::Error::from)
-                .map_err(io_err("arming the watchdog timer"))?;
-            events.add_subscriber(Box::new(Watchdog {
-                timer,
-                timeout,
-                exit: exit.clone(),
-            }));
-        }
-        let watch_due = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let ticker = crate::lost_interrupt::Ticker::new(watch_due.clone(), exit.clone())
-            .map_err(io_err("starting the lost-interrupt watch"))?;
-        events.add_subscriber(Box::new(ticker));
-        let mut lines = self.serial.watched();
-        lines.extend(self.disks.iter().map(|d| d.line.clone()));
-        let mut watch = crate::lost_interrupt::InterruptWatch::new(lines);
-        if let (Some(lost), Ok(com2)) =
-            (opts.faults.channel_interrupts_lost, self.serial.com2.lock())
-        {
-            com2.lose_interrupts(lost);
-        }
-        let terminal = match self.serial.console_in() {
-            Some(com1) => {
-                let input =
-                    ConsoleInput::new(com1, exit.clone()).map_err(io_err("console input"))?;
-                events.add_subscriber(Box::new(input));
-                Some(RawTerminal::new())
-            }
-            None => None,
-        };
-
+        let mut watched = self.watched(&opts)?;
         let mut unwind_sync = SyncOnUnwind(Some(self.writable_files()));
         let mut vcpus = VcpuSet::new().map_err(io_err("installing the vCPU kick signal"))?;
         // The VMM's own threads (this one, and what it starts) off the vCPUs' CPUs.
@@ -208,28 +170,7 @@ impl Vm {
             Err(_) => crate::services::Services::default(),
         };
         if started.is_ok() {
-            while exit.get().is_none() {
-                if let Err(e) = events.run() {
-                    exit.request(ExitRequest::Fatal(format!(
-                        "pmemvm's event loop failed: {e}"
-                    )));
-                }
-                if watch_due.swap(false, std::sync::atomic::Ordering::AcqRel) {
-                    let overdue = watch.overdue();
-                    if !overdue.is_empty() {
-                        let (lines, idle) = self.describe_vcpus(&vcpus, &statuses);
-                        if let Some(lost) = watch.judge(&overdue, idle, &lines) {
-                            exit.request(ExitRequest::Fatal(lost));
-                        }
-                    }
-                }
-                if describe.swap(false, std::sync::atomic::Ordering::AcqRel) {
-                    for line in self.describe_vcpus(&vcpus, &statuses).0 {
-                        eprintln!("pmemvm: SIGQUIT: {line}");
-                    }
-                    eprintln!("pmemvm: SIGQUIT: the guest goes on (SIGINT or SIGTERM stops it)");
-                }
-            }
+            self.serve(&mut watched, &vcpus, &statuses);
         }
         // KVM's mappings as the guest left them: read before the vCPUs are closed, which can
         // drop them (on this workplace's PVM KVM, read after the join, the ring-3 ratio
@@ -240,14 +181,108 @@ impl Vm {
         let stopped = vcpus.stop_and_join(STOP_DEADLINE);
         services.join();
         unwind_sync.0 = None;
-        drop(terminal);
+        drop(watched.terminal.take());
         let outcome = self.finish(exit.get(), stopped, &statuses, kvm_pages);
-        drop(events);
+        drop(watched);
         if let (Err(_), ExitRequest::StorageFailure(e)) = (&started, &outcome.reason) {
             // The start failure is the error returned; this one is logged.
             log::error!("{e}");
         }
         started.map(|()| outcome)
+    }
+
+    /// The event loop with its subscribers — the exit eventfd, the stop
+    /// signals, the watchdog, the lost-interrupt ticker, the console's input —
+    /// and the interrupt watch over the serial ports and disks.
+    fn watched(&self, opts: &RunOptions) -> Result<Watched, VmError> {
+        let exit = self.exit.clone();
+        let mut events = EventManager::<Subscriber>::new().map_err(|e| VmError::Io {
+            what: "creating the event loop".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        events.add_subscriber(Box::new(ExitEvent(exit.clone(), opts.faults)));
+        let signals =
+            StopSignals::block().map_err(io_err("blocking SIGINT/SIGTERM/SIGHUP/SIGQUIT"))?;
+        let describe = Arc::new(AtomicBool::new(false));
+        events.add_subscriber(Box::new(SignalEvent {
+            signals,
+            exit: exit.clone(),
+            describe: describe.clone(),
+        }));
+        if let Some(timeout) = opts.timeout {
+            let mut timer = TimerFd::new()
+                .map_err(std::io::Error::from)
+                .map_err(io_err("creating the watchdog timer"))?;
+            timer
+                .reset(timeout, None)
+                .map_err(std::io::Error::from)
+                .map_err(io_err("arming the watchdog timer"))?;
+            let exit = exit.clone();
+            events.add_subscriber(Box::new(Watchdog {
+                timer,
+                timeout,
+                exit,
+            }));
+        }
+        let watch_due = Arc::new(AtomicBool::new(false));
+        let ticker = crate::lost_interrupt::Ticker::new(watch_due.clone(), exit.clone())
+            .map_err(io_err("starting the lost-interrupt watch"))?;
+        events.add_subscriber(Box::new(ticker));
+        let mut lines = self.serial.watched();
+        lines.extend(self.disks.iter().map(|d| d.line.clone()));
+        if let (Some(lost), Ok(com2)) =
+            (opts.faults.channel_interrupts_lost, self.serial.com2.lock())
+        {
+            com2.lose_interrupts(lost);
+        }
+        let terminal = match self.serial.console_in() {
+            Some(com1) => {
+                let input = ConsoleInput::new(com1, exit).map_err(io_err("console input"))?;
+                events.add_subscriber(Box::new(input));
+                Some(RawTerminal::new())
+            }
+            None => None,
+        };
+        Ok(Watched {
+            events,
+            describe,
+            watch_due,
+            watch: crate::lost_interrupt::InterruptWatch::new(lines),
+            terminal,
+        })
+    }
+
+    /// The loop while the guest runs: events until a request ends the VM,
+    /// the lost-interrupt watch when due, SIGQUIT's report of the vCPUs.
+    fn serve(
+        &self,
+        w: &mut Watched,
+        vcpus: &VcpuSet,
+        statuses: &[Arc<crate::vcpu_status::VcpuStatus>],
+    ) {
+        let exit = &self.exit;
+        while exit.get().is_none() {
+            if let Err(e) = w.events.run() {
+                exit.request(ExitRequest::Fatal(format!(
+                    "pmemvm's event loop failed: {e}"
+                )));
+            }
+            if w.watch_due.swap(false, AtomicOrdering::AcqRel) {
+                let overdue = w.watch.overdue();
+                if !overdue.is_empty() {
+                    let (lines, idle) = self.describe_vcpus(vcpus, statuses);
+                    if let Some(lost) = w.watch.judge(&overdue, idle, &lines) {
+                        exit.request(ExitRequest::Fatal(lost));
+                    }
+                }
+            }
+            if w.describe.swap(false, AtomicOrdering::AcqRel) {
+                for line in self.describe_vcpus(vcpus, statuses).0 {
+                    eprintln!("pmemvm: SIGQUIT: {line}");
+                }
+                eprintln!("pmemvm: SIGQUIT: the guest goes on (SIGINT or SIGTERM stops it)");
+            }
+        }
     }
 
     /// Where each vCPU is now, without stopping the guest: the vCPUs in the
@@ -284,7 +319,10 @@ impl Vm {
 
     /// One sentence per vCPU from its published state, guest RIPs named from
     /// the kernel's symbols.
-    fn describe_statuses(&self, statuses: &[Arc<crate::vcpu_status::VcpuStatus>]) -> Vec<String> {
+    pub(crate) fn describe_statuses(
+        &self,
+        statuses: &[Arc<crate::vcpu_status::VcpuStatus>],
+    ) -> Vec<String> {
         let symbols = crate::symbols::Symbols::load(&self.kernel);
         let dimms: Vec<String> = self
             .nvdimms
@@ -385,237 +423,6 @@ impl Vm {
             })?;
         }
         Ok(())
-    }
-
-    /// Syncs the backing files and builds the outcome; `stopped` names the
-    /// vCPUs that did not stop, whose memory must then stay mapped.
-    fn finish(
-        mut self,
-        reason: Option<ExitRequest>,
-        stopped: Result<(), Vec<usize>>,
-        statuses: &[Arc<crate::vcpu_status::VcpuStatus>],
-        kvm_pages: Option<crate::host::kvm_stats::KvmPages>,
-    ) -> RunOutcome {
-        // Hot-added DIMMs end as the boot DIMMs do (synced, marked clean, counted).
-        if let Some(h) = self.hotplug.take() {
-            self.nvdimms.extend(h.take_dimms());
-        }
-        // No disk writes guest memory or its file after this (a request still
-        // in the kernel keeps its thread: the memory then stays mapped).
-        // Every thread is asked first, then each waited for.
-        for t in &self.disk_threads {
-            t.request_stop();
-        }
-        let io_stopped = self
-            .disk_threads
-            .iter_mut()
-            .map(|t| t.stop(STOP_DEADLINE))
-            .collect::<Vec<_>>()
-            .into_iter()
-            .all(|ended| ended);
-        let sync_error = sync_all(self.writable_files(), SYNC_DEADLINE);
-        // The stores after the last flush (read after the sync, as at each
-        // flush), and each recording's end record.
-        let record_error = self
-            .nvdimms
-            .iter()
-            .filter_map(|n| n.recorder.as_ref())
-            .find_map(|r| r.finish().err())
-            .map(|e| format!("ending the flush recording failed: {e}"));
-        let sync_error = sync_error.or(record_error);
-        if sync_error.is_none() && stopped.is_ok() {
-            // An orderly end: the data is on stable storage, so the next
-            // start counts no unsafe shutdown.
-            for n in &self.nvdimms {
-                if let Err(e) = crate::media::mark_clean(&n.media) {
-                    log::warn!(
-                        "NVDIMM backing file {}: clearing the dirty flag failed ({e}); the next start counts an unsafe shutdown",
-                        n.backing.display
-                    );
-                }
-            }
-        }
-        self.log_rss();
-        let machine = self.describe_machine(kvm_pages);
-        // No request: a vCPU thread could not start (the caller reports it).
-        let reason = reason.unwrap_or(ExitRequest::Fatal("the VM did not start".into()));
-        let timed_out = matches!(reason, ExitRequest::Timeout(_));
-        let reason = match (&stopped, reason, sync_error) {
-            (Err(stuck), r, _) => ExitRequest::Fatal(format!(
-                "vCPU {} did not leave KVM_RUN within {} s of the stop request (the VM was \
-                 ending: {}); its memory stays mapped until pmemvm exits",
-                stuck
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                STOP_DEADLINE.as_secs(),
-                exit_status::describe(&r)
-            )),
-            (_, r @ ExitRequest::StorageFailure(_), _) => r,
-            (_, _, Some(e)) => ExitRequest::StorageFailure(e),
-            (_, r, None) => r,
-        };
-        // A kernel that panicked and then reset (panic=N) ended in its panic.
-        let reason = match reason {
-            ExitRequest::Reset if self.pvpanic.panicked() => ExitRequest::GuestPanic,
-            r => r,
-        };
-        // A triple fault: the function it happened in, from the kernel's symbols.
-        let reason = match reason {
-            ExitRequest::TripleFault(mut t) => {
-                if let Some(rip) = t.rip {
-                    t.symbol = crate::symbols::Symbols::load(&self.kernel).name(rip);
-                    t.host_module = crate::symbols::host_module_at(rip);
-                }
-                ExitRequest::TripleFault(t)
-            }
-            r => r,
-        };
-        // A time-out: where each vCPU was (guest RIP named from the kernel's
-        // symbols, a host call from its device and file), while the DIMMs are known.
-        let vcpus = if timed_out {
-            self.describe_statuses(statuses)
-        } else {
-            Vec::new()
-        };
-        let host_hint = match &reason {
-            ExitRequest::Fatal(_) | ExitRequest::TripleFault(_) => self.host.explanation(),
-            _ => None,
-        };
-        let nvdimms = self.counters().nvdimms();
-        if !io_stopped {
-            log::warn!(
-                "a disk's I/O thread was still in a request {} s after the stop; guest memory stays mapped until pmemvm exits",
-                STOP_DEADLINE.as_secs()
-            );
-        }
-        if stopped.is_err() || !io_stopped {
-            // A vCPU may still be in KVM_RUN on these mappings, or a disk's
-            // I/O thread in a copy to or from them.
-            std::mem::forget(self.mem.clone());
-            for n in std::mem::take(&mut self.nvdimms) {
-                std::mem::forget(n.mapping);
-            }
-            for l in std::mem::take(&mut self.legacy_pmem) {
-                std::mem::forget(l.mapping);
-            }
-        }
-        RunOutcome {
-            reason,
-            exits: self.stats.snapshot(),
-            nvdimms,
-            host_hint,
-            machine,
-            vcpus,
-        }
-    }
-
-    /// The machine description with the page sizes that backed guest RAM
-    /// and each DIMM, read from this process's smaps now that the guest ran.
-    fn describe_machine(
-        &self,
-        kvm_pages: Option<crate::host::kvm_stats::KvmPages>,
-    ) -> crate::host::machine::MachineDescription {
-        let mut maps: Vec<(String, usize, usize)> = self
-            .mem
-            .iter()
-            .filter_map(|r| {
-                let host = self.mem.get_host_address(r.start_addr()).ok()?;
-                Some((
-                    "ram".to_string(),
-                    host as usize,
-                    usize::try_from(r.len()).ok()?,
-                ))
-            })
-            .collect();
-        maps.extend(self.nvdimms.iter().enumerate().map(|(i, n)| {
-            (
-                format!("nvdimm{i}"),
-                n.mapping.as_ptr() as usize,
-                n.mapping.size(),
-            )
-        }));
-        let pages = crate::host::smaps::measure(&maps).unwrap_or_else(|e| {
-            log::warn!("{e}");
-            Vec::new()
-        });
-        for p in &pages {
-            let file = p
-                .what
-                .strip_prefix("nvdimm")
-                .and_then(|i| i.parse::<usize>().ok())
-                .and_then(|i| self.nvdimms.get(i))
-                .map(|n| format!(" ({})", n.backing.display))
-                .unwrap_or_default();
-            log::info!(
-                "memory: {}{file} backed by {}, {} KiB resident",
-                p.what,
-                p.describe(),
-                p.resident >> 10
-            );
-        }
-        let mut m = crate::host::machine::MachineDescription::probe().with_run(
-            &self.placement.pin,
-            self.placement.host_node,
-            pages,
-        );
-        m.vcpu_memory_policy = self
-            .vcpu_policy
-            .lock()
-            .map(|p| p.clone())
-            .unwrap_or_default();
-        if let Some(p) = &kvm_pages {
-            log::info!("memory: KVM maps the guest's memory with {}", p.describe());
-        }
-        m.kvm_pages = kvm_pages;
-        m
-    }
-
-    /// The writable DIMMs' and legacy ranges' files, named for messages:
-    /// legacy persistent memory is synced at the end like a DIMM (it has
-    /// no flush hint, so this is the only sync it gets from pmemvm).
-    fn writable_files(&self) -> Vec<(String, Arc<File>)> {
-        self.nvdimms
-            .iter()
-            .filter(|n| !n.backing.spec.readonly)
-            .map(|n| (n.backing.display.clone(), n.backing.file.clone()))
-            .chain(
-                self.legacy_pmem
-                    .iter()
-                    .filter(|l| !l.backing.spec.readonly)
-                    .map(|l| (l.backing.display.clone(), l.backing.file.clone())),
-            )
-            .chain(self.disks.iter().filter_map(|d| {
-                d.file
-                    .as_ref()
-                    .map(|f| (d.path.display().to_string(), f.clone()))
-            }))
-            .collect()
-    }
-
-    fn log_rss(&self) {
-        let mut guest_maps: Vec<(usize, usize)> = self
-            .mem
-            .iter()
-            .filter_map(|r| {
-                let host = self.mem.get_host_address(r.start_addr()).ok()?;
-                Some((host as usize, usize::try_from(r.len()).ok()?))
-            })
-            .collect();
-        guest_maps.extend(
-            self.nvdimms
-                .iter()
-                .map(|n| (n.mapping.as_ptr() as usize, n.mapping.size())),
-        );
-        guest_maps.extend(
-            self.legacy_pmem
-                .iter()
-                .map(|l| (l.mapping.as_ptr() as usize, l.mapping.size())),
-        );
-        if let Some(kib) = crate::stats::rss_excluding_kib(&guest_maps) {
-            log::info!("memory: VMM RSS excluding guest memory {kib} KiB");
-        }
     }
 }
 

@@ -25,7 +25,6 @@ use kvm_ioctls::{VcpuExit, VcpuFd};
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::signal::{register_signal_handler, Killable};
 
-use crate::dimm_fault::dimm_space_report;
 pub use crate::dimm_fault::{memory_fault, DimmRange};
 use crate::fault::Faults;
 use crate::stats::ExitStats;
@@ -324,33 +323,9 @@ impl VcpuContext {
         }
     }
 
-    /// The element size of the port I/O exit KVM just reported, when its
-    /// data lies outside the `kvm_run` struct (where KVM puts it).
-    fn io_width(&mut self) -> Option<usize> {
-        let run = self.vcpu.get_kvm_run();
-        // SAFETY: called right after KVM_RUN returned KVM_EXIT_IO, so the
-        // `io` member of the union is the valid one.
-        let io = unsafe { run.__bindgen_anon_1.io };
-        let outside =
-            usize::try_from(io.data_offset).is_ok_and(|o| o >= std::mem::size_of::<kvm_run>());
-        (outside && io.size > 0).then_some(usize::from(io.size))
-    }
-
-    /// KVM put port I/O data where pmemvm does not expect it (never seen:
-    /// KVM uses the page after `kvm_run`).
-    fn io_layout_error(&self) -> ExitRequest {
-        ExitRequest::Fatal(format!(
-            "vCPU {}: KVM reported port I/O data inside its kvm_run structure",
-            self.index
-        ))
-    }
-
     /// One KVM_RUN; returns a request when the VM must end.
     fn run_once(&mut self) -> Option<ExitRequest> {
-        use crate::vcpu_status::Exit;
-        let stats = self.stats.clone();
-        let status = self.status.clone();
-        status.in_guest();
+        self.status.in_guest();
         if let Some(g) = &self.epoch_gate {
             g.enter_guest(self.index);
         }
@@ -370,130 +345,47 @@ impl VcpuContext {
         }
         match ran {
             Ok(VcpuExit::IoIn(port, data)) => {
-                status.in_exit(Exit::PortIn, port.into());
-                ExitStats::bump(&stats.io_in);
                 let (ptr, len) = (data.as_mut_ptr(), data.len());
-                // A string IN (`rep insb`) carries `count` elements of `size` bytes.
-                let Some(width) = self.io_width() else {
-                    return Some(self.io_layout_error());
-                };
-                // SAFETY: `ptr..ptr+len` is the exit's data in this vCPU's
-                // kvm_run mapping, alive as long as `self.vcpu`; `io_width`
-                // checked it lies beyond the `kvm_run` struct, the only part
-                // a reference was taken to since, and that reference is gone.
-                let data = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-                if port == crate::layout::PVPANIC_PORT {
-                    data.chunks_mut(width).for_each(|e| self.pvpanic.read(e));
-                    return None;
-                }
-                for element in data.chunks_mut(width) {
-                    if self.pio.read(port.into(), element).is_err() {
-                        stats.unclaimed_access(self.index, "port-read", port.into());
-                    }
-                }
-                None
+                self.port_in(port, ptr, len)
             }
             Ok(VcpuExit::IoOut(port, data)) => {
-                status.in_exit(Exit::PortOut, port.into());
-                ExitStats::bump(&stats.io_out);
                 let (ptr, len) = (data.as_ptr(), data.len());
-                let Some(width) = self.io_width() else {
-                    return Some(self.io_layout_error());
-                };
-                // SAFETY: as for IoIn; read-only here.
-                let data = unsafe { std::slice::from_raw_parts(ptr, len) };
-                if self.faults.vcpu_panics && port == crate::layout::GUEST_EXIT_PORT {
-                    panic!("fault injection: vCPU {} panics", self.index);
-                }
-                if port == crate::layout::PVPANIC_PORT {
-                    self.pvpanic.write(self.index, &self.vcpu, data);
-                    return None;
-                }
-                for element in data.chunks(width) {
-                    if self.pio.write(port.into(), element).is_err() {
-                        stats.unclaimed_access(self.index, "port-write", port.into());
-                    }
-                }
-                None
+                self.port_out(port, ptr, len)
             }
             Ok(VcpuExit::MmioRead(addr, data)) => {
-                status.in_exit(Exit::MmioRead, addr);
-                ExitStats::bump(&stats.mmio_read);
+                self.status.in_exit(crate::vcpu_status::Exit::MmioRead, addr);
+                ExitStats::bump(&self.stats.mmio_read);
                 // A DIMM page KVM could not read (e.g. a hole the full host
                 // file system cannot back) comes here instead of the guest.
-                if let Some(d) = self.dimms.iter().find(|d| d.contains(addr)) {
-                    let Some(p) = d.poison.clone() else {
-                        return Some(d.storage_failure(self.index, "read", addr));
-                    };
-                    // mce=on: a hole around a poisoned page.
-                    let len = data.len();
-                    if let Err(e) = crate::mce::vcpu_side::hole_fill(self.index, &p, addr, data) {
-                        return Some(e);
+                let Some(d) = self.dimms.iter().find(|d| d.contains(addr)) else {
+                    if self.mmio.read(addr, data).is_err() {
+                        self.stats.unclaimed_access(self.index, "mmio-read", addr);
                     }
-                    let locked = crate::mce::vcpu_side::locked_instruction(&self.vcpu, &self.mem);
-                    let mce = (self.mce_vendor, self.mce_broadcast.as_deref());
-                    let at = (addr, len, locked);
-                    return crate::mce::vcpu_side::hole_loaded(self.index, &mut self.vcpu, mce, &p, &self.mmio, at);
+                    return None;
+                };
+                let Some(p) = d.poison.clone() else {
+                    return Some(d.storage_failure(self.index, "read", addr));
+                };
+                // mce=on: a hole around a poisoned page.
+                let len = data.len();
+                if let Err(e) = crate::mce::vcpu_side::hole_fill(self.index, &p, addr, data) {
+                    return Some(e);
                 }
-                if self.mmio.read(addr, data).is_err() {
-                    stats.unclaimed_access(self.index, "mmio-read", addr);
-                }
-                None
+                self.hole_read(&p, addr, len)
             }
             Ok(VcpuExit::MmioWrite(addr, data)) => {
-                status.in_exit(Exit::MmioWrite, addr);
-                ExitStats::bump(&stats.mmio_write);
-                match self.dimms.iter().find(|d| d.contains(addr)) {
-                    Some(d) if d.poison.is_some() => {
-                        let p = d.poison.as_deref()?;
-                        return crate::mce::vcpu_side::write(self.index, p, addr, data);
-                    }
-                    Some(d) if d.readonly => ExitStats::bump(&stats.readonly_writes),
-                    // KVM could not store into the file's page (host disk
-                    // full): never drop the guest's data silently.
-                    Some(d) => return Some(d.storage_failure(self.index, "write", addr)),
-                    None => {
-                        if let Some(secs) = self.faults.flush_stall_secs {
-                            let hints = crate::layout::NVDIMM_FLUSH_HINT_START.0;
-                            if addr.wrapping_sub(hints)
-                                < crate::layout::NVDIMM_FLUSH_HINT_SIZE
-                                    * crate::layout::NVDIMM_FLUSH_HINT_MAX
-                            {
-                                std::thread::sleep(std::time::Duration::from_secs(secs));
-                            }
-                        }
-                        if self.mmio.write(addr, data).is_err() {
-                            stats.unclaimed_access(self.index, "mmio-write", addr);
-                        }
-                    }
-                }
-                None
+                // MMIO carries at most 8 bytes (kvm_run's mmio.data).
+                let mut bytes = [0u8; 8];
+                let n = data.len().min(bytes.len());
+                bytes[..n].copy_from_slice(&data[..n]);
+                self.mmio_write(addr, &bytes[..n])
             }
             Ok(VcpuExit::Hlt) => {
-                ExitStats::bump(&stats.hlt);
+                ExitStats::bump(&self.stats.hlt);
                 None
             }
-            Ok(VcpuExit::Shutdown) => {
-                let regs = self.vcpu.get_regs().ok();
-                let sregs = self.vcpu.get_sregs().ok();
-                Some(ExitRequest::TripleFault(crate::cpu_state::triple_fault(
-                    self.index,
-                    regs.as_ref(),
-                    sregs.as_ref(),
-                    || {
-                        // SAFETY: gettid(2) has no arguments and cannot fail.
-                        crate::cpu_state::shutdown_rip(unsafe { libc::gettid() })
-                    },
-                )))
-            }
-            Ok(VcpuExit::SystemEvent(kind, _)) => Some(match kind {
-                kvm_bindings::KVM_SYSTEM_EVENT_SHUTDOWN => ExitRequest::PowerOff,
-                kvm_bindings::KVM_SYSTEM_EVENT_RESET => ExitRequest::Reset,
-                other => ExitRequest::Fatal(format!(
-                    "vCPU {} reported system event {other}",
-                    self.index
-                )),
-            }),
+            Ok(VcpuExit::Shutdown) => self.triple_fault(),
+            Ok(VcpuExit::SystemEvent(kind, _)) => Some(self.system_event(kind)),
             Ok(VcpuExit::Debug(arch)) => self.debug_exit(&arch),
             Ok(VcpuExit::MemoryFault { gpa, size, .. }) => {
                 Some(memory_fault(self.index, &self.dimms, gpa, size))
@@ -507,37 +399,13 @@ impl VcpuContext {
                 self.index
             ))),
             Ok(other) => {
-                ExitStats::bump(&stats.other);
+                ExitStats::bump(&self.stats.other);
                 Some(ExitRequest::Fatal(format!(
                     "vCPU {} stopped on an exit pmemvm does not handle: {other:?}",
                     self.index
                 )))
             }
-            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
-                // A kick: clear what its handler set; the loop checks `stop`.
-                self.vcpu.set_kvm_immediate_exit(0);
-                ExitStats::bump(&stats.interrupted);
-                if self.stop.load(Ordering::SeqCst) || status.take_snapshot_request() {
-                    // The stop's kick (for the report of a time-out) or SIGQUIT's:
-                    // where the guest was.
-                    if let Some(snapshot) =
-                        crate::vcpu_status::Snapshot::of_vcpu(&self.vcpu, &self.mem)
-                    {
-                        status.record(snapshot);
-                    }
-                }
-                None
-            }
-            Err(e) if e.errno() == libc::EFAULT => Some(ExitRequest::StorageFailure(format!(
-                "vCPU {} could not access guest memory ({e}); an NVDIMM backing file may have \
-                 failed to grow: {} — use ',prealloc' to allocate it up front",
-                self.index,
-                dimm_space_report(&self.dimms)
-            ))),
-            Err(e) => Some(ExitRequest::Fatal(format!(
-                "vCPU {} KVM_RUN failed: {e}",
-                self.index
-            ))),
+            Err(e) => self.kvm_run_error(&e),
         }
     }
 

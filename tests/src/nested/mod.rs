@@ -48,7 +48,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lab::nested::l1::{l1_command, run_l1, L1Failure, L1Options};
+use lab::nested::l1::{l1_command, L1Options};
+use lab::nested::l1_run::{run_l1, L1Failure};
 use lab::nested::share::{install_binary, write_command};
 
 mod breakdown;

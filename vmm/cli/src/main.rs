@@ -6,6 +6,8 @@ mod args;
 mod bench_commands;
 mod boot_commands;
 mod cli;
+#[cfg(test)]
+mod cli_doc;
 mod commands;
 mod crash_args;
 mod crash_commands;

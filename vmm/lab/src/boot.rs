@@ -5,18 +5,19 @@
 //! [`RunError`] (the run's errors: the same inputs, engines and endpoints) to
 //! its exit status.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use vmm::config::{BootFiles, ConsoleMode, MachineSpec, VmConfig, DEFAULT_CMDLINE};
 use vmm::exit_status;
 use vmm::vm::VmError;
 
-use crate::engine::{Engine, EngineError, RunControl};
+use crate::engine::{Engine, EngineError, RunControl, Unavailable};
 use crate::guest_job::{image_for, ImageDir, ImageNeed, ImageUnavailable};
 use crate::nested::NestedError;
 use crate::preflight;
 use crate::run::{self, RunError, RunSpec};
+use vmm::host::HostKvm;
 
 /// What `pmemvm boot` was asked.
 #[derive(Debug, Clone)]
@@ -55,15 +56,29 @@ pub fn resolve_kernel(
     Ok((image.vmlinux.clone(), Some(initrd), Some(image)))
 }
 
-/// Says up front when a Linux kernel is about to be booted on a KVM that
-/// cannot run it (PVM, or no vmx/svm), instead of leaving the user to wait.
-pub fn warn_if_host_cannot_run(kernel: &std::path::Path) {
-    let host = vmm::host::HostKvm::probe();
-    if host.cannot_run_linux() && vmm::boot::looks_like_linux(kernel) {
-        if let Some(why) = host.explanation() {
-            eprintln!("pmemvm: warning: {why}; expect this Linux guest to stop early (exit status 5) or to crawl");
-        }
+/// Refuses a Linux guest (`kernel`, or the guest image's with `None`) on a
+/// KVM that cannot run it (PVM, or no vmx/svm) before anything is built or
+/// booted, naming the user's command with `--engine nested`. A kernel that
+/// is not Linux (a test payload) may run there.
+pub fn refuse_linux_on_this_kvm(kernel: Option<&Path>, host: &HostKvm) -> Result<(), Unavailable> {
+    match linux_refusal(kernel, host, std::env::args()) {
+        Some(refusal) => Err(refusal),
+        None => Ok(()),
     }
+}
+
+/// The refusal of [`refuse_linux_on_this_kvm`] for the command line `argv`.
+fn linux_refusal(
+    kernel: Option<&Path>,
+    host: &HostKvm,
+    argv: impl IntoIterator<Item = String>,
+) -> Option<Unavailable> {
+    let linux = kernel.is_none_or(vmm::boot::looks_like_linux);
+    let why = host.explanation().filter(|_| linux)?;
+    Some(Unavailable::BootNeedsNested {
+        why,
+        command: crate::engine::with_engine_nested(argv),
+    })
 }
 
 impl BootRequest {
@@ -88,6 +103,13 @@ pub fn preflight(req: &BootRequest, needs: &mut preflight::Needs) -> Result<(), 
     let m = &req.machine;
     vmm::memory_placement::check_host_placement(m.cpus, &m.memory_spec(), &m.placement, &m.nvdimms)
         .map_err(VmError::from)?;
+    if !req.nested {
+        // A bad kernel is named as such; a good one is refused with the way on.
+        if let Some(k) = &req.files.kernel {
+            vmm::boot::check_kernel(k).map_err(VmError::from)?;
+        }
+        refuse_linux_on_this_kvm(req.files.kernel.as_deref(), &HostKvm::probe())?;
+    }
     if req.nested {
         if let Some(refusal) = Engine::Nested.refusal(m, &req.control) {
             return Err(refusal.into());
@@ -194,6 +216,10 @@ pub fn boot(req: &BootRequest) -> Result<u8, RunError> {
             .collect();
         modules = crate::guest_job::job_archive(&list).map_err(RunError::from)?;
     }
+    // A bad kernel is named as such; a good one on a KVM that cannot run it
+    // is refused with the way on, before anything is built.
+    vmm::boot::check_kernel(&kernel).map_err(VmError::from)?;
+    refuse_linux_on_this_kvm(Some(&kernel), &HostKvm::probe())?;
     let mut config = req.config(kernel, initrd);
     config.initrd_append = modules;
     let vm = crate::engine::build_with_controls(
@@ -202,7 +228,6 @@ pub fn boot(req: &BootRequest) -> Result<u8, RunError> {
         &req.control,
     )
     .map_err(RunError::from)?;
-    warn_if_host_cannot_run(&config.kernel);
     // The terminal is raw for the run when the console uses it (run_loop).
     let outcome = vm.run_with(vmm::run_loop::RunOptions {
         timeout: req.timeout,
@@ -297,5 +322,32 @@ mod tests {
         let e = boot(&request(true)).unwrap_err();
         assert!(e.is_usage());
         assert!(e.to_string().contains("/no/such/vmlinux"), "{e}");
+    }
+
+    #[test]
+    fn linux_on_a_kvm_that_cannot_run_it_is_refused_with_the_nested_command() {
+        let pvm = HostKvm::from_sources("flags : fpu sse2\n", true);
+        let hw = HostKvm::from_sources("flags : fpu vmx\n", false);
+        let argv = || ["pmemvm", "boot", "--nvdimm", "128G"].map(String::from);
+        match linux_refusal(None, &pvm, argv()) {
+            Some(e @ Unavailable::BootNeedsNested { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("it is PVM"), "{text}");
+                assert!(
+                    text.ends_with(": pmemvm boot --engine nested --nvdimm 128G"),
+                    "{text}"
+                );
+                assert!(RunError::from(e).is_usage());
+            }
+            other => panic!("the guest image on PVM: {other:?}"),
+        }
+        assert_eq!(linux_refusal(None, &hw, argv()), None);
+        // A kernel that is not Linux (a test payload) may run on PVM.
+        let dir = std::env::temp_dir().join(format!("pmemvm-boot-refuse-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let payload = dir.join("tiny.bin");
+        std::fs::write(&payload, [0xf4u8; 64]).unwrap();
+        assert_eq!(linux_refusal(Some(&payload), &pvm, argv()), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

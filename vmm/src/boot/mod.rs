@@ -234,87 +234,26 @@ pub fn load(mem: &GuestMemoryMmap, inputs: &BootInputs) -> Result<EntryPoint, Bo
     let format = detect_format(inputs.kernel)?;
     let cmdline = params::cmdline(inputs.cmdline)?;
     let mut kernel = open_input(inputs.kernel, "kernel")?;
-    let read_err = |source| BootError::Read {
-        what: "kernel",
-        path: inputs.kernel.into(),
-        source,
+    let k = KernelFile {
+        path: inputs.kernel,
+        len: kernel
+            .metadata()
+            .map_err(|source| BootError::Read {
+                what: "kernel",
+                path: inputs.kernel.into(),
+                source,
+            })?
+            .len(),
+        low_ram_end: inputs.low_ram_end,
     };
-    let load_err = |source| BootError::Load {
-        path: inputs.kernel.into(),
-        source,
-    };
-    let too_big = |needed| BootError::KernelTooBig {
-        path: inputs.kernel.into(),
-        needed,
-    };
-    let truncated = |what: String| BootError::Truncated {
-        path: inputs.kernel.into(),
-        what,
-    };
-    let file_len = kernel.metadata().map_err(read_err)?.len();
-    // Check the fit before writing anything, so a small --memory gets a clear message.
+    // Each checks the fit before writing anything, so a small --memory gets a clear message.
     let (entry, kernel_end, setup_header) = match format {
-        KernelFormat::Elf => {
-            let info =
-                elf::read_info(&mut kernel)
-                    .map_err(read_err)?
-                    .map_err(|source| match source {
-                        ElfHeaderError::Truncated(part) => truncated(format!(
-                            "its {part} extends past the end of the file ({file_len} bytes)"
-                        )),
-                        source => BootError::ElfHeaders {
-                            path: inputs.kernel.into(),
-                            source,
-                        },
-                    })?;
-            if let Some(i) = info.truncated_segment(file_len) {
-                return Err(truncated(format!(
-                    "its loadable segment {i} extends past the end of the file ({file_len} bytes)"
-                )));
-            }
-            let needed = info.load_end();
-            if needed > inputs.low_ram_end {
-                return Err(too_big(needed));
-            }
-            let r = Elf::load(mem, None, &mut kernel, Some(layout::HIGH_RAM_START))
-                .map_err(load_err)?;
-            let entry = match r.pvh_boot_cap {
-                PvhBootCapability::PvhEntryPresent(a) => EntryPoint::Pvh(a.0),
-                _ => EntryPoint::Linux64(info.physical_entry()),
-            };
-            (entry, r.kernel_end, None)
-        }
-        KernelFormat::BzImage => {
-            let hdr = bz_header(&mut kernel).map_err(read_err)?.ok_or_else(|| {
-                truncated(format!(
-                    "its setup header extends past the end of the file ({file_len} bytes)"
-                ))
-            })?;
-            if hdr.version < BZ_PROTOCOL_XLOADFLAGS || hdr.xloadflags & XLF_KERNEL_64 == 0 {
-                return Err(BootError::NotKernel64 {
-                    path: inputs.kernel.into(),
-                    version: hdr.version,
-                });
-            }
-            let needed = u64::from(hdr.code32_start).saturating_add(u64::from(hdr.init_size));
-            if needed > inputs.low_ram_end {
-                return Err(too_big(needed));
-            }
-            let r = BzImage::load(mem, None, &mut kernel, Some(layout::HIGH_RAM_START))
-                .map_err(load_err)?;
-            let header = r.setup_header.unwrap_or_default();
-            (
-                // The 64-bit entry is 0x200 past the protected-mode kernel's start.
-                EntryPoint::Linux64(r.kernel_load.0 + 0x200),
-                r.kernel_end.max(needed),
-                Some(header),
-            )
-        }
+        KernelFormat::Elf => k.load_elf(mem, &mut kernel)?,
+        KernelFormat::BzImage => k.load_bzimage(mem, &mut kernel)?,
     };
     if kernel_end > inputs.low_ram_end {
-        return Err(too_big(kernel_end));
+        return Err(k.too_big(kernel_end));
     }
-
     let initrd = load_initrd(
         mem,
         inputs,
@@ -330,6 +269,147 @@ pub fn load(mem: &GuestMemoryMmap, inputs: &BootInputs) -> Result<EntryPoint, Bo
         }
     }
     Ok(entry)
+}
+
+/// The kernel being loaded: its path and length, and where low RAM ends.
+struct KernelFile<'a> {
+    path: &'a Path,
+    len: u64,
+    low_ram_end: u64,
+}
+
+/// Where a loaded kernel is entered, where it ends, and a bzImage's setup header.
+type Loaded = (
+    EntryPoint,
+    u64,
+    Option<linux_loader::loader::bootparam::setup_header>,
+);
+
+impl KernelFile<'_> {
+    fn read_err(&self, source: std::io::Error) -> BootError {
+        BootError::Read {
+            what: "kernel",
+            path: self.path.into(),
+            source,
+        }
+    }
+
+    fn load_err(&self, source: linux_loader::loader::Error) -> BootError {
+        BootError::Load {
+            path: self.path.into(),
+            source,
+        }
+    }
+
+    fn too_big(&self, needed: u64) -> BootError {
+        BootError::KernelTooBig {
+            path: self.path.into(),
+            needed,
+        }
+    }
+
+    fn truncated(&self, what: String) -> BootError {
+        BootError::Truncated {
+            path: self.path.into(),
+            what,
+        }
+    }
+
+    /// An ELF kernel's headers, checked against the file's length.
+    fn elf_info(&self, kernel: &mut File) -> Result<elf::ElfInfo, BootError> {
+        let file_len = self.len;
+        let info = elf::read_info(kernel)
+            .map_err(|e| self.read_err(e))?
+            .map_err(|source| match source {
+                ElfHeaderError::Truncated(part) => self.truncated(format!(
+                    "its {part} extends past the end of the file ({file_len} bytes)"
+                )),
+                source => BootError::ElfHeaders {
+                    path: self.path.into(),
+                    source,
+                },
+            })?;
+        if let Some(i) = info.truncated_segment(file_len) {
+            return Err(self.truncated(format!(
+                "its loadable segment {i} extends past the end of the file ({file_len} bytes)"
+            )));
+        }
+        Ok(info)
+    }
+
+    /// A bzImage's setup header, of a boot protocol with the 64-bit entry.
+    fn bz_setup(&self, kernel: &mut File) -> Result<BzHeader, BootError> {
+        let hdr = bz_header(kernel)
+            .map_err(|e| self.read_err(e))?
+            .ok_or_else(|| {
+                self.truncated(format!(
+                    "its setup header extends past the end of the file ({} bytes)",
+                    self.len
+                ))
+            })?;
+        if hdr.version < BZ_PROTOCOL_XLOADFLAGS || hdr.xloadflags & XLF_KERNEL_64 == 0 {
+            return Err(BootError::NotKernel64 {
+                path: self.path.into(),
+                version: hdr.version,
+            });
+        }
+        Ok(hdr)
+    }
+
+    /// An ELF kernel: its segments, entered at its PVH note or its 64-bit entry.
+    fn load_elf(&self, mem: &GuestMemoryMmap, kernel: &mut File) -> Result<Loaded, BootError> {
+        let info = self.elf_info(kernel)?;
+        let needed = info.load_end();
+        if needed > self.low_ram_end {
+            return Err(self.too_big(needed));
+        }
+        let r = Elf::load(mem, None, kernel, Some(layout::HIGH_RAM_START))
+            .map_err(|e| self.load_err(e))?;
+        let entry = match r.pvh_boot_cap {
+            PvhBootCapability::PvhEntryPresent(a) => EntryPoint::Pvh(a.0),
+            _ => EntryPoint::Linux64(info.physical_entry()),
+        };
+        Ok((entry, r.kernel_end, None))
+    }
+
+    /// A bzImage (boot protocol with the 64-bit entry), entered 0x200 past
+    /// the protected-mode kernel's start.
+    fn load_bzimage(&self, mem: &GuestMemoryMmap, kernel: &mut File) -> Result<Loaded, BootError> {
+        let hdr = self.bz_setup(kernel)?;
+        let needed = u64::from(hdr.code32_start).saturating_add(u64::from(hdr.init_size));
+        if needed > self.low_ram_end {
+            return Err(self.too_big(needed));
+        }
+        let r = BzImage::load(mem, None, kernel, Some(layout::HIGH_RAM_START))
+            .map_err(|e| self.load_err(e))?;
+        let header = r.setup_header.unwrap_or_default();
+        let entry = EntryPoint::Linux64(r.kernel_load.0 + 0x200);
+        Ok((entry, r.kernel_end.max(needed), Some(header)))
+    }
+}
+
+/// Whether `path` is a kernel pmemvm can load, by its headers alone (what
+/// [`load`] checks before it writes guest memory, short of the fit in RAM):
+/// an ELF whose segments are in the file, or a bzImage with the 64-bit entry.
+pub fn check_kernel(path: &Path) -> Result<KernelFormat, BootError> {
+    let format = detect_format(path)?;
+    let mut kernel = open_input(path, "kernel")?;
+    let k = KernelFile {
+        path,
+        len: kernel
+            .metadata()
+            .map_err(|source| BootError::Read {
+                what: "kernel",
+                path: path.into(),
+                source,
+            })?
+            .len(),
+        low_ram_end: u64::MAX,
+    };
+    match format {
+        KernelFormat::Elf => k.elf_info(&mut kernel).map(|_| format),
+        KernelFormat::BzImage => k.bz_setup(&mut kernel).map(|_| format),
+    }
 }
 
 /// Boot protocol 2.12: the first with `xloadflags`.

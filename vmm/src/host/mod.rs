@@ -48,6 +48,10 @@ pub fn under_tcg() -> bool {
     hypervisor_signature().is_some_and(|s| s.starts_with("TCGTCG"))
 }
 
+/// The way on for a Linux guest on a KVM that cannot run it.
+pub const WAY_ON: &str = "use a host with hardware virtualization, or add --engine nested to \
+     run pmemvm inside a QEMU TCG L1 on this host (slow, figures functional only)";
+
 /// What pmemvm knows about the host's KVM.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostKvm {
@@ -58,10 +62,15 @@ pub struct HostKvm {
 }
 
 impl HostKvm {
-    /// Reads /proc/cpuinfo and /sys/module.
+    /// This host's KVM: /proc/cpuinfo and /sys/module read once per process
+    /// (every later call gets the first answer).
     pub fn probe() -> Self {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        Self::from_sources(&cpuinfo, Path::new("/sys/module/kvm_pvm").exists())
+        static HOST: std::sync::OnceLock<HostKvm> = std::sync::OnceLock::new();
+        HOST.get_or_init(|| {
+            let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+            Self::from_sources(&cpuinfo, Path::new("/sys/module/kvm_pvm").exists())
+        })
+        .clone()
     }
 
     /// Decides from the text of /proc/cpuinfo and whether kvm_pvm is loaded.
@@ -78,14 +87,13 @@ impl HostKvm {
         self.pvm || !self.hw_virt
     }
 
-    /// The sentence pmemvm adds when a guest dies in KVM's instruction emulator here.
+    /// Why an unmodified kernel cannot run on this KVM (the cause only: each
+    /// caller adds the way on that fits its command, e.g. [`WAY_ON`]).
     pub fn explanation(&self) -> Option<String> {
         self.cannot_run_linux().then(|| {
             format!(
                 "this host's KVM cannot run an unmodified kernel: {} — guest kernel code is \
-                 emulated instruction by instruction and Linux stops in that emulator; use a \
-                 host with hardware virtualization, or run pmemvm nested under QEMU TCG (see \
-                 docs/testing.md)",
+                 emulated instruction by instruction and Linux stops in that emulator",
                 match (self.pvm, self.hw_virt) {
                     (true, false) => "it is PVM (kvm_pvm loaded, no vmx/svm in /proc/cpuinfo)",
                     (true, true) => "it is PVM (kvm_pvm loaded)",

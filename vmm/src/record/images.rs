@@ -232,38 +232,7 @@ pub fn write_each<E: From<ImageError>>(
         copy_to(&work, &path, size, &mut guard)?;
         let torn = match req.torn {
             None => None,
-            Some(TornSpec { seed, granule }) => {
-                let next = epochs
-                    .get(usize::try_from(n).unwrap_or(usize::MAX))
-                    .map(|e| (e.clone(), format!("flush {}", n + 1)))
-                    .or_else(|| log.tail.clone().map(|t| (t, "tail".to_string())));
-                let torn_name = format!("flush-{n:06}-torn.img");
-                let torn_path = req.out.join(&torn_name);
-                let torn_file = copy_to(&work, &torn_path, size, &mut guard)?;
-                let (lines_after, lines_applied) = match &next {
-                    Some((e, _)) => tear(
-                        &mut log,
-                        e,
-                        &work,
-                        &torn_file,
-                        seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                        granule,
-                    )
-                    .map_err(ImageError::from)?,
-                    None => (0, Vec::new()),
-                };
-                Some(TornInfo {
-                    file: torn_name,
-                    seed,
-                    granule: granule as u64,
-                    from: next.map_or_else(
-                        || "nothing (no stores after it were recorded)".into(),
-                        |(_, f)| f,
-                    ),
-                    lines_after,
-                    lines_applied,
-                })
-            }
+            Some(spec) => Some(torn_image(&mut log, &epochs, n, spec, &work, &mut guard)?),
         };
         let info = ImageInfo {
             flush: n,
@@ -294,6 +263,44 @@ pub fn write_each<E: From<ImageError>>(
     std::fs::write(&mpath, json).map_err(io(format!("writing {}", mpath.display())))?;
     guard.armed = false;
     Ok(manifest)
+}
+
+/// The torn variant of image `n`: a copy of it holding the seeded subset of
+/// the next epoch's (or the tail's) lines.
+fn torn_image(
+    log: &mut FlushLog,
+    epochs: &[EpochEntry],
+    n: u64,
+    TornSpec { seed, granule }: TornSpec,
+    work: &File,
+    guard: &mut OutGuard,
+) -> Result<TornInfo, ImageError> {
+    let size = log.header.file_size;
+    let next = epochs
+        .get(usize::try_from(n).unwrap_or(usize::MAX))
+        .map(|e| (e.clone(), format!("flush {}", n + 1)))
+        .or_else(|| log.tail.clone().map(|t| (t, "tail".to_string())));
+    let torn_name = format!("flush-{n:06}-torn.img");
+    let torn_path = guard.out.join(&torn_name);
+    let torn_file = copy_to(work, &torn_path, size, guard)?;
+    let (lines_after, lines_applied) = match &next {
+        Some((e, _)) => {
+            let seed_n = seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            tear(log, e, work, &torn_file, seed_n, granule).map_err(ImageError::from)?
+        }
+        None => (0, Vec::new()),
+    };
+    Ok(TornInfo {
+        file: torn_name,
+        seed,
+        granule: granule as u64,
+        from: next.map_or_else(
+            || "nothing (no stores after it were recorded)".into(),
+            |(_, f)| f,
+        ),
+        lines_after,
+        lines_applied,
+    })
 }
 
 /// Applies epoch `e`'s pages and label-area bytes to `work`.

@@ -239,79 +239,34 @@ impl FlushLog {
         if len < 8 || file.read_exact(&mut magic).is_err() || &magic != MAGIC {
             return Err(LogError::NotALog(path));
         }
-        let corrupt = |offset: u64, why: String| LogError::Corrupt {
-            path: path.clone(),
-            offset,
-            why,
+        let mut scan = Scan {
+            path: &path,
+            partial,
+            header: None,
+            epochs: Vec::new(),
+            tail: None,
+            complete: false,
+            // Before the header is read, no index can be checked (and none is there).
+            region_pages: u64::MAX,
+            cut: None,
         };
         let mut at = 8u64;
-        let mut header: Option<Header> = None;
-        let mut epochs: Vec<EpochEntry> = Vec::new();
-        let mut tail = None;
-        let mut complete = false;
-        // Before the header is read, no index can be checked (and none is there).
-        let mut region_pages = u64::MAX;
-        let mut cut = None;
         while let Some((kind, size, kept)) =
-            read_frame(&mut file, at, len, region_pages).map_err(io(&path))?
+            read_frame(&mut file, at, len, scan.region_pages).map_err(io(&path))?
         {
-            let payload_at = at + FRAME_HEAD as u64;
-            // With --partial, the first frame that cannot be read ends the log
-            // (a write error cut it, or a host crash left zeros after it).
-            let bad = |why: String| match partial && header.is_some() {
-                true => Ok(format!("at byte {at}: {why}")),
-                false => Err(corrupt(at, why)),
-            };
-            match kind {
-                Frame::Bad(why) => {
-                    cut = Some(bad(why)?);
-                    break;
-                }
-                Frame::Ok(KIND_HEADER) if header.is_none() && at == 8 => {
-                    let h: Header = serde_json::from_slice(&kept.bytes)
-                        .map_err(|e| corrupt(at, format!("its header is not readable ({e})")))?;
-                    if h.version != VERSION || h.page_size != PAGE as u64 {
-                        let (v, p) = (h.version, h.page_size);
-                        let why = format!(
-                            "it is format version {v} with {p}-byte pages; \
-                             this pmemvm reads version {VERSION} with {PAGE}-byte pages"
-                        );
-                        return Err(corrupt(at, why));
-                    }
-                    region_pages = h.region_size / PAGE as u64;
-                    header = Some(h);
-                }
-                Frame::Ok(k @ (KIND_EPOCH | KIND_TAIL))
-                    if header.is_some() && tail.is_none() && !complete =>
-                {
-                    let next = epochs.len() as u64 + 1;
-                    let checked = header
-                        .as_ref()
-                        .map_or(Err(String::new()), |h| check_epoch(h, next, size, &kept));
-                    let head = match checked {
-                        Ok(head) => head,
-                        Err(why) => {
-                            cut = Some(bad(why)?);
-                            break;
-                        }
-                    };
-                    let entry = EpochEntry { head, payload_at };
-                    if k == KIND_EPOCH {
-                        epochs.push(entry);
-                    } else {
-                        tail = Some(entry);
-                    }
-                }
-                Frame::Ok(KIND_END) if header.is_some() => {
-                    complete = true;
-                }
-                Frame::Ok(k) => {
-                    cut = Some(bad(format!("a frame of kind {k} where it cannot be"))?);
-                    break;
-                }
+            if !scan.frame(at, kind, size, &kept)? {
+                break;
             }
-            at = payload_at + size + 4;
+            at += FRAME_HEAD as u64 + size + 4;
         }
+        let Scan {
+            header,
+            epochs,
+            tail,
+            complete,
+            mut cut,
+            ..
+        } = scan;
         if cut.is_none() && !complete {
             cut = Some(match at < len {
                 true => format!("the file ends inside the frame at byte {at}"),
@@ -378,6 +333,90 @@ impl FlushLog {
             .seek(SeekFrom::Start(at))
             .and_then(|_| self.file.read_exact(buf))
             .map_err(|source| LogError::Io { path, source })
+    }
+}
+
+/// What [`FlushLog::open`] has read of a log so far.
+struct Scan<'a> {
+    path: &'a Path,
+    /// `--partial`: a frame that cannot be read ends the log instead of failing it.
+    partial: bool,
+    header: Option<Header>,
+    epochs: Vec<EpochEntry>,
+    tail: Option<EpochEntry>,
+    /// The end record was read.
+    complete: bool,
+    /// Pages of the region (an epoch's index is checked against them once known).
+    region_pages: u64,
+    /// Where and why a partial log was cut.
+    cut: Option<String>,
+}
+
+impl Scan<'_> {
+    fn corrupt(&self, offset: u64, why: String) -> LogError {
+        LogError::Corrupt {
+            path: self.path.to_path_buf(),
+            offset,
+            why,
+        }
+    }
+
+    /// The frame at byte `at`: false when it ends the log (a partial log cut
+    /// there), an error when the log is not one this pmemvm reads.
+    fn frame(&mut self, at: u64, kind: Frame, size: u64, kept: &Kept) -> Result<bool, LogError> {
+        // With --partial, the first frame that cannot be read ends the log
+        // (a write error cut it, or a host crash left zeros after it).
+        let bad = |scan: &mut Self, why: String| match scan.partial && scan.header.is_some() {
+            true => {
+                scan.cut = Some(format!("at byte {at}: {why}"));
+                Ok(false)
+            }
+            false => Err(scan.corrupt(at, why)),
+        };
+        let open = self.header.is_some() && self.tail.is_none() && !self.complete;
+        match kind {
+            Frame::Bad(why) => bad(self, why),
+            Frame::Ok(KIND_HEADER) if self.header.is_none() && at == 8 => {
+                let h: Header = serde_json::from_slice(&kept.bytes)
+                    .map_err(|e| self.corrupt(at, format!("its header is not readable ({e})")))?;
+                if h.version != VERSION || h.page_size != PAGE as u64 {
+                    let (v, p) = (h.version, h.page_size);
+                    let why = format!(
+                        "it is format version {v} with {p}-byte pages; \
+                         this pmemvm reads version {VERSION} with {PAGE}-byte pages"
+                    );
+                    return Err(self.corrupt(at, why));
+                }
+                self.region_pages = h.region_size / PAGE as u64;
+                self.header = Some(h);
+                Ok(true)
+            }
+            Frame::Ok(k @ (KIND_EPOCH | KIND_TAIL)) if open => {
+                let next = self.epochs.len() as u64 + 1;
+                let checked = self
+                    .header
+                    .as_ref()
+                    .map_or(Err(String::new()), |h| check_epoch(h, next, size, kept));
+                let head = match checked {
+                    Ok(head) => head,
+                    Err(why) => return bad(self, why),
+                };
+                let entry = EpochEntry {
+                    head,
+                    payload_at: at + FRAME_HEAD as u64,
+                };
+                match k == KIND_EPOCH {
+                    true => self.epochs.push(entry),
+                    false => self.tail = Some(entry),
+                }
+                Ok(true)
+            }
+            Frame::Ok(KIND_END) if self.header.is_some() => {
+                self.complete = true;
+                Ok(true)
+            }
+            Frame::Ok(k) => bad(self, format!("a frame of kind {k} where it cannot be")),
+        }
     }
 }
 

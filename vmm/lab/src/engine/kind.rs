@@ -39,6 +39,14 @@ pub enum Unavailable {
     /// The host's KVM cannot run Linux (PVM, no vmx/svm).
     #[error("--engine pmemvm cannot run the guest image here: {0}; use --engine qemu (or auto), or --engine nested for pmemvm itself inside a QEMU L1 (slow, functional only)")]
     HostCannotRunLinux(String),
+    /// `pmemvm boot` of a Linux kernel on a KVM that cannot run it.
+    #[error("pmemvm boot cannot boot a Linux kernel on this host: {why}; boot it nested under QEMU TCG here instead (slow, figures functional only): {command}")]
+    BootNeedsNested {
+        /// Why this KVM cannot ([`HostKvm::explanation`]).
+        why: String,
+        /// The user's command with `--engine nested`.
+        command: String,
+    },
     /// QEMU is needed and not installed.
     #[error("--engine {engine} needs qemu-system-x86_64, which is not on PATH; run through ./pmemvm (it installs it) or apt-get install qemu-system-x86")]
     NoQemu {
@@ -170,6 +178,48 @@ impl Engine {
     }
 }
 
+/// The command line `args` (argv, the program first) as `pmemvm` with
+/// `--engine nested` in place of any `--engine` it had, right after the
+/// subcommand (`preflight COMMAND` is taken as COMMAND); words the shell would
+/// split or expand are single-quoted.
+pub fn with_engine_nested(args: impl IntoIterator<Item = String>) -> String {
+    let mut words: Vec<String> = vec!["pmemvm".into()];
+    let mut rest = args.into_iter().skip(1).peekable();
+    let mut inserted = false;
+    while let Some(word) = rest.next() {
+        if word == "--engine" {
+            rest.next();
+            continue;
+        }
+        if word.starts_with("--engine=") {
+            continue;
+        }
+        let is_subcommand = !inserted && !word.starts_with('-');
+        if is_subcommand && word == "preflight" {
+            // ./pmemvm asks `pmemvm preflight COMMAND` first: the way on is the command.
+            continue;
+        }
+        words.push(shell_word(&word));
+        if is_subcommand {
+            words.extend(["--engine".into(), "nested".into()]);
+            inserted = true;
+        }
+    }
+    if !inserted {
+        words.extend(["--engine".into(), "nested".into()]);
+    }
+    words.join(" ")
+}
+
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_=.,:/+@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +323,33 @@ mod tests {
         assert_eq!(
             Engine::Nested.memory_on_host(1 << 30),
             (1 << 30) + (crate::nested::prepare::L1_OVERHEAD_MIB << 20)
+        );
+    }
+
+    #[test]
+    fn the_way_on_is_the_users_command_with_engine_nested() {
+        let argv = |a: &str| a.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            with_engine_nested(argv("target/release/pmemvm boot --nvdimm 128G")),
+            "pmemvm boot --engine nested --nvdimm 128G"
+        );
+        assert_eq!(
+            with_engine_nested(argv(
+                "pmemvm -v run --engine pmemvm --nvdimm 1G -- uname -a"
+            )),
+            "pmemvm -v run --engine nested --nvdimm 1G -- uname -a"
+        );
+        assert_eq!(
+            with_engine_nested(argv("target/release/pmemvm preflight boot --nvdimm 128G")),
+            "pmemvm boot --engine nested --nvdimm 128G"
+        );
+        assert_eq!(
+            with_engine_nested(
+                argv("pmemvm boot --engine=pmemvm --append")
+                    .into_iter()
+                    .chain(["nd_pmem.nowait=1 quiet".to_string()])
+            ),
+            "pmemvm boot --engine nested --append 'nd_pmem.nowait=1 quiet'"
         );
     }
 }

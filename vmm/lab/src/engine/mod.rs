@@ -17,7 +17,7 @@ mod kind;
 pub mod nested;
 mod pmemvm;
 mod qemu;
-pub use kind::{Engine, Refusal, Unavailable, QEMU_PACKAGE};
+pub use kind::{with_engine_nested, Engine, Refusal, Unavailable, QEMU_PACKAGE};
 pub use pmemvm::{build_with_controls, Pmemvm};
 pub use qemu::Qemu;
 

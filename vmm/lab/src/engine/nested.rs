@@ -12,7 +12,8 @@ use std::time::Duration;
 use vmm::config::MachineSpec;
 
 use super::{Ended, Engine, EngineError, GuestEngine, Machine};
-use crate::nested::l1::{l1_command, run_l1, L1Options, INTERACTIVE_TTY};
+use crate::nested::l1::{l1_command, L1Options, INTERACTIVE_TTY};
+use crate::nested::l1_run::run_l1;
 use crate::nested::placement::{in_share, place_machine, write_machine, MACHINE_FILE};
 use crate::nested::share::{forwarded_env, install_binary, l1_dir, tail, write_command};
 use crate::nested::{cache_dir, io_err, prepare_l1, L1Image, NestedError};
@@ -120,33 +121,7 @@ impl NestedEngine {
         let share = m.scratch;
         let (l1_machine, mounts, _locks) = place_machine(share, m.spec)?;
         write_machine(share, &l1_machine)?;
-        fs::copy(m.kernel, share.join("kernel")).map_err(io_err(format!(
-            "copy {} into the share",
-            m.kernel.display()
-        )))?;
-        let initrd = match m.initrd {
-            Some(p) => fs::read(p).map_err(io_err(format!("read {}", p.display())))?,
-            None => Vec::new(),
-        };
-        let initrd = crate::guest_job::append_to_initrd(&initrd, m.job_archive);
-        fs::write(share.join("initrd"), initrd).map_err(io_err("write the job initrd"))?;
-        let mut argv = boot_argv("kernel", Some("initrd"), m.cmdline);
-        if let Some((addr, wait)) = m.gdb {
-            argv.extend(crate::nested::gdb::l1_args(&self.qemu, addr, wait));
-        }
-        if api.is_some() {
-            argv.extend(["--api".to_string(), crate::nested::l1::API_TTY.to_string()]);
-        }
-        argv.extend([
-            "--console-log".to_string(),
-            in_share(share, m.console)?,
-            "--channel".to_string(),
-            in_share(share, m.channel)?,
-            // The guest's own time limit, kept by pmemvm in L1: at it, pmemvm says where
-            // each vCPU was (the L1's deadline adds the boot allowance on top).
-            "--timeout".to_string(),
-            m.timeout.as_secs().max(1).to_string(),
-        ]);
+        let argv = self.share_the_boot(m)?;
         install_binary(share, "pmemvm", &self.pmemvm, true)?;
         let words: Vec<&str> = argv.iter().map(String::as_str).collect();
         write_command(share, &env(), &words, &mounts, None)?;
@@ -181,42 +156,86 @@ impl NestedEngine {
         drop(announcer);
         drop(api_announcer);
         drop(doors);
-        let mut ended = Ended {
-            accelerator: ACCELERATOR.into(),
-            functional_only: true,
-            ..Ended::default()
-        };
-        match run {
-            Ok(run) => {
-                for w in &run.wakeups {
-                    eprintln!("pmemvm: --engine nested: the L1 VM fell silent ({w})");
-                }
-                let stderr = fs::read_to_string(l1.join("stderr")).unwrap_or_default();
-                ended.status = u8::try_from(run.status).ok();
-                ended.error = pmemvm_messages(&stderr).map(|m| format!("pmemvm in the L1 VM: {m}"));
-                log::info!(
-                    "L1 ran pmemvm for {:.1} s (command started at L1 uptime {:?} s); its stderr, last lines:\n{}",
-                    run.elapsed.as_secs_f64(),
-                    run.uptime_at_run,
-                    tail(&stderr, 20)
-                );
-            }
-            Err(e @ crate::nested::L1Failure::Deadline { .. }) => {
-                ended.status = Some(vmm::exit_status::TIMED_OUT);
-                ended.error = Some(format!(
-                    "the guest did not finish within {} s (use --timeout to allow more; the L1 VM gets {} s more to boot): {e}",
-                    m.timeout.as_secs(),
-                    L1_BOOT_ALLOWANCE.as_secs()
-                ));
-            }
-            Err(crate::nested::L1Failure::Signal { signal }) => {
-                ended.status = u8::try_from(128 + signal).ok();
-                ended.error = Some(format!("stopped by signal {signal}; the L1 VM was killed"));
-            }
-            Err(e) => ended.error = Some(format!("--engine nested: {e}")),
-        }
-        Ok(ended)
+        Ok(l1_ended(run, &l1, m.timeout))
     }
+
+    /// The kernel and the job's initrd in the share, and the argv of pmemvm
+    /// in the L1 for them (its doors, console, channel and time limit).
+    fn share_the_boot(&self, m: &Machine<'_>) -> Result<Vec<String>, NestedError> {
+        let share = m.scratch;
+        fs::copy(m.kernel, share.join("kernel")).map_err(io_err(format!(
+            "copy {} into the share",
+            m.kernel.display()
+        )))?;
+        let initrd = match m.initrd {
+            Some(p) => fs::read(p).map_err(io_err(format!("read {}", p.display())))?,
+            None => Vec::new(),
+        };
+        let initrd = crate::guest_job::append_to_initrd(&initrd, m.job_archive);
+        fs::write(share.join("initrd"), initrd).map_err(io_err("write the job initrd"))?;
+        let mut argv = boot_argv("kernel", Some("initrd"), m.cmdline);
+        if let Some((addr, wait)) = m.gdb {
+            argv.extend(crate::nested::gdb::l1_args(&self.qemu, addr, wait));
+        }
+        if m.control.api.is_some() {
+            argv.extend(["--api".to_string(), crate::nested::l1::API_TTY.to_string()]);
+        }
+        argv.extend([
+            "--console-log".to_string(),
+            in_share(share, m.console)?,
+            "--channel".to_string(),
+            in_share(share, m.channel)?,
+            // The guest's own time limit, kept by pmemvm in L1: at it, pmemvm says where
+            // each vCPU was (the L1's deadline adds the boot allowance on top).
+            "--timeout".to_string(),
+            m.timeout.as_secs().max(1).to_string(),
+        ]);
+        Ok(argv)
+    }
+}
+
+/// What the L1's end means for the guest's run: pmemvm's status and its
+/// messages, or the deadline, a stop signal, the L1's own failure.
+fn l1_ended(
+    run: Result<crate::nested::L1Run, crate::nested::L1Failure>,
+    l1: &Path,
+    timeout: std::time::Duration,
+) -> Ended {
+    let mut ended = Ended {
+        accelerator: ACCELERATOR.into(),
+        functional_only: true,
+        ..Ended::default()
+    };
+    match run {
+        Ok(run) => {
+            for w in &run.wakeups {
+                eprintln!("pmemvm: --engine nested: the L1 VM fell silent ({w})");
+            }
+            let stderr = fs::read_to_string(l1.join("stderr")).unwrap_or_default();
+            ended.status = u8::try_from(run.status).ok();
+            ended.error = pmemvm_messages(&stderr).map(|m| format!("pmemvm in the L1 VM: {m}"));
+            log::info!(
+                "L1 ran pmemvm for {:.1} s (command started at L1 uptime {:?} s); its stderr, last lines:\n{}",
+                run.elapsed.as_secs_f64(),
+                run.uptime_at_run,
+                tail(&stderr, 20)
+            );
+        }
+        Err(e @ crate::nested::L1Failure::Deadline { .. }) => {
+            ended.status = Some(vmm::exit_status::TIMED_OUT);
+            ended.error = Some(format!(
+                "the guest did not finish within {} s (use --timeout to allow more; the L1 VM gets {} s more to boot): {e}",
+                timeout.as_secs(),
+                L1_BOOT_ALLOWANCE.as_secs()
+            ));
+        }
+        Err(crate::nested::L1Failure::Signal { signal }) => {
+            ended.status = u8::try_from(128 + signal).ok();
+            ended.error = Some(format!("stopped by signal {signal}; the L1 VM was killed"));
+        }
+        Err(e) => ended.error = Some(format!("--engine nested: {e}")),
+    }
+    ended
 }
 
 impl GuestEngine for NestedEngine {

@@ -29,62 +29,7 @@ impl GuestEngine for Qemu {
         if let Some(l) = m.spec.legacy_pmem.first() {
             return Err(super::Refusal::LegacyPmemOnQemu(l.to_string()).into());
         }
-        let mut ended = Ended {
-            accelerator: self.accel.name().into(),
-            functional_only: self.accel == QemuAccel::Tcg || in_nested_l1(),
-            ..Ended::default()
-        };
-        let initrd_file = m.scratch.join("initrd");
-        let data = match m.initrd {
-            Some(p) => std::fs::read(p).map_err(|source| EngineError::Input {
-                what: "initrd",
-                path: p.to_path_buf(),
-                source,
-            })?,
-            None => Vec::new(),
-        };
-        let data = crate::guest_job::append_to_initrd(&data, m.job_archive);
-        std::fs::write(&initrd_file, &data).map_err(|source| EngineError::Io {
-            what: "writing the job initrd".into(),
-            source,
-        })?;
-        // QEMU needs named backing files: temporary ones live in the scratch dir.
-        let dimms: Vec<(&NvdimmSpec, PathBuf)> = m
-            .spec
-            .nvdimms
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                let p = n
-                    .file
-                    .clone()
-                    .unwrap_or_else(|| m.scratch.join(format!("pmem{i}.img")));
-                (n, p)
-            })
-            .collect();
-        for (n, p) in &dimms {
-            if !p.exists() {
-                let f = std::fs::File::create(p).and_then(|f| f.set_len(n.file_len()).map(|_| f));
-                f.map_err(|source| EngineError::Io {
-                    what: format!("creating {}", p.display()),
-                    source,
-                })?;
-            }
-            // A new DIMM starts as on pmemvm (and on a real platform): an empty,
-            // valid label index, no namespace. QEMU alone would show a zeroed label
-            // area, which Linux reads as label-less (a raw /dev/pmem0 of it all).
-            if !n.readonly && n.label_size > 0 {
-                let init = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(p)
-                    .and_then(|f| vmm::backing::init_empty_labels(&f, n));
-                init.map_err(|source| EngineError::Io {
-                    what: format!("initialising the label area of {}", p.display()),
-                    source,
-                })?;
-            }
-        }
+        let initrd_file = job_initrd(m)?;
         let machine = QemuMachine {
             qemu: &self.qemu,
             accel: self.accel,
@@ -93,7 +38,7 @@ impl GuestEngine for Qemu {
             kernel: m.kernel,
             initrd: Some(&initrd_file),
             cmdline: m.cmdline,
-            nvdimms: dimms,
+            nvdimms: dimm_files(m)?,
             disks: &m.spec.disks,
             console: m.console,
             channel: m.channel,
@@ -114,31 +59,97 @@ impl GuestEngine for Qemu {
             m.stream_console.then_some(m.console),
             &m.scratch.join("qemu.log"),
         )?;
-        ended.status = match end {
-            // isa-debug-exit: QEMU exits with (byte << 1) | 1.
-            QemuEnd::Exited(Some(s)) if s & 1 == 1 => u8::try_from(s >> 1).ok(),
-            QemuEnd::Exited(Some(0)) => Some(0),
-            QemuEnd::Exited(Some(s)) => {
-                ended.error = Some(format!("qemu-system-x86_64 failed with status {s}"));
-                None
-            }
-            QemuEnd::Exited(None) => {
-                ended.error = Some("qemu-system-x86_64 was killed by a signal".into());
-                None
-            }
-            QemuEnd::Deadline => {
-                ended.error = Some(format!(
-                    "the guest did not finish within {} s (use --timeout to allow more); QEMU was killed",
-                    m.timeout.as_secs()
-                ));
-                Some(exit_status::TIMED_OUT)
-            }
-            QemuEnd::Signal(signal) => {
-                ended.error = Some(format!("stopped by signal {signal}; QEMU was ended"));
-                u8::try_from(128 + signal).ok()
-            }
-        };
-        Ok(ended)
+        let (status, error) = end_status(end, m.timeout);
+        Ok(Ended {
+            status,
+            error,
+            accelerator: self.accel.name().into(),
+            functional_only: self.accel == QemuAccel::Tcg || in_nested_l1(),
+            ..Ended::default()
+        })
+    }
+}
+
+/// The initrd with the job archive appended, in the scratch directory.
+fn job_initrd(m: &Machine<'_>) -> Result<PathBuf, EngineError> {
+    let initrd_file = m.scratch.join("initrd");
+    let data = match m.initrd {
+        Some(p) => std::fs::read(p).map_err(|source| EngineError::Input {
+            what: "initrd",
+            path: p.to_path_buf(),
+            source,
+        })?,
+        None => Vec::new(),
+    };
+    let data = crate::guest_job::append_to_initrd(&data, m.job_archive);
+    std::fs::write(&initrd_file, &data).map_err(|source| EngineError::Io {
+        what: "writing the job initrd".into(),
+        source,
+    })?;
+    Ok(initrd_file)
+}
+
+/// Each DIMM's file (QEMU needs named backing files: temporary ones live in
+/// the scratch dir), created when missing; a new DIMM's label area starts as
+/// on pmemvm (and on a real platform): an empty, valid label index, no
+/// namespace. QEMU alone would show a zeroed label area, which Linux reads
+/// as label-less (a raw /dev/pmem0 of it all).
+fn dimm_files<'m>(m: &Machine<'m>) -> Result<Vec<(&'m NvdimmSpec, PathBuf)>, EngineError> {
+    let dimms: Vec<(&NvdimmSpec, PathBuf)> = m
+        .spec
+        .nvdimms
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let p = n
+                .file
+                .clone()
+                .unwrap_or_else(|| m.scratch.join(format!("pmem{i}.img")));
+            (n, p)
+        })
+        .collect();
+    for (n, p) in &dimms {
+        if !p.exists() {
+            let f = std::fs::File::create(p).and_then(|f| f.set_len(n.file_len()).map(|_| f));
+            f.map_err(|source| EngineError::Io {
+                what: format!("creating {}", p.display()),
+                source,
+            })?;
+        }
+        if !n.readonly && n.label_size > 0 {
+            let init = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .and_then(|f| vmm::backing::init_empty_labels(&f, n));
+            init.map_err(|source| EngineError::Io {
+                what: format!("initialising the label area of {}", p.display()),
+                source,
+            })?;
+        }
+    }
+    Ok(dimms)
+}
+
+/// The exit status and error text of QEMU's end.
+fn end_status(end: QemuEnd, timeout: std::time::Duration) -> (Option<u8>, Option<String>) {
+    match end {
+        // isa-debug-exit: QEMU exits with (byte << 1) | 1.
+        QemuEnd::Exited(Some(s)) if s & 1 == 1 => (u8::try_from(s >> 1).ok(), None),
+        QemuEnd::Exited(Some(0)) => (Some(0), None),
+        QemuEnd::Exited(Some(s)) => (None, Some(format!("qemu-system-x86_64 failed with status {s}"))),
+        QemuEnd::Exited(None) => (None, Some("qemu-system-x86_64 was killed by a signal".into())),
+        QemuEnd::Deadline => (
+            Some(exit_status::TIMED_OUT),
+            Some(format!(
+                "the guest did not finish within {} s (use --timeout to allow more); QEMU was killed",
+                timeout.as_secs()
+            )),
+        ),
+        QemuEnd::Signal(signal) => (
+            u8::try_from(128 + signal).ok(),
+            Some(format!("stopped by signal {signal}; QEMU was ended")),
+        ),
     }
 }
 

@@ -46,23 +46,7 @@ pub fn bucket_kb(size: u64) -> u64 {
 pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, ExperimentError> {
     let mut deviations = Vec::new();
     let c = common(e, p, Some(pmem::THREAD_RANDWRITE_IODEPTH), &mut deviations)?;
-    // Both memory-backed devices live in guest RAM, besides 512 MiB for the guest itself and
-    // the default's RAM per job (`ExperimentPlan::default_guest_mem_mib`).
-    let beside = (512 + super::plan::GUEST_MEM_PER_JOB_MIB * u64::from(c.jobs)) * MIB;
-    let fits = p
-        .host
-        .guest_mem_bytes
-        .map(|m| (m.saturating_sub(beside) / 2 / MIB * MIB).max(64 * MIB));
-    let size = p
-        .size_bytes
-        .unwrap_or_else(|| fits.map_or(THREAD_SIZE, |f| f.min(THREAD_SIZE)));
-    if !(64 * MIB..=64 * GIB).contains(&size) || !size.is_multiple_of(MIB) {
-        return Err(e.invalid(
-            "size",
-            human(size),
-            "use a whole number of MiB from 64 MiB to 64 GiB (each null_blk device and fio's --size)",
-        ));
-    }
+    let size = device_size(e, p, c.jobs)?;
     let configfs = !size.is_multiple_of(GIB);
     let bucket = bucket_kb(size);
     let extra_cmdline = if configfs {
@@ -73,58 +57,12 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
             size / GIB
         )]
     };
-    if size != THREAD_SIZE {
-        let why = if p.size_bytes.is_some() {
-            "set with --size".to_owned()
-        } else {
-            format!(
-                "two memory-backed devices of 1 GiB and the guest do not fit the {} of RAM \
-                 this host has available",
-                human(p.host.guest_mem_bytes.unwrap_or(0) / MIB * MIB)
-            )
-        };
-        deviations.push(Deviation::new(
-            "null_blk size and --size",
-            "gb=1, --size=1G",
-            human(size),
-            why,
-        ));
-    }
-    if configfs {
-        deviations.push(Deviation::new(
-            "null_blk setup",
-            "modprobe null_blk queue_mode=2 nr_devices=2 memory_backed=1 gb=1",
-            "null_blk.nr_devices=0, then both devices through configfs (queue_mode 2, \
-             memory_backed 1, blocksize 512, size in MiB)",
-            "null_blk's gb parameter takes whole GiB only",
-        ));
-    }
-    if bucket != DEFAULT_BUCKET_KB {
-        deviations.push(Deviation::new(
-            "bcache bucket size",
-            "512k (2048 buckets)",
-            format!("{bucket}k ({} buckets)", size / 1024 / bucket),
-            "kept the thread's 2048 buckets on the smaller cache device",
-        ));
-    }
+    device_deviations(p, size, bucket, &mut deviations);
     if matches!(e.kind, Kind::BcacheNowait) {
         runtime_deviation(&c, "RANDWRITE, randread", &mut deviations);
     }
     super::software_deviations(&mut deviations);
-    deviations.push(Deviation::new(
-        "module load",
-        "modprobe null_blk; insmod bcache.ko [bch_nowait=1] per side",
-        "one boot per side with bcache.bch_nowait=0|1 (and null_blk's parameters) on the \
-         kernel command line",
-        "null_blk and bcache are built into the guest kernel; all phases of a side still run \
-         in one load",
-    ));
-    deviations.push(Deviation::new(
-        "bcache tool",
-        "bcache make -B /dev/nullb0 -C /dev/nullb1 (bcache-tools 1.1)",
-        "make-bcache -B /dev/nullb0 -C /dev/nullb1 (Debian's bcache-tools 1.0.8)",
-        "the guest image's bcache-tools; same defaults (block 1 sector, bucket 512k)",
-    ));
+    tool_deviations(&mut deviations);
     pmem::not_shown(e.kind, p.iodepth.is_some(), &mut deviations);
 
     let mut setup_vars: BTreeMap<&'static str, String> = BTreeMap::new();
@@ -137,12 +75,8 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
     vars.insert("FILENAME", "/dev/bcache0".into());
     vars.insert("SIZE", size.to_string());
     vars.insert("JOBS", c.jobs.to_string());
-    vars.insert(
-        "IODEPTH",
-        c.iodepth
-            .unwrap_or(pmem::THREAD_RANDWRITE_IODEPTH)
-            .to_string(),
-    );
+    let iodepth = c.iodepth.unwrap_or(pmem::THREAD_RANDWRITE_IODEPTH);
+    vars.insert("IODEPTH", iodepth.to_string());
     vars.insert("RUNTIME", c.runtime.to_string());
     let phases = pmem::script_phases(e.kind, &vars)?;
     vars.extend(setup_vars);
@@ -165,4 +99,83 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         guest_mem_mib: 0,
         deviations,
     })
+}
+
+/// Each null_blk device's size (and fio's `--size`): `--size`, else the
+/// thread's 1 GiB where two of them fit in RAM beside the guest (512 MiB and
+/// the default's RAM per job), else what fits.
+fn device_size(e: &Experiment, p: &BenchParams, jobs: u32) -> Result<u64, ExperimentError> {
+    let beside = (512 + super::plan::GUEST_MEM_PER_JOB_MIB * u64::from(jobs)) * MIB;
+    let fits = p
+        .host
+        .guest_mem_bytes
+        .map(|m| (m.saturating_sub(beside) / 2 / MIB * MIB).max(64 * MIB));
+    let size = p
+        .size_bytes
+        .unwrap_or_else(|| fits.map_or(THREAD_SIZE, |f| f.min(THREAD_SIZE)));
+    if !(64 * MIB..=64 * GIB).contains(&size) || !size.is_multiple_of(MIB) {
+        return Err(e.invalid(
+            "size",
+            human(size),
+            "use a whole number of MiB from 64 MiB to 64 GiB (each null_blk device and fio's --size)",
+        ));
+    }
+    Ok(size)
+}
+
+/// Where the devices differ from the thread's: their size, their setup
+/// through configfs (not whole GiB), the bucket size.
+fn device_deviations(p: &BenchParams, size: u64, bucket: u64, deviations: &mut Vec<Deviation>) {
+    if size != THREAD_SIZE {
+        let why = if p.size_bytes.is_some() {
+            "set with --size".to_owned()
+        } else {
+            format!(
+                "two memory-backed devices of 1 GiB and the guest do not fit the {} of RAM \
+                 this host has available",
+                human(p.host.guest_mem_bytes.unwrap_or(0) / MIB * MIB)
+            )
+        };
+        deviations.push(Deviation::new(
+            "null_blk size and --size",
+            "gb=1, --size=1G",
+            human(size),
+            why,
+        ));
+    }
+    if !size.is_multiple_of(GIB) {
+        deviations.push(Deviation::new(
+            "null_blk setup",
+            "modprobe null_blk queue_mode=2 nr_devices=2 memory_backed=1 gb=1",
+            "null_blk.nr_devices=0, then both devices through configfs (queue_mode 2, \
+             memory_backed 1, blocksize 512, size in MiB)",
+            "null_blk's gb parameter takes whole GiB only",
+        ));
+    }
+    if bucket != DEFAULT_BUCKET_KB {
+        deviations.push(Deviation::new(
+            "bcache bucket size",
+            "512k (2048 buckets)",
+            format!("{bucket}k ({} buckets)", size / 1024 / bucket),
+            "kept the thread's 2048 buckets on the smaller cache device",
+        ));
+    }
+}
+
+/// How the modules load and which bcache tool makes the device.
+fn tool_deviations(deviations: &mut Vec<Deviation>) {
+    deviations.push(Deviation::new(
+        "module load",
+        "modprobe null_blk; insmod bcache.ko [bch_nowait=1] per side",
+        "one boot per side with bcache.bch_nowait=0|1 (and null_blk's parameters) on the \
+         kernel command line",
+        "null_blk and bcache are built into the guest kernel; all phases of a side still run \
+         in one load",
+    ));
+    deviations.push(Deviation::new(
+        "bcache tool",
+        "bcache make -B /dev/nullb0 -C /dev/nullb1 (bcache-tools 1.1)",
+        "make-bcache -B /dev/nullb0 -C /dev/nullb1 (Debian's bcache-tools 1.0.8)",
+        "the guest image's bcache-tools; same defaults (block 1 sector, bucket 512k)",
+    ));
 }

@@ -58,56 +58,8 @@ pub fn default_nvdimm(disk_free: Option<u64>) -> u64 {
 pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, ExperimentError> {
     let mut deviations = Vec::new();
     let c = common(e, p, Some(1), &mut deviations)?;
-    let nvdimm = p
-        .nvdimm_bytes
-        .unwrap_or_else(|| default_nvdimm(p.host.disk_free_bytes));
-    if nvdimm < MIN_NVDIMM {
-        return Err(e.invalid("NVDIMM size", human(nvdimm), "use at least 512 MiB"));
-    }
-    e.check_region_align(nvdimm)?;
-    if nvdimm != THREAD_NVDIMM {
-        let why = if p.nvdimm_bytes.is_some() {
-            "set with --nvdimm".to_owned()
-        } else {
-            "three quarters of the free disk for the backing file".to_owned()
-        };
-        deviations.push(Deviation::new("pmem size", "128 GiB", human(nvdimm), why));
-    }
-    let wanted = match p.size_bytes {
-        Some(s) if s == 0 || !s.is_multiple_of(BS) => {
-            return Err(e.invalid("size", human(s), "use a multiple of 2 MiB (the block size)"))
-        }
-        Some(s) => s,
-        None => THREAD_FILESIZE,
-    };
-    let fit = file_budget(nvdimm) / (u64::from(c.jobs) * NRFILES) / BS * BS;
-    let filesize = wanted.min(fit);
-    if filesize == 0 {
-        let max_jobs = file_budget(nvdimm) / (NRFILES * BS);
-        return Err(e.invalid(
-            "jobs",
-            c.jobs,
-            format!(
-                "{} jobs x {NRFILES} files of at least 2 MiB do not fit the {} NVDIMM's file \
-                 system: use at most {max_jobs} jobs or a larger --nvdimm",
-                c.jobs,
-                human(nvdimm)
-            ),
-        ));
-    }
-    if filesize != THREAD_FILESIZE {
-        let why = if filesize < wanted {
-            format!(
-                "{} jobs x {NRFILES} files of {} must fit the {} NVDIMM's file system",
-                c.jobs,
-                human(wanted),
-                human(nvdimm)
-            )
-        } else {
-            "set with --size".to_owned()
-        };
-        deviations.push(Deviation::new("filesize", "256MiB", human(filesize), why));
-    }
+    let nvdimm = nvdimm_size(e, p, &mut deviations)?;
+    let filesize = file_size(e, p, nvdimm, c.jobs, &mut deviations)?;
     let agcount = (nvdimm / (128 * MIB)).clamp(4, THREAD_AGCOUNT);
     if agcount != THREAD_AGCOUNT {
         deviations.push(Deviation::new(
@@ -161,4 +113,74 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         guest_mem_mib: 0,
         deviations,
     })
+}
+
+/// The NVDIMM: `--nvdimm`, else three quarters of the free disk (at most
+/// the thread's 128 GiB), at least 512 MiB and region-aligned.
+fn nvdimm_size(
+    e: &Experiment,
+    p: &BenchParams,
+    deviations: &mut Vec<Deviation>,
+) -> Result<u64, ExperimentError> {
+    let nvdimm = p
+        .nvdimm_bytes
+        .unwrap_or_else(|| default_nvdimm(p.host.disk_free_bytes));
+    if nvdimm < MIN_NVDIMM {
+        return Err(e.invalid("NVDIMM size", human(nvdimm), "use at least 512 MiB"));
+    }
+    e.check_region_align(nvdimm)?;
+    if nvdimm != THREAD_NVDIMM {
+        let why = if p.nvdimm_bytes.is_some() {
+            "set with --nvdimm".to_owned()
+        } else {
+            "three quarters of the free disk for the backing file".to_owned()
+        };
+        deviations.push(Deviation::new("pmem size", "128 GiB", human(nvdimm), why));
+    }
+    Ok(nvdimm)
+}
+
+/// Each file's size: `--size` (a multiple of the 2 MiB block), else the
+/// thread's 256 MiB, at most what lets every job's files fit the file system.
+fn file_size(
+    e: &Experiment,
+    p: &BenchParams,
+    nvdimm: u64,
+    jobs: u32,
+    deviations: &mut Vec<Deviation>,
+) -> Result<u64, ExperimentError> {
+    let wanted = match p.size_bytes {
+        Some(s) if s == 0 || !s.is_multiple_of(BS) => {
+            return Err(e.invalid("size", human(s), "use a multiple of 2 MiB (the block size)"))
+        }
+        Some(s) => s,
+        None => THREAD_FILESIZE,
+    };
+    let fit = file_budget(nvdimm) / (u64::from(jobs) * NRFILES) / BS * BS;
+    let filesize = wanted.min(fit);
+    if filesize == 0 {
+        let max_jobs = file_budget(nvdimm) / (NRFILES * BS);
+        return Err(e.invalid(
+            "jobs",
+            jobs,
+            format!(
+                "{jobs} jobs x {NRFILES} files of at least 2 MiB do not fit the {} NVDIMM's file \
+                 system: use at most {max_jobs} jobs or a larger --nvdimm",
+                human(nvdimm)
+            ),
+        ));
+    }
+    if filesize != THREAD_FILESIZE {
+        let why = if filesize < wanted {
+            format!(
+                "{jobs} jobs x {NRFILES} files of {} must fit the {} NVDIMM's file system",
+                human(wanted),
+                human(nvdimm)
+            )
+        } else {
+            "set with --size".to_owned()
+        };
+        deviations.push(Deviation::new("filesize", "256MiB", human(filesize), why));
+    }
+    Ok(filesize)
 }

@@ -251,40 +251,10 @@ pub fn merge(inputs: Vec<Input>, pool_hosts: bool) -> Result<Merged, MergeError>
 
 /// Merges the inputs (already read, in the order given), pooling what `pool` allows.
 pub fn merge_with(inputs: Vec<Input>, pool: PoolOptions) -> Result<Merged, MergeError> {
-    let pool_hosts = pool.hosts;
     let Some(first) = inputs.first() else {
         return Err(MergeError::NotAResult(PathBuf::from(".")));
     };
-    for other in &inputs[1..] {
-        if other.report.experiment != first.report.experiment {
-            return Err(MergeError::Experiments {
-                a: first.report.experiment.clone(),
-                a_dir: first.dir.clone(),
-                b: other.report.experiment.clone(),
-                b_dir: other.dir.clone(),
-            });
-        }
-    }
-    for other in &inputs[1..] {
-        if let Some((key, a, b)) = pooling::first_difference(&first.keys, &other.keys, pool_hosts) {
-            let machine = first
-                .keys
-                .iter()
-                .any(|k| k.name == key && k.kind == pooling::KeyKind::Machine);
-            return Err(MergeError::Differ(Box::new(Difference {
-                a_dir: first.dir.clone(),
-                b_dir: other.dir.clone(),
-                key,
-                a,
-                b,
-                hint: if machine {
-                    "; pass --pool-hosts to pool them anyway, or report each machine separately"
-                } else {
-                    "; runs of different bench parameters are never pooled"
-                },
-            })));
-        }
-    }
+    check_poolable(&inputs, pool.hosts)?;
     let ran: Vec<(&Path, &[InputKey])> = inputs
         .iter()
         .map(|i| (i.dir.as_path(), i.inputs.as_slice()))
@@ -297,7 +267,88 @@ pub fn merge_with(inputs: Vec<Input>, pool: PoolOptions) -> Result<Merged, Merge
         .iter()
         .any(|i| pooling::machines_differ(&first.keys, &i.keys));
     let sel = super::select::select(&inputs);
-    let mut report = first.report.clone();
+    let (mut report, run_hosts) = pooled_runs(&inputs, &sel);
+    if machines_differ {
+        describe_machines(&mut report, &inputs);
+    }
+    let runs_per_side = sel.taken.iter().map(|t| t.boot).max().unwrap_or(0);
+    let done = u32::try_from(sel.taken.len()).unwrap_or(u32::MAX);
+    let missing = u32::try_from(sel.missing).unwrap_or(u32::MAX);
+    let failed = report.failed_runs().len();
+    let mut result = ResultInfo::of_bench(
+        runs_per_side,
+        None,
+        done.saturating_add(missing),
+        done,
+        failed,
+    );
+    result.merged_from = inputs.iter().map(|i| i.dir.display().to_string()).collect();
+    report.result = Some(result);
+    let hosts_differ = machines_differ
+        || inputs
+            .iter()
+            .any(|i| i.report.host.hostname != first.report.host.hostname);
+    let info = MergeInfo {
+        inputs: summaries(&inputs, &sel),
+        pooled_hosts: pool.hosts && machines_differ,
+        pooled_inputs,
+        machines_differ,
+        hosts_differ,
+        left_out: sel.left_out,
+    };
+    Ok(Merged {
+        report,
+        info,
+        run_hosts,
+    })
+}
+
+/// Every input is of the first one's experiment, and of its bench parameters
+/// and machine (machines may differ with `pool_hosts`).
+fn check_poolable(inputs: &[Input], pool_hosts: bool) -> Result<(), MergeError> {
+    let Some((first, others)) = inputs.split_first() else {
+        return Ok(());
+    };
+    for other in others {
+        if other.report.experiment != first.report.experiment {
+            return Err(MergeError::Experiments {
+                a: first.report.experiment.clone(),
+                a_dir: first.dir.clone(),
+                b: other.report.experiment.clone(),
+                b_dir: other.dir.clone(),
+            });
+        }
+    }
+    for other in others {
+        let Some((key, a, b)) = pooling::first_difference(&first.keys, &other.keys, pool_hosts)
+        else {
+            continue;
+        };
+        let machine = first
+            .keys
+            .iter()
+            .any(|k| k.name == key && k.kind == pooling::KeyKind::Machine);
+        return Err(MergeError::Differ(Box::new(Difference {
+            a_dir: first.dir.clone(),
+            b_dir: other.dir.clone(),
+            key,
+            a,
+            b,
+            hint: if machine {
+                "; pass --pool-hosts to pool them anyway, or report each machine separately"
+            } else {
+                "; runs of different bench parameters are never pooled"
+            },
+        })));
+    }
+    Ok(())
+}
+
+/// The first input's report with the selected runs and checks of every
+/// input, renumbered, in side order then run number as bench writes them;
+/// and the host each run came from, in the same order.
+fn pooled_runs(inputs: &[Input], sel: &super::select::Selection) -> (BenchReport, Vec<String>) {
+    let mut report = inputs[0].report.clone();
     report.runs.clear();
     report.checks.clear();
     let mut run_hosts = Vec::new();
@@ -308,84 +359,62 @@ pub fn merge_with(inputs: Vec<Input>, pool: PoolOptions) -> Result<Merged, Merge
         report.runs.extend(runs);
         report.checks.extend(checks);
     }
-    // Side order, then run number, as bench writes them.
     let order = |side: &str| report.sides.iter().position(|s| s == side);
     let mut idx: Vec<usize> = (0..report.runs.len()).collect();
     idx.sort_by_key(|&k| (order(&report.runs[k].side), report.runs[k].run));
     report.runs = idx.iter().map(|&k| report.runs[k].clone()).collect();
-    let run_hosts: Vec<String> = idx.iter().map(|&k| run_hosts[k].clone()).collect();
-    if machines_differ {
-        let distinct = |f: &dyn Fn(&BenchReport) -> String| {
-            let mut v: Vec<String> = inputs.iter().map(|i| f(&i.report)).collect();
-            v.dedup();
-            v.sort();
-            v.dedup();
-            v.join(" / ")
-        };
-        report.host.cpu_model = distinct(&|r| r.host.cpu_model.clone());
-        report.host.host_kernel = distinct(&|r| r.host.host_kernel.clone());
-        report.host.hostname = distinct(&|r| r.host.hostname.clone());
-        report.engine = distinct(&|r| r.engine.clone());
-        // A pooled report is performance only when every input is.
-        if let Some(i) = inputs
-            .iter()
-            .find(|i| !i.report.accelerator.is_performance())
-        {
-            report.accelerator = i.report.accelerator;
-        }
-    }
-    let runs_per_side = sel.taken.iter().map(|t| t.boot).max().unwrap_or(0);
-    let done = u32::try_from(sel.taken.len()).unwrap_or(u32::MAX);
-    let missing = u32::try_from(sel.missing).unwrap_or(u32::MAX);
-    let mut result = ResultInfo::of_bench(
-        runs_per_side,
-        None,
-        done.saturating_add(missing),
-        done,
-        report.failed_runs().len(),
-    );
-    result.merged_from = inputs.iter().map(|i| i.dir.display().to_string()).collect();
-    report.result = Some(result);
-    let info = MergeInfo {
-        inputs: inputs
-            .iter()
-            .enumerate()
-            .map(|(i, input)| InputSummary {
-                dir: input.dir.display().to_string(),
-                hostname: input.report.host.hostname.clone(),
-                cpu_model: input.report.host.cpu_model.clone(),
-                engine: format!(
-                    "{} ({})",
-                    input.report.engine,
-                    input.report.accelerator.name()
-                ),
-                state: input
-                    .report
-                    .result
-                    .as_ref()
-                    .map_or_else(|| "not recorded".to_owned(), ResultInfo::describe),
-                taken: sel
-                    .taken
-                    .iter()
-                    .filter(|t| t.input == i)
-                    .map(super::select::Taken::describe)
-                    .collect(),
-            })
-            .collect(),
-        pooled_hosts: pool_hosts && machines_differ,
-        pooled_inputs,
-        machines_differ,
-        hosts_differ: machines_differ
-            || inputs
-                .iter()
-                .any(|i| i.report.host.hostname != first.report.host.hostname),
-        left_out: sel.left_out,
+    let run_hosts = idx.iter().map(|&k| run_hosts[k].clone()).collect();
+    (report, run_hosts)
+}
+
+/// Pooled machines: the report names them all, and is performance only when
+/// every input is.
+fn describe_machines(report: &mut BenchReport, inputs: &[Input]) {
+    let distinct = |f: &dyn Fn(&BenchReport) -> String| {
+        let mut v: Vec<String> = inputs.iter().map(|i| f(&i.report)).collect();
+        v.sort();
+        v.dedup();
+        v.join(" / ")
     };
-    Ok(Merged {
-        report,
-        info,
-        run_hosts,
-    })
+    report.host.cpu_model = distinct(&|r| r.host.cpu_model.clone());
+    report.host.host_kernel = distinct(&|r| r.host.host_kernel.clone());
+    report.host.hostname = distinct(&|r| r.host.hostname.clone());
+    report.engine = distinct(&|r| r.engine.clone());
+    if let Some(i) = inputs
+        .iter()
+        .find(|i| !i.report.accelerator.is_performance())
+    {
+        report.accelerator = i.report.accelerator;
+    }
+}
+
+/// What each input was and what was taken from it.
+fn summaries(inputs: &[Input], sel: &super::select::Selection) -> Vec<InputSummary> {
+    inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| InputSummary {
+            dir: input.dir.display().to_string(),
+            hostname: input.report.host.hostname.clone(),
+            cpu_model: input.report.host.cpu_model.clone(),
+            engine: format!(
+                "{} ({})",
+                input.report.engine,
+                input.report.accelerator.name()
+            ),
+            state: input
+                .report
+                .result
+                .as_ref()
+                .map_or_else(|| "not recorded".to_owned(), ResultInfo::describe),
+            taken: sel
+                .taken
+                .iter()
+                .filter(|t| t.input == i)
+                .map(super::select::Taken::describe)
+                .collect(),
+        })
+        .collect()
 }
 
 /// Reads every DIR (each a result or a directory of results) and merges them, pooling

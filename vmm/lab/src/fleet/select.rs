@@ -109,86 +109,93 @@ pub fn tasks_of(report: &BenchReport) -> Vec<Task> {
 /// Selects the boots of `inputs` (see the module documentation).
 pub fn select(inputs: &[Input]) -> Selection {
     let mut sel = Selection::default();
-    let dir = |i: usize| inputs[i].dir.display().to_string();
-    // Renumbered boots go after every boot any input numbers on that side.
-    let highest = |side: &str| {
-        inputs
-            .iter()
-            .flat_map(|i| i.report.runs.iter())
-            .filter(|r| r.side == side)
-            .map(|r| r.boot)
-            .max()
-            .unwrap_or(0)
-    };
     for (i, input) in inputs.iter().enumerate() {
         for task in tasks_of(&input.report) {
             let clash = sel
                 .taken
                 .iter()
                 .position(|k| k.from.side == task.side && k.boot == task.boot);
-            let Some(k) = clash else {
-                sel.taken.push(Taken {
+            match clash {
+                None => sel.taken.push(Taken {
                     input: i,
                     from: task.clone(),
                     boot: task.boot,
-                });
-                continue;
-            };
-            let other = sel.taken[k].clone();
-            let other_report = &inputs[other.input].report;
-            let ok = boot_ok(&input.report, &task);
-            let other_ok = boot_ok(other_report, &other.from);
-            let mut leave = |from: usize, task: &Task, why: String| {
-                sel.left_out.push(LeftOut {
-                    dir: dir(from),
-                    task: task.clone(),
-                    why,
-                });
-            };
-            if runs_of(&input.report, &task) == runs_of(other_report, &other.from) {
-                leave(
-                    i,
-                    &task,
-                    format!("a copy of the same boot in {}", dir(other.input)),
-                );
-            } else if ok && !other_ok {
-                leave(
-                    other.input,
-                    &other.from,
-                    format!(
-                        "failed; {} holds the same boot with figures (a rerun)",
-                        dir(i)
-                    ),
-                );
-                sel.taken[k] = Taken {
-                    input: i,
-                    from: task.clone(),
-                    boot: task.boot,
-                };
-            } else if !ok {
-                leave(
-                    i,
-                    &task,
-                    format!("failed; the same boot is taken from {}", dir(other.input)),
-                );
-            } else {
-                let taken_max = sel
-                    .taken
-                    .iter()
-                    .filter(|t| t.from.side == task.side)
-                    .map(|t| t.boot)
-                    .max()
-                    .unwrap_or(0);
-                let boot = highest(&task.side).max(taken_max) + 1;
-                sel.taken.push(Taken {
-                    input: i,
-                    from: task,
-                    boot,
-                });
+                }),
+                Some(k) => settle_clash(&mut sel, inputs, k, i, task),
             }
         }
     }
-    // Planned boots nobody holds.
+    let missing = missing_boots(inputs);
+    sel.missing = missing.len();
+    sel.left_out.extend(missing);
+    sel
+}
+
+/// Input `i`'s boot `task` has the number of taken boot `k`: a copy is left
+/// out, a failed boot gives way to one with figures, and a second boot with
+/// figures is taken under the next free number of its side.
+fn settle_clash(sel: &mut Selection, inputs: &[Input], k: usize, i: usize, task: Task) {
+    let dir = |i: usize| inputs[i].dir.display().to_string();
+    let input = &inputs[i];
+    let other = sel.taken[k].clone();
+    let other_report = &inputs[other.input].report;
+    let ok = boot_ok(&input.report, &task);
+    let other_ok = boot_ok(other_report, &other.from);
+    let mut leave = |from: usize, task: &Task, why: String| {
+        sel.left_out.push(LeftOut {
+            dir: dir(from),
+            task: task.clone(),
+            why,
+        });
+    };
+    if runs_of(&input.report, &task) == runs_of(other_report, &other.from) {
+        leave(
+            i,
+            &task,
+            format!("a copy of the same boot in {}", dir(other.input)),
+        );
+    } else if ok && !other_ok {
+        let why = format!(
+            "failed; {} holds the same boot with figures (a rerun)",
+            dir(i)
+        );
+        leave(other.input, &other.from, why);
+        sel.taken[k] = Taken {
+            input: i,
+            from: task.clone(),
+            boot: task.boot,
+        };
+    } else if !ok {
+        let why = format!("failed; the same boot is taken from {}", dir(other.input));
+        leave(i, &task, why);
+    } else {
+        // Renumbered boots go after every boot any input numbers on that side.
+        let highest = inputs
+            .iter()
+            .flat_map(|i| i.report.runs.iter())
+            .filter(|r| r.side == task.side)
+            .map(|r| r.boot)
+            .max()
+            .unwrap_or(0);
+        let taken_max = sel
+            .taken
+            .iter()
+            .filter(|t| t.from.side == task.side)
+            .map(|t| t.boot)
+            .max()
+            .unwrap_or(0);
+        let boot = highest.max(taken_max) + 1;
+        sel.taken.push(Taken {
+            input: i,
+            from: task,
+            boot,
+        });
+    }
+}
+
+/// Planned boots nobody holds: an array's tasks no result directory has,
+/// and the boots a whole bench stopped before.
+fn missing_boots(inputs: &[Input]) -> Vec<LeftOut> {
     let held_by = |only: bool, task: &Task| {
         inputs.iter().any(|i| {
             i.report.result.as_ref().is_some_and(|r| r.only.is_some()) == only
@@ -207,16 +214,17 @@ pub fn select(inputs: &[Input]) -> Selection {
         .max();
     let mut missing = Vec::new();
     if let Some(runs) = array_runs {
-        for task in Task::all(&sides, runs) {
-            if !held_by(true, &task) {
-                missing.push(LeftOut {
+        let why = "no result directory holds it (its task did not finish or was not run)";
+        missing.extend(
+            Task::all(&sides, runs)
+                .into_iter()
+                .filter(|task| !held_by(true, task))
+                .map(|task| LeftOut {
                     dir: String::new(),
                     task,
-                    why: "no result directory holds it (its task did not finish or was not run)"
-                        .to_owned(),
-                });
-            }
-        }
+                    why: why.to_owned(),
+                }),
+        );
     }
     for input in inputs {
         let Some(r) = input.report.result.as_ref().filter(|r| r.only.is_none()) else {
@@ -225,21 +233,20 @@ pub fn select(inputs: &[Input]) -> Selection {
         let held = tasks_of(&input.report);
         for task in Task::all(&sides, r.runs_per_side) {
             if !held.contains(&task) {
+                let why = format!(
+                    "{} stopped before it ({})",
+                    input.dir.display(),
+                    r.describe()
+                );
                 missing.push(LeftOut {
                     dir: String::new(),
                     task,
-                    why: format!(
-                        "{} stopped before it ({})",
-                        input.dir.display(),
-                        r.describe()
-                    ),
+                    why,
                 });
             }
         }
     }
-    sel.missing = missing.len();
-    sel.left_out.extend(missing);
-    sel
+    missing
 }
 
 /// The runs and checks of a taken boot, numbered as the merge numbers it.

@@ -31,13 +31,15 @@ pub mod doors;
 pub(crate) mod gdb;
 pub mod heartbeat;
 pub mod l1;
+pub mod l1_run;
 pub(crate) mod placement;
 pub mod prepare;
 pub mod share;
 pub mod stall;
 pub mod wait;
 
-pub use l1::{L1Failure, L1Options, L1Run, Mount};
+pub use l1::{L1Options, Mount};
+pub use l1_run::{L1Failure, L1Run};
 pub use prepare::{cache_dir, missing_tool_packages, prepare_l1, L1Image};
 
 /// Console line printed by the L1 init with the command's exit status.

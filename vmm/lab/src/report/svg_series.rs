@@ -187,128 +187,168 @@ impl BenchReport {
             p.y0 + 14.0,
             xml_escape(&format!("{} per second, side {side}", m.label()))
         );
-        let (left, right) = (p.x0 + 55.0, p.x0 + p.w - 25.0);
         // Title, then the run legend and upstream's labels (one row each), then the plot.
         #[allow(clippy::cast_precision_loss)]
         let label_rows = levels.len().max(1) as f64;
-        let (plot_top, bottom) = (p.y0 + 36.0 + 13.0 * label_rows, p.y0 + ROW_HEIGHT - 30.0);
-        let x = |t: f64| left + (right - left) * t / p.seconds;
-        let y = |v: f64| {
-            if p.y_max > 0.0 {
-                bottom - (bottom - plot_top) * v / p.y_max
-            } else {
-                bottom
-            }
+        let plot = Plot {
+            panel: p,
+            left: p.x0 + 55.0,
+            right: p.x0 + p.w - 25.0,
+            top: p.y0 + 36.0 + 13.0 * label_rows,
+            bottom: p.y0 + ROW_HEIGHT - 30.0,
         };
-        let _ = writeln!(
-            s,
-            r#"<path class="axes" d="M{left:.1},{plot_top:.1} L{left:.1},{bottom:.1} L{right:.1},{bottom:.1}" stroke="black" fill="none"/>"#
-        );
-        for (v, anchor) in [(0.0, bottom), (p.y_max, plot_top)] {
-            let _ = writeln!(
-                s,
-                r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
-                left - 4.0,
-                anchor + 4.0,
-                xml_escape(&m.format(v))
-            );
-        }
-        for (t, anchor) in [(0.0, "start"), (p.seconds, "end")] {
-            let _ = writeln!(
-                s,
-                r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="{anchor}">{t:.0} s</text>"#,
-                x(t),
-                bottom + 14.0
-            );
-        }
+        plot.axes(s);
         let runs = self.series_runs(side);
         if runs.is_empty() {
             let _ = writeln!(
                 s,
                 r#"<text class="no-series" x="{:.1}" y="{:.1}" text-anchor="middle">no per-second logs from this side</text>"#,
-                (left + right) / 2.0,
-                (plot_top + bottom) / 2.0
+                (plot.left + plot.right) / 2.0,
+                (plot.top + plot.bottom) / 2.0
             );
         }
         // The run legend under the time axis, between its two ticks.
-        let mut legend_x = left + 40.0;
+        let mut legend_x = plot.left + 40.0;
         for (k, r) in runs.iter().enumerate() {
             let Some(series) = r.series.as_ref().map(of) else {
                 continue;
             };
             let colour = COLOURS[k % COLOURS.len()];
-            let period = f64::from(series.period_ms) / 1000.0;
-            let point = |i: usize, v: f64| {
-                #[allow(clippy::cast_precision_loss)]
-                let t = (i + 1) as f64 * period;
-                format!("{:.1},{:.1}", x(t), y(v))
-            };
-            let label = format!(
-                "run {} (boot {}, {}): {} points, {} complete",
-                r.run,
-                r.boot,
-                if r.phase.is_empty() { "?" } else { &r.phase },
-                series.values.len(),
-                series.complete
-            );
-            let complete = series.complete.min(series.values.len());
-            // The complete seconds from the origin, then the partial tail from the last one.
-            if complete > 0 {
-                let d: Vec<String> = std::iter::once(format!("{:.1},{:.1}", x(0.0), y(0.0)))
-                    .chain(
-                        series.values[..complete]
-                            .iter()
-                            .enumerate()
-                            .map(|(i, v)| point(i, *v)),
-                    )
-                    .collect();
-                let _ = writeln!(
-                    s,
-                    r#"<path class="series-line" data-run="{}" d="M{}" stroke="{colour}" stroke-width="1.5" fill="none"><title>{}</title></path>"#,
-                    r.run,
-                    d.join(" L"),
-                    xml_escape(&label)
-                );
-            }
-            if complete < series.values.len() {
-                let start = complete.saturating_sub(1);
-                let mut d: Vec<String> = series.values[start..]
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| point(start + i, *v))
-                    .collect();
-                if complete == 0 {
-                    d.insert(0, format!("{:.1},{:.1}", x(0.0), y(0.0)));
-                }
-                let _ = writeln!(
-                    s,
-                    r#"<path class="series-tail" data-run="{}" d="M{}" stroke="{colour}" stroke-width="1.5" stroke-dasharray="4,3" fill="none"><title>{}</title></path>"#,
-                    r.run,
-                    d.join(" L"),
-                    xml_escape(&format!("{label}: partial seconds"))
-                );
-            }
+            plot.run_lines(s, r, series, colour);
             let name = format!("run {}", r.run);
-            if legend_x > right - 90.0 {
+            if legend_x > plot.right - 90.0 {
                 continue;
             }
             let _ = writeln!(
                 s,
                 r#"<text class="legend" data-run="{}" x="{legend_x:.1}" y="{:.1}" fill="{colour}">{}</text>"#,
                 r.run,
-                bottom + 14.0,
+                plot.bottom + 14.0,
                 xml_escape(&name)
             );
             #[allow(clippy::cast_precision_loss)]
             let advance = 7.0 * name.len() as f64 + 10.0;
             legend_x += advance;
         }
-        // Each level's label on a row of its own above the plot; a level on the scale also
-        // gets its line, tagged with the post at its right end (a tag close to the previous
-        // one moves down a line).
+        plot.levels(s, levels);
+        s.push_str("</g>\n");
+    }
+}
+
+/// A panel's plot area and its scales.
+struct Plot<'a> {
+    panel: &'a Panel,
+    left: f64,
+    right: f64,
+    top: f64,
+    bottom: f64,
+}
+
+impl Plot<'_> {
+    /// The x of `t` seconds.
+    fn x(&self, t: f64) -> f64 {
+        self.left + (self.right - self.left) * t / self.panel.seconds
+    }
+
+    /// The y of value `v`.
+    fn y(&self, v: f64) -> f64 {
+        if self.panel.y_max > 0.0 {
+            self.bottom - (self.bottom - self.top) * v / self.panel.y_max
+        } else {
+            self.bottom
+        }
+    }
+
+    /// The axes and their end ticks.
+    fn axes(&self, s: &mut String) {
+        let (left, right, top, bottom) = (self.left, self.right, self.top, self.bottom);
+        let _ = writeln!(
+            s,
+            r#"<path class="axes" d="M{left:.1},{top:.1} L{left:.1},{bottom:.1} L{right:.1},{bottom:.1}" stroke="black" fill="none"/>"#
+        );
+        for (v, anchor) in [(0.0, bottom), (self.panel.y_max, top)] {
+            let _ = writeln!(
+                s,
+                r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+                left - 4.0,
+                anchor + 4.0,
+                xml_escape(&self.panel.metric.format(v))
+            );
+        }
+        for (t, anchor) in [(0.0, "start"), (self.panel.seconds, "end")] {
+            let _ = writeln!(
+                s,
+                r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="{anchor}">{t:.0} s</text>"#,
+                self.x(t),
+                bottom + 14.0
+            );
+        }
+    }
+
+    /// One run's line: the complete seconds from the origin, then the partial
+    /// tail (dashed) from the last one.
+    fn run_lines(&self, s: &mut String, r: &RunRecord, series: &Series, colour: &str) {
+        let period = f64::from(series.period_ms) / 1000.0;
+        let point = |i: usize, v: f64| {
+            #[allow(clippy::cast_precision_loss)]
+            let t = (i + 1) as f64 * period;
+            format!("{:.1},{:.1}", self.x(t), self.y(v))
+        };
+        let origin = format!("{:.1},{:.1}", self.x(0.0), self.y(0.0));
+        let label = format!(
+            "run {} (boot {}, {}): {} points, {} complete",
+            r.run,
+            r.boot,
+            if r.phase.is_empty() { "?" } else { &r.phase },
+            series.values.len(),
+            series.complete
+        );
+        let complete = series.complete.min(series.values.len());
+        if complete > 0 {
+            let d: Vec<String> = std::iter::once(origin.clone())
+                .chain(
+                    series.values[..complete]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| point(i, *v)),
+                )
+                .collect();
+            let _ = writeln!(
+                s,
+                r#"<path class="series-line" data-run="{}" d="M{}" stroke="{colour}" stroke-width="1.5" fill="none"><title>{}</title></path>"#,
+                r.run,
+                d.join(" L"),
+                xml_escape(&label)
+            );
+        }
+        if complete < series.values.len() {
+            let start = complete.saturating_sub(1);
+            let mut d: Vec<String> = series.values[start..]
+                .iter()
+                .enumerate()
+                .map(|(i, v)| point(start + i, *v))
+                .collect();
+            if complete == 0 {
+                d.insert(0, origin);
+            }
+            let _ = writeln!(
+                s,
+                r#"<path class="series-tail" data-run="{}" d="M{}" stroke="{colour}" stroke-width="1.5" stroke-dasharray="4,3" fill="none"><title>{}</title></path>"#,
+                r.run,
+                d.join(" L"),
+                xml_escape(&format!("{label}: partial seconds"))
+            );
+        }
+    }
+
+    /// Each level's label on a row of its own above the plot; a level on the
+    /// scale also gets its line, tagged with the post at its right end (a tag
+    /// close to the previous one moves down a line).
+    fn levels(&self, s: &mut String, levels: &[Level]) {
+        let (left, right, m) = (self.left, self.right, self.panel.metric);
         let mut last_tag = f64::NEG_INFINITY;
         for (k, l) in levels.iter().enumerate() {
-            let on_scale = l.value <= p.y_max;
+            let on_scale = l.value <= self.panel.y_max;
             let text = format!(
                 "{}: {} (mean of {} posted run(s)){}",
                 l.source,
@@ -317,7 +357,7 @@ impl BenchReport {
                 if on_scale { "" } else { ": above this scale" }
             );
             #[allow(clippy::cast_precision_loss)]
-            let row = p.y0 + 30.0 + 13.0 * k as f64;
+            let row = self.panel.y0 + 30.0 + 13.0 * k as f64;
             let class = if on_scale {
                 "upstream-ref-label"
             } else {
@@ -328,24 +368,24 @@ impl BenchReport {
                 r##"<text class="{class}" x="{right:.1}" y="{row:.1}" text-anchor="end" fill="#555555">{}</text>"##,
                 xml_escape(&text)
             );
-            if on_scale {
-                let ly = y(l.value);
-                let _ = writeln!(
-                    s,
-                    r##"<line class="upstream-ref" x1="{left:.1}" y1="{ly:.1}" x2="{right:.1}" y2="{ly:.1}" stroke="#777777" stroke-dasharray="6,4"><title>{}</title></line>"##,
-                    xml_escape(&text)
-                );
-                let tag_y = (ly + 4.0).max(last_tag + 11.0);
-                last_tag = tag_y;
-                let _ = writeln!(
-                    s,
-                    r##"<text class="upstream-ref-tag" x="{:.1}" y="{tag_y:.1}" fill="#555555">{}</text>"##,
-                    right + 3.0,
-                    xml_escape(l.source.split(' ').next().unwrap_or_default())
-                );
+            if !on_scale {
+                continue;
             }
+            let ly = self.y(l.value);
+            let _ = writeln!(
+                s,
+                r##"<line class="upstream-ref" x1="{left:.1}" y1="{ly:.1}" x2="{right:.1}" y2="{ly:.1}" stroke="#777777" stroke-dasharray="6,4"><title>{}</title></line>"##,
+                xml_escape(&text)
+            );
+            let tag_y = (ly + 4.0).max(last_tag + 11.0);
+            last_tag = tag_y;
+            let _ = writeln!(
+                s,
+                r##"<text class="upstream-ref-tag" x="{:.1}" y="{tag_y:.1}" fill="#555555">{}</text>"##,
+                right + 3.0,
+                xml_escape(l.source.split(' ').next().unwrap_or_default())
+            );
         }
-        s.push_str("</g>\n");
     }
 }
 

@@ -10,6 +10,7 @@ use crate::engine::{self, Machine};
 use crate::guest_job::{self, GuestJob};
 use crate::nested::share::tail;
 use crate::preflight::PreflightError;
+use crate::transfer::{CommandJob, PreparedTransfer};
 use vmm::exit_status;
 use vmm::host::HostKvm;
 use vmm::vm::VmError;
@@ -219,91 +220,23 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     step("inputs checked and engine chosen");
     let kvm = HostKvm::probe();
     let scratch = Scratch::new()?;
-    let prepare::Prepared {
-        kernel,
-        initrd,
-        image,
-        cmdline,
-        modules: packed,
-        machine: machine_spec,
-        transfer,
-        archive,
-    } = prepare::prepare(spec, engine, &scratch.0)?;
+    let prepared = prepare::prepare(spec, engine, &scratch.0)?;
     step("job archive packed");
     let console = scratch.0.join("console.log");
     let channel = scratch.0.join("channel.bin");
-    let hashes = PendingHashes::start(&kernel, initrd.as_deref());
-    let host = describe_host();
-    step("host described");
-    let start = Instant::now();
-
-    let mut result = RunResult {
-        schema_version: crate::results::record::SCHEMA_VERSION,
-        pmemvm_version: env!("CARGO_PKG_VERSION").into(),
-        engine,
-        accelerator: "kvm".into(),
-        functional_only: false,
-        status: exit_status::RUNTIME_ERROR,
-        error: None,
-        // Filled in from `hashes` once the guest has run.
-        kernel: HashedFile {
-            path: kernel.display().to_string(),
-            sha256: String::new(),
-        },
-        initrd: None,
-        modules: packed,
-        image_manifest: image
-            .as_ref()
-            .and_then(|i| std::fs::read(&i.manifest).ok())
-            .and_then(|b| serde_json::from_slice(&b).ok()),
-        cmdline: cmdline.clone(),
-        cpus: spec.machine.cpus,
-        memory: spec.machine.memory,
-        nvdimms: spec
-            .machine
-            .nvdimms
-            .iter()
-            .map(|n| DimmDescription {
-                size: n.size,
-                file: n.file.as_ref().map(|f| f.display().to_string()),
-                readonly: n.readonly,
-                label_size: n.label_size,
-            })
-            .collect(),
-        host,
-        exits: None,
-        nvdimm_stats: Vec::new(),
-        machine: vmm::host::machine::MachineDescription::probe().with_run(
-            &spec.machine.placement.pin,
-            spec.machine.placement.host_node,
-            Vec::new(),
-        ),
-        wall_seconds: 0.0,
-        fio: None,
-        command: None,
-        guest_files: Default::default(),
-        console_tail: String::new(),
-    };
-    step("machine described");
-
-    let gdb = match &spec.gdb {
-        Some(a) => {
-            let addr = vmm::gdb::GdbAddr::parse(a)?;
-            // A busy port or an existing path stops here, before anything boots.
-            drop(vmm::gdb::GdbListener::bind(&addr, false)?);
-            Some(addr)
-        }
-        None => None,
-    };
+    let hashes = PendingHashes::start(&prepared.kernel, prepared.initrd.as_deref());
+    let mut result = new_result(spec, engine, &prepared);
+    step("host and machine described");
+    let gdb = bound_gdb(spec)?;
     spec.control.check()?;
     let machine = Machine {
         gdb: gdb.as_ref().map(|a| (a, spec.gdb_wait)),
         control: &spec.control,
-        kernel: &kernel,
-        initrd: initrd.as_deref(),
-        job_archive: &archive,
-        cmdline: &cmdline,
-        spec: &machine_spec,
+        kernel: &prepared.kernel,
+        initrd: prepared.initrd.as_deref(),
+        job_archive: &prepared.archive,
+        cmdline: &prepared.cmdline,
+        spec: &prepared.machine,
         console: &console,
         channel: &channel,
         scratch: &scratch.0,
@@ -311,7 +244,97 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         timeout: spec.timeout,
     };
     step("booting");
+    let start = Instant::now();
     let ended = engine::for_engine(engine, &kvm)?.boot(&machine)?;
+    result.wall_seconds = start.elapsed().as_secs_f64();
+    (result.kernel, result.initrd) = hashes.finish();
+    let transfer = prepared.transfer.as_ref().map(|(c, t)| (*c, t));
+    let outputs = Outputs {
+        console: &console,
+        channel: &channel,
+        console_log: spec.console_log.as_deref(),
+    };
+    collect_ended(result, ended, &outputs, transfer)
+}
+
+/// A run's result before the guest runs: what was asked and where it runs
+/// (status 1 until the guest says otherwise; hashes filled in after).
+fn new_result(spec: &RunSpec, engine: Engine, prepared: &prepare::Prepared<'_>) -> RunResult {
+    let nvdimms = spec.machine.nvdimms.iter().map(|n| DimmDescription {
+        size: n.size,
+        file: n.file.as_ref().map(|f| f.display().to_string()),
+        readonly: n.readonly,
+        label_size: n.label_size,
+    });
+    let image_manifest = prepared
+        .image
+        .as_ref()
+        .and_then(|i| std::fs::read(&i.manifest).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let placement = &spec.machine.placement;
+    RunResult {
+        schema_version: crate::results::record::SCHEMA_VERSION,
+        pmemvm_version: env!("CARGO_PKG_VERSION").into(),
+        engine,
+        accelerator: "kvm".into(),
+        functional_only: false,
+        status: exit_status::RUNTIME_ERROR,
+        error: None,
+        // Filled in from the pending hashes once the guest has run.
+        kernel: HashedFile {
+            path: prepared.kernel.display().to_string(),
+            sha256: String::new(),
+        },
+        initrd: None,
+        modules: prepared.modules.clone(),
+        image_manifest,
+        cmdline: prepared.cmdline.clone(),
+        cpus: spec.machine.cpus,
+        memory: spec.machine.memory,
+        nvdimms: nvdimms.collect(),
+        host: describe_host(),
+        exits: None,
+        nvdimm_stats: Vec::new(),
+        machine: vmm::host::machine::MachineDescription::probe().with_run(
+            &placement.pin,
+            placement.host_node,
+            Vec::new(),
+        ),
+        wall_seconds: 0.0,
+        fio: None,
+        command: None,
+        guest_files: Default::default(),
+        console_tail: String::new(),
+    }
+}
+
+/// `--gdb`'s address, bound once and let go, so a busy port or an existing
+/// path stops the run before anything boots.
+fn bound_gdb(spec: &RunSpec) -> Result<Option<vmm::gdb::GdbAddr>, RunError> {
+    let Some(a) = &spec.gdb else {
+        return Ok(None);
+    };
+    let addr = vmm::gdb::GdbAddr::parse(a)?;
+    drop(vmm::gdb::GdbListener::bind(&addr, false)?);
+    Ok(Some(addr))
+}
+
+/// Where a finished guest left its output.
+struct Outputs<'a> {
+    console: &'a std::path::Path,
+    channel: &'a std::path::Path,
+    /// `--console-log`: the console's copy for the user.
+    console_log: Option<&'a std::path::Path>,
+}
+
+/// The result of an ended guest: the engine's figures, the console's tail
+/// (and the user's copy of it), then what the guest reported on its channel.
+fn collect_ended(
+    mut result: RunResult,
+    ended: engine::Ended,
+    outputs: &Outputs<'_>,
+    transfer: Option<(&CommandJob, &PreparedTransfer)>,
+) -> Result<RunResult, RunError> {
     result.accelerator = ended.accelerator;
     result.functional_only = ended.functional_only;
     result.exits = ended.exits;
@@ -319,26 +342,21 @@ pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     if let Some(m) = ended.machine {
         result.machine = m;
     }
-    result.error = ended.error;
-    let vm_status = ended.status;
-    result.wall_seconds = start.elapsed().as_secs_f64();
-    (result.kernel, result.initrd) = hashes.finish();
     let console_text =
-        String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
+        String::from_utf8_lossy(&std::fs::read(outputs.console).unwrap_or_default()).into_owned();
     result.console_tail = tail(&console_text, 40);
-    if let Some(log) = &spec.console_log {
+    if let Some(log) = outputs.console_log {
         std::fs::write(log, console_text.as_bytes()).map_err(|source| RunError::Io {
             what: format!("writing the console log {}", log.display()),
             source,
         })?;
     }
-    let channel_bytes = std::fs::read(&channel).unwrap_or_default();
-    let transfer = transfer.as_ref().map(|(c, t)| (*c, t));
+    let channel_bytes = std::fs::read(outputs.channel).unwrap_or_default();
     let got = collect::collect(
-        result.error.take(),
+        ended.error,
         &channel_bytes,
         &console_text,
-        vm_status,
+        ended.status,
         transfer,
     );
     result.fio = got.fio;

@@ -404,19 +404,8 @@ pub fn run_ndctl(
 ) -> Result<NdctlOutcome, SuiteError> {
     let (boots, resolved) = check(req)?;
     let tree = build_ndctl(&req.src)?;
-    let list =
-        std::fs::read_to_string(source_file(NDCTL_PACKAGES)?).map_err(|source| SuiteError::Io {
-            what: format!("reading {NDCTL_PACKAGES}"),
-            source,
-        })?;
-    // The build's own list of the Debian packages holding the libraries it links (ldd +
-    // dpkg -S on the host), so a newer ndctl's libraries reach the guest too.
-    let runtime = std::fs::read_to_string(tree.join("runtime-packages")).unwrap_or_default();
-    let rootfs = crate::rootfs::resolve("debian", Some(&package_list(&list, &runtime)))?;
-    std::fs::create_dir_all(&req.out).map_err(|source| SuiteError::Io {
-        what: format!("creating {}", req.out.display()),
-        source,
-    })?;
+    let rootfs = guest_rootfs(&tree)?;
+    create_dir(&req.out)?;
     // --nfit-test: the test modules, built against the user's kernel, in a module tree of
     // this run's own (the user's --modules is only read).
     let modules = match &resolved {
@@ -433,62 +422,15 @@ pub fn run_ndctl(
         boots: Vec::new(),
         stopped_by: None,
     };
-    'engines: for engine in engines(req)? {
-        let name = engine.name();
-        let engine_dir = req.out.join(name);
-        std::fs::create_dir_all(&engine_dir).map_err(|source| SuiteError::Io {
-            what: format!("creating {}", engine_dir.display()),
-            source,
-        })?;
-        // The default set shows the destructive tests no plan runs, with why.
-        if req.tests.is_empty() && req.nfit_test.is_none() {
-            outcome.rows.extend(ndctl::not_planned_rows(name));
-        }
-        for (i, boot) in boots.iter().enumerate() {
-            let (boot, absent) = match engine {
-                Engine::Qemu => ndctl::without_e820(boot, name, QEMU_NO_LEGACY),
-                // The default set on an emulated CPU: without the tests that would only
-                // meet their time limit (a named test always runs).
-                Engine::Nested if req.tests.is_empty() && req.nfit_test.is_none() => {
-                    ndctl::without_slow(boot, name)
-                }
-                _ => (boot.clone(), Vec::new()),
-            };
-            outcome.rows.extend(absent);
-            if boot.tests.is_empty() {
-                continue;
-            }
-            let dir = ndctl::boot_dir(&engine_dir, i, &boot);
-            let spec = boot_spec(req, engine, &boot, &tree, &rootfs, &dir, modules.as_deref())?;
-            log::info!(
-                "{name}: boot {} of {} ({}): {}",
-                i + 1,
-                boots.len(),
-                boot.shape.name(),
-                boot.argv().join(" ")
-            );
-            let result = crate::run::run_job(&spec)?;
-            if let Ok(json) = serde_json::to_vec_pretty(&result) {
-                let _ = std::fs::write(dir.with_extension("run.json"), json);
-            }
-            let rows = ndctl::rows(&boot, name, &dir.join("ndctl-results"));
-            let b = BootOutcome {
-                engine: name.into(),
-                shape: boot.shape,
-                status: result.status,
-                error: result.error.clone(),
-                wall_seconds: result.wall_seconds,
-                dir: dir.clone(),
-            };
-            on_boot(&b, &rows);
-            outcome.boots.push(b);
-            outcome.rows.extend(rows);
-            // A stop signal ends the whole run, not only its boot (the user asked to stop).
-            if let Some(sig) = stopped_by(&result) {
-                log::warn!("stopped by signal {sig}: the boots after this one do not start");
-                outcome.stopped_by = Some(sig);
-                break 'engines;
-            }
+    let built = Built {
+        tree: &tree,
+        rootfs: &rootfs,
+        modules: modules.as_deref(),
+    };
+    for engine in engines(req)? {
+        run_engine(req, engine, &boots, &built, &mut outcome, &mut on_boot)?;
+        if outcome.stopped_by.is_some() {
+            break;
         }
     }
     let json = serde_json::to_vec_pretty(&outcome).map_err(|e| SuiteError::Io {
@@ -501,6 +443,113 @@ pub fn run_ndctl(
         source,
     })?;
     Ok(outcome)
+}
+
+/// What every boot of the suite takes from the host's builds.
+struct Built<'a> {
+    /// ndctl's built tree.
+    tree: &'a Path,
+    /// The Debian root file system the tests run in.
+    rootfs: &'a Path,
+    /// `--nfit-test`: the test modules.
+    modules: Option<&'a Path>,
+}
+
+fn create_dir(dir: &Path) -> Result<(), SuiteError> {
+    std::fs::create_dir_all(dir).map_err(|source| SuiteError::Io {
+        what: format!("creating {}", dir.display()),
+        source,
+    })
+}
+
+/// The Debian root file system of ndctl's packages and of the libraries the
+/// build links (its own list: ldd + dpkg -S on the host), so a newer ndctl's
+/// libraries reach the guest too.
+fn guest_rootfs(tree: &Path) -> Result<PathBuf, SuiteError> {
+    let list =
+        std::fs::read_to_string(source_file(NDCTL_PACKAGES)?).map_err(|source| SuiteError::Io {
+            what: format!("reading {NDCTL_PACKAGES}"),
+            source,
+        })?;
+    let runtime = std::fs::read_to_string(tree.join("runtime-packages")).unwrap_or_default();
+    Ok(crate::rootfs::resolve(
+        "debian",
+        Some(&package_list(&list, &runtime)),
+    )?)
+}
+
+/// Every boot of the plan on `engine`, its rows and outcome added to
+/// `outcome`; a stop signal ends the whole run (`outcome.stopped_by`), not
+/// only its boot (the user asked to stop).
+fn run_engine(
+    req: &NdctlRequest,
+    engine: Engine,
+    boots: &[ndctl::Boot],
+    built: &Built<'_>,
+    outcome: &mut NdctlOutcome,
+    on_boot: &mut impl FnMut(&BootOutcome, &[ndctl::Row]),
+) -> Result<(), SuiteError> {
+    let name = engine.name();
+    let engine_dir = req.out.join(name);
+    create_dir(&engine_dir)?;
+    // The default set shows the destructive tests no plan runs, with why.
+    if req.tests.is_empty() && req.nfit_test.is_none() {
+        outcome.rows.extend(ndctl::not_planned_rows(name));
+    }
+    for (i, boot) in boots.iter().enumerate() {
+        let (boot, absent) = match engine {
+            Engine::Qemu => ndctl::without_e820(boot, name, QEMU_NO_LEGACY),
+            // The default set on an emulated CPU: without the tests that would only
+            // meet their time limit (a named test always runs).
+            Engine::Nested if req.tests.is_empty() && req.nfit_test.is_none() => {
+                ndctl::without_slow(boot, name)
+            }
+            _ => (boot.clone(), Vec::new()),
+        };
+        outcome.rows.extend(absent);
+        if boot.tests.is_empty() {
+            continue;
+        }
+        let dir = ndctl::boot_dir(&engine_dir, i, &boot);
+        let spec = boot_spec(
+            req,
+            engine,
+            &boot,
+            built.tree,
+            built.rootfs,
+            &dir,
+            built.modules,
+        )?;
+        log::info!(
+            "{name}: boot {} of {} ({}): {}",
+            i + 1,
+            boots.len(),
+            boot.shape.name(),
+            boot.argv().join(" ")
+        );
+        let result = crate::run::run_job(&spec)?;
+        if let Ok(json) = serde_json::to_vec_pretty(&result) {
+            let _ = std::fs::write(dir.with_extension("run.json"), json);
+        }
+        let rows = ndctl::rows(&boot, name, &dir.join("ndctl-results"));
+        let b = BootOutcome {
+            engine: name.into(),
+            shape: boot.shape,
+            status: result.status,
+            error: result.error.clone(),
+            wall_seconds: result.wall_seconds,
+            dir: dir.clone(),
+        };
+        on_boot(&b, &rows);
+        outcome.boots.push(b);
+        outcome.rows.extend(rows);
+        if let Some(sig) = stopped_by(&result) {
+            log::warn!("stopped by signal {sig}: the boots after this one do not start");
+            outcome.stopped_by = Some(sig);
+            return Ok(());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
