@@ -3,7 +3,7 @@
 //!
 //! Each UART remembers when it raised an interrupt the guest has not yet
 //! answered (read the interrupt identification register): pmemvm's
-//! lost-interrupt watch (`vmm::lost_interrupt`) asks it how long that has been.
+//! lost-interrupt watch (`vmm::vstate::lost_interrupt`) asks it how long that has been.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

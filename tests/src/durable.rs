@@ -78,8 +78,8 @@ impl Params {
 
     /// The identity block pmemvm finds at the end of the prepared file (a
     /// fixed serial: the file's bytes are all known in advance).
-    pub fn identity(&self, region: u64, labels: u64) -> vmm::identity::Identity {
-        vmm::identity::Identity {
+    pub fn identity(&self, region: u64, labels: u64) -> vmm::nvdimm::identity::Identity {
+        vmm::nvdimm::identity::Identity {
             serial: 0x1000_0001,
             region_size: region,
             label_size: labels,
@@ -138,10 +138,10 @@ pub fn bytes_lost(path: &Path, want: &[u8]) -> (u64, String) {
     // ranges, unsafe shutdown count, a dirty flag that differs between
     // orderly and killed exits): it must be a valid block, and is otherwise
     // checked by vmm's media tests and nested_media_errors, not here.
-    let media_at = got.len().saturating_sub(vmm::media::BLOCK_SIZE);
-    if vmm::media::State::decode(&got[media_at..]).is_err() {
+    let media_at = got.len().saturating_sub(vmm::nvdimm::media::BLOCK_SIZE);
+    if vmm::nvdimm::media::State::decode(&got[media_at..]).is_err() {
         return (
-            vmm::media::BLOCK_SIZE as u64,
+            vmm::nvdimm::media::BLOCK_SIZE as u64,
             format!("the media-state block at {media_at:#x} is damaged"),
         );
     }

@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use lab::guest_job::ImageDir;
+use lab::guest::guest_job::ImageDir;
 
 use crate::skip::Skip;
 
@@ -87,13 +87,13 @@ pub const NULL_FIO_JOB: &str = "[null]\nioengine=null\nsize=1M\nbs=4k\nrw=write\
 /// The guest image's initramfs `base` with a job appended whose setup script
 /// is `setup` and whose fio job does nothing ([`NULL_FIO_JOB`]).
 pub fn setup_job_initrd(base: &[u8], setup: &str) -> Vec<u8> {
-    let job = lab::guest_job::GuestJob {
+    let job = lab::guest::guest_job::GuestJob {
         fio_job: NULL_FIO_JOB.into(),
         setup: Some(setup.into()),
         args: None,
-        ..lab::guest_job::GuestJob::default()
+        ..lab::guest::guest_job::GuestJob::default()
     }
     .archive()
     .expect("job archive");
-    lab::guest_job::append_to_initrd(base, &job)
+    lab::guest::guest_job::append_to_initrd(base, &job)
 }

@@ -118,7 +118,7 @@ pub fn files_under(dir: &Path) -> Vec<(String, PathBuf)> {
 
 /// The module tree of Debian's stock kernel package `deb` as a user has it after unpacking the
 /// package and running `depmod -b`, cut to what `--modules` packs (the modules of
-/// [`lab::modules::WANTED`] and their dependencies) and the index files: `dir/tree/lib/modules/
+/// [`lab::guest::modules::WANTED`] and their dependencies) and the index files: `dir/tree/lib/modules/
 /// <release>/`. Returns (`dir/tree`, release). Uses `dir/full` as scratch space.
 pub fn debian_module_tree(deb: &Path, dir: &Path) -> Result<(PathBuf, String), String> {
     let full = dir.join("full");
@@ -150,11 +150,12 @@ pub fn debian_module_tree(deb: &Path, dir: &Path) -> Result<(PathBuf, String), S
     let dst = dir.join("tree/lib/modules").join(&release);
     let dep = std::fs::read_to_string(src.join("modules.dep"))
         .map_err(|e| format!("modules.dep of {release}: {e}"))?;
-    let deps = lab::modules::parse_modules_dep(&dep);
-    let mut files: Vec<String> = lab::modules::load_order(&deps, lab::modules::WANTED)
-        .into_iter()
-        .map(|i| deps[i].path.clone())
-        .collect();
+    let deps = lab::guest::modules::parse_modules_dep(&dep);
+    let mut files: Vec<String> =
+        lab::guest::modules::load_order(&deps, lab::guest::modules::WANTED)
+            .into_iter()
+            .map(|i| deps[i].path.clone())
+            .collect();
     files.extend(
         [
             "modules.dep",

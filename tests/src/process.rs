@@ -1,12 +1,12 @@
 //! Child processes of the tests with a time limit: the product's deadline
-//! loop (`lab::nested::wait`, also the L1 of `--engine nested`) for every
+//! loop (`lab::guest::nested::wait`, also the L1 of `--engine nested`) for every
 //! harness (the nested L1, direct runs, QEMU guests of the peer-engine and
 //! table tiers), killing the whole process group at the deadline.
 
 use std::process::{Child, ExitStatus};
 use std::time::Duration;
 
-pub use lab::nested::wait::{kill_group, Waited};
+pub use lab::guest::nested::wait::{kill_group, Waited};
 
 /// Waits for `child` until it exits, the deadline passes, or `watch` (called
 /// about once a second) returns a reason to stop it; the last two kill its
@@ -16,7 +16,7 @@ pub fn wait_watched(
     deadline: Duration,
     watch: impl FnMut() -> Option<String>,
 ) -> std::io::Result<Waited> {
-    lab::nested::wait::wait_watched(child, Some(deadline), watch)
+    lab::guest::nested::wait::wait_watched(child, Some(deadline), watch)
 }
 
 /// Waits for `child`; at the deadline kills its process group and returns

@@ -351,7 +351,7 @@ fn run_with_a_linux_kernel_and_no_initrd_needs_the_image() {
 
 /// Every command that falls back on the guest image says, when it is not there, what it was
 /// needed for and how to get it: one sentence, status 2, nothing changed (one resolver,
-/// `lab::guest_job::image_for`).
+/// `lab::guest::guest_job::image_for`).
 #[test]
 fn a_missing_guest_image_is_one_sentence_naming_what_it_was_for() {
     let dir = TempDir::new("no-image");

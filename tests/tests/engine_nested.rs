@@ -1,6 +1,6 @@
 // test-queue: tcg
 //! Tier 5 through the product: `--engine nested` (pmemvm itself inside a QEMU
-//! TCG L1 with emulated SVM, `lab::nested`) for `run -- CMD`, `run --fio`
+//! TCG L1 with emulated SVM, `lab::guest::nested`) for `run -- CMD`, `run --fio`
 //! and `boot` (`bench`: `engine_nested_api`), each `pmemvm` invocation booting its own L1 here. The
 //! user's backing file stays on the host and holds the guest's bytes
 //! afterwards; results say engine `nested` and functional only; `boot` puts

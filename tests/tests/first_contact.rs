@@ -201,7 +201,7 @@ fn only_the_off_sides_stale_header<'a>(stderr: impl Iterator<Item = &'a str>) ->
         && failed.iter().all(|l| {
             l.split_once(": side ").is_some_and(|(_, rest)| {
                 rest.starts_with("off ")
-                    && lab::report::VerifyObservation::parse("off", 1, rest)
+                    && lab::study::report::VerifyObservation::parse("off", 1, rest)
                         .is_some_and(|o| o.stale_header())
             })
         })
@@ -210,7 +210,7 @@ fn only_the_off_sides_stale_header<'a>(stderr: impl Iterator<Item = &'a str>) ->
 #[test]
 fn readme_first_command_on_a_host_without_qemu() {
     let host = vmm::host::HostKvm::probe();
-    let real_qemu = lab::qemu::find_qemu();
+    let real_qemu = lab::guest::qemu::find_qemu();
     if host.cannot_run_linux() && real_qemu.is_none() {
         skip!("QEMU is not installed here at all, so its install by ./pmemvm cannot be completed (apt-get install qemu-system-x86)");
     }
@@ -299,7 +299,7 @@ fn readme_first_command_on_a_host_without_qemu() {
             // The note's first clause, as the bench's ending prints it.
             run.line_index(&format!(
                 "pmemvm: note: {}:",
-                lab::report::STALE_HEADER_NOTE
+                lab::study::report::STALE_HEADER_NOTE
                     .split(':')
                     .next()
                     .unwrap_or_default()
@@ -410,7 +410,7 @@ fn bench_engine_auto_matches_the_host_kind() {
             // 10 (with --pin 0,1 --memory 1G,thp) its off side's guest
             // triple-faulted once (docs/testing.md, "The hardware-KVM tier";
             // docs/nested-platform.md, "Two vCPUs in the L1, and one L1 per run").
-            let nested = lab::engine::in_nested_l1();
+            let nested = lab::guest::engine::in_nested_l1();
             let (cpus, pin) = if nested { ("1", "0") } else { ("2", "0,1") };
             let out = pmemvm_tests::pmemvm::run(
                 &[

@@ -1,9 +1,9 @@
-//! Smoke run of the `config` fuzz target (devices/fuzz/src/config.rs:
+//! Smoke run of the `config` fuzz target (tests/fuzz/src/config.rs:
 //! `vmm::config::parse_size` and `NvdimmSpec::from_str`) under plain
 //! `cargo test`: the same source file over a deterministic corpus of 10,000
 //! texts built from the pieces these parsers care about.
 
-#[path = "../../devices/fuzz/src/config.rs"]
+#[path = "../fuzz/src/config.rs"]
 mod config;
 
 use pmemvm_tests::rng::Rng;

@@ -1,9 +1,9 @@
-//! Smoke run of the `control` fuzz target (devices/fuzz/src/control.rs: the
+//! Smoke run of the `control` fuzz target (tests/fuzz/src/control.rs: the
 //! control socket's request parser and the VMCOREINFO search of guest
 //! memory) under plain `cargo test`: 10,000 inputs made from real requests
 //! and real notes by truncation, splicing and byte flips.
 
-#[path = "../../devices/fuzz/src/control.rs"]
+#[path = "../fuzz/src/control.rs"]
 mod control;
 
 use pmemvm_tests::rng::Rng;
@@ -66,7 +66,7 @@ fn ten_thousand_requests_and_memory_images_break_nothing() {
                 }
             }
         }
-        if vmm::dump::vmcoreinfo::find(&Mem(&input))
+        if vmm::debug::dump::vmcoreinfo::find(&Mem(&input))
             .ok()
             .flatten()
             .is_some()
@@ -83,7 +83,7 @@ fn ten_thousand_requests_and_memory_images_break_nothing() {
 
 struct Mem<'a>(&'a [u8]);
 
-impl vmm::dump::elf::Ram for Mem<'_> {
+impl vmm::debug::dump::elf::Ram for Mem<'_> {
     fn ranges(&self) -> Vec<(u64, u64)> {
         vec![(0x1000, self.0.len() as u64)]
     }

@@ -1,10 +1,10 @@
-//! Smoke run of the `get_archive` fuzz target (devices/fuzz/src/get_archive.rs:
+//! Smoke run of the `get_archive` fuzz target (tests/fuzz/src/get_archive.rs:
 //! the decoder of the tar archive a guest writes for `pmemvm run --get`) under
 //! plain `cargo test`: 6,000 inputs made from real tar archives (names inside,
 //! beside and escaping the asked paths, long GNU names) by truncation and
 //! byte flips.
 
-#[path = "../../devices/fuzz/src/get_archive.rs"]
+#[path = "../fuzz/src/get_archive.rs"]
 mod get_archive;
 
 use pmemvm_tests::rng::Rng;

@@ -1,8 +1,8 @@
-//! Smoke run of the `verify_line` fuzz target (devices/fuzz/src/verify_line.rs: the reader of
+//! Smoke run of the `verify_line` fuzz target (tests/fuzz/src/verify_line.rs: the reader of
 //! fio's verify error as a guest sends it) under plain `cargo test`: 20,000 inputs made from
 //! fio 3.33's own verify lines by truncation, byte flips, splices and number swaps.
 
-#[path = "../../devices/fuzz/src/verify_line.rs"]
+#[path = "../fuzz/src/verify_line.rs"]
 mod verify_line;
 
 use pmemvm_tests::rng::Rng;
@@ -58,7 +58,7 @@ fn verify_line_reader_survives_mutated_fio_lines() {
         }
         verify_line::run(&line);
         read += u32::from(
-            lab::report::VerifyObservation::parse("off", 3, &String::from_utf8_lossy(&line))
+            lab::study::report::VerifyObservation::parse("off", 3, &String::from_utf8_lossy(&line))
                 .is_some(),
         );
     }

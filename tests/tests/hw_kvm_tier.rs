@@ -179,7 +179,7 @@ fn passed_count(log: &str) -> Option<usize> {
 fn run_in_one_l1(
     tier: &[&TierBinary],
     built: &HashMap<String, PathBuf>,
-    image: &lab::guest_job::ImageDir,
+    image: &lab::guest::guest_job::ImageDir,
 ) -> Vec<String> {
     let root = workspace_root();
     let mut vm = NestedVm::new()

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use lab::guest_job::{self, GuestJob, GuestReport, ImageDir};
-use lab::qemu::{opt_escape, QemuAccel, QemuCommand, QemuMachine};
+use lab::guest::guest_job::{self, GuestJob, GuestReport, ImageDir};
+use lab::guest::qemu::{opt_escape, QemuAccel, QemuCommand, QemuMachine};
 use std::os::unix::process::CommandExt;
 use vmm::config::NvdimmSpec;
 

@@ -23,7 +23,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// The last online host CPU (vCPU 0 is pinned there, the VMM's threads elsewhere).
 fn last_online_cpu() -> u32 {
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-    vmm::placement::parse_cpu_list(&online)
+    vmm::memory::placement::parse_cpu_list(&online)
         .unwrap()
         .into_iter()
         .max()
@@ -197,7 +197,7 @@ fn huge_pages_pinning_and_node_binding_are_what_proc_shows() {
         .iter()
         .filter(|(c, _)| !c.starts_with("vcpu") && !c.starts_with("kvm"))
     {
-        let cpus = vmm::placement::parse_cpu_list(allowed).unwrap_or_default();
+        let cpus = vmm::memory::placement::parse_cpu_list(allowed).unwrap_or_default();
         assert!(
             !cpus.contains(&cpu) || cpus == [cpu],
             "thread {comm} may run on the vCPU's CPU {cpu}: {allowed}"
@@ -229,7 +229,7 @@ fn run_record_states_the_machine_and_measured_page_sizes() {
     // The guest must have touched both DIMMs before the watchdog ends it: 2 s on a host,
     // more inside a loaded nested L1 (under TCG; one CI run saw the second DIMM untouched,
     // resident 0, after 2 s there).
-    let timeout = if lab::engine::in_nested_l1() {
+    let timeout = if lab::guest::engine::in_nested_l1() {
         "15"
     } else {
         "2"
@@ -373,7 +373,7 @@ fn bad_placement_and_huge_page_input_is_one_sentence_and_status_2() {
     let file = dir.join("never.img");
     let dimm = format!("16M,file={}", file.display());
     let offline = (last_online_cpu() + 1).to_string();
-    let free = vmm::hugepages::free_huge_pages();
+    let free = vmm::memory::hugepages::free_huge_pages();
     let too_much = format!("{}M,hugepages", (free + 1) * 2 + 16);
     // A labelled DIMM on hugetlbfs larger than the free huge pages (its labels are fine now).
     let on_hugetlbfs = format!(
@@ -525,7 +525,7 @@ fn ring3_ratio_guest_runs_its_loop_in_ring_3_and_reports_every_mode() {
     let mut cycles = [u64::MAX; 5];
     let mut outcome = None;
     for _ in 0..3 {
-        let vm = vmm::vm::Vm::build(&config).unwrap();
+        let vm = vmm::vstate::vm::Vm::build(&config).unwrap();
         let mem = vm.memory().clone();
         for (i, v) in [size, size / 64 - 1, 20_000, 2_000].into_iter().enumerate() {
             mem.write_obj(v, GuestAddress(0x20_0000 + 8 * i as u64))

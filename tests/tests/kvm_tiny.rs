@@ -130,7 +130,10 @@ fn nvdimm_bytes_reach_the_file_and_host_bytes_reach_the_guest() {
     // pmemvm wrote the DIMM's identity into the zero page at the end.
     let tail: [u8; 4096] = after[16 << 20..].try_into().unwrap();
     assert!(
-        matches!(vmm::identity::parse(&tail), vmm::identity::Block::Valid(_)),
+        matches!(
+            vmm::nvdimm::identity::parse(&tail),
+            vmm::nvdimm::identity::Block::Valid(_)
+        ),
         "no identity page written"
     );
     assert!(
@@ -353,8 +356,8 @@ fn tiny_path(name: &str) -> Result<String, Skip> {
 fn a_vcpu_that_cannot_start_leaves_no_vcpu_running() {
     let halt = require!(tiny_path("halt"));
     let _one = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
-    let vm = vmm::vm::Vm::build(&config(&halt, 2)).expect("build");
-    let opts = vmm::run_loop::RunOptions {
+    let vm = vmm::vstate::vm::Vm::build(&config(&halt, 2)).expect("build");
+    let opts = vmm::vstate::run_loop::RunOptions {
         timeout: None,
         faults: vmm::fault::Faults {
             vcpu_spawn_fails: Some(1),
@@ -402,16 +405,16 @@ fn a_signal_ends_only_its_own_vm_and_runs_leave_no_threads() {
         // while the VM runs, so it is read by the VM's signalfd.
         unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), me, libc::SIGINT) };
     });
-    let first = vmm::vm::Vm::build(&config(&halt, 1))
+    let first = vmm::vstate::vm::Vm::build(&config(&halt, 1))
         .expect("build")
         .run()
         .expect("run");
     kicker.join().expect("kicker");
     assert_eq!(vmm::exit_status::for_request(&first.reason), 130);
     // The next VM in the same process is not ended by the old signal.
-    let second = vmm::vm::Vm::build(&config(&hello, 1))
+    let second = vmm::vstate::vm::Vm::build(&config(&hello, 1))
         .expect("build")
-        .run_with(vmm::run_loop::RunOptions {
+        .run_with(vmm::vstate::run_loop::RunOptions {
             timeout: Some(Duration::from_secs(3600)),
             ..Default::default()
         })

@@ -1,5 +1,5 @@
 // test-queue: tcg
-//! The stall diagnosis of `--engine nested` (`lab::nested::stall`) against a
+//! The stall diagnosis of `--engine nested` (`lab::guest::nested::stall`) against a
 //! real QEMU: the L1's command line carries a monitor socket beside its
 //! console, and a stopped L1 is described by its vCPUs (registers, local
 //! APIC) and QEMU's threads before it is killed. The machine here is QEMU
@@ -11,10 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use lab::nested::l1::{l1_command, L1Options};
-use lab::nested::stall;
-use lab::nested::L1Image;
-use lab::qemu::{QemuAccel, QemuCommand};
+use lab::guest::nested::l1::{l1_command, L1Options};
+use lab::guest::nested::stall;
+use lab::guest::nested::L1Image;
+use lab::guest::qemu::{QemuAccel, QemuCommand};
 use pmemvm_tests::nested::find_qemu;
 use pmemvm_tests::pmemvm::TempDir;
 use pmemvm_tests::require;
@@ -83,7 +83,7 @@ fn a_triple_fault_is_told_from_a_power_off_by_the_reset_log() {
     let firmware = dir.join("triple.bin");
     std::fs::write(&firmware, &bios).expect("write the firmware");
     let console = dir.join("console");
-    let log = lab::nested::l1::reset_log(&console);
+    let log = lab::guest::nested::l1::reset_log(&console);
     let mut q = QemuCommand::new(&qemu, QemuAccel::Tcg, "max,vendor=AuthenticAMD");
     q.memory("64M").serial_file(&console).log_resets(&log);
     let mut cmd = q.into_command();
@@ -100,7 +100,7 @@ fn a_triple_fault_is_told_from_a_power_off_by_the_reset_log() {
         "-no-reboot ends a reset with status 0"
     );
     let text = std::fs::read_to_string(&log).expect("the reset log");
-    let cause = lab::nested::l1::reset_cause(&text)
+    let cause = lab::guest::nested::l1::reset_cause(&text)
         .unwrap_or_else(|| panic!("no triple fault in:\n{text}"));
     assert!(cause.contains("triple fault"), "{cause}");
 }
@@ -167,7 +167,7 @@ fn a_halted_machine_is_described_by_its_vcpus_and_qemus_threads() {
 fn a_silent_l1_is_sent_a_key_event_and_goes_on() {
     use pmemvm_tests::nested::{Mode, NestedVm};
     let vm = require!(NestedVm::nested()).deadline(Duration::from_secs(240));
-    let wait = lab::nested::heartbeat::KICK_AFTER.as_secs() + 25;
+    let wait = lab::guest::nested::heartbeat::KICK_AFTER.as_secs() + 25;
     let script = format!(
         "kbd() {{ awk '/i8042/ {{ s = 0; for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) s += $i; print s; exit }}' /proc/interrupts; }}; \
          before=$(kbd); \

@@ -37,9 +37,9 @@ fn ready(vcpus: usize) -> Result<(PathBuf, TcgGuard), Skip> {
         .arg("--version")
         .output()
         .ok()
-        .and_then(|o| lab::qemu::parse_version(&String::from_utf8_lossy(&o.stdout)));
+        .and_then(|o| lab::guest::qemu::parse_version(&String::from_utf8_lossy(&o.stdout)));
     assert!(
-        version.is_some_and(|v| v >= lab::qemu::NESTED_QEMU_MIN),
+        version.is_some_and(|v| v >= lab::guest::qemu::NESTED_QEMU_MIN),
         "{} is QEMU {version:?}: the nested gdb tests need QEMU 10 or newer (tests/run.sh \
          names one in PMEMVM_QEMU_10; guest-images/lib/qemu-install.sh --unpack DIR prints one)",
         qemu.display()

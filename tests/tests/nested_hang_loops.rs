@@ -34,7 +34,7 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use lab::guest_job::parse_channel;
+use lab::guest::guest_job::parse_channel;
 use pmemvm_tests::image::setup_job_initrd;
 use pmemvm_tests::nested::{find_qemu_10, guest_image, workspace_root, NestedVm};
 use pmemvm_tests::require;
@@ -251,7 +251,7 @@ fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
         None => None, // direct mode: no L1, no QEMU
     };
     if let Some(q) = &qemu {
-        if let Some(w) = lab::qemu::nested_qemu_warning(q) {
+        if let Some(w) = lab::guest::qemu::nested_qemu_warning(q) {
             panic!(
                 "{}: {w}; set PMEMVM_QEMU_10 to a QEMU 10 (guest-images/lib/qemu-install.sh --unpack DIR prints one)",
                 q.display()

@@ -136,7 +136,7 @@ fn hung_command_is_killed_at_the_deadline() {
 // PMEMVM_BIN) and the guest image (guest-images/out or PMEMVM_IMAGE_DIR);
 // they skip with a reason until both exist.
 
-use lab::guest_job::{append_to_initrd, parse_channel, GuestJob};
+use lab::guest::guest_job::{append_to_initrd, parse_channel, GuestJob};
 
 /// A fio job that touches no device: the tests below are about boot, exit
 /// status and the NVDIMM, which `setup.sh` exercises before fio runs.

@@ -35,7 +35,7 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use lab::guest_job::{parse_channel, GuestReport};
+use lab::guest::guest_job::{parse_channel, GuestReport};
 use pmemvm_tests::image::setup_job_initrd;
 use pmemvm_tests::nested::{guest_image, workspace_root, NestedVm};
 use pmemvm_tests::require;

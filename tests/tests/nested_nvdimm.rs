@@ -7,7 +7,7 @@
 use std::fs;
 use std::time::Duration;
 
-use lab::guest_job::{parse_channel, GuestReport};
+use lab::guest::guest_job::{parse_channel, GuestReport};
 use pmemvm_tests::image::setup_job_initrd;
 use pmemvm_tests::nested::{guest_image, NestedVm};
 use pmemvm_tests::require;
@@ -110,7 +110,7 @@ fn fsdax_namespace_survives_a_second_run_and_deep_flush_syncs() {
     let block: [u8; 4096] = backing[backing.len() - 4096..]
         .try_into()
         .expect("identity page");
-    let vmm::identity::Block::Valid(id) = vmm::identity::parse(&block) else {
+    let vmm::nvdimm::identity::Block::Valid(id) = vmm::nvdimm::identity::parse(&block) else {
         panic!("no identity block at the end of pm0.img\n{ctx}");
     };
     let serial = format!("{:08x}", id.serial.swap_bytes());

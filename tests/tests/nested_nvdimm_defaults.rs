@@ -32,7 +32,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lab::guest_job::{parse_channel, GuestReport};
+use lab::guest::guest_job::{parse_channel, GuestReport};
 use pmemvm_tests::image::setup_job_initrd;
 use pmemvm_tests::label_trace::label_writes_synced;
 use pmemvm_tests::nested::{guest_image, workspace_root, NestedVm};
@@ -200,8 +200,8 @@ fn serial_of(path: &Path) -> u32 {
     let len = f.metadata().unwrap().len();
     let mut block = [0u8; 4096];
     f.read_exact_at(&mut block, len - 4096).unwrap();
-    match vmm::identity::parse(&block) {
-        vmm::identity::Block::Valid(id) => id.serial,
+    match vmm::nvdimm::identity::parse(&block) {
+        vmm::nvdimm::identity::Block::Valid(id) => id.serial,
         other => panic!("{}: no identity ({other:?})", path.display()),
     }
 }

@@ -6,7 +6,7 @@
 use std::fs;
 use std::time::Duration;
 
-use lab::guest_job::{parse_channel, GuestReport};
+use lab::guest::guest_job::{parse_channel, GuestReport};
 use pmemvm_tests::nested::setup_boot::with_setup_image;
 use pmemvm_tests::nested::{guest_image, Mode, NestedError, NestedVm, RunOutput};
 use pmemvm_tests::require;

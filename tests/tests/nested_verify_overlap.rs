@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use lab::report::VerifyObservation;
+use lab::study::report::VerifyObservation;
 use pmemvm_tests::nested::setup_boot::{boot_argv, with_setup_image, SetupBoot};
 use pmemvm_tests::nested::NestedVm;
 use pmemvm_tests::require;

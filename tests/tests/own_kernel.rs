@@ -57,7 +57,8 @@ fn kconfig_check_accepts_the_modular_kernel_and_says_its_modules_need_modules() 
 #[test]
 fn the_module_tree_packs_decompressed_in_dependency_order() {
     let k = require!(modular_kernel());
-    let tree = lab::modules::ModuleTree::open(&k.modules, &k.bz_image).expect("open the tree");
+    let tree =
+        lab::guest::modules::ModuleTree::open(&k.modules, &k.bz_image).expect("open the tree");
     assert_eq!(tree.release, k.release);
     let t0 = std::time::Instant::now();
     let files = tree.pack().expect("pack the tree");

@@ -33,7 +33,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use acpi::{build_tables, nfit_handle, DsmTransport, MachineDescription, NvdimmDescription};
-use lab::qemu::{opt_escape, QemuAccel, QemuCommand};
+use lab::guest::qemu::{opt_escape, QemuAccel, QemuCommand};
 use pmemvm_tests::nested::{cache_dir, find_qemu, prepare_l1, NestedError};
 use pmemvm_tests::process::wait_with_deadline;
 use pmemvm_tests::require;

@@ -3,7 +3,7 @@
 //! 20,000 times while its other vCPUs store to the DIMM, with and without
 //! `record=`, with 1 and 4 vCPUs, three runs each. A recorded flush reads
 //! KVM's dirty log and copies the dirty pages with every other vCPU kicked
-//! out of the guest and held ([`vmm::record::instant`]), so its cost grows
+//! out of the guest and held ([`vmm::nvdimm::record::instant`]), so its cost grows
 //! with the vCPUs that must stop.
 //!
 //! Flushes per second = 20,000 / (time of a run with them − time of a run

@@ -10,7 +10,7 @@ use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 
 use pmemvm_tests::pmemvm::TempDir;
-use vmm::record::log::{self, EpochHead, FlushLog, Header};
+use vmm::nvdimm::record::log::{self, EpochHead, FlushLog, Header};
 
 const GIB: u64 = 1 << 30;
 const PAGE: u64 = log::PAGE as u64;

@@ -12,12 +12,12 @@ use devices::platform_events::{PlatformEventPort, PlatformEvents};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::config::NvdimmSpec;
-use crate::identity;
 use crate::layout;
+use crate::nvdimm::identity;
 use devices::bus::BusError;
 
 use crate::config::ConfigError;
-use crate::dimm::Nvdimm;
+use crate::nvdimm::dimm::Nvdimm;
 
 /// Errors of describing the machine and installing its tables.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,7 @@ pub struct PlacedNvdimm<'a> {
     /// Guest physical base.
     pub base: u64,
     /// NFIT serial: from the backing file's identity block, or `None` for
-    /// an order-based one ([`crate::identity::order_serial`]).
+    /// an order-based one ([`crate::nvdimm::identity::order_serial`]).
     pub serial: Option<u32>,
     /// Guest NUMA node (= SRAT proximity domain), from
     /// [`crate::config::resolve_nodes`].
@@ -284,7 +284,7 @@ pub fn install(
                 d.label_size,
                 d.readonly,
             )
-            .through_mapping(n.backing.fs == crate::hugepages::FsKind::Hugetlbfs)
+            .through_mapping(n.backing.fs == crate::memory::hugepages::FsKind::Hugetlbfs)
             .store_gate(n.recorder.as_ref().map(|r| r.store_gate())),
         );
         handler.add_media(n.media.clone());

@@ -101,7 +101,7 @@ pub fn open_all(specs: &[DiskSpec]) -> Result<Vec<OpenDisk>, DiskError> {
             if file.metadata().map_err(open)?.is_dir() {
                 return Err(DiskError::Directory(spec.path.clone()));
             }
-            if !crate::backing::try_lock(&file, spec.readonly).map_err(open)? {
+            if !crate::memory::backing::try_lock(&file, spec.readonly).map_err(open)? {
                 return Err(DiskError::Locked(spec.path.clone()));
             }
             Ok(OpenDisk {
@@ -132,7 +132,7 @@ pub struct AttachedDisk {
     /// Its counters.
     pub stats: Arc<BlockStats>,
     /// Its interrupt, for the lost-interrupt watch.
-    pub line: crate::lost_interrupt::Line,
+    pub line: crate::vstate::lost_interrupt::Line,
 }
 
 /// What [`attach_all`] wires each disk to: its interrupt and, where the host
@@ -198,7 +198,7 @@ where
         let dev = Arc::new(Mutex::new(transport));
         mmio.insert(dev, mmio_base(i), MMIO_DEVICE_SIZE)
             .map_err(|e| attach(e.to_string()))?;
-        let line = crate::lost_interrupt::Line {
+        let line = crate::vstate::lost_interrupt::Line {
             name: format!("virtio disk {i} ({})", d.spec.path.display()),
             irq: gsi,
             device: Arc::new(Mutex::new(shared)),

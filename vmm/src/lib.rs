@@ -18,52 +18,24 @@
 
 pub mod acpi_setup;
 pub mod api;
-pub mod backing;
 pub mod boot;
 pub mod config;
 pub mod console;
-pub mod cpu;
-pub mod cpu_state;
-pub mod dimm;
-pub mod dimm_fault;
+pub mod debug;
 pub mod disk;
-pub mod dma_memory;
-pub mod dump;
-pub mod exit_owner;
 pub mod exit_status;
-pub mod exit_sync;
 pub mod fault;
-pub mod gdb;
 pub mod host;
-pub mod hotplug;
-pub mod hugepages;
-pub mod identity;
-pub mod label_index;
 pub mod layout;
-pub mod lost_interrupt;
-pub mod mce;
-pub mod media;
 pub mod memory;
-pub mod memory_placement;
+pub mod nvdimm;
 pub mod owner_socket;
-pub mod placement;
 pub mod pvpanic;
-pub mod record;
-mod run_end;
-pub mod run_loop;
-pub(crate) mod services;
 pub mod signals;
-pub mod stack_scan;
 pub mod stats;
-pub mod symbols;
 pub mod tcp_peer;
 pub mod tty;
-pub mod vcpu;
-mod vcpu_exits;
-mod vcpu_failure;
-pub mod vcpu_status;
-pub mod vcpu_threads;
-pub mod vm;
+pub mod vstate;
 
 /// Unit tests that map and touch megabytes, or measure this process's RSS,
 /// take this lock, so one's allocation does not show in another's figures.

@@ -20,7 +20,7 @@ use std::time::Duration;
 use devices::exit::{ExitNotifier, ExitRequest};
 use kvm_ioctls::VcpuFd;
 
-use crate::dump::Dumper;
+use crate::debug::dump::Dumper;
 
 /// Event bit: the guest panicked.
 pub const PANICKED: u8 = 1;

@@ -11,7 +11,7 @@
 //! * **The kick signal** (SIGRTMIN) interrupts a vCPU thread's `KVM_RUN`. Its
 //!   handler (installed with vmm-sys-util's `register_signal_handler`, sent
 //!   with its `Killable`) sets the interrupted thread's own `immediate_exit`
-//!   through a thread-local pointer to its `kvm_run` (see [`crate::vcpu`]), so
+//!   through a thread-local pointer to its `kvm_run` (see [`crate::vstate::vcpu`]), so
 //!   a kick that lands just before the thread enters `KVM_RUN` still makes it
 //!   return at once — one kick is enough, there is no re-kick loop.
 //!

@@ -139,7 +139,7 @@ pub struct DimmCounters {
     pub flush: Arc<FlushStats>,
     /// Its memory slots around poisoned pages (`mce=on`), which count the
     /// machine checks raised.
-    pub poison: Option<Arc<crate::mce::PoisonSlots>>,
+    pub poison: Option<Arc<crate::nvdimm::mce::PoisonSlots>>,
 }
 
 /// Per-DIMM flush statistics for reports.

@@ -186,7 +186,7 @@ mod tests {
             run_dir: "/tmp/x".into(),
             console: String::new(),
         };
-        let fault = lab::nested::l1::reset_cause("Triple fault\n").expect("a cause");
+        let fault = lab::guest::nested::l1::reset_cause("Triple fault\n").expect("a cause");
         assert!(l1_broke(&no_status(&format!("exit status: 0; {fault}"))));
         // A power-off or a QEMU error without a logged triple fault is a result.
         assert!(!l1_broke(&no_status("exit status: 0")));
@@ -318,7 +318,7 @@ mod tests {
         let reset = format!(
             "pmemvm: --engine nested: the L1 VM stopped without reporting the command's exit \
              status (QEMU exit status: 0; {}, which -no-reboot turned into QEMU's exit)",
-            lab::nested::l1::reset_cause("Triple fault\n").expect("a cause")
+            lab::guest::nested::l1::reset_cause("Triple fault\n").expect("a cause")
         );
         let (runs, last, notes) = run(vec![reset, "passed".into()]);
         assert_eq!((runs, last.as_str()), (2, "passed"));

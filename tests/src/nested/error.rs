@@ -32,7 +32,7 @@ pub enum NestedError {
     },
     /// The product's L1 code failed (copying a binary's libraries, writing the command).
     #[error(transparent)]
-    Product(#[from] lab::nested::NestedError),
+    Product(#[from] lab::guest::nested::NestedError),
     /// The deadline passed; QEMU (or the direct command) was killed.
     #[error(
         "the command did not finish within {deadline:?} and was killed \

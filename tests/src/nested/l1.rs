@@ -1,12 +1,12 @@
 //! The L1 machine of nested mode — prepared, started and read by the
-//! product's `lab::nested` (the same code as `--engine nested`) — and the host
+//! product's `lab::guest::nested` (the same code as `--engine nested`) — and the host
 //! lookups every harness shares (QEMU, the pmemvm binary, the guest image).
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use lab::nested::L1Image;
+pub use lab::guest::nested::L1Image;
 
 use super::{unavailable, NestedError};
 use crate::skip::Skip;
@@ -63,7 +63,7 @@ pub fn find_qemu() -> Result<PathBuf, Skip> {
     if let Some(q) = std::env::var_os("PMEMVM_QEMU").filter(|q| !q.is_empty()) {
         return user_binary("PMEMVM_QEMU", PathBuf::from(q));
     }
-    lab::qemu::find_qemu().ok_or_else(|| {
+    lab::guest::qemu::find_qemu().ok_or_else(|| {
         Skip::new("qemu-system-x86_64 not found (install the Debian package qemu-system-x86)")
     })
 }
@@ -92,19 +92,21 @@ pub fn find_pmemvm() -> Result<PathBuf, Skip> {
 pub use crate::image::guest_image;
 
 /// Prepares (or finds cached) the L1 kernel and initramfs with the
-/// product's `lab::nested::prepare_l1` in [`cache_dir`]. A missing tool is
+/// product's `lab::guest::nested::prepare_l1` in [`cache_dir`]. A missing tool is
 /// [`NestedError::Unavailable`] (a skip); an unreachable Debian archive or a
 /// missing package fails the test.
 pub fn prepare_l1() -> Result<L1Image, NestedError> {
-    match lab::nested::prepare_l1(&cache_dir()) {
+    match lab::guest::nested::prepare_l1(&cache_dir()) {
         Ok(l1) => Ok(l1),
-        Err(e @ lab::nested::NestedError::MissingTool { .. }) => {
+        Err(e @ lab::guest::nested::NestedError::MissingTool { .. }) => {
             Err(unavailable(format!("cannot prepare the L1 VM: {e}")))
         }
-        Err(lab::nested::NestedError::Prepare { message, stderr }) => Err(NestedError::Prepare {
-            status: message,
-            stderr,
-        }),
+        Err(lab::guest::nested::NestedError::Prepare { message, stderr }) => {
+            Err(NestedError::Prepare {
+                status: message,
+                stderr,
+            })
+        }
         Err(e) => Err(NestedError::Product(e)),
     }
 }

@@ -12,7 +12,7 @@
 //!   files it writes (NVDIMM backing files, JSON results) are on the host
 //!   afterwards. The L1 — its kernel and initramfs (`guest-images/l1/`,
 //!   cached in [`cache_dir`]), its QEMU command line, the share's layout, the
-//!   run with its heartbeat watch — is the product's `lab::nested`, the same
+//!   run with its heartbeat watch — is the product's `lab::guest::nested`, the same
 //!   code as `--engine nested`. Timing under TCG is functional only.
 //! * **Direct** (hosts whose `/proc/cpuinfo` has `vmx` or `svm` and whose
 //!   `/dev/kvm` opens): the same command runs on the host in a temporary
@@ -48,9 +48,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lab::nested::l1::{l1_command, L1Options};
-use lab::nested::l1_run::{run_l1, L1Failure};
-use lab::nested::share::{install_binary, write_command};
+use lab::guest::nested::l1::{l1_command, L1Options};
+use lab::guest::nested::l1_run::{run_l1, L1Failure};
+use lab::guest::nested::share::{install_binary, write_command};
 
 mod breakdown;
 mod error;
@@ -74,8 +74,8 @@ pub use l1::{
     cache_dir, find_pmemvm, find_qemu, find_qemu_10, guest_image, host_has_hw_virt, prepare_l1,
     L1Image,
 };
-pub use lab::nested::share::tail;
-pub use lab::nested::{ALIVE_MARKER, ERROR_MARKER, INIT_MARKER, RUN_MARKER, STATUS_MARKER};
+pub use lab::guest::nested::share::tail;
+pub use lab::guest::nested::{ALIVE_MARKER, ERROR_MARKER, INIT_MARKER, RUN_MARKER, STATUS_MARKER};
 use run_dir::{FileSource, RunDir};
 
 /// What a test of `pmemvm ... --engine nested` needs before it runs: QEMU,
@@ -101,7 +101,7 @@ pub const DEFAULT_L1_MEMORY_MIB: u32 = 3072;
 /// (soft lockup in `smp_call_function_many_cond`, seen in a CI dry run); with
 /// one L1 CPU there is no such call, and L2 guests can still have several vCPUs.
 pub const DEFAULT_L1_CPUS: u32 = 1;
-pub(crate) use lab::nested::{CONSOLE_TAIL_LINES, L1_DIR};
+pub(crate) use lab::guest::nested::{CONSOLE_TAIL_LINES, L1_DIR};
 
 /// Where the command runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +137,7 @@ pub struct NestedVm {
     files: Vec<(String, FileSource)>,
     binaries: Vec<(String, PathBuf)>,
     env: Vec<(String, String)>,
-    mounts: Vec<lab::nested::l1::Mount>,
+    mounts: Vec<lab::guest::nested::l1::Mount>,
 }
 
 impl NestedVm {
@@ -286,7 +286,7 @@ impl NestedVm {
         assert!(dir.is_absolute(), "{} is not absolute", dir.display());
         if self.mode == Mode::Nested {
             let tag = format!("host{}", self.mounts.len());
-            self.mounts.push(lab::nested::l1::Mount {
+            self.mounts.push(lab::guest::nested::l1::Mount {
                 tag,
                 host_dir: dir.to_path_buf(),
                 l1_dir: dir.display().to_string(),

@@ -32,7 +32,7 @@ pub struct RunOutput {
     /// The L1 kernel package (nested mode).
     pub l1_kernel: Option<String>,
     /// Each time the L1 fell silent and was sent a key event to wake it
-    /// (`lab::nested::stall::kick`; nested mode).
+    /// (`lab::guest::nested::stall::kick`; nested mode).
     pub l1_wakeups: Vec<String>,
     pub(super) _run_dir: RunDir,
 }
@@ -75,7 +75,7 @@ impl RunOutput {
         let _ = std::fs::remove_dir_all(&dir);
         let _ = std::fs::create_dir_all(&dir);
         let _ = std::fs::write(dir.join(channel), &bytes);
-        let files = match lab::guest_job::parse_channel(&bytes) {
+        let files = match lab::guest::guest_job::parse_channel(&bytes) {
             Ok(r) => r.files,
             Err(e) => {
                 eprintln!("{keep}: the guest's report does not parse: {e}");

@@ -6,7 +6,9 @@
 use std::fs;
 use std::path::Path;
 
-use lab::guest_job::{append_to_initrd, parse_channel, GuestJob, GuestReport, SETUP_LOG_FRAME};
+use lab::guest::guest_job::{
+    append_to_initrd, parse_channel, GuestJob, GuestReport, SETUP_LOG_FRAME,
+};
 
 use super::{guest_image, NestedError, NestedVm, RunOutput};
 
@@ -41,7 +43,7 @@ pub fn with_setup_image(vm: NestedVm, kernel: &str, setup: &str) -> Result<Neste
 pub fn boot_line(name: &str, machine: &str, append: &str) -> String {
     let words: Vec<String> = boot_argv(name, machine, append)
         .iter()
-        .map(|w| lab::nested::share::shell_quote(w))
+        .map(|w| lab::guest::nested::share::shell_quote(w))
         .collect();
     format!("{}; echo {name}-status=$?", words.join(" "))
 }

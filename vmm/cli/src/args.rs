@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use lab::run::Engine;
+use lab::guest::run::Engine;
 use vmm::config::{self, LegacyPmemSpec, NvdimmSpec};
 
 /// `pmemvm report`.
@@ -76,18 +76,18 @@ pub(crate) fn parse_cpus(s: &str) -> Result<u8, String> {
     }
 }
 
-fn parse_memory(s: &str) -> Result<vmm::hugepages::MemorySpec, String> {
+fn parse_memory(s: &str) -> Result<vmm::memory::hugepages::MemorySpec, String> {
     s.parse()
 }
 
-fn parse_pin(s: &str) -> Result<vmm::placement::Placement, String> {
-    vmm::placement::Placement::parse(Some(s), None).map_err(|e| e.to_string())
+fn parse_pin(s: &str) -> Result<vmm::memory::placement::Placement, String> {
+    vmm::memory::placement::Placement::parse(Some(s), None).map_err(|e| e.to_string())
 }
 
 impl MachineArgs {
     /// The host placement these options ask for.
-    pub fn placement(&self) -> vmm::placement::Placement {
-        vmm::placement::Placement {
+    pub fn placement(&self) -> vmm::memory::placement::Placement {
+        vmm::memory::placement::Placement {
             host_node: self.host_node,
             ..self.pin.clone().unwrap_or_default()
         }
@@ -121,7 +121,7 @@ impl MachineArgs {
         } = m;
         self.cpus = cpus;
         self.host_node = placement.host_node;
-        self.pin = (!placement.pin.is_empty()).then_some(vmm::placement::Placement {
+        self.pin = (!placement.pin.is_empty()).then_some(vmm::memory::placement::Placement {
             host_node: None,
             ..placement
         });
@@ -178,11 +178,11 @@ pub struct MachineArgs {
     /// Guest RAM (K, M, G, T suffixes); `,hugepages` backs it with 2 MiB
     /// hugetlb pages (reserved up front), `,thp` asks for transparent huge pages.
     #[arg(long, default_value = "512M", value_parser = parse_memory, value_name = "SIZE[,hugepages|,thp]")]
-    pub memory: vmm::hugepages::MemorySpec,
+    pub memory: vmm::memory::hugepages::MemorySpec,
     /// Pin vCPU i to the i-th host CPU of this list (e.g. 2,3 or 4-7); the
     /// VMM's other threads then run on the remaining CPUs.
     #[arg(long, value_parser = parse_pin, value_name = "CPULIST")]
-    pub pin: Option<vmm::placement::Placement>,
+    pub pin: Option<vmm::memory::placement::Placement>,
     /// Bind guest RAM and every NVDIMM mapping to this host NUMA node (strict).
     #[arg(long, value_name = "N")]
     pub host_node: Option<u32>,
@@ -290,7 +290,7 @@ pub struct BootArgs {
     /// ADDR` in gdb): HOST:PORT on loopback (127.0.0.1:1234, :1234), a Unix
     /// socket path (owner-only), or a serial device under /dev.
     #[arg(long, value_name = "ADDR", value_parser = parse_gdb)]
-    pub gdb: Option<vmm::gdb::GdbAddr>,
+    pub gdb: Option<vmm::debug::gdb::GdbAddr>,
     /// With --gdb: hold the vCPUs until a debugger attaches (QEMU's -S).
     #[arg(long, requires = "gdb")]
     pub gdb_wait: bool,
@@ -318,16 +318,16 @@ pub struct ControlArgs {
     pub dump_on_panic: Option<PathBuf>,
 }
 
-fn parse_gdb(s: &str) -> Result<vmm::gdb::GdbAddr, String> {
-    vmm::gdb::GdbAddr::parse(s).map_err(|e| e.to_string())
+fn parse_gdb(s: &str) -> Result<vmm::debug::gdb::GdbAddr, String> {
+    vmm::debug::gdb::GdbAddr::parse(s).map_err(|e| e.to_string())
 }
 
 /// Refuses `--gdb HOST:PORT` beyond loopback without `--gdb-any-address`;
 /// asked first, so a refusal changes nothing.
 pub fn check_gdb(
-    gdb: Option<&vmm::gdb::GdbAddr>,
+    gdb: Option<&vmm::debug::gdb::GdbAddr>,
     any_address: bool,
-) -> Result<(), vmm::gdb::GdbError> {
+) -> Result<(), vmm::debug::gdb::GdbError> {
     gdb.map_or(Ok(()), |a| a.check_reach(any_address))
 }
 
@@ -397,11 +397,11 @@ pub struct RunArgs {
     /// command, at GUEST (default: /job/NAME; the command runs in /job);
     /// served from a read-only virtio disk, off the NVDIMM bus. Repeatable.
     #[arg(long, value_name = "HOST[:GUEST]", value_parser = parse_put)]
-    pub put: Vec<lab::transfer::PutSpec>,
+    pub put: Vec<lab::guest::transfer::PutSpec>,
     /// A guest file or directory (relative to /job, or absolute) to copy
     /// back into --out DIR after the command, SHA-256 checked. Repeatable.
     #[arg(long, value_name = "GUEST", value_parser = parse_get)]
-    pub get: Vec<lab::transfer::GetSpec>,
+    pub get: Vec<lab::guest::transfer::GetSpec>,
     /// Where --get files come back (created; existing entries of the same
     /// name are never overwritten).
     #[arg(long, value_name = "DIR")]
@@ -448,7 +448,7 @@ pub struct RunArgs {
     pub machine: MachineArgs,
     /// The debugger, as for `boot` (on --engine qemu: QEMU's own gdbstub).
     #[arg(long, value_name = "ADDR", value_parser = parse_gdb)]
-    pub gdb: Option<vmm::gdb::GdbAddr>,
+    pub gdb: Option<vmm::debug::gdb::GdbAddr>,
     /// With --gdb: hold the vCPUs until a debugger attaches.
     #[arg(long, requires = "gdb")]
     pub gdb_wait: bool,
@@ -460,14 +460,14 @@ pub struct RunArgs {
     pub control: ControlArgs,
 }
 
-fn parse_put(s: &str) -> Result<lab::transfer::PutSpec, String> {
+fn parse_put(s: &str) -> Result<lab::guest::transfer::PutSpec, String> {
     s.parse()
-        .map_err(|e: lab::transfer::TransferError| e.to_string())
+        .map_err(|e: lab::guest::transfer::TransferError| e.to_string())
 }
 
-fn parse_get(s: &str) -> Result<lab::transfer::GetSpec, String> {
+fn parse_get(s: &str) -> Result<lab::guest::transfer::GetSpec, String> {
     s.parse()
-        .map_err(|e: lab::transfer::TransferError| e.to_string())
+        .map_err(|e: lab::guest::transfer::TransferError| e.to_string())
 }
 
 fn parse_transfer_size(s: &str) -> Result<u64, String> {
@@ -505,11 +505,11 @@ pub struct BenchArgs {
     /// 8 MiB per fio job, at least 1G); `,hugepages` backs it with 2 MiB hugetlb pages
     /// (reserved up front), `,thp` asks for transparent huge pages. Every boot.
     #[arg(long, value_parser = parse_memory, value_name = "SIZE[,hugepages|,thp]")]
-    pub memory: Option<vmm::hugepages::MemorySpec>,
+    pub memory: Option<vmm::memory::hugepages::MemorySpec>,
     /// Pin vCPU i to the i-th host CPU of this list (e.g. 2,3 or 4-7), every boot; the
     /// list needs a CPU per guest vCPU.
     #[arg(long, value_parser = parse_pin, value_name = "CPULIST")]
-    pub pin: Option<vmm::placement::Placement>,
+    pub pin: Option<vmm::memory::placement::Placement>,
     /// Bind guest RAM and the NVDIMM mapping of every boot to this host NUMA node (strict).
     #[arg(long, value_name = "N")]
     pub host_node: Option<u32>,
@@ -565,8 +565,8 @@ pub struct BenchArgs {
     pub modules: Option<PathBuf>,
     /// Run only this boot of this side, e.g. on:2 (what one Slurm array task runs; reruns one
     /// failed task by hand).
-    #[arg(long, value_name = "SIDE:BOOT", value_parser = lab::fleet::task::parse_arg, conflicts_with_all = ["plan", "slurm"])]
-    pub only: Option<lab::fleet::task::Task>,
+    #[arg(long, value_name = "SIDE:BOOT", value_parser = lab::study::fleet::task::parse_arg, conflicts_with_all = ["plan", "slurm"])]
+    pub only: Option<lab::study::fleet::task::Task>,
     /// Write SHARED_DIR/bench.sbatch (a Slurm job array: one task per side and boot),
     /// report.sbatch (the merge), submit.sh and request.json (the bench every task runs)
     /// instead of running anything; needs --out.

@@ -6,25 +6,27 @@ use std::path::PathBuf;
 
 use crate::args::BenchArgs;
 use crate::error::CommandError;
-use lab::bench::{BenchRequest, Runner};
+use lab::study::bench::{BenchRequest, Runner};
 
 /// The request of `args`; for a Slurm task (`--request FILE`), the one in the file with the
 /// task's own `--only` and `--out`.
-pub(crate) fn bench_request(args: &BenchArgs) -> Result<BenchRequest, lab::bench::BenchError> {
+pub(crate) fn bench_request(
+    args: &BenchArgs,
+) -> Result<BenchRequest, lab::study::bench::BenchError> {
     let out = args.out.clone().unwrap_or_else(|| {
         let secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         PathBuf::from(format!("pmemvm-bench/{}-{secs}", args.experiment))
     });
-    // Every boot in a fresh process of this binary (lab::child).
+    // Every boot in a fresh process of this binary (lab::guest::child).
     let runner = std::env::current_exe().map_or(Runner::InProcess, Runner::Child);
     if let Some(file) = &args.request {
         return Ok(BenchRequest {
             only: args.only.clone(),
             out,
             runner,
-            ..lab::bench::request_file::read(file, &args.experiment)?
+            ..lab::study::bench::request_file::read(file, &args.experiment)?
         });
     }
     Ok(BenchRequest {
@@ -50,7 +52,7 @@ pub(crate) fn bench_request(args: &BenchArgs) -> Result<BenchRequest, lab::bench
         only: args.only.clone(),
         runner,
         ram_pages: args.memory.map(|m| m.pages).unwrap_or_default(),
-        placement: vmm::placement::Placement {
+        placement: vmm::memory::placement::Placement {
             host_node: args.host_node,
             ..args.pin.clone().unwrap_or_default()
         },
@@ -63,12 +65,13 @@ pub(crate) fn bench_request(args: &BenchArgs) -> Result<BenchRequest, lab::bench
 pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
     let req = bench_request(args)?;
     if args.plan {
-        let (_, plan) = lab::bench::plan(&req)?;
+        let (_, plan) = lab::study::bench::plan(&req)?;
         if args.json {
-            let mut v = serde_json::to_value(&plan).map_err(lab::bench::BenchError::PlanJson)?;
+            let mut v =
+                serde_json::to_value(&plan).map_err(lab::study::bench::BenchError::PlanJson)?;
             v["runs_per_side"] = req.runs.into();
-            let text =
-                serde_json::to_string_pretty(&v).map_err(lab::bench::BenchError::PlanJson)?;
+            let text = serde_json::to_string_pretty(&v)
+                .map_err(lab::study::bench::BenchError::PlanJson)?;
             println!("{text}");
         } else {
             print!("{}", plan.render_text(req.runs));
@@ -78,9 +81,9 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
     if args.slurm {
         return crate::fleet_commands::slurm(&req);
     }
-    let outcome = lab::bench::bench(&req)?;
+    let outcome = lab::study::bench::bench(&req)?;
     println!("{}", outcome.report.render_text());
-    let ending = lab::bench::ending::ending(&outcome, &req.out, req.fail_on_check);
+    let ending = lab::study::bench::ending::ending(&outcome, &req.out, req.fail_on_check);
     for line in &ending.lines {
         eprintln!("{line}");
     }

@@ -1,11 +1,11 @@
-//! `pmemvm boot`: the arguments as a [`lab::boot::BootRequest`]; the boot
+//! `pmemvm boot`: the arguments as a [`lab::guest::boot::BootRequest`]; the boot
 //! itself (this host's KVM or nested) is the lab's.
 
 use crate::args::{BootArgs, BootEngineArg};
 use crate::commands::CommandError;
 use vmm::config::ConsoleMode;
 
-impl From<&BootArgs> for lab::boot::BootRequest {
+impl From<&BootArgs> for lab::guest::boot::BootRequest {
     fn from(a: &BootArgs) -> Self {
         Self {
             files: a.boot.files(),
@@ -18,7 +18,7 @@ impl From<&BootArgs> for lab::boot::BootRequest {
             timeout: a.timeout.map(std::time::Duration::from_secs),
             nested: a.engine == BootEngineArg::Nested,
             gdb: a.gdb.clone().map(|g| (g, a.gdb_wait)),
-            control: lab::run::RunControl {
+            control: lab::guest::run::RunControl {
                 api: a.control.api.clone(),
                 dump_on_panic: a.control.dump_on_panic.clone(),
             },
@@ -29,5 +29,5 @@ impl From<&BootArgs> for lab::boot::BootRequest {
 /// `pmemvm boot`: returns the exit status.
 pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
     crate::args::check_gdb(args.gdb.as_ref(), args.gdb_any_address)?;
-    Ok(lab::boot::boot(&args.into())?)
+    Ok(lab::guest::boot::boot(&args.into())?)
 }

@@ -61,7 +61,7 @@ pub enum Command {
 
 pub use crate::ctl::CtlArgs;
 
-/// `pmemvm __run-job SPEC OUTCOME` (internal, see `lab::child`).
+/// `pmemvm __run-job SPEC OUTCOME` (internal, see `lab::guest::child`).
 #[derive(Debug, Args)]
 pub struct RunJobArgs {
     /// The run spec (JSON) written by the bench.

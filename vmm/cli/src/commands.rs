@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use crate::args::{AcpiArgs, RunArgs};
 use crate::cli::Command;
 pub use crate::error::CommandError;
-use lab::preflight::{self, Needs};
-use lab::run::{self, RunError, RunSpec};
+use lab::guest::preflight::{self, Needs};
+use lab::guest::run::{self, RunError, RunSpec};
 use vmm::acpi_setup;
 use vmm::exit_status;
 use vmm::memory;
-use vmm::vm::VmError;
+use vmm::vstate::vm::VmError;
 
 /// `pmemvm acpi`: writes `<NAME>.aml` for every table and `RSDP.aml`.
 pub fn acpi(args: &AcpiArgs) -> Result<(), CommandError> {
@@ -43,7 +43,7 @@ fn open_output(path: &std::path::Path) -> Result<std::fs::File, CommandError> {
     })
 }
 
-impl From<&RunArgs> for lab::run::RunRequest {
+impl From<&RunArgs> for lab::guest::run::RunRequest {
     fn from(a: &RunArgs) -> Self {
         Self {
             fio: a.fio.clone(),
@@ -65,7 +65,7 @@ impl From<&RunArgs> for lab::run::RunRequest {
             machine: a.machine.spec(),
             gdb: a.gdb.as_ref().map(ToString::to_string),
             gdb_wait: a.gdb_wait,
-            control: lab::run::RunControl {
+            control: lab::guest::run::RunControl {
                 api: a.control.api.clone(),
                 dump_on_panic: a.control.dump_on_panic.clone(),
             },
@@ -73,11 +73,11 @@ impl From<&RunArgs> for lab::run::RunRequest {
     }
 }
 
-/// The job spec of `pmemvm run` (see [`lab::run::RunRequest::spec`]); builds
+/// The job spec of `pmemvm run` (see [`lab::guest::run::RunRequest::spec`]); builds
 /// the Debian root file system of `--rootfs debian` if needed.
 pub(crate) fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
     crate::args::check_gdb(args.gdb.as_ref(), args.gdb_any_address)?;
-    Ok(lab::run::RunRequest::from(args).spec(true)?)
+    Ok(lab::guest::run::RunRequest::from(args).spec(true)?)
 }
 
 /// `pmemvm run`: returns the job's status.
@@ -159,7 +159,7 @@ fn print_summary(result: &run::RunResult) {
     let Ok(bytes) = serde_json::to_vec(fio) else {
         return;
     };
-    let Ok(parsed) = lab::fio::parse_fio_json(&bytes) else {
+    let Ok(parsed) = lab::study::fio::parse_fio_json(&bytes) else {
         return;
     };
     for s in parsed.summaries() {
@@ -180,13 +180,15 @@ fn print_summary(result: &run::RunResult) {
 }
 
 /// `pmemvm preflight COMMAND...`: what `command` needs on this host that an
-/// install can provide; an error for anything it cannot (see [`lab::preflight`]).
+/// install can provide; an error for anything it cannot (see [`lab::guest::preflight`]).
 pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
     let mut needs = Needs::default();
     match command {
-        Command::Boot(a) => lab::boot::preflight(&a.into(), &mut needs)?,
-        Command::Run(a) => lab::run::RunRequest::from(a.as_ref()).preflight(&mut needs)?,
-        Command::CrashCheck(a) => lab::run::RunRequest::from(&a.run).preflight(&mut needs)?,
+        Command::Boot(a) => lab::guest::boot::preflight(&a.into(), &mut needs)?,
+        Command::Run(a) => lab::guest::run::RunRequest::from(a.as_ref()).preflight(&mut needs)?,
+        Command::CrashCheck(a) => {
+            lab::guest::run::RunRequest::from(&a.run).preflight(&mut needs)?;
+        }
         Command::Suite(crate::suite_args::SuiteCommand::Ndctl(a)) => {
             crate::suite_commands::preflight(a)?;
             if !a.plan {
@@ -199,17 +201,21 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
             }
         }
         Command::Bench(a) if a.plan => {
-            lab::bench::plan(&crate::bench_commands::bench_request(a)?)?;
+            lab::study::bench::plan(&crate::bench_commands::bench_request(a)?)?;
         }
         Command::Bench(a) if a.slurm => {
             // The tasks check their own node; the image they boot is built here, on the
             // shared file system the nodes read it from.
             let req = crate::bench_commands::bench_request(a)?;
-            let (_, plan) = lab::bench::plan(&req)?;
-            needs.image = lab::bench::uses_image(&req, &plan);
+            let (_, plan) = lab::study::bench::plan(&req)?;
+            needs.image = lab::study::bench::uses_image(&req, &plan);
         }
         Command::Bench(a) => {
-            lab::bench::prepare(&crate::bench_commands::bench_request(a)?, true, &mut needs)?;
+            lab::study::bench::prepare(
+                &crate::bench_commands::bench_request(a)?,
+                true,
+                &mut needs,
+            )?;
         }
         Command::Acpi(_)
         | Command::Ctl(_)
@@ -226,17 +232,17 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
 /// `pmemvm kconfig`: the fragment, or a check (status 2 when options are missing).
 pub fn kconfig(args: &crate::cli::KconfigArgs) -> Result<u8, CommandError> {
     if let Some(kernel) = &args.extract {
-        print!("{}", lab::kconfig::read_text(kernel)?);
+        print!("{}", lab::guest::kconfig::read_text(kernel)?);
         return Ok(0);
     }
     let Some(path) = &args.check else {
-        print!("{}", lab::kconfig::fragment());
+        print!("{}", lab::guest::kconfig::fragment());
         return Ok(0);
     };
-    let config = lab::kconfig::read(path)?;
-    let result = lab::kconfig::check(&config);
-    let mut text = lab::kconfig::render_check(path, &config, &result);
-    text.push_str(&lab::kconfig::debugging::render(&config));
+    let config = lab::guest::kconfig::read(path)?;
+    let result = lab::guest::kconfig::check(&config);
+    let mut text = lab::guest::kconfig::render_check(path, &config, &result);
+    text.push_str(&lab::guest::kconfig::debugging::render(&config));
     if result.missing.is_empty() {
         print!("{text}");
         Ok(0)
@@ -248,6 +254,6 @@ pub fn kconfig(args: &crate::cli::KconfigArgs) -> Result<u8, CommandError> {
 
 /// `pmemvm nvdimm badblocks FILE`: the media state recorded in a backing file.
 pub fn nvdimm_badblocks(file: &std::path::Path) -> Result<String, CommandError> {
-    let (id, state) = vmm::media::read_file(file)?;
-    Ok(vmm::media::report(file, &id, &state))
+    let (id, state) = vmm::nvdimm::media::read_file(file)?;
+    Ok(vmm::nvdimm::media::report(file, &id, &state))
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use vmm::record::images::{Request, Selection};
+use vmm::nvdimm::record::images::{Request, Selection};
 
 /// `pmemvm crash-images DIR --out OUT [--at N|--every K|--all] [--torn SEED]`.
 #[derive(Debug, Args)]
@@ -35,7 +35,7 @@ pub struct ImageSelection {
     /// same bytes); `,granule=8` tears at the pmem driver's 8-byte stores
     /// instead (16 and 32 are accepted too).
     #[arg(long, value_name = "SEED[,granule=N]")]
-    pub torn: Option<vmm::record::torn::TornSpec>,
+    pub torn: Option<vmm::nvdimm::record::torn::TornSpec>,
     /// Use a log that ends without its end record (pmemvm was killed while
     /// recording): its complete flushes only.
     #[arg(long)]

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::crash_args::{CrashCheckArgs, CrashImagesArgs};
-use vmm::record::images::{self, ImageError};
+use vmm::nvdimm::record::images::{self, ImageError};
 
 /// Bad input (exit status 2) or a failure while writing (1).
 pub fn is_usage(e: &ImageError) -> bool {
@@ -39,23 +39,23 @@ pub fn crash_images(a: &CrashImagesArgs) -> Result<String, ImageError> {
 pub fn crash_check(a: &CrashCheckArgs) -> Result<u8, crate::error::CommandError> {
     let template = crate::commands::run_spec(&a.run)?;
     // Refusals of the engine, before any image is written.
-    lab::run::engine_for(&template)?;
+    lab::guest::run::engine_for(&template)?;
     if let Some(shared) = &a.slurm {
         return slurm(a, shared, &template);
     }
-    let (out, _temp) = lab::crash_check::TempImages::for_check(a.images.as_deref(), "check");
+    let (out, _temp) = lab::study::crash_check::TempImages::for_check(a.images.as_deref(), "check");
     let req = a.which.request(&a.dir, out);
     // Images the user did not ask to keep go one by one, as they are checked.
     let after = match a.images {
-        Some(_) => lab::crash_check::AfterCheck::Keep,
-        None => lab::crash_check::AfterCheck::Remove,
+        Some(_) => lab::study::crash_check::AfterCheck::Keep,
+        None => lab::study::crash_check::AfterCheck::Remove,
     };
     let report = check(&template, &req, &a.run.command, after)?;
     finish(a, &report)
 }
 
 /// How each image went, as it is checked.
-fn progress(c: &lab::crash_check::ImageCheck) {
+fn progress(c: &lab::study::crash_check::ImageCheck) {
     eprintln!(
         "pmemvm: crash-check: the image after {}: status {}{} in {:.1} s",
         c.name(),
@@ -70,12 +70,19 @@ fn progress(c: &lab::crash_check::ImageCheck) {
 
 /// Boots and checks the images of `req`, saying how each went.
 fn check(
-    template: &lab::run::RunSpec,
+    template: &lab::guest::run::RunSpec,
     req: &images::Request,
     command: &[String],
-    after: lab::crash_check::AfterCheck,
-) -> Result<lab::crash_check::CrashCheck, lab::crash_check::CrashCheckError> {
-    lab::crash_check::check(template, req, command, after, lab::run::run_job, progress)
+    after: lab::study::crash_check::AfterCheck,
+) -> Result<lab::study::crash_check::CrashCheck, lab::study::crash_check::CrashCheckError> {
+    lab::study::crash_check::check(
+        template,
+        req,
+        command,
+        after,
+        lab::guest::run::run_job,
+        progress,
+    )
 }
 
 /// `--slurm SHARED`: writes the array's scripts (no `--slurm-task`/`--slurm-report`), runs
@@ -83,23 +90,23 @@ fn check(
 fn slurm(
     a: &CrashCheckArgs,
     shared: &std::path::Path,
-    template: &lab::run::RunSpec,
+    template: &lab::guest::run::RunSpec,
 ) -> Result<u8, crate::error::CommandError> {
-    use lab::crash_check::CrashCheckError;
-    use lab::fleet::crash_array;
+    use lab::study::crash_check::CrashCheckError;
+    use lab::study::fleet::crash_array;
     let flushes =
         images::plan(&a.which.request(&a.dir, PathBuf::new())).map_err(CrashCheckError::from)?;
     if a.slurm_report {
         return finish(a, &crash_array::merge(shared, &flushes, &a.run.command));
     }
     if let Some(task) = a.slurm_task {
-        let (report, path) = lab::crash_check::slurm_task(
+        let (report, path) = lab::study::crash_check::slurm_task(
             template,
             &a.which.request(&a.dir, PathBuf::new()),
             (&flushes, task),
             &a.run.command,
             shared,
-            lab::run::run_job,
+            lab::guest::run::run_job,
             progress,
         )?;
         print!("{}", report.table());
@@ -134,7 +141,7 @@ fn slurm(
 /// Writes `--json`, prints the table; status 1 when an image failed.
 fn finish(
     a: &CrashCheckArgs,
-    report: &lab::crash_check::CrashCheck,
+    report: &lab::study::crash_check::CrashCheck,
 ) -> Result<u8, crate::error::CommandError> {
     if let Some(path) = &a.run.json {
         let text = serde_json::to_string_pretty(report).unwrap_or_default();

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use lab::bench::BenchError;
-use lab::run::RunError;
-use vmm::vm::VmError;
+use lab::guest::run::RunError;
+use lab::study::bench::BenchError;
+use vmm::vstate::vm::VmError;
 
 /// Errors of a subcommand.
 #[derive(Debug, thiserror::Error)]
@@ -16,7 +16,7 @@ pub enum CommandError {
     /// The guest image was needed (no `--kernel`, or `--modules` without `--initrd`) and is
     /// not there.
     #[error(transparent)]
-    Image(#[from] lab::guest_job::ImageUnavailable),
+    Image(#[from] lab::guest::guest_job::ImageUnavailable),
     /// A job run.
     #[error(transparent)]
     Run(#[from] RunError),
@@ -25,31 +25,31 @@ pub enum CommandError {
     Bench(#[from] BenchError),
     /// Merging results.
     #[error(transparent)]
-    Merge(#[from] lab::fleet::merge::MergeError),
+    Merge(#[from] lab::study::fleet::merge::MergeError),
     /// Writing the Slurm scripts.
     #[error(transparent)]
-    Slurm(#[from] lab::fleet::slurm::SlurmError),
+    Slurm(#[from] lab::study::fleet::slurm::SlurmError),
     /// Reading a kernel configuration.
     #[error(transparent)]
-    Kconfig(#[from] lab::kconfig::KconfigError),
+    Kconfig(#[from] lab::guest::kconfig::KconfigError),
     /// Reading a backing file's media state.
     #[error(transparent)]
-    Media(#[from] vmm::media::MediaSetupError),
+    Media(#[from] vmm::nvdimm::media::MediaSetupError),
     /// The debugger's endpoint.
     #[error(transparent)]
-    Gdb(#[from] vmm::gdb::GdbError),
+    Gdb(#[from] vmm::debug::gdb::GdbError),
     /// `--api`.
     #[error(transparent)]
     Api(#[from] vmm::api::ApiError),
     /// `--dump-on-panic`.
     #[error(transparent)]
-    Dump(#[from] vmm::dump::DumpError),
+    Dump(#[from] vmm::debug::dump::DumpError),
     /// `crash-check`'s inputs.
     #[error(transparent)]
-    CrashCheck(#[from] lab::crash_check::CrashCheckError),
+    CrashCheck(#[from] lab::study::crash_check::CrashCheckError),
     /// `pmemvm suite`.
     #[error(transparent)]
-    Suite(#[from] lab::suite::SuiteError),
+    Suite(#[from] lab::study::suite::SuiteError),
     /// Writing output files.
     #[error("cannot write {path}: {source}")]
     Output {

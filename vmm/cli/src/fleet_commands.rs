@@ -1,7 +1,7 @@
 //! `pmemvm report DIR...` and `pmemvm bench EXP --slurm`: the command-line side of
-//! `lab::fleet`.
+//! `lab::study::fleet`.
 
-use lab::bench::BenchRequest;
+use lab::study::bench::BenchRequest;
 
 use crate::args::ReportArgs;
 use crate::error::CommandError;
@@ -9,9 +9,9 @@ use crate::error::CommandError;
 /// `pmemvm report`: the merged report on stdout (files in `--out`); 0 when every planned boot
 /// is in and produced figures, 1 otherwise, 2 for bad input.
 pub fn report(args: &ReportArgs) -> Result<u8, CommandError> {
-    let merged = lab::fleet::merge::merge_dirs_with(
+    let merged = lab::study::fleet::merge::merge_dirs_with(
         &args.dirs,
-        lab::fleet::merge::PoolOptions {
+        lab::study::fleet::merge::PoolOptions {
             hosts: args.pool_hosts,
             different_inputs: args.pool_different_inputs,
         },
@@ -61,7 +61,7 @@ pub fn report(args: &ReportArgs) -> Result<u8, CommandError> {
 /// `--pin`/`--host-node`/huge pages is refused here) and that DIR can be made, and writes
 /// the scripts.
 pub fn slurm(req: &BenchRequest) -> Result<u8, CommandError> {
-    let (_, plan) = lab::bench::plan(req)?;
+    let (_, plan) = lab::study::bench::plan(req)?;
     // An engine named outright that cannot honour host placement would fail every task
     // (`auto` is resolved on each node).
     let shared = vmm::config::MachineSpec {
@@ -71,13 +71,13 @@ pub fn slurm(req: &BenchRequest) -> Result<u8, CommandError> {
     };
     if let Some(refusal) = req
         .engine
-        .refusal(&shared, &lab::run::RunControl::default())
+        .refusal(&shared, &lab::guest::run::RunControl::default())
     {
-        return Err(lab::run::RunError::from(refusal).into());
+        return Err(lab::guest::run::RunError::from(refusal).into());
     }
-    lab::preflight::output_dir(&req.out).map_err(lab::bench::BenchError::from)?;
+    lab::guest::preflight::output_dir(&req.out).map_err(lab::study::bench::BenchError::from)?;
     let sides: Vec<String> = plan.sides.iter().map(|s| s.label.clone()).collect();
-    let job = lab::fleet::slurm::job_for(req, &sides)?;
+    let job = lab::study::fleet::slurm::job_for(req, &sides)?;
     let files = job.write()?;
     for f in &files {
         println!("wrote {}", f.display());

@@ -178,7 +178,7 @@ fn main() -> ExitCode {
         Command::CrashCheck(a) => crash_check(a),
         Command::Nvdimm(NvdimmCommand::Badblocks { file }) => nvdimm_badblocks(file),
         Command::Suite(crate::suite_args::SuiteCommand::Ndctl(a)) => suite_ndctl(a),
-        Command::RunJob(a) => Ok(lab::child::serve(&a.spec, &a.outcome)),
+        Command::RunJob(a) => Ok(lab::guest::child::serve(&a.spec, &a.outcome)),
     };
     match result {
         Ok(status) => ExitCode::from(status),

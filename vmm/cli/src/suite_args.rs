@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use lab::suite::{self, NdctlRequest, SuiteError};
+use lab::study::suite::{self, NdctlRequest, SuiteError};
 
 /// `pmemvm suite ...`.
 #[derive(Debug, Subcommand)]

@@ -1,8 +1,8 @@
 //! `pmemvm suite ndctl`: ndctl's own test suite on the guest's NVDIMMs (the work is in
-//! `lab::suite`).
+//! `lab::study::suite`).
 
 use crate::suite_args::NdctlArgs;
-use lab::suite::{self, ndctl, SuiteError};
+use lab::study::suite::{self, ndctl, SuiteError};
 
 /// The plan as text.
 fn plan_text(boots: &[ndctl::Boot]) -> String {

@@ -30,8 +30,8 @@ use std::process::Command;
 use vm_memory::{Bytes, GuestAddress};
 use vmm::config::{ConsoleMode, MachineSpec, NvdimmSpec, VmConfig};
 use vmm::host::machine::MachineDescription;
-use vmm::hugepages::RamPages;
-use vmm::placement::{pin_current_thread, Placement};
+use vmm::memory::hugepages::RamPages;
+use vmm::memory::placement::{pin_current_thread, Placement};
 
 #[path = "ratio/fio_half.rs"]
 mod fio_half;
@@ -178,7 +178,7 @@ fn measure(elf: &Path, b: &Backing, a: &Args, cpu: u32) -> Result<Measured, Stri
         console: ConsoleMode::Null,
         channel: None,
     };
-    let vm = vmm::vm::Vm::build(&config).map_err(|e| format!("{}: {e}", b.name))?;
+    let vm = vmm::vstate::vm::Vm::build(&config).map_err(|e| format!("{}: {e}", b.name))?;
     let slots = a.size / 64 - 1;
     let mem = vm.memory().clone();
     for (i, v) in [a.size, slots, a.iters, a.iters_4k].into_iter().enumerate() {
@@ -302,8 +302,9 @@ fn backings(a: &Args, restore: &mut Restore) -> Vec<Result<Backing, String>> {
         }),
         None => Err("4K tmpfs: mounting a tmpfs needs root".into()),
     });
-    let pages = vmm::hugepages::huge_len(temp.file_len()) / vmm::hugepages::HUGE_PAGE_SIZE;
-    let free = vmm::hugepages::free_huge_pages();
+    let pages =
+        vmm::memory::hugepages::huge_len(temp.file_len()) / vmm::memory::hugepages::HUGE_PAGE_SIZE;
+    let free = vmm::memory::hugepages::free_huge_pages();
     if free < pages {
         let old = std::fs::read_to_string("/proc/sys/vm/nr_hugepages").unwrap_or_default();
         let want = old.trim().parse::<u64>().unwrap_or(0) + (pages - free);
@@ -311,7 +312,7 @@ fn backings(a: &Args, restore: &mut Restore) -> Vec<Result<Backing, String>> {
             restore.nr_hugepages = Some(old.trim().to_string());
         }
     }
-    out.push(if vmm::hugepages::free_huge_pages() >= pages {
+    out.push(if vmm::memory::hugepages::free_huge_pages() >= pages {
         Ok(Backing {
             name: "2M: hugetlb (hugepages,label-size=0)",
             spec: NvdimmSpec {
@@ -356,7 +357,7 @@ fn main() {
     };
     let machine = MachineDescription::probe();
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    let cpu = vmm::placement::parse_cpu_list(&online)
+    let cpu = vmm::memory::placement::parse_cpu_list(&online)
         .ok()
         .and_then(|l| l.into_iter().max())
         .unwrap_or(0);

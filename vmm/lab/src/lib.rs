@@ -6,7 +6,7 @@
 //!
 //! The lab sits on top of the VMM core (the `vmm` crate) and uses it only
 //! through its public API: a [`vmm::config::VmConfig`] in, a
-//! [`vmm::run_loop::RunOutcome`] out. Nothing in the core depends on the lab.
+//! [`vmm::vstate::run_loop::RunOutcome`] out. Nothing in the core depends on the lab.
 //! Inside the lab:
 //!
 //! * [`guest_job`], [`fio`]: what a guest runs and how its output is read
@@ -27,26 +27,5 @@
 //! The `pmemvm` binary (`vmm/cli/`) parses the command line and calls into
 //! this crate and the core.
 
-pub mod bench;
-pub mod boot;
-pub mod child;
-pub mod crash_check;
-pub mod engine;
-pub mod experiments;
-pub mod fio;
-pub mod fleet;
-pub mod guest_job;
-pub mod inference;
-pub mod kconfig;
-pub mod modules;
-pub mod nested;
-pub mod preflight;
-pub mod qemu;
-pub mod report;
-pub mod results;
-pub mod rootfs;
-pub mod run;
-pub mod source_tree;
-pub mod suite;
-pub mod threads;
-pub mod transfer;
+pub mod guest;
+pub mod study;

@@ -45,7 +45,7 @@ pub struct MediaControl {
     /// The Generic Event Device's register and line (with a DIMM).
     pub events: Option<Arc<PlatformEvents>>,
     /// DIMMs hot-added while the guest runs follow the boot DIMMs.
-    pub hotplug: Option<Arc<crate::hotplug::NvdimmHotplug>>,
+    pub hotplug: Option<Arc<crate::nvdimm::hotplug::NvdimmHotplug>>,
 }
 
 /// A refused or failed `media` request: the reply's sentence, and whether

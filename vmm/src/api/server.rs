@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 
 use super::protocol::{self, Command, Reply, MAX_LINE};
 use super::{ApiListener, Endpoint};
-use crate::dump::Dumper;
-use crate::gdb::hub::Holder;
+use crate::debug::dump::Dumper;
+use crate::debug::gdb::hub::Holder;
 use crate::owner_socket::Gate;
 use crate::stats::{DimmCounters, ExitStats, NvdimmCounts};
 
@@ -43,7 +43,7 @@ pub struct Counters {
     /// `_DSM` calls.
     pub dsm: Option<Arc<devices::nvdimm_dsm::DsmHandler>>,
     /// Hot-added DIMMs (theirs follow the boot DIMMs' counters).
-    pub hotplug: Option<Arc<crate::hotplug::NvdimmHotplug>>,
+    pub hotplug: Option<Arc<crate::nvdimm::hotplug::NvdimmHotplug>>,
 }
 
 impl Counters {
@@ -89,7 +89,7 @@ pub struct Control {
     /// The DIMMs' media errors (`media`).
     pub media: super::media::MediaControl,
     /// Room for hot-added DIMMs (`nvdimm add`), with `--nvdimm-slots`.
-    pub hotplug: Option<Arc<crate::hotplug::NvdimmHotplug>>,
+    pub hotplug: Option<Arc<crate::nvdimm::hotplug::NvdimmHotplug>>,
 }
 
 impl Control {
@@ -495,7 +495,7 @@ mod tests {
     fn control(exit: &Arc<ExitNotifier>) -> Arc<Control> {
         use vm_memory::{GuestAddress, GuestMemoryMmap};
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
-        let hub = Arc::new(crate::gdb::hub::DebugHub::new(1, false));
+        let hub = Arc::new(crate::debug::gdb::hub::DebugHub::new(1, false));
         Arc::new(Control {
             dumper: Arc::new(Dumper::new(mem, hub, std::path::Path::new("/nonexistent"))),
             counters: Counters {

@@ -1,5 +1,5 @@
 //! `--nvdimm ...,badblocks=OFFSET+LEN[:OFFSET+LEN...]`: the bad ranges a DIMM
-//! starts with (see `crate::media` for where they are kept).
+//! starts with (see `crate::nvdimm::media` for where they are kept).
 
 use devices::nvdimm_media::BAD_BLOCK_SIZE;
 

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::{DiskSpec, LegacyPmemSpec, NvdimmSpec, RamPages};
-use crate::hugepages::MemorySpec;
-use crate::placement::Placement;
+use crate::memory::hugepages::MemorySpec;
+use crate::memory::placement::Placement;
 
 /// The machine: vCPUs, RAM, devices and host placement.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

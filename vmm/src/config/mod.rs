@@ -164,10 +164,10 @@ pub struct NvdimmSpec {
     pub node: Option<u32>,
     /// Bad ranges to add with `badblocks=`: (offset from the region start, length).
     pub badblocks: Vec<(u64, u64)>,
-    /// Record every guest flush into this directory (`record=`; [`crate::record`]).
+    /// Record every guest flush into this directory (`record=`; [`crate::nvdimm::record`]).
     #[serde(default)]
     pub record: Option<PathBuf>,
-    /// A guest load from a bad range is a machine check (`mce=on`; [`crate::mce`]).
+    /// A guest load from a bad range is a machine check (`mce=on`; [`crate::nvdimm::mce`]).
     #[serde(default)]
     pub mce: bool,
 }

@@ -100,7 +100,7 @@ impl MachineDescription {
             })
             .unwrap_or_else(|| "unknown".into());
         let online = read(root, "sys/devices/system/cpu/online").unwrap_or_default();
-        let host_cpus = crate::placement::parse_cpu_list(&online)
+        let host_cpus = crate::memory::placement::parse_cpu_list(&online)
             .map(|l| u32::try_from(l.len()).unwrap_or(u32::MAX))
             .unwrap_or(0);
         let freq = |f: &str| {
@@ -146,7 +146,7 @@ impl MachineDescription {
             )
             .and_then(|s| s.parse().ok())
             .unwrap_or(0),
-            host_numa_nodes: crate::placement::parse_cpu_list(&nodes)
+            host_numa_nodes: crate::memory::placement::parse_cpu_list(&nodes)
                 .map(|l| u32::try_from(l.len()).unwrap_or(u32::MAX))
                 .unwrap_or(1),
             mitigations,

@@ -13,8 +13,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use lab::guest_job::GuestJob;
-use lab::run::{run_job, Engine, RunSpec};
+use lab::guest::guest_job::GuestJob;
+use lab::guest::run::{run_job, Engine, RunSpec};
 use vmm::host::machine::MachineDescription;
 use vmm::host::HostKvm;
 
@@ -94,7 +94,7 @@ fn guest_fio(file: &Path, rw: &str) -> Result<(f64, u64, MachineDescription), St
         machine: vmm::config::MachineSpec {
             cpus: 1,
             memory: 1 << 30,
-            ram_pages: vmm::hugepages::RamPages::Thp,
+            ram_pages: vmm::memory::hugepages::RamPages::Thp,
             nvdimms: vec![format!("1G,file={},label-size=0", file.display())
                 .parse()
                 .map_err(|e: vmm::config::ConfigError| e.to_string())?],

@@ -1,8 +1,0 @@
-//! What a result directory says about itself: its schema and pmemvm
-//! versions, which part of a bench it holds and whether it is complete
-//! ([`record`]), and the bench task (`--only SIDE:BOOT`) it ran ([`task`]).
-//! A leaf module: written by [`crate::bench`] and [`crate::run`], shown by
-//! [`crate::report`], read back by [`crate::fleet`].
-
-pub mod record;
-pub mod task;
