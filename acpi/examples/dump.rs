@@ -9,7 +9,7 @@
 //! DIMMs are all label-less). `pmemvm acpi --out DIR` does the same for a
 //! real configuration.
 
-use acpi::{build_tables, nfit_handle, DsmTransport, MachineDescription, NvdimmDescription};
+use acpi::{build_tables, nfit_handle, DsmTransport, GuestPlatform, NvdimmDescription};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::args()
@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         label_size,
         proximity_domain: None,
     };
-    let desc = MachineDescription {
+    let desc = GuestPlatform {
         cpus: 2,
         lapic_addr: 0xfee0_0000,
         ioapic_addr: 0xfec0_0000,

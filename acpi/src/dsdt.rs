@@ -3,7 +3,7 @@
 
 use crate::aml;
 use crate::sdt::{Sdt, OEM_TABLE_ID};
-use crate::MachineDescription;
+use crate::GuestPlatform;
 
 /// DSDT revision 2: AML integers are 64 bits wide.
 const DSDT_REVISION: u8 = 2;
@@ -38,7 +38,7 @@ const DSDT_REVISION: u8 = 2;
 /// ```
 /// The caller has checked there are at most 9 serial ports, at most 100
 /// virtio-mmio devices, and every IRQ is below 16.
-pub fn build(desc: &MachineDescription) -> Vec<u8> {
+pub fn build(desc: &GuestPlatform) -> Vec<u8> {
     let mut t = Sdt::new(*b"DSDT", DSDT_REVISION, OEM_TABLE_ID);
     let s5 = u64::from(desc.s5_slp_typ);
     t.append(&aml::name(
@@ -123,7 +123,7 @@ mod tests {
 
     #[test]
     fn one_serial_port_golden() {
-        let desc = MachineDescription {
+        let desc = GuestPlatform {
             cpus: 1,
             lapic_addr: 0xfee0_0000,
             ioapic_addr: 0xfec0_0000,
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn virtio_mmio_devices_have_lnro0005_their_window_and_irq() {
-        let desc = MachineDescription {
+        let desc = GuestPlatform {
             cpus: 1,
             lapic_addr: 0xfee0_0000,
             ioapic_addr: 0xfec0_0000,

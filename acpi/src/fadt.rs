@@ -2,7 +2,7 @@
 //! and reset registers are 8-bit I/O ports handled by pmemvm.
 
 use crate::sdt::{gas_io8, Sdt, OEM_TABLE_ID};
-use crate::MachineDescription;
+use crate::GuestPlatform;
 
 /// Length of a revision 6 FADT (ACPI 6.x).
 pub const FADT_LEN: usize = 276;
@@ -24,7 +24,7 @@ const BOOT_ARCH_CMOS_RTC_NOT_PRESENT: u16 = 1 << 5;
 /// `IAPC_BOOT_ARCH` says: no 8042 (bit 1 clear, so Linux does not probe a
 /// keyboard controller), no VGA, no CMOS RTC. `SCI_INT` stays 0: a
 /// hardware-reduced platform has no SCI.
-pub fn build(desc: &MachineDescription, dsdt_addr: u64) -> Vec<u8> {
+pub fn build(desc: &GuestPlatform, dsdt_addr: u64) -> Vec<u8> {
     let mut t = Sdt::new(*b"FACP", FADT_REVISION, OEM_TABLE_ID);
     t.u32(0); // 36 FIRMWARE_CTRL
     t.u32(0); // 40 DSDT (32-bit; X_DSDT is used)
@@ -59,8 +59,8 @@ mod tests {
     use super::*;
     use crate::sdt::checksum;
 
-    fn desc() -> MachineDescription {
-        MachineDescription {
+    fn desc() -> GuestPlatform {
+        GuestPlatform {
             cpus: 1,
             lapic_addr: 0xfee0_0000,
             ioapic_addr: 0xfec0_0000,

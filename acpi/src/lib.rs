@@ -1,6 +1,6 @@
 //! ACPI tables for pmemvm guests.
 //!
-//! Pure table builders: a [`MachineDescription`] goes in, table bytes and
+//! Pure table builders: a [`GuestPlatform`] goes in, table bytes and
 //! their guest addresses come out ([`build_tables`]). No KVM, no I/O: the VMM
 //! copies [`AcpiTables`] into guest memory, and `pmemvm acpi --out DIR`
 //! writes the same bytes to files for `iasl -d`.
@@ -27,7 +27,7 @@ pub use nfit::nfit_handle;
 
 /// What the guest machine looks like, as far as ACPI is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MachineDescription {
+pub struct GuestPlatform {
     /// Number of vCPUs; local APIC ids are `0..cpus`.
     pub cpus: u32,
     /// Local APIC base address (normally 0xFEE0_0000).
@@ -216,7 +216,7 @@ pub const TABLE_ALIGN: u64 = 16;
 /// Length of a revision 2 RSDP.
 pub const RSDP_LEN: usize = 36;
 
-fn validate(desc: &MachineDescription) -> Result<(), AcpiBuildError> {
+fn validate(desc: &GuestPlatform) -> Result<(), AcpiBuildError> {
     if desc.cpus == 0 {
         return Err(AcpiBuildError::NoCpus);
     }
@@ -305,7 +305,7 @@ pub fn build_xsdt(entries: &[u64]) -> Vec<u8> {
 /// SRAT, NFIT, SSDT-1, XSDT, and must end within `tables_max_size` bytes; the RSDP
 /// goes to `rsdp_addr` (the caller keeps it outside the tables area).
 pub fn build_tables(
-    desc: &MachineDescription,
+    desc: &GuestPlatform,
     rsdp_addr: u64,
     tables_addr: u64,
     tables_max_size: u64,

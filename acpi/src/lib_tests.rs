@@ -18,8 +18,8 @@ fn dimm(i: u32) -> NvdimmDescription {
     }
 }
 
-fn desc(cpus: u32, dimms: u32) -> MachineDescription {
-    MachineDescription {
+fn desc(cpus: u32, dimms: u32) -> GuestPlatform {
+    GuestPlatform {
         cpus,
         lapic_addr: 0xfee0_0000,
         ioapic_addr: 0xfec0_0000,
@@ -44,7 +44,7 @@ fn desc(cpus: u32, dimms: u32) -> MachineDescription {
     }
 }
 
-fn build(d: &MachineDescription) -> Result<AcpiTables, AcpiBuildError> {
+fn build(d: &GuestPlatform) -> Result<AcpiTables, AcpiBuildError> {
     build_tables(d, RSDP_ADDR, TABLES_ADDR, TABLES_MAX)
 }
 

@@ -2,7 +2,7 @@
 //! IRQ0 → GSI2 interrupt source override every PC-compatible VMM reports.
 
 use crate::sdt::{Sdt, OEM_TABLE_ID};
-use crate::MachineDescription;
+use crate::GuestPlatform;
 
 /// MADT revision (ACPI 6.x).
 const MADT_REVISION: u8 = 5;
@@ -13,7 +13,7 @@ const PCAT_COMPAT: u32 = 1;
 const LAPIC_ENABLED: u32 = 1;
 
 /// Builds the MADT. The caller has checked `desc.cpus` fits 8-bit APIC ids.
-pub fn build(desc: &MachineDescription) -> Vec<u8> {
+pub fn build(desc: &GuestPlatform) -> Vec<u8> {
     let mut t = Sdt::new(*b"APIC", MADT_REVISION, OEM_TABLE_ID);
     t.u32(desc.lapic_addr); // 36 Local Interrupt Controller Address
     t.u32(PCAT_COMPAT); // 40 Flags
@@ -42,7 +42,7 @@ mod tests {
 
     #[test]
     fn two_cpus_golden() {
-        let desc = MachineDescription {
+        let desc = GuestPlatform {
             cpus: 2,
             lapic_addr: 0xfee0_0000,
             ioapic_addr: 0xfec0_0000,

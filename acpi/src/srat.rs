@@ -42,7 +42,7 @@
 //! builder.
 
 use crate::sdt::{Sdt, OEM_TABLE_ID};
-use crate::MachineDescription;
+use crate::GuestPlatform;
 
 /// SRAT revision 3 (ACPI 6.x): 32-bit proximity domains everywhere.
 const SRAT_REVISION: u8 = 3;
@@ -95,7 +95,7 @@ pub fn memory_affinity(domain: u32, base: u64, length: u64, flags: u32) -> Vec<u
 
 /// Builds the SRAT: every vCPU and RAM range in domain 0, then each NVDIMM
 /// with a proximity domain, ordered by domain (stable within one domain).
-pub fn build(desc: &MachineDescription) -> Vec<u8> {
+pub fn build(desc: &GuestPlatform) -> Vec<u8> {
     let mut t = Sdt::new(*b"SRAT", SRAT_REVISION, OEM_TABLE_ID);
     t.u32(1); // 36 reserved, 1 for backward compatibility
     t.u64(0); // 40 reserved
@@ -172,7 +172,7 @@ mod tests {
 
     #[test]
     fn table_golden() {
-        let desc = MachineDescription {
+        let desc = GuestPlatform {
             cpus: 2,
             lapic_addr: 0xfee0_0000,
             ioapic_addr: 0xfec0_0000,

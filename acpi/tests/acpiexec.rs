@@ -12,7 +12,7 @@
 //! Skips with `SKIP:` on stderr when `acpiexec` is not installed.
 #![allow(clippy::unwrap_used)] // a failed step fails the test with its message
 
-use acpi::{build_tables, nfit_handle, DsmTransport, MachineDescription, NvdimmDescription};
+use acpi::{build_tables, nfit_handle, DsmTransport, GuestPlatform, NvdimmDescription};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -39,7 +39,7 @@ fn ssdt_file(tag: &str, handles: &[u32], slots: usize) -> PathBuf {
             proximity_domain: None,
         })
         .collect();
-    let desc = MachineDescription {
+    let desc = GuestPlatform {
         cpus: 1,
         lapic_addr: 0xfee0_0000,
         ioapic_addr: 0xfec0_0000,

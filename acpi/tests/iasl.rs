@@ -4,9 +4,7 @@
 //! Skips with `SKIP:` on stderr when `iasl` is not installed.
 #![allow(clippy::unwrap_used)] // a failed step fails the test with its message
 
-use acpi::{
-    build_tables, nfit_handle, AcpiTables, DsmTransport, MachineDescription, NvdimmDescription,
-};
+use acpi::{build_tables, nfit_handle, AcpiTables, DsmTransport, GuestPlatform, NvdimmDescription};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -21,8 +19,8 @@ fn iasl_available() -> bool {
     }
 }
 
-fn machine(cpus: u32, nvdimms: Vec<NvdimmDescription>) -> MachineDescription {
-    MachineDescription {
+fn machine(cpus: u32, nvdimms: Vec<NvdimmDescription>) -> GuestPlatform {
+    GuestPlatform {
         cpus,
         lapic_addr: 0xfee0_0000,
         ioapic_addr: 0xfec0_0000,
@@ -103,7 +101,7 @@ fn write_all(t: &AcpiTables, dir: &Path) -> Vec<String> {
 }
 
 /// Disassembles every table; returns (file, dsl) pairs.
-fn check_all(tag: &str, desc: &MachineDescription) -> Vec<(String, String)> {
+fn check_all(tag: &str, desc: &GuestPlatform) -> Vec<(String, String)> {
     let t = build_tables(desc, RSDP_ADDR, TABLES_ADDR, TABLES_MAX).unwrap();
     let dir = tmpdir(tag);
     let files = write_all(&t, &dir);
@@ -129,7 +127,7 @@ fn get<'a>(all: &'a [(String, String)], file: &str) -> &'a str {
 /// Recompiles the disassembly of each AML table (DSDT, SSDT) with `iasl -oa`
 /// (no optimizations) and checks that iasl encodes exactly the body we
 /// encoded: our AML encoder agrees with ACPICA's compiler byte for byte.
-fn recompile_matches(tag: &str, desc: &MachineDescription) {
+fn recompile_matches(tag: &str, desc: &GuestPlatform) {
     let t = build_tables(desc, RSDP_ADDR, TABLES_ADDR, TABLES_MAX).unwrap();
     let dir = tmpdir(tag);
     for table in t

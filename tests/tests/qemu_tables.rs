@@ -32,7 +32,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use acpi::{build_tables, nfit_handle, DsmTransport, MachineDescription, NvdimmDescription};
+use acpi::{build_tables, nfit_handle, DsmTransport, GuestPlatform, NvdimmDescription};
 use lab::guest::qemu::{opt_escape, QemuAccel, QemuCommand};
 use pmemvm_tests::nested::{cache_dir, find_qemu, prepare_l1, NestedError};
 use pmemvm_tests::process::wait_with_deadline;
@@ -174,8 +174,8 @@ fn dimm(i: u32, readonly: bool) -> NvdimmDescription {
     }
 }
 
-fn machine(nvdimms: Vec<NvdimmDescription>, dsm: Option<DsmTransport>) -> MachineDescription {
-    MachineDescription {
+fn machine(nvdimms: Vec<NvdimmDescription>, dsm: Option<DsmTransport>) -> GuestPlatform {
+    GuestPlatform {
         cpus: 1,
         lapic_addr: 0xfee0_0000,
         ioapic_addr: 0xfec0_0000,
@@ -212,7 +212,7 @@ impl Boot {
 }
 
 /// Boots the kernel with our NFIT and SSDT for `desc`, one pc-dimm per DIMM.
-fn boot(tag: &str, image: &Image, desc: &MachineDescription, extra_cmdline: &str) -> Boot {
+fn boot(tag: &str, image: &Image, desc: &GuestPlatform, extra_cmdline: &str) -> Boot {
     let qemu = find_qemu().unwrap();
     let dir = TempDir::new(tag);
     let tables = build_tables(desc, 0xe_0000, 0xe_1000, 0x1_e000).unwrap();

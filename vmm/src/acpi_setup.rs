@@ -1,11 +1,11 @@
 //! From a VM's configuration to the ACPI description of its machine
-//! (`acpi::MachineDescription`), the tables in guest memory, and the NVDIMM
+//! (`acpi::GuestPlatform`), the tables in guest memory, and the NVDIMM
 //! `_DSM` doorbell that serves the guest's AML: label, health and (root
 //! device) scrub and error-injection requests.
 
 use std::sync::Arc;
 
-use acpi::{AcpiTables, DsmTransport, MachineDescription, NvdimmDescription};
+use acpi::{AcpiTables, DsmTransport, GuestPlatform, NvdimmDescription};
 use devices::bus::{Bus, BusDevice};
 use devices::nvdimm_dsm::{DsmHandler, FileLabels, DSM_PAGE_SIZE};
 use devices::platform_events::{PlatformEventPort, PlatformEvents};
@@ -82,7 +82,7 @@ pub fn describe(
     dimms: &[PlacedNvdimm],
     slots: usize,
     disks: usize,
-) -> MachineDescription {
+) -> GuestPlatform {
     let nvdimms: Vec<NvdimmDescription> = dimms
         .iter()
         .zip(0u32..)
@@ -97,7 +97,7 @@ pub fn describe(
         event_port: layout::PLATFORM_EVENT_PORT,
         event_gsi: layout::PLATFORM_EVENT_GSI,
     });
-    MachineDescription {
+    GuestPlatform {
         cpus: u32::from(cpus),
         lapic_addr: u32::try_from(layout::LAPIC_START.0).unwrap_or(0),
         ioapic_addr: u32::try_from(layout::IOAPIC_START.0).unwrap_or(0),
@@ -135,7 +135,7 @@ pub fn describe(
 }
 
 /// Builds the tables at pmemvm's fixed addresses.
-pub fn build(desc: &MachineDescription) -> Result<AcpiTables, AcpiSetupError> {
+pub fn build(desc: &GuestPlatform) -> Result<AcpiTables, AcpiSetupError> {
     acpi::build_tables(
         desc,
         layout::RSDP_ADDR.0,
