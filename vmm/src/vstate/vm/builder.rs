@@ -258,6 +258,38 @@ struct DimmContext<'a> {
     epoch_gate: Option<Arc<EpochGate>>,
 }
 
+impl<'a> DimmContext<'a> {
+    fn new(
+        vm_fd: &'a Arc<VmFd>,
+        config: &'a VmConfig,
+        vcpu_threads: &'a Arc<VcpuThreads>,
+        mce_ids: Vec<std::ops::Range<u32>>,
+    ) -> Self {
+        Self {
+            vm_fd,
+            config,
+            vcpu_threads,
+            mce_ids: mce_ids.into_iter(),
+            media_started: crate::nvdimm::media::SetupGuard::default(),
+            epoch_gate: None,
+        }
+    }
+}
+
+/// An Intel guest's machine checks reach every vCPU (several vCPUs, a DIMM with `mce=on`).
+fn mce_broadcast(
+    mce: MachineChecks,
+    cpus: u8,
+    threads: &Arc<VcpuThreads>,
+) -> Option<Arc<crate::nvdimm::mce::broadcast::McBroadcast>> {
+    match mce {
+        Some((Vendor::Intel, _)) if cpus > 1 => Some(Arc::new(
+            crate::nvdimm::mce::broadcast::McBroadcast::new(cpus.into(), threads.clone()),
+        )),
+        _ => None,
+    }
+}
+
 /// The NVDIMMs' files, mapped and registered from slot `*slot` on, with
 /// their media, poison slots and recorders.
 fn map_nvdimms(
@@ -525,22 +557,12 @@ impl Vm {
         let mut legacy_pmem = map_legacy(&vm_fd, config, &plan, &mut slot)?;
         let cpus = config.machine.cpus;
         let vcpu_threads = Arc::new(VcpuThreads::new(cpus.into()));
+        // mce=on DIMMs take their slots from the top of KVM's numbers.
         let below = slot as usize + plan.slots;
         let mce_ids = crate::nvdimm::mce::slot_ids(kvm.get_nr_memslots(), below, plan.mce_dimms)?;
-        let mut dimms = DimmContext {
-            vm_fd: &vm_fd,
-            config,
-            vcpu_threads: &vcpu_threads,
-            mce_ids: mce_ids.into_iter(),
-            media_started: crate::nvdimm::media::SetupGuard::default(),
-            epoch_gate: None,
-        };
+        let mut dimms = DimmContext::new(&vm_fd, config, &vcpu_threads, mce_ids);
         let mut nvdimms = map_nvdimms(&mut dimms, &plan, &mut slot)?;
-        let DimmContext {
-            media_started,
-            epoch_gate,
-            ..
-        } = dimms;
+        let (media_started, epoch_gate) = (dimms.media_started, dimms.epoch_gate);
         let mapped = Mapped {
             mem: &mem,
             nvdimms: &nvdimms,
@@ -552,12 +574,7 @@ impl Vm {
         nvdimms.iter_mut().for_each(|n| n.backing.keep());
         legacy_pmem.iter_mut().for_each(|l| l.backing.keep());
         media_started.disarm();
-        let mce_broadcast = match plan.mce {
-            Some((Vendor::Intel, _)) if cpus > 1 => Some(Arc::new(
-                crate::nvdimm::mce::broadcast::McBroadcast::new(cpus.into(), vcpu_threads.clone()),
-            )),
-            _ => None,
-        };
+        let mce_broadcast = mce_broadcast(plan.mce, cpus, &vcpu_threads);
         Ok(Self {
             pvpanic: Arc::new(crate::pvpanic::PvPanic::new(devices.exit.clone())),
             vm_fd,
