@@ -233,19 +233,7 @@ pub struct BootInputs<'a> {
 pub fn load(mem: &GuestMemoryMmap, inputs: &BootInputs) -> Result<EntryPoint, BootError> {
     let format = detect_format(inputs.kernel)?;
     let cmdline = params::cmdline(inputs.cmdline)?;
-    let mut kernel = open_input(inputs.kernel, "kernel")?;
-    let k = KernelFile {
-        path: inputs.kernel,
-        len: kernel
-            .metadata()
-            .map_err(|source| BootError::Read {
-                what: "kernel",
-                path: inputs.kernel.into(),
-                source,
-            })?
-            .len(),
-        low_ram_end: inputs.low_ram_end,
-    };
+    let (k, mut kernel) = KernelFile::open(inputs.kernel, inputs.low_ram_end)?;
     // Each checks the fit before writing anything, so a small --memory gets a clear message.
     let (entry, kernel_end, setup_header) = match format {
         KernelFormat::Elf => k.load_elf(mem, &mut kernel)?,
@@ -285,7 +273,19 @@ type Loaded = (
     Option<linux_loader::loader::bootparam::setup_header>,
 );
 
-impl KernelFile<'_> {
+impl<'a> KernelFile<'a> {
+    /// Opens the kernel at `path`, with its length, for RAM ending at `low_ram_end`.
+    fn open(path: &'a Path, low_ram_end: u64) -> Result<(Self, File), BootError> {
+        let file = open_input(path, "kernel")?;
+        let mut k = Self {
+            path,
+            len: 0,
+            low_ram_end,
+        };
+        k.len = file.metadata().map_err(|e| k.read_err(e))?.len();
+        Ok((k, file))
+    }
+
     fn read_err(&self, source: std::io::Error) -> BootError {
         BootError::Read {
             what: "kernel",
@@ -393,19 +393,7 @@ impl KernelFile<'_> {
 /// an ELF whose segments are in the file, or a bzImage with the 64-bit entry.
 pub fn check_kernel(path: &Path) -> Result<KernelFormat, BootError> {
     let format = detect_format(path)?;
-    let mut kernel = open_input(path, "kernel")?;
-    let k = KernelFile {
-        path,
-        len: kernel
-            .metadata()
-            .map_err(|source| BootError::Read {
-                what: "kernel",
-                path: path.into(),
-                source,
-            })?
-            .len(),
-        low_ram_end: u64::MAX,
-    };
+    let (k, mut kernel) = KernelFile::open(path, u64::MAX)?;
     match format {
         KernelFormat::Elf => k.elf_info(&mut kernel).map(|_| format),
         KernelFormat::BzImage => k.bz_setup(&mut kernel).map(|_| format),

@@ -7,17 +7,16 @@
 
 use std::sync::Arc;
 
-use devices::exit::ExitNotifier;
 use devices::nvdimm::FlushStats;
-use devices::platform_events::PlatformEvents;
 use kvm_bindings::{
     kvm_pit_config, CpuId, KVM_MAX_CPUID_ENTRIES, KVM_MEM_LOG_DIRTY_PAGES, KVM_PIT_SPEAKER_DUMMY,
 };
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use vm_memory::{Address, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
+use super::attach::{attach_devices, Mapped, Room};
 use super::outputs::check_output;
-use super::{add_memslot, buses, io_err, kvm_err, open_kvm, readonly_flag, Vm, VmError};
+use super::{add_memslot, kvm_err, open_kvm, readonly_flag, Vm, VmError};
 use crate::boot::{self, BootInputs, EntryPoint};
 use crate::config::VmConfig;
 use crate::host::HostKvm;
@@ -101,6 +100,17 @@ impl Plan {
 
 /// With an `mce=on` DIMM: the guest's vendor and the banks' capability.
 type MachineChecks = Option<(Vendor, u64)>;
+
+impl Plan {
+    /// What the devices take of it.
+    fn room(&self) -> Room<'_> {
+        Room {
+            ram: &self.ram,
+            slots: self.slots,
+            phys_bits: self.phys_bits,
+        }
+    }
+}
 
 /// KVM's CPUID, with machine checks to recover when a DIMM has `mce=on`;
 /// and how many DIMMs have it.
@@ -372,152 +382,6 @@ fn map_nvdimm(
     })
 }
 
-/// The devices and what the VM keeps of them.
-struct Devices {
-    pio: devices::bus::Bus,
-    mmio: devices::bus::Bus,
-    serial: buses::SerialPorts,
-    exit: Arc<ExitNotifier>,
-    dma_view: devices::virtio::dma::DmaView,
-    disks: Vec<crate::disk::AttachedDisk>,
-    disk_threads: Vec<devices::virtio::queues::IoThread>,
-    events: Option<Arc<PlatformEvents>>,
-    dsm: Option<Arc<devices::nvdimm_dsm::DsmHandler>>,
-    hotplug: Option<Arc<crate::nvdimm::hotplug::NvdimmHotplug>>,
-}
-
-/// The memory the machine has mapped so far, for the devices.
-struct Mapped<'a> {
-    mem: &'a GuestMemoryMmap,
-    nvdimms: &'a [Nvdimm],
-    legacy_pmem: &'a [LegacyPmem],
-    /// The next free memory slot (a hot-added DIMM's).
-    next_slot: u32,
-}
-
-/// The platform devices, the disks, the GED, the ACPI tables and the room
-/// for hot-added DIMMs.
-fn attach_devices(
-    vm_fd: &Arc<VmFd>,
-    config: &VmConfig,
-    plan: &Plan,
-    mapped: &Mapped<'_>,
-    open_disks: Vec<crate::disk::OpenDisk>,
-) -> Result<Devices, VmError> {
-    let exit = Arc::new(ExitNotifier::new().map_err(io_err("creating the exit eventfd"))?);
-    let irq = |gsi: u32| buses::irq_line(vm_fd, gsi);
-    let with_legacy = !mapped.legacy_pmem.is_empty();
-    let buses::Buses {
-        mut pio,
-        mut mmio,
-        serial,
-        flush,
-    } = buses::platform(
-        config,
-        vm_fd,
-        &exit,
-        (mapped.nvdimms, plan.slots),
-        with_legacy,
-    )?;
-    let dma_view = dma_view(mapped)?;
-    let (disks, disk_threads) = attach_disks(vm_fd, &dma_view, &mut mmio, open_disks)?;
-    // The GED's line and register, when there is a DIMM to notify about.
-    let events = match plan.slots {
-        0 => None,
-        _ => Some(Arc::new(PlatformEvents::new(irq(
-            layout::PLATFORM_EVENT_GSI,
-        )?))),
-    };
-    let installed = crate::acpi_setup::install(
-        config.machine.cpus,
-        &plan.ram,
-        mapped.mem,
-        (mapped.nvdimms, plan.slots, events.clone()),
-        disks.len(),
-        &mut pio,
-    )?;
-    // Empty slots: what a hot-add needs, above everything mapped now.
-    let mapped_pmem = mapped.nvdimms.iter().map(|n| (n.base, n.size())).chain(
-        mapped
-            .legacy_pmem
-            .iter()
-            .map(|l| (l.base, l.mapping.size() as u64)),
-    );
-    let hotplug =
-        crate::nvdimm::hotplug::NvdimmHotplug::for_machine(crate::nvdimm::hotplug::HotplugParts {
-            vm_fd: vm_fd.clone(),
-            slots: plan.slots,
-            phys_bits: plan.phys_bits,
-            host_node: config.machine.placement.host_node,
-            described: installed.nvdimms,
-            next_memslot: mapped.next_slot,
-            top: crate::nvdimm::hotplug::top_of(&plan.ram, mapped_pmem),
-            dsm: installed.dsm.clone(),
-            events: events.clone(),
-            flush,
-            dma: dma_view.clone(),
-        });
-    Ok(Devices {
-        pio,
-        mmio,
-        serial,
-        exit,
-        dma_view,
-        disks,
-        disk_threads,
-        events,
-        dsm: installed.dsm,
-        hotplug,
-    })
-}
-
-/// What devices may read and write: RAM, the NVDIMMs and the legacy ranges
-/// (DMA to and from DAX pages); a disk's write into a recorded DIMM is a store
-/// its recording sees.
-fn dma_view(mapped: &Mapped<'_>) -> Result<devices::virtio::dma::DmaView, VmError> {
-    let pmem = mapped
-        .nvdimms
-        .iter()
-        .map(|n| (n.base, &n.mapping))
-        .chain(mapped.legacy_pmem.iter().map(|l| (l.base, &l.mapping)));
-    let view = crate::memory::dma_memory::with_pmem(mapped.mem, pmem)?;
-    for n in mapped.nvdimms {
-        if let Some(r) = &n.recorder {
-            view.watch(n.base, n.size(), r.clone());
-        }
-    }
-    Ok(view)
-}
-
-/// The virtio disks on the MMIO bus, each with its interrupt line and its
-/// queue-notify eventfd registered with KVM.
-fn attach_disks(
-    vm_fd: &VmFd,
-    dma: &devices::virtio::dma::DmaView,
-    mmio: &mut devices::bus::Bus,
-    open_disks: Vec<crate::disk::OpenDisk>,
-) -> Result<
-    (
-        Vec<crate::disk::AttachedDisk>,
-        Vec<devices::virtio::queues::IoThread>,
-    ),
-    VmError,
-> {
-    let wiring = crate::disk::Wiring {
-        irq: |gsi| buses::irq_line(vm_fd, gsi).map_err(|e| e.to_string()),
-        notify: |addr, kick: &vmm_sys_util::eventfd::EventFd| {
-            vm_fd
-                .register_ioevent(
-                    kick,
-                    &kvm_ioctls::IoEventAddress::Mmio(addr),
-                    kvm_ioctls::NoDatamatch,
-                )
-                .map_err(|e| e.to_string())
-        },
-    };
-    Ok(crate::disk::attach_all(open_disks, dma, mmio, wiring)?)
-}
-
 /// The vCPUs, configured to enter the kernel at `entry`.
 fn create_vcpus(
     vm_fd: &VmFd,
@@ -569,7 +433,7 @@ impl Vm {
             legacy_pmem: &legacy_pmem,
             next_slot: slot,
         };
-        let devices = attach_devices(&vm_fd, config, &plan, &mapped, open_disks)?;
+        let devices = attach_devices(&vm_fd, config, &plan.room(), &mapped, open_disks)?;
         let vcpus = create_vcpus(&vm_fd, &mem, &plan, cpus, entry)?;
         nvdimms.iter_mut().for_each(|n| n.backing.keep());
         legacy_pmem.iter_mut().for_each(|l| l.backing.keep());

@@ -6,6 +6,7 @@
 //! kernel and initrd) is checked before any backing file is created, and a
 //! file created here is removed again if a later step fails.
 
+mod attach;
 mod builder;
 mod buses;
 mod error;

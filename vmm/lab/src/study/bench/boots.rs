@@ -158,10 +158,10 @@ fn announce(req: &BenchRequest, prepared: &Prepared, report: &BenchReport, boots
     }
 }
 
-/// The run of one boot of `side`: its files, the experiment's parameters for it.
-fn boot_spec(req: &BenchRequest, prepared: &Prepared, side: &Side, files: &SideFiles) -> RunSpec {
+/// The run of one boot of a side: its files, and `extra`, the experiment's
+/// words for its kernel command line.
+fn boot_spec(req: &BenchRequest, prepared: &Prepared, files: &SideFiles, extra: String) -> RunSpec {
     let plan = &prepared.plan;
-    let extra = plan.cmdline_for(side);
     let nvdimms: Vec<NvdimmSpec> = plan
         .nvdimm_bytes
         .map(NvdimmSpec::temporary)
@@ -324,7 +324,7 @@ pub fn bench(req: &BenchRequest) -> Result<BenchOutcome, BenchError> {
                 },
                 started.elapsed().as_secs_f64()
             ));
-            let spec = boot_spec(req, &prepared, side, inputs);
+            let spec = boot_spec(req, &prepared, inputs, extra);
             let result = match run_boot(req, &spec, &scratch)? {
                 Ran::Done(result, signal) => {
                     interrupted_by = signal;
