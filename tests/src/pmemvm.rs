@@ -25,8 +25,8 @@ pub fn target_dir() -> PathBuf {
 }
 
 /// The pmemvm binary: `$PMEMVM_BIN`, or `debug/pmemvm` of [`target_dir`] built
-/// once per test process with `cargo build -p pmemvm` so tests never run a
-/// stale binary. The tests' one binary lookup (the nested harness's
+/// once per test process with `cargo build -p pmemvm` (with the core
+/// executable `pmemvm-vm` beside it) so tests never run a stale binary. The tests' one binary lookup (the nested harness's
 /// `find_pmemvm` checks `$PMEMVM_BIN` exists, then asks this).
 pub fn pmemvm_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
@@ -36,7 +36,7 @@ pub fn pmemvm_bin() -> PathBuf {
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "-q", "-p", "pmemvm", "--bin", "pmemvm"])
+            .args(["build", "-q", "-p", "pmemvm"])
             .current_dir(workspace_root())
             .status();
         assert!(

@@ -55,6 +55,8 @@ fn pmemvm() -> PathBuf {
             "pmemvm",
             "--bin",
             "pmemvm",
+            "--bin",
+            "pmemvm-vm",
         ])
         .current_dir(workspace())
         .status()

@@ -116,6 +116,24 @@ pub fn describe(r: &ExitRequest) -> String {
     }
 }
 
+/// Prints a failure on stderr as pmemvm's programs do, Cloud Hypervisor
+/// style: `pmemvm: error: MESSAGE`, then each cause whose text the message
+/// does not already hold, numbered.
+pub fn print_error(error: &dyn std::error::Error) {
+    let message = error.to_string();
+    eprintln!("pmemvm: error: {message}");
+    let mut source = error.source();
+    let mut n = 1;
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !message.contains(&text) {
+            eprintln!("  {n}: {text}");
+            n += 1;
+        }
+        source = s.source();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

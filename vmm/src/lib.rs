@@ -26,6 +26,7 @@ pub mod disk;
 pub mod exit_status;
 pub mod fault;
 pub mod host;
+pub mod launch;
 pub mod layout;
 pub mod memory;
 pub mod nvdimm;

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use devices::nvdimm::FlushStats;
-use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -163,16 +162,42 @@ pub struct NvdimmCounts {
     pub machine_checks: Option<u64>,
 }
 
-static PROCESS_START: OnceLock<Instant> = OnceLock::new();
+static PROCESS_START_NS: OnceLock<u64> = OnceLock::new();
+
+/// CLOCK_MONOTONIC now, in ns: one clock for every process of the host, so a
+/// start recorded before an exec stays the reference after it.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec owned by this frame; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // CLOCK_MONOTONIC counts up from boot: neither field is negative.
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs * 1_000_000_000 + nanos
+}
 
 /// Records the start of `main` (the reference for startup figures).
 pub fn mark_process_start() {
-    let _ = PROCESS_START.set(Instant::now());
+    mark_process_start_at(monotonic_ns());
+}
+
+/// Records a start taken earlier ([`process_start_ns`] of the program that
+/// handed this one the VM).
+pub fn mark_process_start_at(ns: u64) {
+    let _ = PROCESS_START_NS.set(ns);
+}
+
+/// The recorded start ([`monotonic_ns`]), if any.
+pub fn process_start_ns() -> Option<u64> {
+    PROCESS_START_NS.get().copied()
 }
 
 /// Microseconds since [`mark_process_start`] (None if it was never called).
 pub fn micros_since_start() -> Option<u128> {
-    PROCESS_START.get().map(|t| t.elapsed().as_micros())
+    process_start_ns().map(|s| u128::from(monotonic_ns().saturating_sub(s) / 1000))
 }
 
 /// Resident memory of this process outside the given guest mappings (host

@@ -195,10 +195,17 @@ impl NestedVm {
     }
 
     /// Makes the `pmemvm` binary (see [`find_pmemvm`]) available as `pmemvm`
-    /// on the command's `PATH`; unavailable (skip) if it is not built.
+    /// on the command's `PATH`, with the core executable beside it when it is
+    /// built (what `pmemvm boot` hands its VM to); unavailable (skip) if
+    /// `pmemvm` is not built.
     pub fn with_pmemvm(self) -> Result<NestedVm, NestedError> {
         let bin = find_pmemvm().map_err(NestedError::Unavailable)?;
-        Ok(self.binary("pmemvm", bin))
+        let core = bin.with_file_name(vmm::launch::CORE_EXECUTABLE);
+        let vm = self.binary("pmemvm", bin);
+        Ok(match core.is_file() {
+            true => vm.binary(vmm::launch::CORE_EXECUTABLE, core),
+            false => vm,
+        })
     }
 
     /// The mode this run will use.

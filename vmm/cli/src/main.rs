@@ -44,23 +44,6 @@ impl<E: Into<crate::commands::CommandError>> From<E> for Failure {
     }
 }
 
-/// Prints the error and its causes once, Cloud Hypervisor style; a cause
-/// whose text the message already contains is not repeated.
-fn report(error: &dyn std::error::Error) {
-    let message = error.to_string();
-    eprintln!("pmemvm: error: {message}");
-    let mut source = error.source();
-    let mut n = 1;
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !message.contains(&text) {
-            eprintln!("  {n}: {text}");
-            n += 1;
-        }
-        source = s.source();
-    }
-}
-
 fn boot(args: &BootArgs) -> Result<u8, Failure> {
     Ok(crate::boot_commands::boot(args)?)
 }
@@ -183,7 +166,7 @@ fn main() -> ExitCode {
     match result {
         Ok(status) => ExitCode::from(status),
         Err(f) => {
-            report(f.error.as_ref());
+            exit_status::print_error(f.error.as_ref());
             ExitCode::from(f.status)
         }
     }

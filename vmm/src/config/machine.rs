@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use super::MachineSpec;
 
 /// Where guest console output goes and where guest input comes from.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ConsoleMode {
     /// The terminal: stdout and stdin.
     #[default]
@@ -45,7 +45,7 @@ impl ConsoleMode {
 }
 
 /// A validated description of the VM to build: the machine and what it boots.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VmConfig {
     /// vCPUs, RAM, devices and host placement.
     pub machine: MachineSpec,

@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use vmm::config::{BootFiles, ConsoleMode, MachineSpec, VmConfig, DEFAULT_CMDLINE};
-use vmm::exit_status;
 use vmm::vstate::vm::VmError;
 
 use crate::guest::engine::{Engine, EngineError, RunControl, Unavailable};
@@ -226,49 +225,27 @@ pub fn boot(req: &BootRequest) -> Result<u8, RunError> {
     refuse_linux_on_this_kvm(Some(&kernel), &HostKvm::probe())?;
     let mut config = req.config(kernel, initrd);
     config.initrd_append = modules;
-    let vm = crate::guest::engine::build_with_controls(
-        &config,
-        req.gdb.as_ref().map(|(a, wait)| (a, *wait)),
-        &req.control,
-    )
-    .map_err(RunError::from)?;
-    // The terminal is raw for the run when the console uses it (run_loop).
-    let outcome = vm.run_with(vmm::vstate::run_loop::RunOptions {
+    let launch = vmm::launch::Launch {
+        config,
+        gdb: req.gdb.clone(),
+        api: req.control.api.clone(),
+        dump_on_panic: req.control.dump_on_panic.clone(),
         timeout: req.timeout,
-        ..vmm::vstate::run_loop::RunOptions::default()
-    })?;
-    let status = exit_status::for_request(&outcome.reason);
-    log::info!("VM exits: {:?}", outcome.exits);
-    for n in &outcome.nvdimms {
-        let mce = n
-            .machine_checks
-            .map(|k| format!(", {k} machine checks"))
-            .unwrap_or_default();
-        log::info!(
-            "NVDIMM {}: {} flushes, {} label calls{mce}",
-            n.file,
-            n.flushes,
-            n.label_calls
-        );
-    }
-    match &outcome.reason {
-        devices::exit::ExitRequest::PowerOff | devices::exit::ExitRequest::GuestExit(_) => {
-            log::info!("{}", exit_status::describe(&outcome.reason));
-        }
-        other => {
-            eprintln!(
-                "pmemvm: {} (exit status {status})",
-                exit_status::describe(other)
+        log_filter: log::max_level().to_string().to_lowercase(),
+        started_ns: vmm::stats::process_start_ns(),
+    };
+    // The VM runs in the core-only executable where it is installed beside
+    // this one (a smaller resident program), else here.
+    match vmm::launch::core_executable() {
+        Some(exe) => Err(vmm::launch::hand_over(&launch, &exe).into()),
+        None => {
+            log::debug!(
+                "{} is not beside this program: the VM runs in this process",
+                vmm::launch::CORE_EXECUTABLE
             );
-            if let Some(hint) = &outcome.host_hint {
-                eprintln!("pmemvm: {hint}");
-            }
-            for v in &outcome.vcpus {
-                eprintln!("pmemvm: {v}");
-            }
+            Ok(vmm::launch::run(&launch)?)
         }
     }
-    Ok(status)
 }
 
 #[cfg(test)]

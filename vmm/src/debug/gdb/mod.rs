@@ -74,7 +74,7 @@ impl GdbError {
 }
 
 /// Where the stub listens.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum GdbAddr {
     /// A TCP address.
     Tcp(SocketAddr),

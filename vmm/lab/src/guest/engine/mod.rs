@@ -18,7 +18,7 @@ pub mod nested;
 mod pmemvm;
 mod qemu;
 pub use kind::{with_engine_nested, Engine, Refusal, Unavailable, QEMU_PACKAGE};
-pub use pmemvm::{build_with_controls, Pmemvm};
+pub use pmemvm::Pmemvm;
 pub use qemu::Qemu;
 
 /// Errors of an engine before or while it boots a machine.
@@ -27,6 +27,9 @@ pub enum EngineError {
     /// Building pmemvm's VM.
     #[error(transparent)]
     Vm(#[from] VmError),
+    /// pmemvm's VM with its endpoints (`--gdb`, `--api`, `--dump-on-panic`).
+    #[error(transparent)]
+    Launch(#[from] vmm::launch::LaunchError),
     /// `--gdb`'s endpoint.
     #[error(transparent)]
     Gdb(#[from] vmm::debug::gdb::GdbError),
@@ -72,6 +75,7 @@ impl EngineError {
     pub fn is_usage(&self) -> bool {
         match self {
             Self::Vm(e) => e.is_usage(),
+            Self::Launch(e) => e.is_usage(),
             Self::Gdb(e) => e.is_usage(),
             Self::Api(e) => e.is_usage(),
             Self::Dump(e) => e.is_usage(),

@@ -15,7 +15,7 @@ use super::{Ended, Engine, EngineError, GuestEngine, Machine};
 use crate::guest::nested::l1::{l1_command, L1Options, INTERACTIVE_TTY};
 use crate::guest::nested::l1_run::run_l1;
 use crate::guest::nested::placement::{in_share, place_machine, write_machine, MACHINE_FILE};
-use crate::guest::nested::share::{forwarded_env, install_binary, l1_dir, tail, write_command};
+use crate::guest::nested::share::{forwarded_env, install_pmemvm, l1_dir, tail, write_command};
 use crate::guest::nested::{cache_dir, io_err, prepare_l1, L1Image, NestedError};
 
 pub use crate::guest::nested::prepare::L1_OVERHEAD_MIB;
@@ -122,7 +122,7 @@ impl NestedEngine {
         let (l1_machine, mounts, _locks) = place_machine(share, m.spec)?;
         write_machine(share, &l1_machine)?;
         let argv = self.share_the_boot(m)?;
-        install_binary(share, "pmemvm", &self.pmemvm, true)?;
+        install_pmemvm(share, &self.pmemvm)?;
         let words: Vec<&str> = argv.iter().map(String::as_str).collect();
         write_command(share, &env(), &words, &mounts, None)?;
         let l1 = l1_dir(share);
@@ -319,7 +319,7 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
             crate::guest::nested::l1::API_TTY.to_string(),
         ]);
     }
-    install_binary(&share.0, "pmemvm", &pmemvm, true)?;
+    install_pmemvm(&share.0, &pmemvm)?;
     let words: Vec<&str> = argv.iter().map(String::as_str).collect();
     write_command(&share.0, &env(), &words, &mounts, Some(INTERACTIVE_TTY))?;
     let l1 = l1_dir(&share.0);

@@ -5,44 +5,10 @@ use vmm::config::{ConsoleMode, VmConfig};
 use vmm::exit_status;
 use vmm::host::HostKvm;
 use vmm::vstate::run_loop::RunOptions;
-use vmm::vstate::vm::Vm;
 
 use std::path::Path;
 
 use super::{in_nested_l1, Ended, Engine, EngineError, GuestEngine, Machine};
-
-/// Builds the VM of `config` with the debugger (`gdb`: address and
-/// wait-for-attach), the control socket and the panic dump of `control`:
-/// the endpoints are bound and the dump file checked first, so a busy port or
-/// an existing path stops here, before the VM (`run` and `boot` alike).
-pub fn build_with_controls(
-    config: &VmConfig,
-    gdb: Option<(&vmm::debug::gdb::GdbAddr, bool)>,
-    control: &super::RunControl,
-) -> Result<Vm, EngineError> {
-    let gdb = gdb
-        .map(|(addr, wait)| vmm::debug::gdb::GdbListener::bind(addr, wait))
-        .transpose()?;
-    let api = control
-        .api
-        .as_deref()
-        .map(vmm::api::ApiListener::bind)
-        .transpose()?;
-    if let Some(f) = &control.dump_on_panic {
-        vmm::debug::dump::check_new_file(f)?;
-    }
-    let mut vm = Vm::build(config)?;
-    if let Some(listener) = gdb {
-        vm.attach_gdb(listener);
-    }
-    if let Some(listener) = api {
-        vm.attach_api(listener);
-    }
-    if let Some(f) = &control.dump_on_panic {
-        vm.dump_on_panic(f.clone())?;
-    }
-    Ok(vm)
-}
 
 /// pmemvm's own VMM core, in this process.
 #[derive(Debug)]
@@ -67,7 +33,12 @@ impl GuestEngine for Pmemvm {
             channel: Some(m.channel.to_path_buf()),
         };
         let building = std::time::Instant::now();
-        let vm = build_with_controls(&config, m.gdb, m.control)?;
+        let vm = vmm::launch::build(
+            &config,
+            m.gdb,
+            m.control.api.as_deref(),
+            m.control.dump_on_panic.as_deref(),
+        )?;
         log::debug!(
             "startup: VM built (memory, devices, kernel and initrd loaded, ACPI) in {:.3} s",
             building.elapsed().as_secs_f64()

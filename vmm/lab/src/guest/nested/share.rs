@@ -191,6 +191,18 @@ pub fn install_binary(
     Ok(())
 }
 
+/// Installs this `pmemvm` binary (and its libraries) into the L1, with the
+/// core executable beside it when it is installed beside this one, so a
+/// `boot` in the L1 hands its VM over as it does here.
+pub fn install_pmemvm(share: &Path, pmemvm: &Path) -> Result<(), NestedError> {
+    install_binary(share, "pmemvm", pmemvm, true)?;
+    let core = pmemvm.with_file_name(vmm::launch::CORE_EXECUTABLE);
+    if core.is_file() {
+        install_binary(share, vmm::launch::CORE_EXECUTABLE, &core, false)?;
+    }
+    Ok(())
+}
+
 /// Writes the command the L1 init runs (`.l1/cmd.sh`), the extra 9p mounts
 /// (`.l1/mounts`: `TAG DIR` lines) and, for an interactive run, the serial
 /// port it runs on (`.l1/tty`).

@@ -41,6 +41,9 @@ pub enum RunError {
     /// The engine failed before or while booting.
     #[error(transparent)]
     Engine(#[from] engine::EngineError),
+    /// pmemvm's VM with its endpoints, run by `boot`.
+    #[error(transparent)]
+    Launch(#[from] vmm::launch::LaunchError),
     /// A job file cannot be read.
     #[error("cannot read {what} {path}: {source}")]
     Input {
@@ -101,6 +104,7 @@ impl RunError {
             Self::Vm(e) => e.is_usage(),
             Self::Gdb(e) => e.is_usage(),
             Self::Engine(e) => e.is_usage(),
+            Self::Launch(e) => e.is_usage(),
             Self::Input { .. } | Self::Output { .. } | Self::Preflight(_) | Self::Image(_) => true,
             Self::Transfer(e) => e.is_usage(),
             Self::Modules(e) => e.is_usage(),
