@@ -59,17 +59,17 @@ pub enum DiskError {
     },
 }
 
-impl DiskError {
-    /// True when the user's input is wrong (exit status 2).
-    pub fn is_usage(&self) -> bool {
-        matches!(
-            self,
+impl crate::exit_status::Classified for DiskError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::*;
+        match self {
             Self::TooMany(_)
-                | Self::Open { .. }
-                | Self::Directory(_)
-                | Self::Locked(_)
-                | Self::Block(_)
-        )
+            | Self::Open { .. }
+            | Self::Directory(_)
+            | Self::Locked(_)
+            | Self::Block(_) => Usage,
+            _ => Environment,
+        }
     }
 }
 
@@ -217,6 +217,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit_status::Classified;
 
     #[test]
     fn every_disk_gets_its_own_page_below_the_flush_hints() {

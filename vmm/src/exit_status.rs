@@ -32,6 +32,54 @@ pub const GUEST_PANIC: u8 = 7;
 /// emulator running this host) mixed the two levels' state.
 pub const HOST_MODULE_RIP: &str = "that RIP lies in the host kernel's module";
 
+/// Whose fault a failure is. Every error type of pmemvm says it of each of
+/// its cases ([`Classified::kind`]); the exit status follows from it alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ErrorKind {
+    /// The user's input: a value, a path, a combination of options, a host
+    /// that cannot do what was asked. [`USAGE`]; nothing the user owns was changed.
+    Usage,
+    /// The host failed under a valid request: I/O, memory, KVM, a tool
+    /// pmemvm ran. [`RUNTIME_ERROR`].
+    Environment,
+    /// What the guest wrote or left is not what the run needs (a job's
+    /// archive, a suite's output). [`RUNTIME_ERROR`].
+    Guest,
+    /// pmemvm broke its own rule (a layout it computed does not fit, a
+    /// description it wrote cannot be read back). [`RUNTIME_ERROR`].
+    Internal,
+}
+
+impl ErrorKind {
+    /// The exit status of a failure of this kind.
+    pub fn exit_status(self) -> u8 {
+        match self {
+            Self::Usage => USAGE,
+            Self::Environment | Self::Guest | Self::Internal => RUNTIME_ERROR,
+        }
+    }
+
+    /// [`Self::Usage`] for a failure at a path the user named that is the
+    /// path's fault ([`is_path_fault`]), else [`Self::Environment`].
+    pub fn of_path(e: &std::io::Error) -> Self {
+        match is_path_fault(e) {
+            true => Self::Usage,
+            false => Self::Environment,
+        }
+    }
+}
+
+/// An error that says whose fault it is.
+pub trait Classified {
+    /// Whose fault it is.
+    fn kind(&self) -> ErrorKind;
+
+    /// True when the user's input is at fault (exit status 2).
+    fn is_usage(&self) -> bool {
+        self.kind() == ErrorKind::Usage
+    }
+}
+
 /// True when a failed open, read or bind at a path the user named is the
 /// path's fault (missing, no permission, a directory, taken, a file system
 /// that holds no socket): the user's to fix, [`USAGE`]. False for the host's
@@ -137,6 +185,35 @@ pub fn print_error(error: &dyn std::error::Error) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_users_fault_is_status_2_and_a_path_fault_is_the_users() {
+        assert_eq!(ErrorKind::Usage.exit_status(), USAGE);
+        for k in [
+            ErrorKind::Environment,
+            ErrorKind::Guest,
+            ErrorKind::Internal,
+        ] {
+            assert_eq!(k.exit_status(), RUNTIME_ERROR, "{k:?}");
+        }
+        let io = std::io::Error::from_raw_os_error;
+        assert_eq!(ErrorKind::of_path(&io(libc::ENOENT)), ErrorKind::Usage);
+        assert_eq!(
+            ErrorKind::of_path(&io(libc::EMFILE)),
+            ErrorKind::Environment
+        );
+    }
+
+    #[test]
+    fn a_layered_error_takes_the_kind_of_its_cause() {
+        use crate::boot::BootError;
+        use crate::vstate::vm::VmError;
+        let internal = VmError::Boot(BootError::TooManyE820Entries(200));
+        assert_eq!(internal.kind(), ErrorKind::Internal);
+        assert!(!internal.is_usage());
+        let launch = crate::launch::LaunchError::from(VmError::NoKvm);
+        assert_eq!(launch.kind(), ErrorKind::Usage);
+    }
 
     #[test]
     fn statuses_are_distinct_and_documented() {

@@ -84,15 +84,16 @@ pub enum LaunchError {
     },
 }
 
-impl LaunchError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
+impl crate::exit_status::Classified for LaunchError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::*;
         match self {
-            Self::Vm(e) => e.is_usage(),
-            Self::Gdb(e) => e.is_usage(),
-            Self::Api(e) => e.is_usage(),
-            Self::Dump(e) => e.is_usage(),
-            Self::HandOver { .. } | Self::BadLaunch { .. } => false,
+            Self::Vm(e) => e.kind(),
+            Self::Gdb(e) => e.kind(),
+            Self::Api(e) => e.kind(),
+            Self::Dump(e) => e.kind(),
+            Self::HandOver { .. } => Environment,
+            Self::BadLaunch { .. } => Internal,
         }
     }
 }
@@ -237,6 +238,7 @@ pub fn read_launch(fd: i32) -> Result<Launch, LaunchError> {
 mod tests {
     use super::*;
     use crate::config::{ConsoleMode, MachineSpec};
+    use crate::exit_status::Classified;
 
     fn launch() -> Launch {
         Launch {

@@ -2,6 +2,7 @@
 
 use super::*;
 use clap::Parser;
+use vmm::exit_status::Classified;
 
 #[derive(Debug, Parser)]
 struct Machine {

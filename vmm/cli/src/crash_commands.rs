@@ -6,11 +6,6 @@ use std::path::PathBuf;
 use crate::crash_args::{CrashCheckArgs, CrashImagesArgs};
 use vmm::nvdimm::record::images::{self, ImageError};
 
-/// Bad input (exit status 2) or a failure while writing (1).
-pub fn is_usage(e: &ImageError) -> bool {
-    !matches!(e, ImageError::Io { .. })
-}
-
 /// Writes the images and prints what was written.
 pub fn crash_images(a: &CrashImagesArgs) -> Result<String, ImageError> {
     let m = images::write(&a.which.request(&a.dir, a.out.clone()))?;

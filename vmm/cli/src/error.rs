@@ -61,23 +61,23 @@ pub enum CommandError {
     },
 }
 
-impl CommandError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
+impl vmm::exit_status::Classified for CommandError {
+    fn kind(&self) -> vmm::exit_status::ErrorKind {
+        use vmm::exit_status::ErrorKind::*;
         match self {
-            Self::Vm(e) => e.is_usage(),
-            Self::Run(e) => e.is_usage(),
-            Self::Bench(e) => e.is_usage(),
-            Self::Kconfig(e) => e.is_usage(),
-            Self::Merge(e) => e.is_usage(),
-            Self::Slurm(e) => e.is_usage(),
-            Self::Media(e) => e.is_usage(),
-            Self::Gdb(e) => e.is_usage(),
-            Self::Api(e) => e.is_usage(),
-            Self::Dump(e) => e.is_usage(),
-            Self::CrashCheck(e) => e.is_usage(),
-            Self::Suite(e) => e.is_usage(),
-            Self::Image(_) | Self::Output { .. } => true,
+            Self::Vm(e) => e.kind(),
+            Self::Run(e) => e.kind(),
+            Self::Bench(e) => e.kind(),
+            Self::Kconfig(e) => e.kind(),
+            Self::Merge(e) => e.kind(),
+            Self::Slurm(e) => e.kind(),
+            Self::Media(e) => e.kind(),
+            Self::Gdb(e) => e.kind(),
+            Self::Api(e) => e.kind(),
+            Self::Dump(e) => e.kind(),
+            Self::CrashCheck(e) => e.kind(),
+            Self::Suite(e) => e.kind(),
+            Self::Image(_) | Self::Output { .. } => Usage,
         }
     }
 }

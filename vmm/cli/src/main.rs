@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use crate::args::{AcpiArgs, BenchArgs, BootArgs, ReportArgs, RunArgs};
 use crate::cli::{Cli, Command, KconfigArgs, NvdimmCommand, PreflightArgs};
 use clap::Parser;
-use vmm::exit_status;
+use vmm::exit_status::{self, Classified};
 
 /// A failure with the exit status it maps to.
 struct Failure {
@@ -34,11 +34,7 @@ impl<E: Into<crate::commands::CommandError>> From<E> for Failure {
     fn from(e: E) -> Self {
         let e: crate::commands::CommandError = e.into();
         Failure {
-            status: if e.is_usage() {
-                exit_status::USAGE
-            } else {
-                exit_status::RUNTIME_ERROR
-            },
+            status: e.kind().exit_status(),
             error: Box::new(e),
         }
     }
@@ -78,11 +74,7 @@ fn ctl(args: &crate::cli::CtlArgs) -> Result<u8, Failure> {
             Ok(0)
         }
         Err(e) => Err(Failure {
-            status: if e.is_usage() {
-                exit_status::USAGE
-            } else {
-                exit_status::RUNTIME_ERROR
-            },
+            status: e.kind().exit_status(),
             error: Box::new(e),
         }),
     }
@@ -95,10 +87,7 @@ fn crash_images(args: &crate::crash_args::CrashImagesArgs) -> Result<u8, Failure
             Ok(0)
         }
         Err(e) => Err(Failure {
-            status: match crate::crash_commands::is_usage(&e) {
-                true => exit_status::USAGE,
-                false => exit_status::RUNTIME_ERROR,
-            },
+            status: e.kind().exit_status(),
             error: Box::new(e),
         }),
     }

@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use vmm::exit_status;
+use vmm::exit_status::{self, Classified};
 use vmm::launch::{self, LaunchError, LAUNCH_FD_OPTION};
 
 fn main() -> ExitCode {
@@ -23,11 +23,7 @@ fn main() -> ExitCode {
         Ok(status) => ExitCode::from(status),
         Err(e) => {
             exit_status::print_error(&e);
-            ExitCode::from(if e.is_usage() {
-                exit_status::USAGE
-            } else {
-                exit_status::RUNTIME_ERROR
-            })
+            ExitCode::from(e.kind().exit_status())
         }
     }
 }

@@ -158,13 +158,14 @@ pub enum ClientError {
     },
 }
 
-impl ClientError {
-    /// True for the user's mistakes.
-    pub fn is_usage(&self) -> bool {
+impl crate::exit_status::Classified for ClientError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::*;
         match self {
-            Self::NotASocket(_) | Self::Path(..) | Self::NotOwner { .. } => true,
-            Self::Refused { usage, .. } => *usage,
-            Self::Connect { .. } | Self::Io { .. } | Self::ForeignListener { .. } => false,
+            Self::NotASocket(_) | Self::Path(..) | Self::NotOwner { .. } => Usage,
+            Self::Refused { usage: true, .. } => Usage,
+            Self::Refused { usage: false, .. } => Environment,
+            Self::Connect { .. } | Self::Io { .. } | Self::ForeignListener { .. } => Environment,
         }
     }
 }
@@ -405,6 +406,7 @@ pub fn call(socket: &Path, command: &Request) -> Result<String, ClientError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit_status::Classified;
 
     #[test]
     fn a_new_dimms_file_is_sent_absolute_and_a_bad_spec_is_refused_here() {

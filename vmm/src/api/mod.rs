@@ -45,13 +45,12 @@ pub enum ApiError {
     TooLong(PathBuf),
 }
 
-impl ApiError {
-    /// True for the user's mistakes (status 2): the path named. A bind the
-    /// host could not do (no file descriptor left, EMFILE) is not (status 1).
-    pub fn is_usage(&self) -> bool {
+impl crate::exit_status::Classified for ApiError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::{self, *};
         match self {
-            Self::Exists(_) | Self::TooLong(_) => true,
-            Self::Listen { source, .. } => crate::exit_status::is_path_fault(source),
+            Self::Exists(_) | Self::TooLong(_) => Usage,
+            Self::Listen { source, .. } => ErrorKind::of_path(source),
         }
     }
 }
@@ -147,6 +146,7 @@ impl Drop for ApiListener {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit_status::Classified;
 
     #[test]
     fn the_socket_is_owner_only_refuses_an_existing_path_and_goes_at_the_end() {

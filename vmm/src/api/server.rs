@@ -6,6 +6,7 @@
 //! connect and stay silent cannot keep `pmemvm ctl` out for long. Ends when
 //! the VM does.
 
+use crate::exit_status::Classified;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -116,20 +116,17 @@ pub enum BootError {
     GuestMemory(#[from] vm_memory::GuestMemoryError),
 }
 
-impl BootError {
-    /// True when the user's input is at fault (exit status 2); a kernel or
-    /// initrd the host could not read (no file descriptor left, EIO) is not.
-    pub fn is_usage(&self) -> bool {
+impl crate::exit_status::Classified for BootError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::{self, *};
         match self {
-            Self::Read { source, .. } => crate::exit_status::is_path_fault(source),
-            _ => !matches!(
-                self,
-                Self::GuestMemory(_)
-                    | Self::CmdlineLoad(_)
-                    | Self::Configure(_)
-                    | Self::InitrdAddress(_)
-                    | Self::TooManyE820Entries(_)
-            ),
+            Self::Read { source, .. } => ErrorKind::of_path(source),
+            Self::GuestMemory(_)
+            | Self::CmdlineLoad(_)
+            | Self::Configure(_)
+            | Self::InitrdAddress(_)
+            | Self::TooManyE820Entries(_) => Internal,
+            _ => Usage,
         }
     }
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::exit_status::Classified;
 
 #[test]
 fn a_kernel_the_host_cannot_read_is_not_the_users_mistake() {

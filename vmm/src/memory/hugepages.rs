@@ -55,10 +55,13 @@ pub enum HugePageError {
     },
 }
 
-impl HugePageError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
-        !matches!(self, Self::Io { .. })
+impl crate::exit_status::Classified for HugePageError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::*;
+        match self {
+            Self::Io { .. } => Environment,
+            _ => Usage,
+        }
     }
 }
 
@@ -333,6 +336,7 @@ pub fn backing_len(spec: &crate::config::NvdimmSpec, path: &Path) -> Result<u64,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit_status::Classified;
 
     #[test]
     fn memory_specs_read_back_as_written() {

@@ -80,14 +80,14 @@ pub enum HotplugError {
     },
 }
 
-impl HotplugError {
-    /// True when the request was the user's mistake (exit status 2).
-    pub fn is_usage(&self) -> bool {
+impl crate::exit_status::Classified for HotplugError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::*;
         match self {
-            Self::NoFreeSlot { .. } | Self::Option { .. } | Self::AddressSpace { .. } => true,
-            Self::Backing(e) => e.is_usage(),
-            Self::Media(e) => e.is_usage(),
-            Self::Placement(_) | Self::Memslot(_) | Self::Dma(_) | Self::Io { .. } => false,
+            Self::NoFreeSlot { .. } | Self::Option { .. } | Self::AddressSpace { .. } => Usage,
+            Self::Backing(e) => e.kind(),
+            Self::Media(e) => e.kind(),
+            Self::Placement(_) | Self::Memslot(_) | Self::Dma(_) | Self::Io { .. } => Environment,
         }
     }
 }

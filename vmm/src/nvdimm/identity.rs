@@ -197,6 +197,7 @@ pub fn peek_serial(spec: &NvdimmSpec) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit_status::Classified;
     use crate::memory::backing::{open_all, BackingError, NvdimmBacking};
 
     #[test]

@@ -75,10 +75,13 @@ pub enum MediaSetupError {
     },
 }
 
-impl MediaSetupError {
-    /// True when the error is the user's input (exit status 2).
-    pub fn is_usage(&self) -> bool {
-        !matches!(self, Self::Io { .. })
+impl crate::exit_status::Classified for MediaSetupError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::*;
+        match self {
+            Self::Io { .. } => Environment,
+            _ => Usage,
+        }
     }
 }
 
@@ -277,6 +280,7 @@ mod tests {
     use crate::config::badblocks::parse_badblocks;
     use crate::config::ConfigError;
     use crate::config::NvdimmSpec;
+    use crate::exit_status::Classified;
 
     fn tmpdir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("pmemvm-media-{}-{name}", std::process::id()));

@@ -251,6 +251,7 @@ pub fn boot(req: &BootRequest) -> Result<u8, RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vmm::exit_status::Classified;
 
     fn request(nested: bool) -> BootRequest {
         BootRequest {

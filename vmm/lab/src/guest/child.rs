@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::guest::run::{self, RunResult, RunSpec};
+use vmm::exit_status::{Classified, ErrorKind};
 
 /// The hidden subcommand of the `pmemvm` binary that runs one spec.
 pub const SUBCOMMAND: &str = "__run-job";
@@ -32,12 +33,12 @@ const GRACE: Duration = Duration::from_secs(120);
 pub enum ChildOutcome {
     /// The run happened (it may still have failed: see its `error`).
     Ran(Box<RunResult>),
-    /// Nothing ran; the message says why (`usage`: the user's input is at fault).
+    /// Nothing ran; the message says why, the kind whose fault it is.
     Refused {
         /// The error, as the user sees it.
         message: String,
-        /// True when it is a usage error (exit status 2).
-        usage: bool,
+        /// Whose fault it is (the exit status follows).
+        kind: ErrorKind,
     },
 }
 
@@ -49,8 +50,8 @@ pub enum ChildError {
     Refused {
         /// Its message.
         message: String,
-        /// Usage error.
-        usage: bool,
+        /// Whose fault it is.
+        kind: ErrorKind,
     },
     /// The child could not be started, or it ended without an outcome.
     #[error("the run's child process ({}) {what}", exe.display())]
@@ -78,10 +79,14 @@ pub enum ChildError {
     },
 }
 
-impl ChildError {
-    /// True when the user's input is at fault.
-    pub fn is_usage(&self) -> bool {
-        matches!(self, Self::Refused { usage: true, .. })
+impl vmm::exit_status::Classified for ChildError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Refused { kind, .. } => *kind,
+            Self::Child { .. } | Self::Interrupted { .. } | Self::Io { .. } => {
+                ErrorKind::Environment
+            }
+        }
     }
 }
 
@@ -105,20 +110,19 @@ pub fn serve(spec_path: &Path, outcome_path: &Path) -> u8 {
         }) {
         Err(message) => ChildOutcome::Refused {
             message,
-            usage: true,
+            kind: ErrorKind::Usage,
         },
         Ok(spec) => match run::run_job(&spec) {
             Ok(r) => ChildOutcome::Ran(Box::new(r)),
             Err(e) => ChildOutcome::Refused {
                 message: e.to_string(),
-                usage: e.is_usage(),
+                kind: e.kind(),
             },
         },
     };
     let status = match &outcome {
         ChildOutcome::Ran(r) => r.status,
-        ChildOutcome::Refused { usage: true, .. } => vmm::exit_status::USAGE,
-        ChildOutcome::Refused { .. } => vmm::exit_status::RUNTIME_ERROR,
+        ChildOutcome::Refused { kind, .. } => kind.exit_status(),
     };
     let written = serde_json::to_vec(&outcome)
         .map_err(std::io::Error::other)
@@ -202,9 +206,7 @@ pub fn run_in_child(exe: &Path, spec: &RunSpec, dir: &Path) -> Result<ChildRun, 
             result: *result,
             interrupted_by,
         }),
-        Some(ChildOutcome::Refused { message, usage }) => {
-            Err(ChildError::Refused { message, usage })
-        }
+        Some(ChildOutcome::Refused { message, kind }) => Err(ChildError::Refused { message, kind }),
         None => match interrupted_by {
             Some(signal) => Err(ChildError::Interrupted { signal }),
             None => Err(ChildError::Child {
@@ -232,12 +234,12 @@ mod tests {
     fn a_refusal_round_trips_and_keeps_its_usage_flag() {
         let o = ChildOutcome::Refused {
             message: "cannot read kernel /nope".into(),
-            usage: true,
+            kind: ErrorKind::Usage,
         };
         let back: ChildOutcome =
             serde_json::from_slice(&serde_json::to_vec(&o).expect("ser")).expect("de");
         assert!(
-            matches!(back, ChildOutcome::Refused { usage: true, ref message } if message.contains("/nope"))
+            matches!(back, ChildOutcome::Refused { kind: ErrorKind::Usage, ref message } if message.contains("/nope"))
         );
     }
 
@@ -349,7 +351,13 @@ mod tests {
         assert_eq!(serve(&spec, &out), vmm::exit_status::USAGE);
         let o: ChildOutcome =
             serde_json::from_slice(&std::fs::read(&out).expect("outcome")).expect("de");
-        assert!(matches!(o, ChildOutcome::Refused { usage: true, .. }));
+        assert!(matches!(
+            o,
+            ChildOutcome::Refused {
+                kind: ErrorKind::Usage,
+                ..
+            }
+        ));
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

@@ -62,14 +62,14 @@ pub enum CrashCheckError {
     },
 }
 
-impl CrashCheckError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
+impl vmm::exit_status::Classified for CrashCheckError {
+    fn kind(&self) -> vmm::exit_status::ErrorKind {
+        use vmm::exit_status::ErrorKind::*;
         match self {
-            Self::Images(e) => !matches!(e, ImageError::Io { .. }),
-            Self::Run { source, .. } => source.is_usage(),
-            Self::Geometry { .. } | Self::NoSuchTask { .. } | Self::NotText(_) => true,
-            Self::Io { .. } => false,
+            Self::Images(e) => e.kind(),
+            Self::Run { source, .. } => source.kind(),
+            Self::Geometry { .. } | Self::NoSuchTask { .. } | Self::NotText(_) => Usage,
+            Self::Io { .. } => Environment,
         }
     }
 }

@@ -64,10 +64,13 @@ pub enum DumpError {
     InProgress,
 }
 
-impl DumpError {
-    /// True when the request named a bad file (the user's mistake).
-    pub fn is_usage(&self) -> bool {
-        matches!(self, Self::Exists(_) | Self::NoDirectory(_))
+impl crate::exit_status::Classified for DumpError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::*;
+        match self {
+            Self::Exists(_) | Self::NoDirectory(_) => Usage,
+            _ => Environment,
+        }
     }
 }
 

@@ -59,16 +59,13 @@ pub enum GdbError {
     Connection(std::io::Error),
 }
 
-impl GdbError {
-    /// True when the user's input is at fault (exit status 2); a listen or
-    /// open the host could not do (no file descriptor left) is not.
-    pub fn is_usage(&self) -> bool {
+impl crate::exit_status::Classified for GdbError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::{self, *};
         match self {
-            Self::BadAddress(_) | Self::NotLoopback(_) | Self::SocketExists(_) => true,
-            Self::Listen { source, .. } | Self::Serial { source, .. } => {
-                crate::exit_status::is_path_fault(source)
-            }
-            Self::Vcpu(_) | Self::Connection(_) => false,
+            Self::BadAddress(_) | Self::NotLoopback(_) | Self::SocketExists(_) => Usage,
+            Self::Listen { source, .. } | Self::Serial { source, .. } => ErrorKind::of_path(source),
+            Self::Vcpu(_) | Self::Connection(_) => Environment,
         }
     }
 }
@@ -191,6 +188,7 @@ impl GdbListener {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit_status::Classified;
 
     #[test]
     fn addresses_parse_as_users_write_them() {

@@ -91,10 +91,13 @@ pub enum LegacyBackingError {
     },
 }
 
-impl LegacyBackingError {
-    /// True when the error is the user's input (exit status 2) rather than a host failure.
-    pub fn is_usage(&self) -> bool {
-        !matches!(self, Self::Io { .. } | Self::Map { .. })
+impl crate::exit_status::Classified for LegacyBackingError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::*;
+        match self {
+            Self::Io { .. } | Self::Map { .. } => Environment,
+            _ => Usage,
+        }
     }
 }
 
@@ -293,6 +296,7 @@ impl Drop for LegacyPmemBacking {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit_status::Classified;
     use std::os::unix::fs::MetadataExt;
 
     fn tmpdir(name: &str) -> PathBuf {

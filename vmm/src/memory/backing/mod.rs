@@ -135,13 +135,13 @@ pub enum BackingError {
     },
 }
 
-impl BackingError {
-    /// True when the error is the user's input (exit status 2) rather than a host failure.
-    pub fn is_usage(&self) -> bool {
+impl crate::exit_status::Classified for BackingError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::*;
         match self {
-            Self::Io { .. } | Self::Map { .. } => false,
-            Self::Huge(e) => e.is_usage(),
-            _ => true,
+            Self::Io { .. } | Self::Map { .. } => Environment,
+            Self::Huge(e) => e.kind(),
+            _ => Usage,
         }
     }
 }

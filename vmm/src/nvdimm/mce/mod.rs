@@ -81,14 +81,13 @@ pub enum McError {
     },
 }
 
-impl McError {
-    /// True when the machine asked for is what this host cannot give
-    /// (exit status 2: the user drops mce=on or a DIMM).
-    pub fn is_usage(&self) -> bool {
-        matches!(
-            self,
-            Self::NoMce | Self::FewBanks(_) | Self::NoRecovery | Self::Slots { .. }
-        )
+impl crate::exit_status::Classified for McError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::*;
+        match self {
+            Self::NoMce | Self::FewBanks(_) | Self::NoRecovery | Self::Slots { .. } => Usage,
+            _ => Environment,
+        }
     }
 }
 

@@ -75,6 +75,16 @@ pub enum ImageError {
     },
 }
 
+impl crate::exit_status::Classified for ImageError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::*;
+        match self {
+            Self::Io { .. } => Environment,
+            _ => Usage,
+        }
+    }
+}
+
 impl From<TearError> for ImageError {
     fn from(e: TearError) -> Self {
         match e {

@@ -64,10 +64,13 @@ pub enum RecordError {
     Quiesce(devices::store_gate::GateError),
 }
 
-impl RecordError {
-    /// True when the user's value is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
-        !matches!(self, Self::Io { .. } | Self::DirtyLog(_) | Self::Quiesce(_))
+impl crate::exit_status::Classified for RecordError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::*;
+        match self {
+            Self::Io { .. } | Self::DirtyLog(_) | Self::Quiesce(_) => Environment,
+            _ => Usage,
+        }
     }
 }
 

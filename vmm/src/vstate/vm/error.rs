@@ -112,27 +112,26 @@ pub enum VmError {
     },
 }
 
-impl VmError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
+impl crate::exit_status::Classified for VmError {
+    fn kind(&self) -> crate::exit_status::ErrorKind {
+        use crate::exit_status::ErrorKind::*;
         match self {
-            Self::NoKvm | Self::KvmPermission | Self::TooManyCpus { .. } => true,
-            Self::TooManyNvdimms { .. } | Self::Layout(_) | Self::OutputFile { .. } => true,
-            Self::Config(_) => true,
-            Self::Boot(e) => e.is_usage(),
-            Self::Backing(e) => e.is_usage(),
-            Self::LegacyBacking(e) => e.is_usage(),
-            Self::Media(e) => e.is_usage(),
-            Self::Disk(e) => e.is_usage(),
-            Self::DmaMemory(_) => false,
-            Self::Huge(e) => e.is_usage(),
-            Self::Record(e) => e.is_usage(),
-            Self::Mce(e) => e.is_usage(),
-            Self::Placement(e) => !matches!(
-                e,
-                PlacementError::Bind { .. } | PlacementError::Affinity { .. }
-            ),
-            _ => false,
+            Self::NoKvm | Self::KvmPermission | Self::TooManyCpus { .. } => Usage,
+            Self::TooManyNvdimms { .. } | Self::Layout(_) | Self::OutputFile { .. } => Usage,
+            Self::Config(_) => Usage,
+            Self::Boot(e) => e.kind(),
+            Self::Backing(e) => e.kind(),
+            Self::LegacyBacking(e) => e.kind(),
+            Self::Media(e) => e.kind(),
+            Self::Disk(e) => e.kind(),
+            Self::Huge(e) => e.kind(),
+            Self::Record(e) => e.kind(),
+            Self::Mce(e) => e.kind(),
+            Self::Placement(PlacementError::Bind { .. } | PlacementError::Affinity { .. }) => {
+                Environment
+            }
+            Self::Placement(_) => Usage,
+            _ => Environment,
         }
     }
 }

@@ -70,18 +70,18 @@ pub enum EngineError {
     },
 }
 
-impl EngineError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
+impl vmm::exit_status::Classified for EngineError {
+    fn kind(&self) -> vmm::exit_status::ErrorKind {
+        use vmm::exit_status::ErrorKind::*;
         match self {
-            Self::Vm(e) => e.is_usage(),
-            Self::Launch(e) => e.is_usage(),
-            Self::Gdb(e) => e.is_usage(),
-            Self::Api(e) => e.is_usage(),
-            Self::Dump(e) => e.is_usage(),
-            Self::Unavailable(_) | Self::Input { .. } | Self::Refused(_) => true,
-            Self::Nested(e) => e.is_usage(),
-            Self::Io { .. } => false,
+            Self::Vm(e) => e.kind(),
+            Self::Launch(e) => e.kind(),
+            Self::Gdb(e) => e.kind(),
+            Self::Api(e) => e.kind(),
+            Self::Dump(e) => e.kind(),
+            Self::Unavailable(_) | Self::Input { .. } | Self::Refused(_) => Usage,
+            Self::Nested(e) => e.kind(),
+            Self::Io { .. } => Environment,
         }
     }
 }

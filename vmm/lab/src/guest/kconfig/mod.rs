@@ -49,10 +49,10 @@ pub enum KconfigError {
     },
 }
 
-impl KconfigError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
-        true
+impl vmm::exit_status::Classified for KconfigError {
+    fn kind(&self) -> vmm::exit_status::ErrorKind {
+        use vmm::exit_status::ErrorKind::*;
+        Usage
     }
 }
 

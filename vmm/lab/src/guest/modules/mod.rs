@@ -119,10 +119,13 @@ pub enum ModulesError {
     },
 }
 
-impl ModulesError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
-        !matches!(self, Self::Host { .. })
+impl vmm::exit_status::Classified for ModulesError {
+    fn kind(&self) -> vmm::exit_status::ErrorKind {
+        use vmm::exit_status::ErrorKind::*;
+        match self {
+            Self::Host { .. } => Environment,
+            _ => Usage,
+        }
     }
 }
 

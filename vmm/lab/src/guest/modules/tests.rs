@@ -1,5 +1,6 @@
 use super::pack::parse_modules_dep;
 use super::*;
+use vmm::exit_status::Classified;
 
 /// A scratch directory removed on drop.
 struct Dir(PathBuf);

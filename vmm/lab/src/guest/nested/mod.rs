@@ -108,13 +108,13 @@ pub enum NestedError {
     },
 }
 
-impl NestedError {
-    /// True when the user's input or setup is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
-        matches!(
-            self,
-            Self::MissingTool { .. } | Self::Unsupported(_) | Self::BackingFile { .. }
-        )
+impl vmm::exit_status::Classified for NestedError {
+    fn kind(&self) -> vmm::exit_status::ErrorKind {
+        use vmm::exit_status::ErrorKind::*;
+        match self {
+            Self::MissingTool { .. } | Self::Unsupported(_) | Self::BackingFile { .. } => Usage,
+            _ => Environment,
+        }
     }
 }
 

@@ -213,6 +213,7 @@ pub(crate) fn in_share(share: &Path, path: &Path) -> Result<String, NestedError>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vmm::exit_status::Classified;
 
     fn machine(
         nvdimms: Vec<NvdimmSpec>,

@@ -3,6 +3,7 @@
 //! outcome, status and error — without a VM, so each rule is unit-tested.
 
 use std::collections::BTreeMap;
+use vmm::exit_status::Classified;
 
 use vmm::exit_status;
 

@@ -97,21 +97,22 @@ pub enum RunError {
     },
 }
 
-impl RunError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
+impl vmm::exit_status::Classified for RunError {
+    fn kind(&self) -> vmm::exit_status::ErrorKind {
+        use vmm::exit_status::ErrorKind::*;
         match self {
-            Self::Vm(e) => e.is_usage(),
-            Self::Gdb(e) => e.is_usage(),
-            Self::Engine(e) => e.is_usage(),
-            Self::Launch(e) => e.is_usage(),
-            Self::Input { .. } | Self::Output { .. } | Self::Preflight(_) | Self::Image(_) => true,
-            Self::Transfer(e) => e.is_usage(),
-            Self::Modules(e) => e.is_usage(),
-            Self::Unavailable(_) | Self::Refused(_) => true,
-            Self::Api(e) => e.is_usage(),
-            Self::Dump(e) => e.is_usage(),
-            Self::Job(_) | Self::Io { .. } => false,
+            Self::Vm(e) => e.kind(),
+            Self::Gdb(e) => e.kind(),
+            Self::Engine(e) => e.kind(),
+            Self::Launch(e) => e.kind(),
+            Self::Input { .. } | Self::Output { .. } | Self::Preflight(_) | Self::Image(_) => Usage,
+            Self::Transfer(e) => e.kind(),
+            Self::Modules(e) => e.kind(),
+            Self::Unavailable(_) | Self::Refused(_) => Usage,
+            Self::Api(e) => e.kind(),
+            Self::Dump(e) => e.kind(),
+            Self::Job(_) => Guest,
+            Self::Io { .. } => Environment,
         }
     }
 }
@@ -414,6 +415,7 @@ pub fn check_inputs(spec: &RunSpec) -> Result<(), RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vmm::exit_status::Classified;
 
     #[test]
     fn engine_resolution_follows_the_host() {

@@ -238,6 +238,7 @@ impl RunRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vmm::exit_status::Classified;
 
     fn request() -> RunRequest {
         RunRequest {

@@ -180,18 +180,17 @@ pub enum TransferError {
     },
 }
 
-impl TransferError {
-    /// True when the user's input (or what the user asked of the guest) is at fault: status 2.
-    pub fn is_usage(&self) -> bool {
-        !matches!(
-            self,
-            Self::GetChecksum { .. }
-                | Self::BadGetArchive(_)
-                | Self::NoMke2fs
-                | Self::PutImage { .. }
-                | Self::Io { .. }
-                | Self::Rootfs(crate::guest::rootfs::RootfsError::BuildFailed { .. })
-        )
+impl vmm::exit_status::Classified for TransferError {
+    fn kind(&self) -> vmm::exit_status::ErrorKind {
+        use vmm::exit_status::ErrorKind::*;
+        match self {
+            Self::GetChecksum { .. } | Self::BadGetArchive(_) => Guest,
+            Self::NoMke2fs
+            | Self::PutImage { .. }
+            | Self::Io { .. }
+            | Self::Rootfs(crate::guest::rootfs::RootfsError::BuildFailed { .. }) => Environment,
+            _ => Usage,
+        }
     }
 }
 

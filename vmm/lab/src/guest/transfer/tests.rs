@@ -1,4 +1,5 @@
 use super::*;
+use vmm::exit_status::Classified;
 
 fn job(argv: &[&str]) -> CommandJob {
     CommandJob {
@@ -200,4 +201,11 @@ fn a_timed_out_run_keeps_the_stdout_the_console_showed() {
     .expect("collect");
     assert!(outcome.partial);
     assert_eq!(outcome.stdout, "step 1\nstep 2\n");
+}
+
+#[test]
+fn a_bad_archive_from_the_guest_is_the_guests_fault_not_the_users() {
+    let e = TransferError::BadGetArchive("truncated".into());
+    assert_eq!(e.kind(), vmm::exit_status::ErrorKind::Guest);
+    assert_eq!(e.kind().exit_status(), vmm::exit_status::RUNTIME_ERROR);
 }

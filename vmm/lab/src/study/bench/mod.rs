@@ -66,20 +66,21 @@ pub enum BenchError {
     PlanJson(#[source] serde_json::Error),
 }
 
-impl BenchError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
+impl vmm::exit_status::Classified for BenchError {
+    fn kind(&self) -> vmm::exit_status::ErrorKind {
+        use vmm::exit_status::ErrorKind::*;
         match self {
             Self::Experiment(_)
             | Self::Side(_)
             | Self::Only(_)
             | Self::Image(_)
-            | Self::RequestFile(_) => true,
-            Self::Report(ReportError::CreateDir { .. }) => true,
-            Self::Report(_) | Self::PlanJson(_) => false,
-            Self::Run(e) => e.is_usage(),
-            Self::Child(e) => e.is_usage(),
-            Self::Preflight(_) => true,
+            | Self::RequestFile(_) => Usage,
+            Self::Report(ReportError::CreateDir { .. }) => Usage,
+            Self::Report(_) => Environment,
+            Self::PlanJson(_) => Internal,
+            Self::Run(e) => e.kind(),
+            Self::Child(e) => e.kind(),
+            Self::Preflight(_) => Usage,
         }
     }
 }

@@ -212,6 +212,7 @@ pub fn merge(out: &Path, flushes: &[u64], command: &[String]) -> CrashCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vmm::exit_status::Classified;
 
     fn array(out: &Path) -> CrashArray {
         CrashArray {

@@ -87,6 +87,16 @@ pub enum MergeError {
     },
 }
 
+impl vmm::exit_status::Classified for MergeError {
+    fn kind(&self) -> vmm::exit_status::ErrorKind {
+        use vmm::exit_status::ErrorKind::*;
+        match self {
+            Self::Report(_) | Self::Write { .. } => Environment,
+            _ => Usage,
+        }
+    }
+}
+
 /// Two results that may not be pooled, and why.
 #[derive(Debug)]
 pub struct Difference {
@@ -102,13 +112,6 @@ pub struct Difference {
     pub b: String,
     /// What to do.
     pub hint: &'static str,
-}
-
-impl MergeError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
-        !matches!(self, Self::Report(_) | Self::Write { .. })
-    }
 }
 
 /// What `pmemvm report` is asked to pool although it differs.

@@ -2,6 +2,7 @@
 //! bench --only` runs, host fields edited to stand for other machines).
 
 use std::path::PathBuf;
+use vmm::exit_status::Classified;
 
 use super::*;
 

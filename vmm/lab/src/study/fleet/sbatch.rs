@@ -57,13 +57,13 @@ pub enum SlurmError {
     },
 }
 
-impl SlurmError {
-    /// True when the user's input is at fault (exit status 2).
-    pub fn is_usage(&self) -> bool {
-        matches!(
-            self,
-            Self::Exists(_) | Self::UnusablePath { .. } | Self::SameDirectory { .. }
-        )
+impl vmm::exit_status::Classified for SlurmError {
+    fn kind(&self) -> vmm::exit_status::ErrorKind {
+        use vmm::exit_status::ErrorKind::*;
+        match self {
+            Self::Exists(_) | Self::UnusablePath { .. } | Self::SameDirectory { .. } => Usage,
+            _ => Environment,
+        }
     }
 }
 

@@ -205,6 +205,7 @@ pub fn job_for(req: &BenchRequest, sides: &[String]) -> Result<SlurmJob, SlurmEr
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+    use vmm::exit_status::Classified;
 
     use super::*;
 

@@ -87,22 +87,21 @@ pub enum SuiteError {
     Run(#[from] RunError),
 }
 
-impl SuiteError {
-    /// Bad input (exit status 2).
-    pub fn is_usage(&self) -> bool {
+impl vmm::exit_status::Classified for SuiteError {
+    fn kind(&self) -> vmm::exit_status::ErrorKind {
+        use vmm::exit_status::ErrorKind::*;
         match self {
             Self::NoSource(_)
             | Self::Plan(_)
             | Self::OutNotEmpty(_)
             | Self::EngineTwice(_)
-            | Self::NfitTestArgs(_) => true,
-            Self::Run(e) => e.is_usage(),
-            Self::NfitTest(e) => e.is_usage(),
-            Self::Rootfs(_)
-            | Self::NoScript { .. }
-            | Self::Build { .. }
-            | Self::Shape(_)
-            | Self::Io { .. } => false,
+            | Self::NfitTestArgs(_) => Usage,
+            Self::Run(e) => e.kind(),
+            Self::NfitTest(e) => e.kind(),
+            Self::Shape(_) => Guest,
+            Self::Rootfs(_) | Self::NoScript { .. } | Self::Build { .. } | Self::Io { .. } => {
+                Environment
+            }
         }
     }
 }

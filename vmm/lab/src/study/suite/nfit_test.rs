@@ -156,13 +156,13 @@ pub enum NfitTestError {
     Build(String),
 }
 
-impl NfitTestError {
-    /// Bad input (exit status 2).
-    pub fn is_usage(&self) -> bool {
+impl vmm::exit_status::Classified for NfitTestError {
+    fn kind(&self) -> vmm::exit_status::ErrorKind {
+        use vmm::exit_status::ErrorKind::*;
         match self {
-            Self::Modules(e) => e.is_usage(),
-            Self::NoTree { .. } | Self::BadTree { .. } | Self::Config { .. } => true,
-            Self::Build(_) => false,
+            Self::Modules(e) => e.kind(),
+            Self::NoTree { .. } | Self::BadTree { .. } | Self::Config { .. } => Usage,
+            Self::Build(_) => Environment,
         }
     }
 }
@@ -255,6 +255,7 @@ pub fn build(script: &Path, r: &Resolved, out: &Path) -> Result<PathBuf, NfitTes
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vmm::exit_status::Classified;
 
     #[test]
     fn the_nfit_test_plan_is_one_boot_without_nvdimms_in_meson_order() {

@@ -1,6 +1,7 @@
 //! Unit tests of `suite`.
 
 use super::*;
+use vmm::exit_status::Classified;
 
 fn request(src: &Path, out: &Path, tests: &[&str]) -> NdctlRequest {
     NdctlRequest {
