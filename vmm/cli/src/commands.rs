@@ -83,7 +83,7 @@ pub(crate) fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
 /// `pmemvm run`: returns the job's status.
 pub fn run(args: &RunArgs) -> Result<u8, CommandError> {
     let spec = run_spec(args)?;
-    let result = run::run_job(&spec)?;
+    let result = run::run_checked_job(&spec)?;
     if let Some(path) = &args.json {
         let mut f = open_output(path)?;
         serde_json::to_writer_pretty(&mut f, &result)

@@ -15,7 +15,7 @@ use crate::guest::engine::{Engine, EngineError, RunControl, Unavailable};
 use crate::guest::guest_job::{image_for, ImageDir, ImageNeed, ImageUnavailable};
 use crate::guest::nested::NestedError;
 use crate::guest::preflight;
-use crate::guest::run::{self, RunError, RunSpec};
+use crate::guest::run::{self, RunError};
 use vmm::host::HostKvm;
 
 /// What `pmemvm boot` was asked.
@@ -158,22 +158,10 @@ fn boot_nested(req: &BootRequest) -> Result<u8, RunError> {
         drop(vmm::debug::gdb::GdbListener::bind(addr, false)?);
     }
     let (kernel, initrd, _) = resolve_kernel(&req.files)?;
-    run::check_inputs(&RunSpec {
-        gdb: None,
-        gdb_wait: false,
-        control: RunControl::default(),
-        engine: Engine::Nested,
-        boot: BootFiles {
-            kernel: Some(kernel.clone()),
-            initrd: initrd.clone(),
-            ..Default::default()
-        },
-        machine: MachineSpec::default(),
-        job: crate::guest::guest_job::GuestJob::default(),
-        command: None,
-        stream_console: false,
-        console_log: None,
-        timeout: Duration::from_secs(1),
+    run::check_inputs(&BootFiles {
+        kernel: Some(kernel.clone()),
+        initrd: initrd.clone(),
+        ..Default::default()
     })?;
     preflight::memory(
         Engine::Nested.memory_on_host(req.machine.memory),

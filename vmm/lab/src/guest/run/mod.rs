@@ -212,15 +212,21 @@ pub fn engine_for(spec: &RunSpec) -> Result<Engine, RunError> {
     Ok(engine)
 }
 
-/// Runs the job; returns the result (check `error`/`status`) or an error
-/// when nothing could be started.
+/// Checks the job's inputs ([`check_inputs`]) and runs it: for a spec made
+/// elsewhere (a bench's plan, a child's spec file, a suite).
 pub fn run_job(spec: &RunSpec) -> Result<RunResult, RunError> {
+    check_inputs(&spec.boot)?;
+    run_checked_job(spec)
+}
+
+/// Runs a job whose inputs [`RunRequest::spec`] checked; returns the result
+/// (check `error`/`status`) or an error when nothing could be started.
+pub fn run_checked_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let began = Instant::now();
     // Where the time before the boot goes, at debug level (`-vv`).
     let step = |what: &str| {
         log::debug!("startup: {what} at {:.3} s", began.elapsed().as_secs_f64());
     };
-    check_inputs(spec)?;
     let engine = engine_for(spec)?;
     step("inputs checked and engine chosen");
     let kvm = HostKvm::probe();
@@ -375,10 +381,10 @@ fn collect_ended(
 /// The user's kernel and initrd can be read, and `--modules` fits the kernel:
 /// checked before the engine is chosen, so a mistyped path is named as such on
 /// every host.
-pub fn check_inputs(spec: &RunSpec) -> Result<(), RunError> {
+pub fn check_inputs(boot: &vmm::config::BootFiles) -> Result<(), RunError> {
     let files = [
-        ("kernel", spec.boot.kernel.as_ref()),
-        ("initrd", spec.boot.initrd.as_ref()),
+        ("kernel", boot.kernel.as_ref()),
+        ("initrd", boot.initrd.as_ref()),
     ];
     for (what, path) in files {
         let Some(path) = path else { continue };
@@ -398,10 +404,9 @@ pub fn check_inputs(spec: &RunSpec) -> Result<(), RunError> {
             source,
         })?;
     }
-    if let Some(dir) = &spec.boot.modules {
+    if let Some(dir) = &boot.modules {
         // Without --kernel, the guest image's (no image: run_job says so).
-        let kernel = spec
-            .boot
+        let kernel = boot
             .kernel
             .clone()
             .or_else(|| guest_job::find_image_dir().ok().map(|i| i.vmlinux));

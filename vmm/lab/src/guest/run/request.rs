@@ -216,7 +216,7 @@ impl RunRequest {
             console_log: self.console_log.clone(),
             timeout: self.timeout,
         };
-        check_inputs(&spec)?;
+        check_inputs(&spec.boot)?;
         Ok(spec)
     }
 
