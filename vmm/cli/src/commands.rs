@@ -143,9 +143,7 @@ fn print_summary(result: &run::RunResult) {
     // With a command, stdout is the command's alone (like `docker run`).
     let line = format!(
         "engine {} ({}){label}; status {}; {:.1} s",
-        serde_json::to_string(&result.engine)
-            .unwrap_or_default()
-            .trim_matches('"'),
+        result.engine.name(),
         result.accelerator,
         result.status,
         result.wall_seconds
@@ -155,14 +153,10 @@ fn print_summary(result: &run::RunResult) {
     } else {
         println!("{line}");
     }
-    let Some(fio) = &result.fio else { return };
-    let Ok(bytes) = serde_json::to_vec(fio) else {
+    let Some(fio) = result.fio_output() else {
         return;
     };
-    let Ok(parsed) = lab::study::fio::parse_fio_json(&bytes) else {
-        return;
-    };
-    for s in parsed.summaries() {
+    for s in fio.summaries() {
         println!(
             "group {}: {} job(s), IOPS {:.0}, BW {:.1} MiB/s, slat avg {:.0} ns, clat p99 {} ns, usr {:.1}% sys {:.1}%, ctx {}, errors {}",
             s.groupid,

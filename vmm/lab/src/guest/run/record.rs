@@ -173,6 +173,15 @@ pub struct RunResult {
     pub console_tail: String,
 }
 
+impl RunResult {
+    /// fio's report, typed (`None` without fio or when it is not fio's JSON).
+    pub fn fio_output(&self) -> Option<crate::study::fio::FioOutput> {
+        self.fio
+            .as_ref()
+            .and_then(|v| crate::study::fio::FioOutput::deserialize(v).ok())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -323,6 +323,19 @@ mod tests {
     const INFO: &str = "kernel_release=6.1.192\nfio_version=fio-3.33\ncmdline=x\n";
 
     #[test]
+    fn a_runs_fio_report_reads_back_typed_and_anything_else_is_none() {
+        let mut r = result(&[], None);
+        assert!(r.fio_output().is_none());
+        let text = std::fs::read_to_string(format!("{FIXTURES}/guest-pmem-nowait.json")).unwrap();
+        r.fio = Some(serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap());
+        let fio = r.fio_output().expect("fio's own report");
+        let groups = fio.summaries();
+        assert!(!groups.is_empty() && groups[0].iops > 0.0, "{groups:?}");
+        r.fio = Some(serde_json::json!({"jobs": "not fio's"}));
+        assert!(r.fio_output().is_none());
+    }
+
+    #[test]
     fn a_failed_verify_before_the_measurement_is_a_failed_check_with_fio_s_words() {
         let (e, p) = plan("pmem-nowait");
         let good = fio_json("verify-pass.json", "verify", "randread");
