@@ -63,7 +63,7 @@ impl From<&RunArgs> for lab::guest::run::RunRequest {
             engine: a.engine.into(),
             boot: a.boot.files(),
             machine: a.machine.spec(),
-            gdb: a.gdb.as_ref().map(ToString::to_string),
+            gdb: a.gdb.clone(),
             gdb_wait: a.gdb_wait,
             control: lab::guest::run::RunControl {
                 api: a.control.api.clone(),

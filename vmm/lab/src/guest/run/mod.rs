@@ -141,7 +141,7 @@ pub struct RunSpec {
     pub timeout: Duration,
     /// `--gdb ADDR`: serve gdb there while the guest runs.
     #[serde(default)]
-    pub gdb: Option<String>,
+    pub gdb: Option<vmm::debug::gdb::GdbAddr>,
     /// `--gdb-wait`: hold the vCPUs until a debugger attaches.
     #[serde(default)]
     pub gdb_wait: bool,
@@ -322,12 +322,11 @@ fn new_result(spec: &RunSpec, engine: Engine, prepared: &prepare::Prepared<'_>) 
 /// `--gdb`'s address, bound once and let go, so a busy port or an existing
 /// path stops the run before anything boots.
 fn bound_gdb(spec: &RunSpec) -> Result<Option<vmm::debug::gdb::GdbAddr>, RunError> {
-    let Some(a) = &spec.gdb else {
+    let Some(addr) = &spec.gdb else {
         return Ok(None);
     };
-    let addr = vmm::debug::gdb::GdbAddr::parse(a)?;
-    drop(vmm::debug::gdb::GdbListener::bind(&addr, false)?);
-    Ok(Some(addr))
+    drop(vmm::debug::gdb::GdbListener::bind(addr, false)?);
+    Ok(Some(addr.clone()))
 }
 
 /// Where a finished guest left its output.

@@ -50,8 +50,8 @@ pub struct RunRequest {
     pub boot: BootFiles,
     /// The machine.
     pub machine: MachineSpec,
-    /// `--gdb ADDR` as given.
-    pub gdb: Option<String>,
+    /// `--gdb ADDR`.
+    pub gdb: Option<vmm::debug::gdb::GdbAddr>,
     /// `--gdb-wait`.
     pub gdb_wait: bool,
     /// `--api`, `--dump-on-panic`.
