@@ -201,9 +201,11 @@ pub fn hand_over(l: &Launch, exe: &Path) -> LaunchError {
     err(e)
 }
 
-/// A memory file (kept open across exec) holding the launch as JSON, at offset 0.
+/// A memory file (kept open across exec) holding the launch, at offset 0:
+/// its JSON on one line, then the initrd's appended bytes raw.
 fn launch_file(l: &Launch) -> std::io::Result<OwnedFd> {
-    let json = serde_json::to_vec(l).map_err(std::io::Error::other)?;
+    let mut json = serde_json::to_vec(l).map_err(std::io::Error::other)?;
+    json.push(b'\n');
     // SAFETY: the name is a NUL-terminated literal; memfd_create returns a new
     // descriptor or -1 and touches no memory of ours otherwise.
     let raw = unsafe { libc::memfd_create(c"pmemvm-launch".as_ptr(), 0) };
@@ -214,6 +216,7 @@ fn launch_file(l: &Launch) -> std::io::Result<OwnedFd> {
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let mut file = std::fs::File::from(fd);
     file.write_all(&json)?;
+    file.write_all(&l.config.initrd_append)?;
     file.rewind()?;
     Ok(OwnedFd::from(file))
 }
@@ -228,10 +231,16 @@ pub fn read_launch(fd: i32) -> Result<Launch, LaunchError> {
     }
     // SAFETY: `fd` is open (checked above) and nothing else in this process uses it.
     let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    let mut json = Vec::new();
-    file.read_to_end(&mut json)
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
         .map_err(|e| bad(e.to_string()))?;
-    serde_json::from_slice(&json).map_err(|e| bad(e.to_string()))
+    let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
+        return Err(bad("it has no line of JSON".into()));
+    };
+    let mut launch: Launch =
+        serde_json::from_slice(&bytes[..end]).map_err(|e| bad(e.to_string()))?;
+    launch.config.initrd_append = bytes.split_off(end + 1);
+    Ok(launch)
 }
 
 #[cfg(test)]
@@ -246,8 +255,9 @@ mod tests {
                 machine: MachineSpec::default(),
                 kernel: "/k".into(),
                 initrd: Some("/i".into()),
-                initrd_append: vec![1, 2, 3],
-                cmdline: "console=ttyS0".into(),
+                // Raw bytes, newlines among them, beside the JSON line.
+                initrd_append: (0..=255u8).cycle().take(1 << 20).collect(),
+                cmdline: "console=ttyS0 a=\"b\nc\"".into(),
                 console: ConsoleMode::StdioAndFile("/c".into()),
                 channel: None,
             },

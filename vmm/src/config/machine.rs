@@ -54,6 +54,9 @@ pub struct VmConfig {
     /// Optional initrd.
     pub initrd: Option<PathBuf>,
     /// Extra initrd bytes appended after the initrd (e.g. a job archive).
+    /// Not in the JSON form: megabytes of modules would be a number per byte
+    /// (`vmm::launch` carries them raw, beside the JSON).
+    #[serde(skip)]
     pub initrd_append: Vec<u8>,
     /// Kernel command line.
     pub cmdline: String,
