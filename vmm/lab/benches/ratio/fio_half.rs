@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use lab::guest::guest_job::GuestJob;
-use lab::guest::run::{run_job, Engine, RunSpec};
+use lab::guest::run::{run_job, Engine, RunSpec, Workload};
 use vmm::host::machine::MachineDescription;
 use vmm::host::HostKvm;
 
@@ -88,7 +88,6 @@ fn guest_fio(file: &Path, rw: &str) -> Result<(f64, u64, MachineDescription), St
         gdb: None,
         gdb_wait: false,
         control: Default::default(),
-        command: None,
         engine: Engine::Pmemvm,
         boot: vmm::config::BootFiles::default(),
         machine: vmm::config::MachineSpec {
@@ -100,12 +99,12 @@ fn guest_fio(file: &Path, rw: &str) -> Result<(f64, u64, MachineDescription), St
                 .map_err(|e: vmm::config::ConfigError| e.to_string())?],
             ..Default::default()
         },
-        job: GuestJob {
+        workload: Workload::Fio(GuestJob {
             // The devdax data starts at offset 0 of /dev/dax0.0.
             fio_job: job("/dev/dax0.0", 0, rw),
             setup: Some(SETUP.into()),
             ..GuestJob::default()
-        },
+        }),
         stream_console: false,
         console_log: None,
         timeout: Duration::from_secs(300),

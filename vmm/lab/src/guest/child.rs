@@ -248,7 +248,6 @@ mod tests {
             gdb: None,
             gdb_wait: false,
             control: Default::default(),
-            command: None,
             engine: run::Engine::Pmemvm,
             boot: Default::default(),
             machine: vmm::config::MachineSpec {
@@ -256,7 +255,7 @@ mod tests {
                 memory: 256 << 20,
                 ..Default::default()
             },
-            job: Default::default(),
+            workload: run::Workload::Fio(Default::default()),
             stream_console: false,
             console_log: None,
             timeout: Duration::from_secs(5),

@@ -33,6 +33,11 @@ pub const JOB_PHASES_PATH: &str = "job/phases";
 pub const PHASES_FALLBACK_JOB: &str = "; pmemvm: this job has phases (/job/phases); an init that \
 runs only /job/job.fio gets this job, which fails on purpose: rebuild the guest image.\n\
 [pmemvm-image-without-phases]\nioengine=pmemvm-image-without-phases\nsize=4k\n";
+/// `/job/job.fio` of a command run (`/job/cmd.sh`), for an init that does not know
+/// commands: it fails at once, as [`PHASES_FALLBACK_JOB`] does.
+pub const COMMAND_FALLBACK_JOB: &str = "; pmemvm: this job is a command (/job/cmd.sh); an init \
+that runs only /job/job.fio gets this job, which fails on purpose: rebuild the guest image.\n\
+[pmemvm-image-without-phases]\nioengine=pmemvm-image-without-phases\nsize=4k\n";
 /// Name of the frame with one `<phase> <status>` line per phase (`setup` first, if any).
 pub const PHASES_STATUS_FRAME: &str = "phases.status";
 /// Name of the frame with one `<phase> <fio command line>` line per phase run.

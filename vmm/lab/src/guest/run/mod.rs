@@ -129,10 +129,8 @@ pub struct RunSpec {
     pub boot: vmm::config::BootFiles,
     /// vCPUs, RAM, placement and the user's devices.
     pub machine: vmm::config::MachineSpec,
-    /// The job.
-    pub job: GuestJob,
-    /// A command (`run -- CMD`) instead of fio, with its transfers.
-    pub command: Option<crate::guest::transfer::CommandJob>,
+    /// What the guest runs: fio, or a command.
+    pub workload: Workload,
     /// Stream the console to stdout.
     pub stream_console: bool,
     /// Keep the whole console in this file.
@@ -151,6 +149,43 @@ pub struct RunSpec {
 }
 
 pub use crate::guest::engine::RunControl;
+
+/// What a run's guest runs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Workload {
+    /// fio: one job file or phases (`run --fio`, a bench's boot).
+    Fio(GuestJob),
+    /// A command (`run -- CMD`) with its transfers, after `setup`.
+    Command {
+        /// The command, its root file system and transfers.
+        job: CommandJob,
+        /// `--setup`: run with `sh -e` in `/job` before the command.
+        setup: Option<String>,
+    },
+}
+
+impl Workload {
+    /// The job archive's fio side: the fio job; for a command its setup and
+    /// the job an image without commands runs, failing at once.
+    pub fn guest_job(&self) -> GuestJob {
+        match self {
+            Self::Fio(job) => job.clone(),
+            Self::Command { setup, .. } => GuestJob {
+                fio_job: guest_job::COMMAND_FALLBACK_JOB.into(),
+                setup: setup.clone(),
+                ..GuestJob::default()
+            },
+        }
+    }
+
+    /// The command, if it is one.
+    pub fn command(&self) -> Option<&CommandJob> {
+        match self {
+            Self::Command { job, .. } => Some(job),
+            Self::Fio(_) => None,
+        }
+    }
+}
 
 impl RunControl {
     /// Refuses paths that exist (and a socket that cannot be made), before
@@ -419,6 +454,33 @@ pub fn check_inputs(boot: &vmm::config::BootFiles) -> Result<(), RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_workload_archives_its_setup_and_the_job_an_old_image_fails_on() {
+        let w = Workload::Command {
+            job: CommandJob {
+                rootfs: None,
+                argv: vec!["true".into()],
+                puts: Vec::new(),
+                gets: Vec::new(),
+                out: None,
+                area: 0,
+            },
+            setup: Some("ndctl list\n".into()),
+        };
+        let job = w.guest_job();
+        assert_eq!(job.setup.as_deref(), Some("ndctl list\n"));
+        // The phases' stand-in, worded for a command: the same job fio refuses.
+        assert_eq!(
+            job.fio_job,
+            guest_job::PHASES_FALLBACK_JOB
+                .replace("has phases (/job/phases)", "is a command (/job/cmd.sh)")
+        );
+        assert_eq!(w.command().map(|c| c.argv.len()), Some(1));
+        let fio = Workload::Fio(GuestJob::default());
+        assert!(fio.command().is_none());
+        assert_eq!(fio.guest_job(), GuestJob::default());
+    }
     use vmm::exit_status::Classified;
 
     #[test]

@@ -71,7 +71,7 @@ pub(super) fn prepare<'s>(
 ) -> Result<Prepared<'s>, RunError> {
     let (kernel, initrd, image) = boot_files(spec, engine)?;
     let cmdline = spec.boot.cmdline_or(JOB_CMDLINE);
-    let mut job = spec.job.clone();
+    let mut job = spec.workload.guest_job();
     let mut modules = None;
     if let Some(dir) = &spec.boot.modules {
         let tree = crate::guest::modules::ModuleTree::open(dir, &kernel)?;
@@ -80,7 +80,7 @@ pub(super) fn prepare<'s>(
         job.extra_files.extend(files);
     }
     let mut machine = spec.machine.clone();
-    let transfer = match &spec.command {
+    let transfer = match spec.workload.command() {
         Some(c) => {
             let t = crate::guest::transfer::prepare(c, scratch, machine.disks.len())?;
             job.extra_files.extend(t.files.iter().cloned());
@@ -122,11 +122,10 @@ mod tests {
                 disks: vec!["/tmp/user.img".parse().expect("disk")],
                 ..Default::default()
             },
-            job: guest_job::GuestJob {
+            workload: crate::guest::run::Workload::Fio(guest_job::GuestJob {
                 fio_job: "[x]\nrw=read\n".into(),
                 ..Default::default()
-            },
-            command: None,
+            }),
             stream_console: false,
             console_log: None,
             timeout: std::time::Duration::from_secs(1),

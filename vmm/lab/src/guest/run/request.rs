@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use vmm::config::{BootFiles, MachineSpec};
 
-use super::{check_inputs, Engine, RunControl, RunError, RunSpec};
+use super::{check_inputs, Engine, RunControl, RunError, RunSpec, Workload};
 use crate::guest::transfer::{CommandJob, GetSpec, PutSpec, TransferError};
 
 /// `pmemvm run`'s request.
@@ -168,10 +168,8 @@ impl RunRequest {
     pub fn spec(&self, build_rootfs: bool) -> Result<RunSpec, RunError> {
         let command = self.command(build_rootfs)?;
         let fio_job = match &self.fio {
-            Some(f) => read_input(f, "fio job file")?,
-            // An image whose init does not know /job/cmd.sh runs this, which fails at once.
-            None => crate::guest::guest_job::PHASES_FALLBACK_JOB
-                .replace("has phases (/job/phases)", "is a command (/job/cmd.sh)"),
+            Some(f) => Some(read_input(f, "fio job file")?),
+            None => None,
         };
         let setup = match &self.setup {
             Some(s) => match s.strip_prefix('@') {
@@ -205,13 +203,15 @@ impl RunRequest {
             engine: self.engine,
             boot: self.boot.clone(),
             machine: self.machine.clone(),
-            job: crate::guest::guest_job::GuestJob {
-                fio_job,
-                setup,
-                args: self.fio_args.clone(),
-                ..crate::guest::guest_job::GuestJob::default()
+            workload: match (command, fio_job) {
+                (Some(job), _) => Workload::Command { job, setup },
+                (None, fio_job) => Workload::Fio(crate::guest::guest_job::GuestJob {
+                    fio_job: fio_job.unwrap_or_default(),
+                    setup,
+                    args: self.fio_args.clone(),
+                    ..crate::guest::guest_job::GuestJob::default()
+                }),
             },
-            command,
             stream_console: self.console,
             console_log: self.console_log.clone(),
             timeout: self.timeout,
@@ -310,8 +310,11 @@ mod tests {
             ..request()
         };
         let spec = r.spec(false).unwrap();
-        assert_eq!(spec.job.setup.as_deref(), Some("ndctl list\n"));
-        assert_eq!(spec.command.map(|c| c.argv), Some(vec!["true".to_string()]));
+        let Workload::Command { job, setup } = spec.workload else {
+            panic!("a command run's workload is its command");
+        };
+        assert_eq!(setup.as_deref(), Some("ndctl list\n"));
+        assert_eq!(job.argv, vec!["true".to_string()]);
         assert!(!json.exists(), "the --json file is only checked");
         let r = RunRequest {
             json: Some(dir.join("no-dir").join("out.json")),

@@ -174,7 +174,6 @@ fn boot_spec(req: &BenchRequest, prepared: &Prepared, files: &SideFiles, extra: 
             api: req.api.clone(),
             dump_on_panic: None,
         },
-        command: None,
         engine: prepared.engine,
         boot: vmm::config::BootFiles {
             kernel: files.kernel.clone(),
@@ -198,7 +197,7 @@ fn boot_spec(req: &BenchRequest, prepared: &Prepared, files: &SideFiles, extra: 
             legacy_pmem: Vec::new(),
             nvdimm_slots: 0,
         },
-        job: plan.guest_job(),
+        workload: run::Workload::Fio(plan.guest_job()),
         stream_console: false,
         console_log: None,
         timeout: req.timeout,

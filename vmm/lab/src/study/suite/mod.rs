@@ -380,12 +380,7 @@ fn boot_spec(
             legacy_pmem,
             nvdimm_slots: 0,
         },
-        job: crate::guest::guest_job::GuestJob {
-            fio_job: crate::guest::guest_job::PHASES_FALLBACK_JOB
-                .replace("has phases (/job/phases)", "is a command (/job/cmd.sh)"),
-            ..crate::guest::guest_job::GuestJob::default()
-        },
-        command: Some(job),
+        workload: crate::guest::run::Workload::Command { job, setup: None },
         stream_console: req.stream_console,
         console_log: Some(dir.with_extension("console.log")),
         timeout: req.timeout,
