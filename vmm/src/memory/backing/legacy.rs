@@ -5,15 +5,15 @@
 //! ([`super::try_lock`]) and mapped `MAP_SHARED` into a KVM memslot.
 //! A file this module created is removed again if the VM cannot be set up.
 
-use std::fs::{File, OpenOptions};
-use std::io::ErrorKind;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use vm_memory::mmap::MmapRegionBuilder;
-use vm_memory::{FileOffset, MmapRegion};
+use vm_memory::MmapRegion;
 
+use super::file::{
+    map_shared, open_named, open_temporary, Created, MapError, NamedFileError, Opened,
+};
 use super::set::FileKey;
 use crate::config::{size_text, LegacyPmemSpec, NvdimmSpec};
 
@@ -110,8 +110,8 @@ pub struct LegacyPmemBacking {
     pub file: Arc<File>,
     /// The path for messages ("(temporary in DIR)" for unnamed files).
     pub display: String,
-    /// Path of a file this process created (removed again if setup fails).
-    created: Option<PathBuf>,
+    /// A file this process created (removed again if setup fails).
+    created: Created,
 }
 
 /// Refuses a `file=` that names the same file as another legacy range or
@@ -159,137 +159,72 @@ impl LegacyPmemBacking {
     }
 
     fn open_path(spec: &LegacyPmemSpec, path: &Path) -> Result<Self, LegacyBackingError> {
-        let io = |source| LegacyBackingError::Io {
-            path: path.display().to_string(),
-            source,
-        };
-        let named = |file: File, created: Option<PathBuf>| Self {
-            spec: spec.clone(),
-            file: Arc::new(file),
-            display: path.display().to_string(),
-            created,
-        };
-        match std::fs::metadata(path) {
-            Ok(md) => {
-                let ft = md.file_type();
-                if ft.is_dir() {
-                    return Err(LegacyBackingError::IsDirectory(path.into()));
-                }
-                if !ft.is_file() || ft.is_block_device() {
-                    return Err(LegacyBackingError::NotRegular(path.into()));
-                }
-                let (actual, wanted, size) = (md.len(), spec.size, size_text(spec.size));
-                let path = path.to_path_buf();
-                if actual < wanted {
-                    return Err(LegacyBackingError::TooSmall {
+        let opened = open_named(path, spec.size, spec.readonly).map_err(|e| {
+            let path = path.to_path_buf();
+            let (wanted, size) = (spec.size, size_text(spec.size));
+            match e {
+                NamedFileError::IsDirectory => LegacyBackingError::IsDirectory(path),
+                NamedFileError::NotRegular => LegacyBackingError::NotRegular(path),
+                NamedFileError::WrongSize { actual } if actual < wanted => {
+                    LegacyBackingError::TooSmall {
                         path,
                         actual,
                         wanted,
                         size,
-                    });
+                    }
                 }
-                if actual > wanted {
-                    return Err(LegacyBackingError::TooLarge {
-                        path,
-                        actual,
-                        wanted,
-                        size,
-                    });
-                }
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(!spec.readonly)
-                    .custom_flags(libc::O_CLOEXEC)
-                    .open(&path)
-                    .map_err(|e| match e.kind() {
-                        ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem => {
-                            LegacyBackingError::ReadOnlyFile(path.clone())
-                        }
-                        _ => io(e),
-                    })?;
-                Ok(named(file, None))
+                NamedFileError::WrongSize { actual } => LegacyBackingError::TooLarge {
+                    path,
+                    actual,
+                    wanted,
+                    size,
+                },
+                NamedFileError::ReadOnlyFile => LegacyBackingError::ReadOnlyFile(path),
+                NamedFileError::ReadOnlyMissing => LegacyBackingError::ReadOnlyMissing(path),
+                NamedFileError::MissingParent => LegacyBackingError::MissingParent(path),
+                NamedFileError::Io(source) => LegacyBackingError::Io {
+                    path: path.display().to_string(),
+                    source,
+                },
             }
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                if spec.readonly {
-                    return Err(LegacyBackingError::ReadOnlyMissing(path.into()));
-                }
-                let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
-                if parent.is_some_and(|p| !p.is_dir()) {
-                    return Err(LegacyBackingError::MissingParent(path.into()));
-                }
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o644)
-                    .custom_flags(libc::O_CLOEXEC)
-                    .open(path)
-                    .map_err(io)?;
-                // From here on the Drop of `backing` removes the file again.
-                let backing = named(file, Some(path.into()));
-                backing.file.set_len(spec.size).map_err(io)?;
-                Ok(backing)
-            }
-            Err(e) => Err(io(e)),
-        }
+        })?;
+        Ok(Self::from_opened(spec, opened))
     }
 
     fn open_temporary(spec: &LegacyPmemSpec) -> Result<Self, LegacyBackingError> {
-        let dir = std::env::temp_dir();
-        let io = |source| LegacyBackingError::Io {
+        let opened = open_temporary(spec.size).map_err(|(dir, source)| LegacyBackingError::Io {
             path: dir.display().to_string(),
             source,
-        };
-        // O_TMPFILE: the file has no name, so no exit path (not even SIGKILL) can leak it.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
-            .mode(0o600)
-            .open(&dir)
-            .map_err(io)?;
-        file.set_len(spec.size).map_err(io)?;
-        Ok(Self {
+        })?;
+        Ok(Self::from_opened(spec, opened))
+    }
+
+    fn from_opened(spec: &LegacyPmemSpec, opened: Opened) -> Self {
+        Self {
             spec: spec.clone(),
-            file: Arc::new(file),
-            display: format!("(temporary in {})", dir.display()),
-            created: None,
-        })
+            file: Arc::new(opened.file),
+            display: opened.display,
+            created: opened.created,
+        }
     }
 
     /// Maps the whole file `MAP_SHARED` (read-only for `readonly`).
     pub fn map(&self) -> Result<MmapRegion, LegacyBackingError> {
-        let size = usize::try_from(self.spec.size).map_err(|_| LegacyBackingError::Io {
-            path: self.display.clone(),
-            source: std::io::Error::from(ErrorKind::InvalidInput),
-        })?;
-        let prot = if self.spec.readonly {
-            libc::PROT_READ
-        } else {
-            libc::PROT_READ | libc::PROT_WRITE
-        };
-        MmapRegionBuilder::new(size)
-            .with_file_offset(FileOffset::from_arc(self.file.clone(), 0))
-            .with_mmap_prot(prot)
-            .with_mmap_flags(libc::MAP_SHARED | libc::MAP_NORESERVE)
-            .build()
-            .map_err(|source| LegacyBackingError::Map {
+        map_shared(&self.file, self.spec.size, self.spec.readonly, false).map_err(|e| match e {
+            MapError::TooLarge => LegacyBackingError::Io {
+                path: self.display.clone(),
+                source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            },
+            MapError::Mmap(source) => LegacyBackingError::Map {
                 path: self.display.clone(),
                 source,
-            })
+            },
+        })
     }
 
     /// Keeps a created file when the VM was set up successfully.
     pub fn keep(&mut self) {
-        self.created = None;
-    }
-}
-
-impl Drop for LegacyPmemBacking {
-    fn drop(&mut self) {
-        if let Some(path) = self.created.take() {
-            let _ = std::fs::remove_file(path);
-        }
+        self.created.keep();
     }
 }
 

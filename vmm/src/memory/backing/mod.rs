@@ -11,15 +11,13 @@
 //! removed again if the VM cannot be set up. The only write to an existing
 //! file is its identity block, when that block is still all zero.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use vm_memory::mmap::MmapRegionBuilder;
-use vm_memory::{FileOffset, MmapRegion};
+use vm_memory::MmapRegion;
 
 use crate::config::NvdimmSpec;
 use crate::memory::hugepages::{fs_kind, FsKind};
@@ -160,8 +158,8 @@ pub struct NvdimmBacking {
     pub serial: Option<u32>,
     /// The file system the file is on (decides the page size it can get).
     pub fs: FsKind,
-    /// Path of a file this process created (removed again if setup fails).
-    created: Option<PathBuf>,
+    /// A file this process created (removed again if setup fails).
+    created: Created,
 }
 
 impl NvdimmBacking {
@@ -195,108 +193,52 @@ impl NvdimmBacking {
     }
 
     fn open_path(spec: &NvdimmSpec, path: &Path) -> Result<Self, BackingError> {
-        let io = |source| BackingError::Io {
-            path: path.display().to_string(),
-            source,
-        };
         // hugetlbfs: label-size=0 only, the length rounded up to 2 MiB.
         let want = crate::memory::hugepages::backing_len(spec, path)?;
-        match std::fs::metadata(path) {
-            Ok(md) => {
-                let ft = md.file_type();
-                if ft.is_dir() {
-                    return Err(BackingError::IsDirectory(path.into()));
-                }
-                if !ft.is_file() || ft.is_block_device() {
-                    return Err(BackingError::NotRegular(path.into()));
-                }
-                if md.len() != want {
-                    return Err(wrong_size(spec, path, md.len(), want));
-                }
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(!spec.readonly)
-                    .custom_flags(libc::O_CLOEXEC)
-                    .open(path)
-                    .map_err(|e| match e.kind() {
-                        ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem => {
-                            BackingError::ReadOnlyFile(path.into())
-                        }
-                        _ => io(e),
-                    })?;
-                Ok(Self {
-                    spec: spec.clone(),
-                    file: Arc::new(file),
-                    display: path.display().to_string(),
-                    serial: None,
-                    fs: FsKind::Other,
-                    created: None,
-                })
+        let opened = open_named(path, want, spec.readonly).map_err(|e| {
+            let path = path.to_path_buf();
+            match e {
+                NamedFileError::IsDirectory => BackingError::IsDirectory(path),
+                NamedFileError::NotRegular => BackingError::NotRegular(path),
+                NamedFileError::WrongSize { actual } => wrong_size(spec, &path, actual, want),
+                NamedFileError::ReadOnlyFile => BackingError::ReadOnlyFile(path),
+                NamedFileError::ReadOnlyMissing => BackingError::ReadOnlyMissing(path),
+                NamedFileError::MissingParent => BackingError::MissingParent(path),
+                NamedFileError::Io(source) => BackingError::Io {
+                    path: path.display().to_string(),
+                    source,
+                },
             }
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                if spec.readonly {
-                    return Err(BackingError::ReadOnlyMissing(path.into()));
-                }
-                let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
-                if parent.is_some_and(|p| !p.is_dir()) {
-                    return Err(BackingError::MissingParent(path.into()));
-                }
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o644)
-                    .custom_flags(libc::O_CLOEXEC)
-                    .open(path)
-                    .map_err(io)?;
-                let backing = Self {
-                    spec: spec.clone(),
-                    file: Arc::new(file),
-                    display: path.display().to_string(),
-                    serial: None,
-                    fs: FsKind::Other,
-                    created: Some(path.into()),
-                };
-                backing.file.set_len(want).map_err(backing.io())?;
-                Ok(backing)
-            }
-            Err(e) => Err(io(e)),
-        }
+        })?;
+        Ok(Self::from_opened(spec, opened, FsKind::Other))
     }
 
     fn open_temporary(spec: &NvdimmSpec) -> Result<Self, BackingError> {
         if spec.hugepages {
-            return Ok(Self {
-                spec: spec.clone(),
-                file: Arc::new(crate::memory::hugepages::temporary_file(spec.file_len())?),
+            let file = crate::memory::hugepages::temporary_file(spec.file_len())?;
+            let opened = Opened {
+                file,
                 display: "(temporary, hugetlb)".into(),
-                serial: None,
-                fs: FsKind::Hugetlbfs,
-                created: None,
-            });
+                created: Created::default(),
+            };
+            return Ok(Self::from_opened(spec, opened, FsKind::Hugetlbfs));
         }
-        let dir = std::env::temp_dir();
-        let io = |source| BackingError::Io {
+        let opened = open_temporary(spec.file_len()).map_err(|(dir, source)| BackingError::Io {
             path: dir.display().to_string(),
             source,
-        };
-        // O_TMPFILE: the file has no name, so no exit path (not even SIGKILL) can leak it.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
-            .mode(0o600)
-            .open(&dir)
-            .map_err(io)?;
-        file.set_len(spec.file_len()).map_err(io)?;
-        Ok(Self {
+        })?;
+        Ok(Self::from_opened(spec, opened, FsKind::Other))
+    }
+
+    fn from_opened(spec: &NvdimmSpec, opened: Opened, fs: FsKind) -> Self {
+        Self {
             spec: spec.clone(),
-            file: Arc::new(file),
-            display: format!("(temporary in {})", dir.display()),
+            file: Arc::new(opened.file),
+            display: opened.display,
             serial: None,
-            fs: FsKind::Other,
-            created: None,
-        })
+            fs,
+            created: opened.created,
+        }
     }
 
     fn lock(&self) -> Result<(), BackingError> {
@@ -364,38 +306,30 @@ impl NvdimmBacking {
     /// Maps the guest's region (`spec.spa_size()` bytes
     /// from offset 0) `MAP_SHARED`, read-only when the DIMM is.
     pub fn map(&self) -> Result<MmapRegion, BackingError> {
-        let size = usize::try_from(self.spec.spa_size()).map_err(|_| BackingError::Io {
-            path: self.display.clone(),
-            source: std::io::Error::from(ErrorKind::InvalidInput),
-        })?;
-        let prot = if self.spec.readonly {
-            libc::PROT_READ
-        } else {
-            libc::PROT_READ | libc::PROT_WRITE
-        };
-        let hugetlb = self.fs == FsKind::Hugetlbfs;
         // hugetlb: no MAP_NORESERVE, so the pages are reserved now (counted
         // up front by `hugepages::check`) and never missing mid-run.
-        let flags = if hugetlb {
-            libc::MAP_SHARED
-        } else {
-            libc::MAP_SHARED | libc::MAP_NORESERVE
-        };
-        MmapRegionBuilder::new(size)
-            .with_file_offset(FileOffset::from_arc(self.file.clone(), 0))
-            .with_mmap_prot(prot)
-            .with_mmap_flags(flags)
-            .with_hugetlbfs(hugetlb)
-            .build()
-            .map_err(|source| BackingError::Map {
+        let hugetlb = self.fs == FsKind::Hugetlbfs;
+        map_shared(
+            &self.file,
+            self.spec.spa_size(),
+            self.spec.readonly,
+            hugetlb,
+        )
+        .map_err(|e| match e {
+            MapError::TooLarge => BackingError::Io {
+                path: self.display.clone(),
+                source: std::io::Error::from(ErrorKind::InvalidInput),
+            },
+            MapError::Mmap(source) => BackingError::Map {
                 path: self.display.clone(),
                 source,
-            })
+            },
+        })
     }
 
     /// Keeps a created file when the VM was set up successfully.
     pub fn keep(&mut self) {
-        self.created = None;
+        self.created.keep();
     }
 
     /// Syncs the file's data to stable storage (writable DIMMs only).
@@ -404,14 +338,6 @@ impl NvdimmBacking {
             return Ok(());
         }
         self.file.sync_data()
-    }
-}
-
-impl Drop for NvdimmBacking {
-    fn drop(&mut self) {
-        if let Some(path) = self.created.take() {
-            let _ = std::fs::remove_file(path);
-        }
     }
 }
 
@@ -437,10 +363,12 @@ pub fn try_lock(file: &File, readonly: bool) -> std::io::Result<bool> {
     }
 }
 
+mod file;
 mod geometry;
 pub mod legacy;
 mod set;
 
+use file::{map_shared, open_named, open_temporary, Created, MapError, NamedFileError, Opened};
 use geometry::wrong_size;
 pub use legacy::{LegacyBackingError, LegacyPmemBacking};
 pub use set::{open_all, space_report};
