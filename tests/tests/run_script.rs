@@ -168,6 +168,39 @@ fn an_ignore_that_names_no_tier_is_refused() {
     );
 }
 
+/// A crate's own unit tests run in both tiers and `--full` adds their ignored
+/// ones: an ignore there that names no tier, or a planted failure whose name
+/// `--full` would not skip, is refused as in tests/tests.
+#[test]
+fn an_ignore_in_a_crates_own_sources_is_held_to_the_same_rules() {
+    let dir = TempDir::new("run-sh-untiered-src");
+    let tree = scratch_tree(&dir.0);
+    fs::create_dir_all(tree.join("vmm/src")).expect("scratch vmm/src");
+    let test =
+        |ignore: &str, name: &str| format!("#[test]\n#[ignore = {ignore:?}]\nfn {name}() {{}}\n\n");
+    fs::write(
+        tree.join("vmm/src/forgotten.rs"),
+        [
+            test("run by another test", "helper_child"),
+            test("a planted failure: the child", "not_prefixed"),
+            test("a planted failure: the child", "plant_child"),
+            test("full: long", "long_one"),
+        ]
+        .concat(),
+    )
+    .expect("a source file");
+    let out = run_script(&tree, &["--list"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("vmm/src/forgotten.rs::helper_child")
+            && stderr.contains("vmm/src/forgotten.rs::not_prefixed")
+            && !stderr.contains("plant_child")
+            && !stderr.contains("long_one"),
+        "{stderr}"
+    );
+}
+
 /// Whether `pid` runs (a zombie has ended: its parent has not reaped it yet).
 fn alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -259,8 +259,8 @@ mod tests {
 
     /// The body the two tests below run in a child process.
     #[test]
-    #[ignore = "run by skip_is_logged_and_strict_mode_fails"]
-    fn child_that_skips() {
+    #[ignore = "a planted failure: a skip, run by skip_is_logged_and_strict_mode_fails"]
+    fn plant_child_that_skips() {
         require!(Err::<(), Skip>(Skip::new("no QEMU here")));
         unreachable!("require! returned");
     }
@@ -271,19 +271,19 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("temp dir");
         let log = dir.join("skips.log");
         let log_s = log.to_str().expect("utf-8 path");
-        let test = "tests::child_that_skips";
+        let test = "tests::plant_child_that_skips";
 
         let out = rerun(test, &[(LOG_ENV, log_s)]);
         assert!(out.status.success(), "a plain skip must pass: {out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            stderr.contains("SKIP: [pmemvm_skip::tests::child_that_skips] no QEMU here"),
+            stderr.contains("SKIP: [pmemvm_skip::tests::plant_child_that_skips] no QEMU here"),
             "{stderr}"
         );
         let logged = std::fs::read_to_string(&log).expect("skip log");
         assert_eq!(
             logged,
-            "pmemvm_skip::tests::child_that_skips\tno QEMU here\n"
+            "pmemvm_skip::tests::plant_child_that_skips\tno QEMU here\n"
         );
 
         let out = rerun(test, &[(LOG_ENV, log_s), (STRICT_ENV, "1")]);
@@ -293,7 +293,7 @@ mod tests {
         );
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
-        assert!(text.contains("strict mode (PMEMVM_TEST_STRICT=1): pmemvm_skip::tests::child_that_skips was skipped: no QEMU here"), "{text}");
+        assert!(text.contains("strict mode (PMEMVM_TEST_STRICT=1): pmemvm_skip::tests::plant_child_that_skips was skipped: no QEMU here"), "{text}");
         let logged = std::fs::read_to_string(&log).expect("skip log");
         assert!(
             logged.ends_with("child_that_skips\tFAILED (strict): no QEMU here\n"),
