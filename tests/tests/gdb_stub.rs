@@ -139,6 +139,43 @@ fn breakpoints_and_watchpoints_stop_the_guest_where_this_kvm_can() {
     }
 }
 
+/// `run --engine pmemvm --gdb`: the socket the run binds before anything
+/// boots is the one the stub serves (bound once), and it goes with the run.
+#[test]
+fn run_serves_gdb_on_the_socket_it_bound_before_the_boot() {
+    require!(kvm_available());
+    require!(gdb_available());
+    let kernel = require!(guest("debuggee"));
+    let d = dir("run");
+    let job = d.join("job.fio");
+    std::fs::write(&job, "[x]\nioengine=null\nsize=1M\n").expect("job file");
+    let sock = d.join("gdb.sock");
+    let sock_arg = sock.display().to_string();
+    let mut cmd = std::process::Command::new(pmemvm_tests::pmemvm::pmemvm_bin());
+    cmd.args(["run", "--engine", "pmemvm", "--kernel"])
+        .arg(&kernel)
+        .arg("--fio")
+        .arg(&job)
+        .args(["--timeout", "60", "--gdb", &sock_arg, "--gdb-wait"]);
+    let mut vm = pmemvm_tests::gdb::Debugged::start(cmd);
+    assert!(vm.wait_for(LISTENING, LISTEN), "{}", vm.output());
+    let out = gdb_batch(
+        &kernel,
+        &sock_arg,
+        &["info registers rip", "continue"],
+        LIMIT,
+    );
+    let (status, pmemvm) = vm.finish(LIMIT);
+    let all = format!("{out}\n--- pmemvm ---\n{pmemvm}");
+    assert_eq!(rip_values(&out), vec![0x100000], "held at _start:\n{all}");
+    assert!(
+        status.is_some(),
+        "the run ended by itself after gdb's continue:\n{all}"
+    );
+    assert!(!sock.exists(), "the socket goes with the run:\n{all}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn ctrl_c_stops_a_running_guest_and_gdbs_kill_ends_pmemvm() {
     require!(kvm_available());

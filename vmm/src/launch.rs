@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::ApiListener;
 use crate::config::VmConfig;
 use crate::debug::gdb::{GdbAddr, GdbListener};
 use crate::exit_status;
@@ -98,26 +99,43 @@ impl crate::exit_status::Classified for LaunchError {
     }
 }
 
-/// Binds the endpoints, checks the dump file and builds the VM with them
-/// attached.
+/// A VM's doors, bound: the debugger's listener and the control socket.
+/// Bound once, before anything is built (a busy port or an existing path
+/// stops the run there), and handed to the VM.
+#[derive(Debug, Default)]
+pub struct Endpoints {
+    /// `--gdb`.
+    pub gdb: Option<GdbListener>,
+    /// `--api`.
+    pub api: Option<ApiListener>,
+}
+
+impl Endpoints {
+    /// Binds `--gdb ADDR` (with `--gdb-wait`) and `--api PATH`.
+    pub fn bind(gdb: Option<(&GdbAddr, bool)>, api: Option<&Path>) -> Result<Self, LaunchError> {
+        Ok(Self {
+            gdb: gdb
+                .map(|(addr, wait)| GdbListener::bind(addr, wait))
+                .transpose()?,
+            api: api.map(ApiListener::bind).transpose()?,
+        })
+    }
+}
+
+/// Checks the dump file and builds the VM with the bound endpoints attached.
 pub fn build(
     config: &VmConfig,
-    gdb: Option<(&GdbAddr, bool)>,
-    api: Option<&Path>,
+    endpoints: Endpoints,
     dump_on_panic: Option<&Path>,
 ) -> Result<Vm, LaunchError> {
-    let gdb = gdb
-        .map(|(addr, wait)| GdbListener::bind(addr, wait))
-        .transpose()?;
-    let api = api.map(crate::api::ApiListener::bind).transpose()?;
     if let Some(f) = dump_on_panic {
         crate::debug::dump::check_new_file(f)?;
     }
     let mut vm = Vm::build(config)?;
-    if let Some(listener) = gdb {
+    if let Some(listener) = endpoints.gdb {
         vm.attach_gdb(listener);
     }
-    if let Some(listener) = api {
+    if let Some(listener) = endpoints.api {
         vm.attach_api(listener);
     }
     if let Some(f) = dump_on_panic {
@@ -129,12 +147,8 @@ pub fn build(
 /// Builds and runs the VM in this process, logs how it ended and returns
 /// the exit status (the guest's, or what ended it).
 pub fn run(l: &Launch) -> Result<u8, LaunchError> {
-    let vm = build(
-        &l.config,
-        l.gdb.as_ref().map(|(a, wait)| (a, *wait)),
-        l.api.as_deref(),
-        l.dump_on_panic.as_deref(),
-    )?;
+    let endpoints = Endpoints::bind(l.gdb.as_ref().map(|(a, wait)| (a, *wait)), l.api.as_deref())?;
+    let vm = build(&l.config, endpoints, l.dump_on_panic.as_deref())?;
     let outcome = vm.run_with(RunOptions {
         timeout: l.timeout,
         ..RunOptions::default()

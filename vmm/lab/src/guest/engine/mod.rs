@@ -108,6 +108,9 @@ impl RunControl {
 pub struct Machine<'a> {
     /// `--gdb ADDR` and `--gdb-wait`.
     pub gdb: Option<(&'a vmm::debug::gdb::GdbAddr, bool)>,
+    /// `--gdb` and `--api`, bound once by the run: engine pmemvm serves them;
+    /// an engine whose own process listens there lets them go first.
+    pub endpoints: std::cell::RefCell<Option<vmm::launch::Endpoints>>,
     /// `--api` and `--dump-on-panic` (engine pmemvm).
     pub control: &'a RunControl,
     /// Kernel file.
@@ -132,6 +135,13 @@ pub struct Machine<'a> {
     pub stream_console: bool,
     /// Give up after this long.
     pub timeout: Duration,
+}
+
+impl Machine<'_> {
+    /// The run's bound endpoints, taken (once); later calls get `None`.
+    pub fn take_endpoints(&self) -> Option<vmm::launch::Endpoints> {
+        self.endpoints.borrow_mut().take()
+    }
 }
 
 /// How a boot ended, engine-independent.

@@ -116,6 +116,8 @@ impl NestedEngine {
     }
 
     fn boot_nested(&self, m: &Machine<'_>) -> Result<Ended, NestedError> {
+        // The doors below listen at --gdb and --api themselves.
+        drop(m.take_endpoints());
         let api = m.control.api.as_deref();
         warn_about_the_l1(&self.qemu, l1_cpus(m.spec.cpus, host_cpus()));
         let share = m.scratch;

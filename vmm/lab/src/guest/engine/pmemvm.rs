@@ -33,12 +33,11 @@ impl GuestEngine for Pmemvm {
             channel: Some(m.channel.to_path_buf()),
         };
         let building = std::time::Instant::now();
-        let vm = vmm::launch::build(
-            &config,
-            m.gdb,
-            m.control.api.as_deref(),
-            m.control.dump_on_panic.as_deref(),
-        )?;
+        let endpoints = match m.take_endpoints() {
+            Some(bound) => bound,
+            None => vmm::launch::Endpoints::bind(m.gdb, m.control.api.as_deref())?,
+        };
+        let vm = vmm::launch::build(&config, endpoints, m.control.dump_on_panic.as_deref())?;
         log::debug!(
             "startup: VM built (memory, devices, kernel and initrd loaded, ACPI) in {:.3} s",
             building.elapsed().as_secs_f64()

@@ -26,6 +26,8 @@ impl GuestEngine for Qemu {
     }
 
     fn boot(&self, m: &Machine<'_>) -> Result<Ended, EngineError> {
+        // QEMU listens at --gdb itself.
+        drop(m.take_endpoints());
         if let Some(l) = m.spec.legacy_pmem.first() {
             return Err(super::Refusal::LegacyPmemOnQemu(l.to_string()).into());
         }

@@ -273,10 +273,15 @@ pub fn run_checked_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let hashes = PendingHashes::start(&prepared.kernel, prepared.initrd.as_deref());
     let mut result = new_result(spec, engine, &prepared);
     step("host and machine described");
-    let gdb = bound_gdb(spec)?;
-    spec.control.check()?;
+    let gdb = spec.gdb.as_ref().map(|a| (a, spec.gdb_wait));
+    // Bound once here, before the boot: a busy port or an existing path stops it.
+    let endpoints = vmm::launch::Endpoints::bind(gdb, spec.control.api.as_deref())?;
+    if let Some(f) = &spec.control.dump_on_panic {
+        vmm::debug::dump::check_new_file(f)?;
+    }
     let machine = Machine {
-        gdb: gdb.as_ref().map(|a| (a, spec.gdb_wait)),
+        gdb,
+        endpoints: std::cell::RefCell::new(Some(endpoints)),
         control: &spec.control,
         kernel: &prepared.kernel,
         initrd: prepared.initrd.as_deref(),
@@ -352,16 +357,6 @@ fn new_result(spec: &RunSpec, engine: Engine, prepared: &prepare::Prepared<'_>) 
         guest_files: Default::default(),
         console_tail: String::new(),
     }
-}
-
-/// `--gdb`'s address, bound once and let go, so a busy port or an existing
-/// path stops the run before anything boots.
-fn bound_gdb(spec: &RunSpec) -> Result<Option<vmm::debug::gdb::GdbAddr>, RunError> {
-    let Some(addr) = &spec.gdb else {
-        return Ok(None);
-    };
-    drop(vmm::debug::gdb::GdbListener::bind(addr, false)?);
-    Ok(Some(addr.clone()))
 }
 
 /// Where a finished guest left its output.
