@@ -53,7 +53,7 @@ pub const WAY_ON: &str = "use a host with hardware virtualization, or add --engi
      run pmemvm inside a QEMU TCG L1 on this host (slow, figures functional only)";
 
 /// What pmemvm knows about the host's KVM.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HostKvm {
     /// `vmx` or `svm` present in /proc/cpuinfo.
     pub hw_virt: bool,

@@ -83,10 +83,9 @@ pub struct HostDescription {
     pub cpus: usize,
     /// `uname -r`.
     pub kernel: String,
-    /// vmx/svm present.
-    pub hw_virt: bool,
-    /// PVM KVM.
-    pub pvm: bool,
+    /// Its KVM (`hw_virt`, `pvm` in the JSON, beside the fields above).
+    #[serde(flatten)]
+    pub kvm: HostKvm,
 }
 
 /// Describes this host (CPU and kernel as the bench report reads them).
@@ -97,8 +96,7 @@ pub fn describe_host() -> HostDescription {
         cpu: info.cpu_model,
         cpus: usize::try_from(info.host_cpus).unwrap_or(1),
         kernel: info.host_kernel,
-        hw_virt: kvm.hw_virt,
-        pvm: kvm.pvm,
+        kvm,
     }
 }
 
@@ -208,5 +206,19 @@ mod tests {
         let (gone, none) = PendingHashes::start(&dir.join("missing"), None).finish();
         assert_eq!((gone.sha256.as_str(), none), ("", None));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_host_reads_and_writes_the_json_it_always_had() {
+        let stored = r#"{"cpu":"EPYC","cpus":2,"kernel":"6.1.0","hw_virt":true,"pvm":false}"#;
+        let host: HostDescription = serde_json::from_str(stored).unwrap();
+        assert_eq!(
+            host.kvm,
+            HostKvm {
+                hw_virt: true,
+                pvm: false
+            }
+        );
+        assert_eq!(serde_json::to_string(&host).unwrap(), stored);
     }
 }

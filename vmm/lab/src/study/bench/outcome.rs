@@ -293,8 +293,10 @@ mod tests {
                 cpu: "cpu".into(),
                 cpus: 2,
                 kernel: "6.1".into(),
-                hw_virt: false,
-                pvm: true,
+                kvm: vmm::host::HostKvm {
+                    hw_virt: false,
+                    pvm: true,
+                },
             },
             exits: None,
             nvdimm_stats: Vec::new(),
