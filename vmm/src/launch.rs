@@ -7,8 +7,8 @@
 //! 64 KiB around each one that faults (fault-around). The `pmemvm` program
 //! also holds the CLI, the lab's experiments and reports (5.7 MB of code), so
 //! a tiny guest's VMM kept 3.5 MiB of program text resident; `pmemvm-vm`
-//! holds only this crate and what it needs (docs/performance.md, "VMM
-//! memory").
+//! holds only this crate and what it needs (the figures: docs/performance.md,
+//! "Current figures").
 
 use std::io::{Read, Seek, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -27,7 +27,8 @@ use crate::vstate::vm::{Vm, VmError};
 /// The core-only executable's file name, beside `pmemvm`.
 pub const CORE_EXECUTABLE: &str = "pmemvm-vm";
 
-/// Its one option: the descriptor holding the [`Launch`] as JSON.
+/// Its one option: the descriptor holding the [`Launch`] (its JSON on one
+/// line, then the initrd's appended bytes).
 pub const LAUNCH_FD_OPTION: &str = "--launch-fd";
 
 /// Everything one VM needs, checked by the caller: the machine, its
