@@ -486,7 +486,10 @@ fn run_timeout_ends_a_guest_that_never_finishes() {
     let job = dir.join("job.fio");
     std::fs::write(&job, "[x]\nioengine=null\nsize=1M\n").unwrap();
     let job = job.display().to_string();
+    // -vv: the run's own "startup: ... at T s" steps, so a slow run says where
+    // its time went (before the boot, in the guest, or after it).
     let args = [
+        "-vv",
         "run",
         "--engine",
         "pmemvm",
@@ -502,6 +505,7 @@ fn run_timeout_ends_a_guest_that_never_finishes() {
     // more, not minutes.
     let quick = run(
         &[
+            "-vv",
             "run",
             "--engine",
             "pmemvm",

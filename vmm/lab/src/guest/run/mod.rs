@@ -298,14 +298,18 @@ pub fn run_checked_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let start = Instant::now();
     let ended = engine::for_engine(engine, &kvm)?.boot(&machine)?;
     result.wall_seconds = start.elapsed().as_secs_f64();
+    step("guest ended");
     (result.kernel, result.initrd) = hashes.finish();
+    step("kernel and initrd hashed");
     let transfer = prepared.transfer.as_ref().map(|(c, t)| (*c, t));
     let outputs = Outputs {
         console: &console,
         channel: &channel,
         console_log: spec.console_log.as_deref(),
     };
-    collect_ended(result, ended, &outputs, transfer)
+    let collected = collect_ended(result, ended, &outputs, transfer);
+    step("results collected");
+    collected
 }
 
 /// A run's result before the guest runs: what was asked and where it runs
