@@ -149,14 +149,12 @@ fn boot_nested(req: &BootRequest) -> Result<u8, RunError> {
     if req.files.modules.is_some() {
         return refuse("--modules of boot");
     }
-    if let Some(p) = &req.control.api {
-        // This pmemvm listens there: refused as on this host, before the L1 starts.
-        drop(vmm::api::ApiListener::bind(p)?);
-    }
-    if let Some((addr, _)) = &req.gdb {
-        // This pmemvm listens there: refused as on this host, before the L1 starts.
-        drop(vmm::debug::gdb::GdbListener::bind(addr, false)?);
-    }
+    // This pmemvm listens at --api and --gdb (the L1's doors): a busy port or
+    // an existing path is refused as on this host, before the L1 starts.
+    drop(vmm::launch::Endpoints::bind(
+        req.gdb.as_ref().map(|(addr, _)| (addr, false)),
+        req.control.api.as_deref(),
+    )?);
     let (kernel, initrd, _) = resolve_kernel(&req.files)?;
     run::check_inputs(&BootFiles {
         kernel: Some(kernel.clone()),

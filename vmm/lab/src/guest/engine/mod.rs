@@ -30,15 +30,6 @@ pub enum EngineError {
     /// pmemvm's VM with its endpoints (`--gdb`, `--api`, `--dump-on-panic`).
     #[error(transparent)]
     Launch(#[from] vmm::launch::LaunchError),
-    /// `--gdb`'s endpoint.
-    #[error(transparent)]
-    Gdb(#[from] vmm::debug::gdb::GdbError),
-    /// `--api`'s socket.
-    #[error(transparent)]
-    Api(#[from] vmm::api::ApiError),
-    /// `--dump-on-panic`'s file.
-    #[error(transparent)]
-    Dump(#[from] vmm::debug::dump::DumpError),
     /// The engine is not usable here (e.g. QEMU missing).
     #[error(transparent)]
     Unavailable(#[from] Unavailable),
@@ -76,9 +67,6 @@ impl vmm::exit_status::Classified for EngineError {
         match self {
             Self::Vm(e) => e.kind(),
             Self::Launch(e) => e.kind(),
-            Self::Gdb(e) => e.kind(),
-            Self::Api(e) => e.kind(),
-            Self::Dump(e) => e.kind(),
             Self::Unavailable(_) | Self::Input { .. } | Self::Refused(_) => Usage,
             Self::Nested(e) => e.kind(),
             Self::Io { .. } => Environment,

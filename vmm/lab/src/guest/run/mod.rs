@@ -29,9 +29,6 @@ pub enum RunError {
     /// Building the VM.
     #[error(transparent)]
     Vm(#[from] VmError),
-    /// `--gdb`.
-    #[error(transparent)]
-    Gdb(#[from] vmm::debug::gdb::GdbError),
     /// `--api`.
     #[error(transparent)]
     Api(#[from] vmm::api::ApiError),
@@ -102,7 +99,6 @@ impl vmm::exit_status::Classified for RunError {
         use vmm::exit_status::ErrorKind::*;
         match self {
             Self::Vm(e) => e.kind(),
-            Self::Gdb(e) => e.kind(),
             Self::Engine(e) => e.kind(),
             Self::Launch(e) => e.kind(),
             Self::Input { .. } | Self::Output { .. } | Self::Preflight(_) | Self::Image(_) => Usage,
