@@ -41,7 +41,7 @@ pub(crate) fn bench_request(
         size: args.size,
         sides: args.sides.clone(),
         out,
-        engine: args.engine.into(),
+        engine: args.engine,
         timeout: std::time::Duration::from_secs(args.timeout),
         boot: vmm::config::BootFiles {
             kernel: args.kernel.clone(),

@@ -18,16 +18,13 @@ impl From<&BootArgs> for lab::guest::boot::BootRequest {
             timeout: a.timeout.map(std::time::Duration::from_secs),
             nested: a.engine == BootEngineArg::Nested,
             gdb: a.gdb.clone().map(|g| (g, a.gdb_wait)),
-            control: lab::guest::run::RunControl {
-                api: a.control.api.clone(),
-                dump_on_panic: a.control.dump_on_panic.clone(),
-            },
+            control: a.control.clone(),
         }
     }
 }
 
 /// `pmemvm boot`: returns the exit status.
 pub fn boot(args: &BootArgs) -> Result<u8, CommandError> {
-    crate::args::check_gdb(args.gdb.as_ref(), args.gdb_any_address)?;
+    lab::guest::args::check_gdb(args.gdb.as_ref(), args.gdb_any_address)?;
     Ok(lab::guest::boot::boot(&args.into())?)
 }

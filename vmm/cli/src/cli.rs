@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::args::{AcpiArgs, BenchArgs, BootArgs, ReportArgs, RunArgs};
+use crate::args::{AcpiArgs, BenchArgs, BootArgs, ReportArgs};
+use lab::guest::run::RunRequest;
 
 /// pmemvm: a small KVM VMM that gives Linux guests ACPI NFIT-described NVDIMMs backed by host files.
 #[derive(Debug, Parser)]
@@ -24,7 +25,7 @@ pub enum Command {
     /// Boot a guest kernel with the console on this terminal.
     Boot(BootArgs),
     /// Run a fio job (--fio) or any command (-- CMD) in the guest and return its results.
-    Run(Box<RunArgs>),
+    Run(Box<RunRequest>),
     /// Run one of the upstream experiments (A/B where it has two sides) and report.
     Bench(BenchArgs),
     /// Merge the results of `bench` (one host or many, e.g. a Slurm array's) into one report.

@@ -2,11 +2,11 @@
 
 use std::path::PathBuf;
 
-use crate::args::{AcpiArgs, RunArgs};
+use crate::args::AcpiArgs;
 use crate::cli::Command;
 pub use crate::error::CommandError;
 use lab::guest::preflight::{self, Needs};
-use lab::guest::run::{self, RunError, RunSpec};
+use lab::guest::run::{self, RunError, RunRequest, RunSpec};
 use vmm::acpi_setup;
 use vmm::exit_status;
 use vmm::memory;
@@ -43,45 +43,14 @@ fn open_output(path: &std::path::Path) -> Result<std::fs::File, CommandError> {
     })
 }
 
-impl From<&RunArgs> for lab::guest::run::RunRequest {
-    fn from(a: &RunArgs) -> Self {
-        Self {
-            fio: a.fio.clone(),
-            command: a.command.clone(),
-            puts: a.put.clone(),
-            gets: a.get.clone(),
-            out: a.out.clone(),
-            transfer_size: a.transfer_size,
-            rootfs: a.rootfs.clone(),
-            packages: a.packages.clone(),
-            setup: a.setup.clone(),
-            fio_args: a.fio_args.clone(),
-            json: a.json.clone(),
-            console: a.console.console,
-            console_log: a.console.console_log.clone(),
-            timeout: std::time::Duration::from_secs(a.timeout),
-            engine: a.engine.into(),
-            boot: a.boot.files(),
-            machine: a.machine.spec(),
-            gdb: a.gdb.clone(),
-            gdb_wait: a.gdb_wait,
-            control: lab::guest::run::RunControl {
-                api: a.control.api.clone(),
-                dump_on_panic: a.control.dump_on_panic.clone(),
-            },
-        }
-    }
-}
-
 /// The job spec of `pmemvm run` (see [`lab::guest::run::RunRequest::spec`]); builds
 /// the Debian root file system of `--rootfs debian` if needed.
-pub(crate) fn run_spec(args: &RunArgs) -> Result<RunSpec, CommandError> {
-    crate::args::check_gdb(args.gdb.as_ref(), args.gdb_any_address)?;
-    Ok(lab::guest::run::RunRequest::from(args).spec(true)?)
+pub(crate) fn run_spec(args: &RunRequest) -> Result<RunSpec, CommandError> {
+    Ok(args.spec(true)?)
 }
 
 /// `pmemvm run`: returns the job's status.
-pub fn run(args: &RunArgs) -> Result<u8, CommandError> {
+pub fn run(args: &RunRequest) -> Result<u8, CommandError> {
     let spec = run_spec(args)?;
     let result = run::run_checked_job(&spec)?;
     if let Some(path) = &args.json {
@@ -179,17 +148,16 @@ pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
     let mut needs = Needs::default();
     match command {
         Command::Boot(a) => lab::guest::boot::preflight(&a.into(), &mut needs)?,
-        Command::Run(a) => lab::guest::run::RunRequest::from(a.as_ref()).preflight(&mut needs)?,
+        Command::Run(a) => a.preflight(&mut needs)?,
         Command::CrashCheck(a) => {
-            lab::guest::run::RunRequest::from(&a.run).preflight(&mut needs)?;
+            a.run.preflight(&mut needs)?;
         }
         Command::Suite(crate::suite_args::SuiteCommand::Ndctl(a)) => {
             crate::suite_commands::preflight(a)?;
             if !a.plan {
                 // Each boot runs a command in a Debian root file system, on the engine.
                 for &e in &a.engine {
-                    preflight::engine_on_this_host(e.into(), true, &mut needs)
-                        .map_err(RunError::from)?;
+                    preflight::engine_on_this_host(e, true, &mut needs).map_err(RunError::from)?;
                 }
                 needs.image = true;
             }

@@ -91,5 +91,5 @@ pub struct CrashCheckArgs {
     /// DIMM), any --nvdimm given here come after it; --json writes the
     /// summary (every image's status, output and time).
     #[command(flatten)]
-    pub run: crate::args::RunArgs,
+    pub run: lab::guest::run::RunRequest,
 }

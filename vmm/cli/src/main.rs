@@ -19,9 +19,10 @@ mod suite_commands;
 
 use std::process::ExitCode;
 
-use crate::args::{AcpiArgs, BenchArgs, BootArgs, ReportArgs, RunArgs};
+use crate::args::{AcpiArgs, BenchArgs, BootArgs, ReportArgs};
 use crate::cli::{Cli, Command, KconfigArgs, NvdimmCommand, PreflightArgs};
 use clap::Parser;
+use lab::guest::run::RunRequest;
 use vmm::exit_status::{self, Classified};
 
 /// A failure with the exit status it maps to.
@@ -44,7 +45,7 @@ fn boot(args: &BootArgs) -> Result<u8, Failure> {
     Ok(crate::boot_commands::boot(args)?)
 }
 
-fn run(args: &RunArgs) -> Result<u8, Failure> {
+fn run(args: &RunRequest) -> Result<u8, Failure> {
     Ok(crate::commands::run(args)?)
 }
 

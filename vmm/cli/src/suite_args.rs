@@ -30,15 +30,15 @@ pub struct NdctlArgs {
     /// QEMU otherwise; nested: pmemvm inside a QEMU TCG L1, slow). Several, comma
     /// separated (e.g. `nested,qemu`): every boot on each, one column each in the table.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "auto")]
-    pub engine: Vec<crate::args::EngineArg>,
+    pub engine: Vec<lab::guest::run::Engine>,
     /// Guest vCPUs of each boot.
-    #[arg(long, default_value = "2", value_parser = crate::args::parse_cpus, value_name = "N")]
+    #[arg(long, default_value = "2", value_parser = lab::guest::args::parse_cpus, value_name = "N")]
     pub cpus: u8,
     /// Guest RAM of each boot.
-    #[arg(long, default_value = "2G", value_parser = crate::args::parse_size_arg, value_name = "SIZE")]
+    #[arg(long, default_value = "2G", value_parser = lab::guest::args::parse_size_arg, value_name = "SIZE")]
     pub memory: u64,
     /// Each boot's time limit in seconds.
-    #[arg(long, default_value = "3600", value_parser = crate::args::parse_seconds, value_name = "SECS")]
+    #[arg(long, default_value = "3600", value_parser = lab::guest::args::parse_seconds, value_name = "SECS")]
     pub timeout: u64,
     /// Stream the guests' consoles here (each boot keeps console.log anyway).
     #[arg(long)]
@@ -89,7 +89,7 @@ impl NdctlArgs {
         Ok(NdctlRequest {
             src: self.src.clone(),
             tests: self.tests.clone(),
-            engines: self.engine.iter().map(|&e| e.into()).collect(),
+            engines: self.engine.clone(),
             cpus: self.cpus,
             memory: self.memory,
             out: self.out.clone(),

@@ -1,5 +1,6 @@
 //! Running one guest: the engines (pmemvm in-process, QEMU, nested), what it boots and runs, its transfers, the checks before it.
 
+pub mod args;
 pub mod boot;
 pub mod child;
 pub mod engine;

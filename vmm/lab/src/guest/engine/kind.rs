@@ -10,7 +10,7 @@ use vmm::host::HostKvm;
 use super::RunControl;
 
 /// Which VMM runs the guest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
     /// pmemvm itself.
@@ -19,8 +19,8 @@ pub enum Engine {
     Qemu,
     /// pmemvm where this host's KVM can run Linux, QEMU otherwise.
     Auto,
-    /// pmemvm inside a QEMU TCG L1 with emulated SVM (hosts without hardware
-    /// virtualization; functional only).
+    /// pmemvm itself inside a QEMU TCG L1 with emulated SVM (hosts without
+    /// hardware virtualization; slow, functional only).
     Nested,
 }
 

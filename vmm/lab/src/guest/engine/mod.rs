@@ -74,13 +74,21 @@ impl vmm::exit_status::Classified for EngineError {
     }
 }
 
-/// The control socket and the panic dump of a run (engine pmemvm); `run` checks them before
-/// anything boots.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+/// The control socket and the panic dump of a run (engine pmemvm): `--api`
+/// and `--dump-on-panic` of `boot` and `run`, checked before anything boots.
+#[derive(
+    Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq, clap::Args,
+)]
 pub struct RunControl {
-    /// `--api PATH`: serve the control socket there.
+    /// Serve the control socket at PATH (a new Unix socket, owner-only,
+    /// removed at the end): `pmemvm ctl PATH stats|pause|resume|dump FILE`
+    /// (docs/api.md).
+    #[arg(long, value_name = "PATH")]
     pub api: Option<PathBuf>,
-    /// `--dump-on-panic FILE`: write the guest's memory there when it panics.
+    /// When the guest kernel panics (it says so through the pvpanic
+    /// device), write its memory and vCPU registers to FILE, a new file:
+    /// an ELF core for `crash vmlinux FILE` and `drgn -c FILE`.
+    #[arg(long, value_name = "FILE")]
     pub dump_on_panic: Option<PathBuf>,
 }
 

@@ -35,6 +35,9 @@ pub enum RunError {
     /// `--dump-on-panic`.
     #[error(transparent)]
     Dump(#[from] vmm::debug::dump::DumpError),
+    /// `--gdb` beyond loopback without `--gdb-any-address`.
+    #[error(transparent)]
+    Gdb(#[from] vmm::debug::gdb::GdbError),
     /// The engine failed before or while booting.
     #[error(transparent)]
     Engine(#[from] engine::EngineError),
@@ -107,6 +110,7 @@ impl vmm::exit_status::Classified for RunError {
             Self::Unavailable(_) | Self::Refused(_) => Usage,
             Self::Api(e) => e.kind(),
             Self::Dump(e) => e.kind(),
+            Self::Gdb(e) => e.kind(),
             Self::Job(_) => Guest,
             Self::Io { .. } => Environment,
         }

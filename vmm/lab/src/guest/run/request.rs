@@ -8,54 +8,101 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use vmm::config::{BootFiles, MachineSpec};
-
 use super::{check_inputs, Engine, RunControl, RunError, RunSpec, Workload};
+use crate::guest::args::{parse_gdb, parse_seconds, ConsoleArgs, KernelArgs, MachineArgs};
 use crate::guest::transfer::{CommandJob, GetSpec, PutSpec, TransferError};
 
-/// `pmemvm run`'s request.
-#[derive(Debug, Clone)]
+/// `pmemvm run`'s request: its command-line options (clap), spelled once here
+/// and flattened by the CLI; [`RunRequest::spec`] checks it into a [`RunSpec`].
+#[derive(Debug, Clone, clap::Args)]
 pub struct RunRequest {
-    /// `--fio JOBFILE`.
+    /// The fio job file to run in the guest (or give a command after `--`).
+    #[arg(long, value_name = "JOBFILE")]
     pub fio: Option<PathBuf>,
-    /// `-- CMD [ARGS...]`.
-    pub command: Vec<String>,
-    /// `--put`s.
+    /// A host file or directory tree to put into the guest before the
+    /// command, at GUEST (default: /job/NAME; the command runs in /job);
+    /// served from a read-only virtio disk, off the NVDIMM bus. Repeatable.
+    #[arg(long = "put", value_name = "HOST[:GUEST]", value_parser = parse_put)]
     pub puts: Vec<PutSpec>,
-    /// `--get`s.
+    /// A guest file or directory (relative to /job, or absolute) to copy
+    /// back into --out DIR after the command, SHA-256 checked. Repeatable.
+    #[arg(long = "get", value_name = "GUEST", value_parser = parse_get)]
     pub gets: Vec<GetSpec>,
-    /// `--out DIR` of the `--get`s.
+    /// Where --get files come back (created; existing entries of the same
+    /// name are never overwritten).
+    #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// `--transfer-size`.
+    /// Size of the transfer area for --put and for --get (a multiple of 16M).
+    #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = parse_transfer_size)]
     pub transfer_size: u64,
-    /// `--rootfs debian|IMAGE`.
+    /// Run the command in this root file system instead of the guest image's
+    /// busybox: `debian` (built from Debian bookworm packages on first use,
+    /// cached by the package list) or an ext4 image (a multiple of 16M).
+    #[arg(long, value_name = "debian|IMAGE")]
     pub rootfs: Option<String>,
-    /// `--packages`.
+    /// Packages of `--rootfs debian`, comma-separated (default python3,stress-ng,fio,xfsprogs,ndctl).
+    #[arg(long, value_name = "LIST")]
     pub packages: Option<String>,
-    /// `--setup CMDS` (`@FILE` reads them from FILE).
+    /// The command to run in the guest instead of fio: `-- CMD [ARGS...]`;
+    /// its exit status becomes pmemvm's.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+    /// Shell commands run in the guest before fio (cwd /job; `@FILE` reads them from FILE).
+    #[arg(long, value_name = "CMDS")]
     pub setup: Option<String>,
-    /// `--fio-args`.
+    /// Extra fio arguments (one line).
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     pub fio_args: Option<String>,
-    /// `--json OUT` (checked here, written by the command).
+    /// Write fio's JSON and the run's metadata to this file.
+    #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
-    /// Show the console on the terminal.
-    pub console: bool,
-    /// `--console-log`.
-    pub console_log: Option<PathBuf>,
-    /// `--timeout`.
-    pub timeout: Duration,
-    /// `--engine`.
+    /// Which VMM runs the guest (auto: pmemvm where this host's KVM can run
+    /// Linux, QEMU otherwise; nested: pmemvm inside a QEMU TCG L1, slow).
+    #[arg(long, value_enum, default_value = "auto")]
     pub engine: Engine,
+    /// The console (hidden by default; its last lines are shown on failure).
+    #[command(flatten)]
+    pub console: ConsoleArgs,
+    /// Give up (and keep partial results) after this many seconds.
+    #[arg(long, default_value = "600", value_parser = parse_seconds, value_name = "SECS")]
+    pub timeout: u64,
     /// What it boots.
-    pub boot: BootFiles,
+    #[command(flatten)]
+    pub boot: KernelArgs,
     /// The machine.
-    pub machine: MachineSpec,
-    /// `--gdb ADDR`.
+    #[command(flatten)]
+    pub machine: MachineArgs,
+    /// The debugger, as for `boot` (on --engine qemu: QEMU's own gdbstub).
+    #[arg(long, value_name = "ADDR", value_parser = parse_gdb)]
     pub gdb: Option<vmm::debug::gdb::GdbAddr>,
-    /// `--gdb-wait`.
+    /// With --gdb: hold the vCPUs until a debugger attaches.
+    #[arg(long, requires = "gdb")]
     pub gdb_wait: bool,
-    /// `--api`, `--dump-on-panic`.
+    /// With --gdb HOST:PORT: let HOST be beyond loopback, as for `boot`.
+    #[arg(long, requires = "gdb")]
+    pub gdb_any_address: bool,
+    /// The control socket and the panic dump, as for `boot` (engine pmemvm).
+    #[command(flatten)]
     pub control: RunControl,
+}
+
+fn parse_put(s: &str) -> Result<PutSpec, String> {
+    s.parse().map_err(|e: TransferError| e.to_string())
+}
+
+fn parse_get(s: &str) -> Result<GetSpec, String> {
+    s.parse().map_err(|e: TransferError| e.to_string())
+}
+
+fn parse_transfer_size(s: &str) -> Result<u64, String> {
+    let align = vmm::layout::NVDIMM_REGION_ALIGN;
+    match vmm::config::parse_size(s) {
+        Ok(n) if n > 0 && n % align == 0 => Ok(n),
+        Ok(_) => Err(format!(
+            "--transfer-size '{s}' is not valid: use a multiple of 16M above 0, e.g. 512M"
+        )),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// A file the job needs, read (a directory is refused by name).
@@ -166,6 +213,7 @@ impl RunRequest {
     /// The checked spec; with `build_rootfs` false (preflight), `--rootfs
     /// debian` is only checked and left out.
     pub fn spec(&self, build_rootfs: bool) -> Result<RunSpec, RunError> {
+        crate::guest::args::check_gdb(self.gdb.as_ref(), self.gdb_any_address)?;
         let command = self.command(build_rootfs)?;
         let fio_job = match &self.fio {
             Some(f) => Some(read_input(f, "fio job file")?),
@@ -178,10 +226,14 @@ impl RunRequest {
             },
             None => None,
         };
-        for path in [&self.json, &self.console_log].into_iter().flatten() {
+        for path in [&self.json, &self.console.console_log]
+            .into_iter()
+            .flatten()
+        {
             check_output(path)?;
         }
-        let m = &self.machine;
+        let machine = self.machine.spec();
+        let m = &machine;
         vmm::memory::memory_placement::check_host_placement(
             m.cpus,
             &m.memory_spec(),
@@ -201,8 +253,8 @@ impl RunRequest {
             gdb_wait: self.gdb_wait,
             control: self.control.clone(),
             engine: self.engine,
-            boot: self.boot.clone(),
-            machine: self.machine.clone(),
+            boot: self.boot.files(),
+            machine,
             workload: match (command, fio_job) {
                 (Some(job), _) => Workload::Command { job, setup },
                 (None, fio_job) => Workload::Fio(crate::guest::guest_job::GuestJob {
@@ -212,9 +264,9 @@ impl RunRequest {
                     ..crate::guest::guest_job::GuestJob::default()
                 }),
             },
-            stream_console: self.console,
-            console_log: self.console_log.clone(),
-            timeout: self.timeout,
+            stream_console: self.console.console,
+            console_log: self.console.console_log.clone(),
+            timeout: Duration::from_secs(self.timeout),
         };
         check_inputs(&spec.boot)?;
         Ok(spec)
@@ -240,32 +292,51 @@ mod tests {
     use super::*;
     use vmm::exit_status::Classified;
 
-    fn request() -> RunRequest {
-        RunRequest {
-            fio: None,
-            command: Vec::new(),
-            puts: Vec::new(),
-            gets: Vec::new(),
-            out: None,
-            transfer_size: 512 << 20,
-            rootfs: None,
-            packages: None,
-            setup: None,
-            fio_args: None,
-            json: None,
-            console: false,
-            console_log: None,
-            timeout: Duration::from_secs(600),
-            engine: Engine::Pmemvm,
-            boot: BootFiles::default(),
-            machine: MachineSpec {
-                memory: 64 << 20,
-                ..MachineSpec::default()
-            },
-            gdb: None,
-            gdb_wait: false,
-            control: RunControl::default(),
+    /// `pmemvm run` as a user types it (`args` after `run`), parsed by the
+    /// options' own clap definitions.
+    fn parse(args: &[&str]) -> Result<RunRequest, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Run {
+            #[command(flatten)]
+            request: RunRequest,
         }
+        let words = std::iter::once("run").chain(args.iter().copied());
+        <Run as clap::Parser>::try_parse_from(words).map(|r| r.request)
+    }
+
+    fn request() -> RunRequest {
+        parse(&["--engine", "pmemvm", "--memory", "64M"]).expect("parses")
+    }
+
+    #[test]
+    fn the_options_parse_into_the_request_with_their_defaults() {
+        let r = request();
+        assert_eq!(r.engine, Engine::Pmemvm);
+        assert_eq!(r.timeout, 600);
+        assert_eq!(r.transfer_size, 512 << 20);
+        assert_eq!(r.machine.spec().memory, 64 << 20);
+        let r = parse(&["--put", "/etc/hostname:/job/h", "--", "cat", "h"]).expect("parses");
+        assert_eq!(r.puts.len(), 1);
+        assert_eq!(r.command, ["cat", "h"]);
+        assert_eq!(r.engine, Engine::Auto);
+        let e = parse(&["--transfer-size", "1M"]).expect_err("not a multiple of 16M");
+        assert!(
+            e.to_string().contains("--transfer-size '1M' is not valid"),
+            "{e}"
+        );
+        let e = parse(&["--timeout", "0"]).expect_err("0 s");
+        assert!(e.to_string().contains("above 0"), "{e}");
+    }
+
+    #[test]
+    fn gdb_beyond_loopback_is_refused_before_anything_else() {
+        let r = RunRequest {
+            command: vec!["true".into()],
+            ..parse(&["--gdb", "0.0.0.0:1234"]).expect("parses")
+        };
+        let e = r.spec(false).expect_err("beyond loopback");
+        assert!(e.is_usage(), "{e}");
+        assert!(e.to_string().contains("--gdb-any-address"), "{e}");
     }
 
     #[test]
