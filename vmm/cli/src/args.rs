@@ -1,7 +1,8 @@
-//! The arguments of `pmemvm boot`, `bench`, `report` and `acpi` (clap). The
-//! machine, the kernel, the console and their parsers are the lab's
-//! ([`lab::guest::args`]), and `pmemvm run`'s arguments are the lab's
-//! [`lab::guest::run::RunRequest`] itself. A leaf: it uses no other module of
+//! The arguments of `pmemvm bench`, `report` and `acpi` (clap). The machine,
+//! the kernel, the console and their parsers are the lab's
+//! ([`lab::guest::args`]), and `pmemvm boot`'s and `run`'s arguments are the
+//! lab's [`lab::guest::boot::BootRequest`] and [`lab::guest::run::RunRequest`]
+//! themselves. A leaf: it uses no other module of
 //! the binary.
 
 use std::path::PathBuf;
@@ -9,10 +10,9 @@ use std::path::PathBuf;
 use clap::Args;
 
 use lab::guest::args::{
-    parse_cpus, parse_gdb, parse_memory, parse_pin, parse_seconds, parse_size_arg, ConsoleArgs,
-    KernelArgs, MachineArgs,
+    parse_cpus, parse_memory, parse_pin, parse_seconds, parse_size_arg, MachineArgs,
 };
-use lab::guest::run::{Engine, RunControl};
+use lab::guest::run::Engine;
 
 /// `pmemvm report`.
 #[derive(Debug, Args)]
@@ -34,47 +34,6 @@ pub struct ReportArgs {
     pub pool_different_inputs: bool,
 }
 
-/// `pmemvm boot`.
-#[derive(Debug, Args)]
-pub struct BootArgs {
-    /// What it boots.
-    #[command(flatten)]
-    pub boot: KernelArgs,
-    /// The machine.
-    #[command(flatten)]
-    pub machine: MachineArgs,
-    /// The console.
-    #[command(flatten)]
-    pub console: ConsoleArgs,
-    /// Write the guest's data channel (COM2) to this file.
-    #[arg(long, value_name = "PATH")]
-    pub channel: Option<PathBuf>,
-    /// End the guest after this many seconds (exit status 124, with where each vCPU was).
-    /// Default: no limit.
-    #[arg(long, value_parser = parse_seconds, value_name = "SECS")]
-    pub timeout: Option<u64>,
-    /// Where the guest runs: pmemvm on this host's KVM, or nested (pmemvm
-    /// inside a QEMU TCG L1 with emulated SVM, for hosts without hardware
-    /// virtualization).
-    #[arg(long, value_enum, default_value = "pmemvm")]
-    pub engine: BootEngineArg,
-    /// The debugger: serve gdb's remote protocol at ADDR (`target remote
-    /// ADDR` in gdb): HOST:PORT on loopback (127.0.0.1:1234, :1234), a Unix
-    /// socket path (owner-only), or a serial device under /dev.
-    #[arg(long, value_name = "ADDR", value_parser = parse_gdb)]
-    pub gdb: Option<vmm::debug::gdb::GdbAddr>,
-    /// With --gdb: hold the vCPUs until a debugger attaches (QEMU's -S).
-    #[arg(long, requires = "gdb")]
-    pub gdb_wait: bool,
-    /// With --gdb HOST:PORT: let HOST be beyond loopback (0.0.0.0, a LAN
-    /// address). The stub has no password: whoever reaches it controls the guest.
-    #[arg(long, requires = "gdb")]
-    pub gdb_any_address: bool,
-    /// The control socket and the panic dump.
-    #[command(flatten)]
-    pub control: RunControl,
-}
-
 /// `pmemvm acpi`.
 #[derive(Debug, Args)]
 pub struct AcpiArgs {
@@ -84,16 +43,6 @@ pub struct AcpiArgs {
     /// Directory to write `<NAME>.aml` files into (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-}
-
-/// `boot --engine`: where `pmemvm boot` runs the guest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum BootEngineArg {
-    /// pmemvm on this host's KVM.
-    Pmemvm,
-    /// pmemvm inside a QEMU TCG L1 with emulated SVM, the guest's console on
-    /// this terminal through both levels (slow, functional only).
-    Nested,
 }
 
 fn parse_count(s: &str) -> Result<u32, String> {

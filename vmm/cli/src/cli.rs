@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::args::{AcpiArgs, BenchArgs, BootArgs, ReportArgs};
+use crate::args::{AcpiArgs, BenchArgs, ReportArgs};
+use lab::guest::boot::BootRequest;
 use lab::guest::run::RunRequest;
 
 /// pmemvm: a small KVM VMM that gives Linux guests ACPI NFIT-described NVDIMMs backed by host files.
@@ -23,7 +24,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Boot a guest kernel with the console on this terminal.
-    Boot(BootArgs),
+    Boot(BootRequest),
     /// Run a fio job (--fio) or any command (-- CMD) in the guest and return its results.
     Run(Box<RunRequest>),
     /// Run one of the upstream experiments (A/B where it has two sides) and report.

@@ -147,7 +147,7 @@ fn print_summary(result: &run::RunResult) {
 pub fn preflight(command: &Command) -> Result<Needs, CommandError> {
     let mut needs = Needs::default();
     match command {
-        Command::Boot(a) => lab::guest::boot::preflight(&a.into(), &mut needs)?,
+        Command::Boot(a) => lab::guest::boot::preflight(&a.spec()?, &mut needs)?,
         Command::Run(a) => a.preflight(&mut needs)?,
         Command::CrashCheck(a) => {
             a.run.preflight(&mut needs)?;

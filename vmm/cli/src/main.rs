@@ -19,9 +19,10 @@ mod suite_commands;
 
 use std::process::ExitCode;
 
-use crate::args::{AcpiArgs, BenchArgs, BootArgs, ReportArgs};
+use crate::args::{AcpiArgs, BenchArgs, ReportArgs};
 use crate::cli::{Cli, Command, KconfigArgs, NvdimmCommand, PreflightArgs};
 use clap::Parser;
+use lab::guest::boot::BootRequest;
 use lab::guest::run::RunRequest;
 use vmm::exit_status::{self, Classified};
 
@@ -41,7 +42,7 @@ impl<E: Into<crate::commands::CommandError>> From<E> for Failure {
     }
 }
 
-fn boot(args: &BootArgs) -> Result<u8, Failure> {
+fn boot(args: &BootRequest) -> Result<u8, Failure> {
     Ok(crate::boot_commands::boot(args)?)
 }
 

@@ -1,9 +1,9 @@
 //! `pmemvm boot`: a guest on this terminal, on this host's KVM or nested
 //! (pmemvm inside a QEMU TCG L1), with the debugger, the control socket and
-//! the panic dump when asked for. The command hands over a [`BootRequest`]
-//! (the machine and its boot files as the user gave them) and maps the
-//! [`RunError`] (the run's errors: the same inputs, engines and endpoints) to
-//! its exit status.
+//! the panic dump when asked for. The command parses a [`BootRequest`] (the
+//! machine and its boot files as the user gave them), runs its [`BootSpec`]
+//! and maps the [`RunError`] (the run's errors: the same inputs, engines and
+//! endpoints) to its exit status.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,9 +18,12 @@ use crate::guest::preflight;
 use crate::guest::run::{self, RunError};
 use vmm::host::HostKvm;
 
-/// What `pmemvm boot` was asked.
+mod request;
+pub use request::{BootEngine, BootRequest};
+
+/// What `pmemvm boot` runs: its [`BootRequest`], checked.
 #[derive(Debug, Clone)]
-pub struct BootRequest {
+pub struct BootSpec {
     /// What it boots (no kernel: the guest image's).
     pub files: BootFiles,
     /// The machine.
@@ -80,7 +83,7 @@ fn linux_refusal(
     })
 }
 
-impl BootRequest {
+impl BootSpec {
     /// The VM configuration with the kernel and initrd resolved.
     pub fn config(&self, kernel: PathBuf, initrd: Option<PathBuf>) -> VmConfig {
         VmConfig {
@@ -98,7 +101,7 @@ impl BootRequest {
 /// What this boot needs on this host that an install can provide (QEMU and
 /// the L1's tools for nested, the guest image), and an error for anything it
 /// cannot: the host placement, the nested engine's refusals and memory.
-pub fn preflight(req: &BootRequest, needs: &mut preflight::Needs) -> Result<(), RunError> {
+pub fn preflight(req: &BootSpec, needs: &mut preflight::Needs) -> Result<(), RunError> {
     let m = &req.machine;
     vmm::memory::memory_placement::check_host_placement(
         m.cpus,
@@ -133,7 +136,7 @@ pub fn preflight(req: &BootRequest, needs: &mut preflight::Needs) -> Result<(), 
 
 /// `pmemvm boot --engine nested`: the guest under pmemvm inside the L1, its
 /// console on this terminal.
-fn boot_nested(req: &BootRequest) -> Result<u8, RunError> {
+fn boot_nested(req: &BootSpec) -> Result<u8, RunError> {
     let refuse = |what| {
         Err(RunError::from(EngineError::from(NestedError::Unsupported(
             what,
@@ -184,7 +187,7 @@ fn boot_nested(req: &BootRequest) -> Result<u8, RunError> {
 }
 
 /// `pmemvm boot`: returns the exit status.
-pub fn boot(req: &BootRequest) -> Result<u8, RunError> {
+pub fn boot(req: &BootSpec) -> Result<u8, RunError> {
     if req.nested {
         return boot_nested(req);
     }
@@ -239,8 +242,8 @@ mod tests {
     use super::*;
     use vmm::exit_status::Classified;
 
-    fn request(nested: bool) -> BootRequest {
-        BootRequest {
+    fn request(nested: bool) -> BootSpec {
+        BootSpec {
             files: BootFiles {
                 kernel: Some("/no/such/vmlinux".into()),
                 append: vec!["quiet".into()],
