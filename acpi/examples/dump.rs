@@ -27,27 +27,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         proximity_domain: None,
     };
     let desc = GuestPlatform {
-        cpus: 2,
-        lapic_addr: 0xfee0_0000,
-        ioapic_addr: 0xfec0_0000,
-        ioapic_id: 2,
-        sleep_control_port: 0x600,
-        sleep_status_port: 0x601,
-        reset_port: 0x602,
-        reset_value: 1,
-        s5_slp_typ: 5,
         serial_ports: vec![(0x3f8, 4), (0x2f8, 3)],
-        virtio_mmio: vec![],
-        pvpanic_port: None,
-        ram: vec![(0, 512 << 20)],
         nvdimms: vec![dimm(0, false, 128 << 10), dimm(1, true, 0)],
-        nvdimm_slots: 0,
-        dsm: (!no_dsm).then_some(DsmTransport {
-            page_addr: 0xf_f000,
-            doorbell_port: 0x510,
-            event_port: 0x514,
-            event_gsi: 16,
-        }),
+        dsm: (!no_dsm).then_some(DsmTransport::example()),
+        ..GuestPlatform::example(2)
     };
     let t = build_tables(&desc, 0xe_0000, 0xe_1000, 0x1_e000)?;
     std::fs::create_dir_all(&dir)?;

@@ -124,22 +124,8 @@ mod tests {
     #[test]
     fn one_serial_port_golden() {
         let desc = GuestPlatform {
-            cpus: 1,
-            lapic_addr: 0xfee0_0000,
-            ioapic_addr: 0xfec0_0000,
-            ioapic_id: 1,
-            sleep_control_port: 0x600,
-            sleep_status_port: 0x601,
-            reset_port: 0x602,
-            reset_value: 1,
-            s5_slp_typ: 5,
             serial_ports: vec![(0x3f8, 4)],
-            virtio_mmio: vec![],
-            pvpanic_port: None,
-            ram: vec![(0, 512 << 20)],
-            nvdimms: vec![],
-            nvdimm_slots: 0,
-            dsm: None,
+            ..GuestPlatform::example(1)
         };
         let t = build(&desc);
         assert_eq!(checksum(&t), 0);
@@ -170,22 +156,8 @@ mod tests {
     #[test]
     fn virtio_mmio_devices_have_lnro0005_their_window_and_irq() {
         let desc = GuestPlatform {
-            cpus: 1,
-            lapic_addr: 0xfee0_0000,
-            ioapic_addr: 0xfec0_0000,
-            ioapic_id: 1,
-            sleep_control_port: 0x600,
-            sleep_status_port: 0x601,
-            reset_port: 0x602,
-            reset_value: 1,
-            s5_slp_typ: 5,
-            serial_ports: vec![],
             virtio_mmio: vec![(0xd000_0000, 5), (0xd000_1000, 6)],
-            pvpanic_port: None,
-            ram: vec![(0, 512 << 20)],
-            nvdimms: vec![],
-            nvdimm_slots: 0,
-            dsm: None,
+            ..GuestPlatform::example(1)
         };
         let t = build(&desc);
         assert_eq!(checksum(&t), 0);

@@ -60,24 +60,7 @@ mod tests {
     use crate::sdt::checksum;
 
     fn desc() -> GuestPlatform {
-        GuestPlatform {
-            cpus: 1,
-            lapic_addr: 0xfee0_0000,
-            ioapic_addr: 0xfec0_0000,
-            ioapic_id: 1,
-            sleep_control_port: 0x600,
-            sleep_status_port: 0x601,
-            reset_port: 0x602,
-            reset_value: 0x1,
-            s5_slp_typ: 5,
-            serial_ports: vec![],
-            virtio_mmio: vec![],
-            pvpanic_port: None,
-            ram: vec![(0, 512 << 20)],
-            nvdimms: vec![],
-            nvdimm_slots: 0,
-            dsm: None,
-        }
+        GuestPlatform::example(1)
     }
 
     #[test]

@@ -102,6 +102,48 @@ pub struct DsmTransport {
     pub event_gsi: u32,
 }
 
+impl GuestPlatform {
+    /// A small machine for examples and tests: `cpus` vCPUs, the local and
+    /// I/O APIC at their architectural addresses (the I/O APIC's id the first
+    /// after the local APICs), the sleep and reset registers at 0x600..0x602,
+    /// 512 MiB of RAM at 0, and no devices, NVDIMMs or `_DSM` transport. A VMM
+    /// describes its own machine field by field from its layout.
+    pub fn example(cpus: u32) -> Self {
+        Self {
+            cpus,
+            lapic_addr: 0xfee0_0000,
+            ioapic_addr: 0xfec0_0000,
+            ioapic_id: u8::try_from(cpus).unwrap_or(u8::MAX),
+            sleep_control_port: 0x600,
+            sleep_status_port: 0x601,
+            reset_port: 0x602,
+            reset_value: 1,
+            s5_slp_typ: 5,
+            serial_ports: Vec::new(),
+            virtio_mmio: Vec::new(),
+            pvpanic_port: None,
+            ram: vec![(0, 512 << 20)],
+            nvdimms: Vec::new(),
+            nvdimm_slots: 0,
+            dsm: None,
+        }
+    }
+}
+
+impl DsmTransport {
+    /// The transport of [`GuestPlatform::example`]'s machines when they have
+    /// NVDIMMs: the page at 0xF_F000, the doorbell at 0x510, the event
+    /// register at 0x514 on GSI 16.
+    pub fn example() -> Self {
+        Self {
+            page_addr: 0xf_f000,
+            doorbell_port: 0x510,
+            event_port: 0x514,
+            event_gsi: 16,
+        }
+    }
+}
+
 /// One built table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Table {

@@ -20,27 +20,10 @@ fn dimm(i: u32) -> NvdimmDescription {
 
 fn desc(cpus: u32, dimms: u32) -> GuestPlatform {
     GuestPlatform {
-        cpus,
-        lapic_addr: 0xfee0_0000,
-        ioapic_addr: 0xfec0_0000,
-        ioapic_id: u8::try_from(cpus).unwrap_or(u8::MAX),
-        sleep_control_port: 0x600,
-        sleep_status_port: 0x601,
-        reset_port: 0x602,
-        reset_value: 1,
-        s5_slp_typ: 5,
         serial_ports: vec![(0x3f8, 4), (0x2f8, 3)],
-        virtio_mmio: vec![],
-        pvpanic_port: None,
-        ram: vec![(0, 512 << 20)],
         nvdimms: (0..dimms).map(dimm).collect(),
-        nvdimm_slots: 0,
-        dsm: Some(DsmTransport {
-            page_addr: 0xf_f000,
-            doorbell_port: 0x510,
-            event_port: 0x514,
-            event_gsi: 16,
-        }),
+        dsm: Some(DsmTransport::example()),
+        ..GuestPlatform::example(cpus)
     }
 }
 

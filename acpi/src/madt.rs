@@ -43,22 +43,7 @@ mod tests {
     #[test]
     fn two_cpus_golden() {
         let desc = GuestPlatform {
-            cpus: 2,
-            lapic_addr: 0xfee0_0000,
-            ioapic_addr: 0xfec0_0000,
-            ioapic_id: 2,
-            sleep_control_port: 0x600,
-            sleep_status_port: 0x601,
-            reset_port: 0x602,
-            reset_value: 1,
-            s5_slp_typ: 5,
-            serial_ports: vec![],
-            virtio_mmio: vec![],
-            pvpanic_port: None,
-            ram: vec![(0, 512 << 20)],
-            nvdimms: vec![],
-            nvdimm_slots: 0,
-            dsm: None,
+            ..GuestPlatform::example(2)
         };
         let t = build(&desc);
         assert_eq!(checksum(&t), 0);

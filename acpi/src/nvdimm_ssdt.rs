@@ -477,12 +477,7 @@ mod tests {
 
     #[test]
     fn with_dsm_has_transport_objects() {
-        let tr = DsmTransport {
-            page_addr: 0xf_f000,
-            doorbell_port: 0x510,
-            event_port: 0x514,
-            event_gsi: 16,
-        };
+        let tr = DsmTransport::example();
         let t = build(&[dimm(1), dimm(2), dimm(0x100)], 3, Some(&tr));
         assert_eq!(checksum(&t), 0);
         // OperationRegion (NPAG, SystemMemory, 0x000FF000, 0x1000)
@@ -541,12 +536,7 @@ mod tests {
 
     #[test]
     fn empty_slots_have_their_devices_from_boot() {
-        let tr = DsmTransport {
-            page_addr: 0xf_f000,
-            doorbell_port: 0x510,
-            event_port: 0x514,
-            event_gsi: 16,
-        };
+        let tr = DsmTransport::example();
         let t = build(&[dimm(1)], 3, Some(&tr));
         assert_eq!(checksum(&t), 0);
         // _FIT (no argument, Serialized) asks for the root function 0x10000

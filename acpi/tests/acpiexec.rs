@@ -40,27 +40,10 @@ fn ssdt_file(tag: &str, handles: &[u32], slots: usize) -> PathBuf {
         })
         .collect();
     let desc = GuestPlatform {
-        cpus: 1,
-        lapic_addr: 0xfee0_0000,
-        ioapic_addr: 0xfec0_0000,
-        ioapic_id: 1,
-        sleep_control_port: 0x600,
-        sleep_status_port: 0x601,
-        reset_port: 0x602,
-        reset_value: 1,
-        s5_slp_typ: 5,
-        serial_ports: vec![],
-        virtio_mmio: vec![],
-        pvpanic_port: None,
-        ram: vec![(0, 512 << 20)],
         nvdimms,
         nvdimm_slots: slots,
-        dsm: Some(DsmTransport {
-            page_addr: 0xf_f000,
-            doorbell_port: 0x510,
-            event_port: 0x514,
-            event_gsi: 16,
-        }),
+        dsm: Some(DsmTransport::example()),
+        ..GuestPlatform::example(1)
     };
     let t = build_tables(&desc, 0xe_0000, 0xe_1000, 0x1_e000).unwrap();
     let ssdt = t.tables.iter().find(|t| t.name == "SSDT-1").unwrap();

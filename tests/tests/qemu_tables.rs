@@ -176,22 +176,9 @@ fn dimm(i: u32, readonly: bool) -> NvdimmDescription {
 
 fn machine(nvdimms: Vec<NvdimmDescription>, dsm: Option<DsmTransport>) -> GuestPlatform {
     GuestPlatform {
-        cpus: 1,
-        lapic_addr: 0xfee0_0000,
-        ioapic_addr: 0xfec0_0000,
-        ioapic_id: 1,
-        sleep_control_port: 0x600,
-        sleep_status_port: 0x601,
-        reset_port: 0x602,
-        reset_value: 1,
-        s5_slp_typ: 5,
-        serial_ports: vec![],
-        virtio_mmio: vec![],
-        pvpanic_port: None,
-        ram: vec![(0, 512 << 20)],
         nvdimms,
-        nvdimm_slots: 0,
         dsm,
+        ..GuestPlatform::example(1)
     }
 }
 
