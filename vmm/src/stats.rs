@@ -214,15 +214,11 @@ fn rss_in_smaps_excluding(smaps: &str, guest: &[(usize, usize)]) -> u64 {
     for line in smaps.lines() {
         let mut fields = line.split_whitespace();
         let Some(first) = fields.next() else { continue };
-        if let Some((a, b)) = first.split_once('-') {
-            if let (Ok(start), Ok(end)) =
-                (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-            {
-                current_is_guest = guest
-                    .iter()
-                    .any(|&(g, len)| start < g.saturating_add(len) && g < end);
-                continue;
-            }
+        if let Some(vma) = crate::host::smaps::vma_range(first) {
+            current_is_guest = guest
+                .iter()
+                .any(|&(g, len)| crate::host::smaps::overlaps(vma, g, len));
+            continue;
         }
         if first == "Rss:" && !current_is_guest {
             total += fields

@@ -62,6 +62,21 @@ struct Totals {
     base_page_kib: u64,
 }
 
+/// The address range `start-end` (hex) that opens a VMA's block in
+/// `/proc/PID/smaps`, or None for any other first word of a line.
+pub(crate) fn vma_range(first_word: &str) -> Option<(usize, usize)> {
+    let (a, b) = first_word.split_once('-')?;
+    Some((
+        usize::from_str_radix(a, 16).ok()?,
+        usize::from_str_radix(b, 16).ok()?,
+    ))
+}
+
+/// True when the VMA `(start, end)` shares a byte with `len` bytes at `addr`.
+pub(crate) fn overlaps((start, end): (usize, usize), addr: usize, len: usize) -> bool {
+    start < addr.saturating_add(len) && addr < end
+}
+
 /// Measures each `(what, host address, length)` mapping from the text of
 /// `/proc/self/smaps`.
 pub fn measure_text(smaps: &str, maps: &[(String, usize, usize)]) -> Vec<MappingPages> {
@@ -70,18 +85,14 @@ pub fn measure_text(smaps: &str, maps: &[(String, usize, usize)]) -> Vec<Mapping
     for line in smaps.lines() {
         let mut fields = line.split_whitespace();
         let Some(first) = fields.next() else { continue };
-        if let Some((a, b)) = first.split_once('-') {
-            if let (Ok(start), Ok(end)) =
-                (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-            {
-                current = maps
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, (_, g, len))| start < g.saturating_add(*len) && *g < end)
-                    .map(|(i, _)| i)
-                    .collect();
-                continue;
-            }
+        if let Some(vma) = vma_range(first) {
+            current = maps
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, g, len))| overlaps(vma, *g, *len))
+                .map(|(i, _)| i)
+                .collect();
+            continue;
         }
         let kib = || {
             fields
