@@ -370,9 +370,9 @@ fn main() {
     );
     println!(
         "host: {} ({} CPUs), kernel {}, THP {} (shmem {}), KSM {}, SMT {}, cpufreq {}/{}",
-        machine.cpu_model,
-        machine.host_cpus,
-        machine.host_kernel,
+        machine.host.cpu_model,
+        machine.host.host_cpus,
+        machine.host.host_kernel,
         machine.thp_enabled,
         machine.thp_shmem_enabled,
         machine.ksm_run,

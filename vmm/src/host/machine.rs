@@ -28,15 +28,61 @@ pub fn selected(choice: &str) -> String {
         .to_string()
 }
 
+/// Which host a result came from: the one description of the host that run
+/// results, bench reports and machine descriptions carry (flattened: its
+/// fields stand beside theirs in the JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostIdentity {
+    /// CPU model name from /proc/cpuinfo ("AMD EPYC 7B13").
+    #[serde(alias = "cpu")]
+    pub cpu_model: String,
+    /// Online host CPUs.
+    #[serde(alias = "cpus")]
+    pub host_cpus: u32,
+    /// `uname -r`.
+    #[serde(alias = "kernel")]
+    pub host_kernel: String,
+    /// The host's name (empty in results written before it was recorded).
+    #[serde(default)]
+    pub hostname: String,
+}
+
+impl HostIdentity {
+    /// This host, read once per process.
+    pub fn probe() -> Self {
+        static HOST: std::sync::OnceLock<HostIdentity> = std::sync::OnceLock::new();
+        HOST.get_or_init(|| Self::probe_at(Path::new("/"))).clone()
+    }
+
+    /// The host whose /proc and /sys are under `root`.
+    pub fn probe_at(root: &Path) -> Self {
+        let cpuinfo = read(root, "proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == "model name").then(|| v.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let online = read(root, "sys/devices/system/cpu/online").unwrap_or_default();
+        let host_cpus = crate::memory::placement::parse_cpu_list(&online)
+            .map(|l| u32::try_from(l.len()).unwrap_or(u32::MAX))
+            .unwrap_or(0);
+        Self {
+            cpu_model,
+            host_cpus,
+            host_kernel: read(root, "proc/sys/kernel/osrelease").unwrap_or_default(),
+            hostname: read(root, "proc/sys/kernel/hostname").unwrap_or_default(),
+        }
+    }
+}
+
 /// What the run was: the host and how the guest was placed on it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MachineDescription {
-    /// CPU model name from /proc/cpuinfo ("AMD EPYC 7B13").
-    pub cpu_model: String,
-    /// Online host CPUs.
-    pub host_cpus: u32,
-    /// `uname -r`.
-    pub host_kernel: String,
+    /// Which host (its fields stand at this level in the JSON).
+    #[serde(flatten)]
+    pub host: HostIdentity,
     /// cpufreq driver of CPU 0 (`scaling_driver`), "none" without cpufreq (VMs, containers).
     pub cpu_freq_driver: String,
     /// cpufreq governor of CPU 0 (`scaling_governor`), "none" without cpufreq.
@@ -91,18 +137,6 @@ impl MachineDescription {
 
     /// Reads /proc and /sys under `root`.
     pub fn probe_at(root: &Path) -> Self {
-        let cpuinfo = read(root, "proc/cpuinfo").unwrap_or_default();
-        let cpu_model = cpuinfo
-            .lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                (k.trim() == "model name").then(|| v.trim().to_string())
-            })
-            .unwrap_or_else(|| "unknown".into());
-        let online = read(root, "sys/devices/system/cpu/online").unwrap_or_default();
-        let host_cpus = crate::memory::placement::parse_cpu_list(&online)
-            .map(|l| u32::try_from(l.len()).unwrap_or(u32::MAX))
-            .unwrap_or(0);
         let freq = |f: &str| {
             read(root, &format!("sys/devices/system/cpu/cpu0/cpufreq/{f}"))
                 .unwrap_or_else(|| "none".into())
@@ -125,9 +159,7 @@ impl MachineDescription {
         }
         let nodes = read(root, "sys/devices/system/node/online").unwrap_or_default();
         Self {
-            cpu_model,
-            host_cpus,
-            host_kernel: read(root, "proc/sys/kernel/osrelease").unwrap_or_default(),
+            host: HostIdentity::probe_at(root),
             cpu_freq_driver: freq("scaling_driver"),
             cpu_governor: freq("scaling_governor"),
             smt: read(root, "sys/devices/system/cpu/smt/control")
@@ -202,9 +234,9 @@ impl MachineDescription {
     fn fields(&self) -> BTreeMap<String, String> {
         let list = |v: &[u32]| format!("{v:?}");
         let mut f: BTreeMap<String, String> = [
-            ("cpu_model", self.cpu_model.clone()),
-            ("host_cpus", self.host_cpus.to_string()),
-            ("host_kernel", self.host_kernel.clone()),
+            ("cpu_model", self.host.cpu_model.clone()),
+            ("host_cpus", self.host.host_cpus.to_string()),
+            ("host_kernel", self.host.host_kernel.clone()),
             ("cpu_freq_driver", self.cpu_freq_driver.clone()),
             ("cpu_governor", self.cpu_governor.clone()),
             ("smt", self.smt.clone()),
@@ -240,17 +272,17 @@ mod tests {
         let m = MachineDescription::probe();
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
         assert!(
-            cpuinfo.contains(&m.cpu_model),
+            cpuinfo.contains(&m.host.cpu_model),
             "{} not in cpuinfo",
-            m.cpu_model
+            m.host.cpu_model
         );
         let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
             .map(|s| selected(s.trim()))
             .unwrap_or_else(|_| "unsupported".into());
         assert_eq!(m.thp_enabled, thp);
-        assert!(m.host_cpus >= 1);
+        assert!(m.host.host_cpus >= 1);
         assert_eq!(
-            m.host_kernel,
+            m.host.host_kernel,
             std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .unwrap()
                 .trim()
@@ -260,6 +292,33 @@ mod tests {
             .unwrap_or(0);
         assert_eq!(m.mitigations.len(), vulns);
         assert_eq!(m.host_page_size, 4096);
+    }
+
+    #[test]
+    fn the_host_is_one_description_under_every_spelling_results_have_used() {
+        let me = HostIdentity::probe();
+        assert_eq!(
+            me.hostname,
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .unwrap()
+                .trim()
+        );
+        // Flattened: a machine description's JSON has the fields at its top.
+        let m = serde_json::to_value(MachineDescription::probe()).unwrap();
+        assert_eq!(m["cpu_model"], me.cpu_model.as_str());
+        assert_eq!(m["hostname"], me.hostname.as_str());
+        // A run result's host as it was written before (cpu, cpus, kernel).
+        let old: HostIdentity =
+            serde_json::from_str(r#"{"cpu":"EPYC","cpus":2,"kernel":"6.1.0"}"#).unwrap();
+        assert_eq!(
+            (
+                old.cpu_model.as_str(),
+                old.host_cpus,
+                old.host_kernel.as_str()
+            ),
+            ("EPYC", 2, "6.1.0")
+        );
+        assert_eq!(old.hostname, "");
     }
 
     #[test]

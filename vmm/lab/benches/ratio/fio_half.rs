@@ -124,7 +124,7 @@ pub fn run_or_reason(machine: &MachineDescription) -> String {
             "skipped: {why}. Only a host with hardware KVM runs fio's mmap engine in the guest on \
              /dev/dax0.0 against the same job on the host on the same bytes of the backing file \
              (CPU {}).",
-            machine.cpu_model
+            machine.host.cpu_model
         );
     }
     let file = std::env::temp_dir().join(format!("pmemvm-ratio-{}.img", std::process::id()));

@@ -103,15 +103,12 @@ impl Accelerator {
 /// Marker printed next to figures that are not performance figures.
 pub const FUNCTIONAL_ONLY: &str = "functional only, not performance";
 
-/// What the benchmark ran on.
+/// What the benchmark ran on: the host and the guest it gave each boot.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostInfo {
-    /// Host CPU model.
-    pub cpu_model: String,
-    /// Host logical CPUs.
-    pub host_cpus: u32,
-    /// Host kernel release.
-    pub host_kernel: String,
+    /// Which host (its fields stand at this level in the JSON).
+    #[serde(flatten)]
+    pub identity: vmm::host::machine::HostIdentity,
     /// Guest vCPUs.
     pub guest_vcpus: u32,
     /// Guest memory, MiB.
@@ -120,37 +117,13 @@ pub struct HostInfo {
     pub nvdimm_bytes: Option<u64>,
     /// fio jobs of the measured phase.
     pub jobs: u32,
-    /// The host's name (empty in results written before it was recorded).
-    #[serde(default)]
-    pub hostname: String,
 }
 
 impl HostInfo {
-    /// Reads the host's CPU model, CPU count and kernel release from /proc; the guest fields are
-    /// left for the caller.
+    /// This host; the guest fields are left for the caller.
     pub fn detect_host() -> Self {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let cpu_model = cpuinfo
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("model name")
-                    .and_then(|r| r.split_once(':'))
-                    .map(|(_, m)| m.trim().to_owned())
-            })
-            .unwrap_or_else(|| "unknown".to_owned());
-        let host_cpus = std::thread::available_parallelism()
-            .map_or(0, |n| u32::try_from(n.get()).unwrap_or(u32::MAX));
-        let host_kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_else(|_| "unknown".to_owned());
-        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_default();
         Self {
-            cpu_model,
-            host_cpus,
-            host_kernel,
-            hostname,
+            identity: vmm::host::machine::HostIdentity::probe(),
             ..Self::default()
         }
     }

@@ -74,29 +74,23 @@ impl PendingHashes {
     }
 }
 
-/// The host, for reports.
+/// The host, for reports: which host and its KVM.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HostDescription {
-    /// CPU model name.
-    pub cpu: String,
-    /// Host CPUs.
-    pub cpus: usize,
-    /// `uname -r`.
-    pub kernel: String,
+    /// Which host (`cpu_model`, `host_cpus`, `host_kernel`, `hostname` in the
+    /// JSON; results written before read back from `cpu`, `cpus`, `kernel`).
+    #[serde(flatten)]
+    pub identity: vmm::host::machine::HostIdentity,
     /// Its KVM (`hw_virt`, `pvm` in the JSON, beside the fields above).
     #[serde(flatten)]
     pub kvm: HostKvm,
 }
 
-/// Describes this host (CPU and kernel as the bench report reads them).
+/// Describes this host.
 pub fn describe_host() -> HostDescription {
-    let info = crate::study::report::HostInfo::detect_host();
-    let kvm = HostKvm::probe();
     HostDescription {
-        cpu: info.cpu_model,
-        cpus: usize::try_from(info.host_cpus).unwrap_or(1),
-        kernel: info.host_kernel,
-        kvm,
+        identity: vmm::host::machine::HostIdentity::probe(),
+        kvm: HostKvm::probe(),
     }
 }
 
@@ -209,7 +203,7 @@ mod tests {
     }
 
     #[test]
-    fn the_host_reads_and_writes_the_json_it_always_had() {
+    fn the_host_reads_the_json_it_had_and_writes_the_one_host_description() {
         let stored = r#"{"cpu":"EPYC","cpus":2,"kernel":"6.1.0","hw_virt":true,"pvm":false}"#;
         let host: HostDescription = serde_json::from_str(stored).unwrap();
         assert_eq!(
@@ -219,6 +213,10 @@ mod tests {
                 pvm: false
             }
         );
-        assert_eq!(serde_json::to_string(&host).unwrap(), stored);
+        assert_eq!(host.identity.cpu_model, "EPYC");
+        assert_eq!(
+            serde_json::to_string(&host).unwrap(),
+            r#"{"cpu_model":"EPYC","host_cpus":2,"host_kernel":"6.1.0","hostname":"","hw_virt":true,"pvm":false}"#
+        );
     }
 }

@@ -290,9 +290,12 @@ mod tests {
             memory: 1 << 30,
             nvdimms: Vec::new(),
             host: HostDescription {
-                cpu: "cpu".into(),
-                cpus: 2,
-                kernel: "6.1".into(),
+                identity: vmm::host::machine::HostIdentity {
+                    cpu_model: "cpu".into(),
+                    host_cpus: 2,
+                    host_kernel: "6.1".into(),
+                    hostname: String::new(),
+                },
                 kvm: vmm::host::HostKvm {
                     hw_virt: false,
                     pvm: true,

@@ -290,7 +290,7 @@ pub fn merge_with(inputs: Vec<Input>, pool: PoolOptions) -> Result<Merged, Merge
     let hosts_differ = machines_differ
         || inputs
             .iter()
-            .any(|i| i.report.host.hostname != first.report.host.hostname);
+            .any(|i| i.report.host.identity.hostname != first.report.host.identity.hostname);
     let info = MergeInfo {
         inputs: summaries(&inputs, &sel),
         pooled_hosts: pool.hosts && machines_differ,
@@ -358,7 +358,7 @@ fn pooled_runs(inputs: &[Input], sel: &super::select::Selection) -> (BenchReport
     for t in &sel.taken {
         let src = &inputs[t.input].report;
         let (runs, checks) = super::select::renumbered(src, t);
-        run_hosts.extend(runs.iter().map(|_| src.host.hostname.clone()));
+        run_hosts.extend(runs.iter().map(|_| src.host.identity.hostname.clone()));
         report.runs.extend(runs);
         report.checks.extend(checks);
     }
@@ -379,9 +379,9 @@ fn describe_machines(report: &mut BenchReport, inputs: &[Input]) {
         v.dedup();
         v.join(" / ")
     };
-    report.host.cpu_model = distinct(&|r| r.host.cpu_model.clone());
-    report.host.host_kernel = distinct(&|r| r.host.host_kernel.clone());
-    report.host.hostname = distinct(&|r| r.host.hostname.clone());
+    report.host.identity.cpu_model = distinct(&|r| r.host.identity.cpu_model.clone());
+    report.host.identity.host_kernel = distinct(&|r| r.host.identity.host_kernel.clone());
+    report.host.identity.hostname = distinct(&|r| r.host.identity.hostname.clone());
     report.engine = distinct(&|r| r.engine.clone());
     if let Some(i) = inputs
         .iter()
@@ -398,8 +398,8 @@ fn summaries(inputs: &[Input], sel: &super::select::Selection) -> Vec<InputSumma
         .enumerate()
         .map(|(i, input)| InputSummary {
             dir: input.dir.display().to_string(),
-            hostname: input.report.host.hostname.clone(),
-            cpu_model: input.report.host.cpu_model.clone(),
+            hostname: input.report.host.identity.hostname.clone(),
+            cpu_model: input.report.host.identity.cpu_model.clone(),
             engine: format!(
                 "{} ({})",
                 input.report.engine,

@@ -76,9 +76,9 @@ fn different_cpu_models_are_refused_unless_pooling_is_asked() {
     assert!(m.info.pooled_hosts && m.info.machines_differ);
     assert_eq!(m.report.runs.len(), 4);
     assert!(
-        m.report.host.cpu_model.contains(" / "),
+        m.report.host.identity.cpu_model.contains(" / "),
         "{}",
-        m.report.host.cpu_model
+        m.report.host.identity.cpu_model
     );
 }
 

@@ -82,7 +82,7 @@ pub fn match_keys(report: &BenchReport, raw: &Value) -> Vec<MatchKey> {
     vec![
         machine("engine", report.engine.clone()),
         machine("accelerator", report.accelerator.name().to_owned()),
-        machine("CPU model", h.cpu_model.clone()),
+        machine("CPU model", h.identity.cpu_model.clone()),
         // From each run's machine description (host page size, the page sizes measured behind
         // guest RAM and each DIMM, THP, the governor, pinning); read defensively: results
         // written before it existed have none.

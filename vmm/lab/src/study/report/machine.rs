@@ -30,8 +30,8 @@ pub fn summary(m: &MachineDescription) -> String {
     format!(
         "{} ({} CPUs, cpufreq {}/{}, SMT {}), THP {} (shmem {}), KSM {}, RAM pages {}, DIMM pages {dimms}, \
          pinning {}, host node {}",
-        m.cpu_model,
-        m.host_cpus,
+        m.host.cpu_model,
+        m.host.host_cpus,
         m.cpu_freq_driver,
         m.cpu_governor,
         m.smt,

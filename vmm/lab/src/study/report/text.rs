@@ -72,7 +72,12 @@ impl BenchReport {
         let _ = writeln!(
             out,
             "host: {} ({} CPUs, Linux {}); guest: {} vCPUs, {} MiB, NVDIMM {nvdimm}; fio jobs: {}",
-            h.cpu_model, h.host_cpus, h.host_kernel, h.guest_vcpus, h.guest_mem_mib, h.jobs
+            h.identity.cpu_model,
+            h.identity.host_cpus,
+            h.identity.host_kernel,
+            h.guest_vcpus,
+            h.guest_mem_mib,
+            h.jobs
         );
         let _ = writeln!(
             out,
