@@ -43,6 +43,16 @@ pub mod vstate;
 #[cfg(test)]
 pub(crate) static MEMORY_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// A fresh, empty directory for one unit test: `pmemvm-{what}-{pid}` under
+/// the temporary directory, emptied first if an earlier run left it.
+#[cfg(test)]
+pub(crate) fn fresh_test_dir(what: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("pmemvm-{what}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("a unit test's directory can be made");
+    d
+}
+
 #[cfg(test)]
 pub(crate) fn memory_test_lock() -> std::sync::MutexGuard<'static, ()> {
     MEMORY_TESTS.lock().unwrap_or_else(|e| e.into_inner())

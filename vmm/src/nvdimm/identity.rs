@@ -256,10 +256,7 @@ mod tests {
     }
 
     fn tmpdir(name: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("pmemvm-identity-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+        crate::fresh_test_dir(&format!("identity-{name}"))
     }
 
     fn spec(s: &str) -> NvdimmSpec {

@@ -283,10 +283,7 @@ mod tests {
     use crate::exit_status::Classified;
 
     fn tmpdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("pmemvm-media-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+        crate::fresh_test_dir(&format!("media-{name}"))
     }
 
     #[test]

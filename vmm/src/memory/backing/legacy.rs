@@ -235,10 +235,7 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     fn tmpdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("pmemvm-legacy-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+        crate::fresh_test_dir(&format!("legacy-{name}"))
     }
 
     fn spec(s: &str) -> LegacyPmemSpec {

@@ -2,10 +2,7 @@ use super::*;
 use std::os::unix::fs::MetadataExt;
 
 fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pmemvm-backing-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    crate::fresh_test_dir(&format!("backing-{name}"))
 }
 
 fn spec(s: &str) -> NvdimmSpec {

@@ -4,10 +4,7 @@ use super::super::log::tests::write_log;
 use super::*;
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pmemvm-img-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    crate::fresh_test_dir(&format!("img-{name}"))
 }
 
 fn req(dir: &Path, out: &Path, select: Selection, torn: Option<u64>) -> Request {

@@ -6,10 +6,7 @@ use super::tests::write_log;
 use super::*;
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pmemvm-log-cut-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    crate::fresh_test_dir(&format!("log-cut-{name}"))
 }
 
 /// The byte after each frame of `bytes` (a whole log), in order.

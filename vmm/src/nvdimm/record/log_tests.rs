@@ -39,10 +39,7 @@ pub(crate) fn write_log(dir: &Path, epochs: &[(Vec<u64>, u8)], end: bool) -> Pat
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pmemvm-log-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    crate::fresh_test_dir(&format!("log-{name}"))
 }
 
 #[test]
