@@ -109,18 +109,14 @@ pub struct Machine<'a> {
     pub endpoints: std::cell::RefCell<Option<vmm::launch::Endpoints>>,
     /// `--api` and `--dump-on-panic` (engine pmemvm).
     pub control: &'a RunControl,
-    /// Kernel file.
-    pub kernel: &'a Path,
-    /// Initrd file, without the job.
-    pub initrd: Option<&'a Path>,
-    /// The job's newc archive, appended to the initrd.
-    pub job_archive: &'a [u8],
-    /// Kernel command line.
-    pub cmdline: &'a str,
-    /// vCPUs, RAM, placement and devices: the user's NVDIMMs and legacy
-    /// ranges, and as virtio disks the user's `--disk`s, then the root file
-    /// system and the transfer disks of a command run.
-    pub spec: &'a vmm::config::MachineSpec,
+    /// The guest as the core boots it: the kernel, the initrd without the
+    /// job and the job's newc archive appended to it (`initrd_append`), the
+    /// command line, and the machine (vCPUs, RAM, placement and devices: the
+    /// user's NVDIMMs and legacy ranges, and as virtio disks the user's
+    /// `--disk`s, then the root file system and the transfer disks of a
+    /// command run); its console and channel are [`Self::console`] and
+    /// [`Self::channel`]. Engine pmemvm boots it as it is; the others read it.
+    pub config: &'a vmm::config::VmConfig,
     /// COM1 goes here (and to stdout when `stream_console`).
     pub console: &'a Path,
     /// COM2 (the job's result channel) goes here.

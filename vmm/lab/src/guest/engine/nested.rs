@@ -119,9 +119,9 @@ impl NestedEngine {
         // The doors below listen at --gdb and --api themselves.
         drop(m.take_endpoints());
         let api = m.control.api.as_deref();
-        warn_about_the_l1(&self.qemu, l1_cpus(m.spec.cpus, host_cpus()));
+        warn_about_the_l1(&self.qemu, l1_cpus(m.config.machine.cpus, host_cpus()));
         let share = m.scratch;
-        let (l1_machine, mounts, _locks) = place_machine(share, m.spec)?;
+        let (l1_machine, mounts, _locks) = place_machine(share, &m.config.machine)?;
         write_machine(share, &l1_machine)?;
         let argv = self.share_the_boot(m)?;
         install_pmemvm(share, &self.pmemvm)?;
@@ -132,8 +132,8 @@ impl NestedEngine {
         let doors = crate::guest::nested::doors::open(&l1, m.gdb.map(|(addr, _)| addr), api)
             .map_err(io_err("open the --gdb or --api door"))?;
         let opts = L1Options {
-            memory_mib: l1_memory_mib(m.spec.memory),
-            cpus: l1_cpus(m.spec.cpus, host_cpus()),
+            memory_mib: l1_memory_mib(m.config.machine.memory),
+            cpus: l1_cpus(m.config.machine.cpus, host_cpus()),
             mounts,
             interactive: false,
             gdb: doors.gdb_chardev.clone(),
@@ -166,17 +166,17 @@ impl NestedEngine {
     /// in the L1 for them (its doors, console, channel and time limit).
     fn share_the_boot(&self, m: &Machine<'_>) -> Result<Vec<String>, NestedError> {
         let share = m.scratch;
-        fs::copy(m.kernel, share.join("kernel")).map_err(io_err(format!(
+        fs::copy(&m.config.kernel, share.join("kernel")).map_err(io_err(format!(
             "copy {} into the share",
-            m.kernel.display()
+            m.config.kernel.display()
         )))?;
-        let initrd = match m.initrd {
+        let initrd = match &m.config.initrd {
             Some(p) => fs::read(p).map_err(io_err(format!("read {}", p.display())))?,
             None => Vec::new(),
         };
-        let initrd = crate::guest::guest_job::append_to_initrd(&initrd, m.job_archive);
+        let initrd = crate::guest::guest_job::append_to_initrd(&initrd, &m.config.initrd_append);
         fs::write(share.join("initrd"), initrd).map_err(io_err("write the job initrd"))?;
-        let mut argv = boot_argv("kernel", Some("initrd"), m.cmdline);
+        let mut argv = boot_argv("kernel", Some("initrd"), &m.config.cmdline);
         if let Some((addr, wait)) = m.gdb {
             argv.extend(crate::guest::nested::gdb::l1_args(&self.qemu, addr, wait));
         }
@@ -250,7 +250,7 @@ impl GuestEngine for NestedEngine {
     }
 
     fn boot(&self, m: &Machine<'_>) -> Result<Ended, EngineError> {
-        if let Some(refusal) = Engine::Nested.refusal(m.spec, m.control) {
+        if let Some(refusal) = Engine::Nested.refusal(&m.config.machine, m.control) {
             return Err(refusal.into());
         }
         Ok(self.boot_nested(m)?)

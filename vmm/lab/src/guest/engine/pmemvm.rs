@@ -1,12 +1,9 @@
 //! `--engine pmemvm`: pmemvm's own VMM core, in this process.
 
 use devices::exit::ExitRequest;
-use vmm::config::{ConsoleMode, VmConfig};
 use vmm::exit_status;
 use vmm::host::HostKvm;
 use vmm::vstate::run_loop::RunOptions;
-
-use std::path::Path;
 
 use super::{in_nested_l1, Ended, Engine, EngineError, GuestEngine, Machine};
 
@@ -22,22 +19,12 @@ impl GuestEngine for Pmemvm {
     }
 
     fn boot(&self, m: &Machine<'_>) -> Result<Ended, EngineError> {
-        let config = VmConfig {
-            kernel: m.kernel.to_path_buf(),
-            initrd: m.initrd.map(Path::to_path_buf),
-            initrd_append: m.job_archive.to_vec(),
-            cmdline: m.cmdline.to_string(),
-            machine: m.spec.clone(),
-            // The scratch copy is kept either way: its tail explains failures.
-            console: ConsoleMode::from_choice(m.stream_console, Some(m.console.to_path_buf())),
-            channel: Some(m.channel.to_path_buf()),
-        };
         let building = std::time::Instant::now();
         let endpoints = match m.take_endpoints() {
             Some(bound) => bound,
             None => vmm::launch::Endpoints::bind(m.gdb, m.control.api.as_deref())?,
         };
-        let vm = vmm::launch::build(&config, endpoints, m.control.dump_on_panic.as_deref())?;
+        let vm = vmm::launch::build(m.config, endpoints, m.control.dump_on_panic.as_deref())?;
         log::debug!(
             "startup: VM built (memory, devices, kernel and initrd loaded, ACPI) in {:.3} s",
             building.elapsed().as_secs_f64()

@@ -28,20 +28,20 @@ impl GuestEngine for Qemu {
     fn boot(&self, m: &Machine<'_>) -> Result<Ended, EngineError> {
         // QEMU listens at --gdb itself.
         drop(m.take_endpoints());
-        if let Some(l) = m.spec.legacy_pmem.first() {
+        if let Some(l) = m.config.machine.legacy_pmem.first() {
             return Err(super::Refusal::LegacyPmemOnQemu(l.to_string()).into());
         }
         let initrd_file = job_initrd(m)?;
         let machine = QemuMachine {
             qemu: &self.qemu,
             accel: self.accel,
-            cpus: m.spec.cpus,
-            memory: m.spec.memory,
-            kernel: m.kernel,
+            cpus: m.config.machine.cpus,
+            memory: m.config.machine.memory,
+            kernel: &m.config.kernel,
             initrd: Some(&initrd_file),
-            cmdline: m.cmdline,
+            cmdline: &m.config.cmdline,
             nvdimms: dimm_files(m)?,
-            disks: &m.spec.disks,
+            disks: &m.config.machine.disks,
             console: m.console,
             channel: m.channel,
         };
@@ -75,7 +75,7 @@ impl GuestEngine for Qemu {
 /// The initrd with the job archive appended, in the scratch directory.
 fn job_initrd(m: &Machine<'_>) -> Result<PathBuf, EngineError> {
     let initrd_file = m.scratch.join("initrd");
-    let data = match m.initrd {
+    let data = match &m.config.initrd {
         Some(p) => std::fs::read(p).map_err(|source| EngineError::Input {
             what: "initrd",
             path: p.to_path_buf(),
@@ -83,7 +83,7 @@ fn job_initrd(m: &Machine<'_>) -> Result<PathBuf, EngineError> {
         })?,
         None => Vec::new(),
     };
-    let data = crate::guest::guest_job::append_to_initrd(&data, m.job_archive);
+    let data = crate::guest::guest_job::append_to_initrd(&data, &m.config.initrd_append);
     std::fs::write(&initrd_file, &data).map_err(|source| EngineError::Io {
         what: "writing the job initrd".into(),
         source,
@@ -98,7 +98,8 @@ fn job_initrd(m: &Machine<'_>) -> Result<PathBuf, EngineError> {
 /// as label-less (a raw /dev/pmem0 of it all).
 fn dimm_files<'m>(m: &Machine<'m>) -> Result<Vec<(&'m NvdimmSpec, PathBuf)>, EngineError> {
     let dimms: Vec<(&NvdimmSpec, PathBuf)> = m
-        .spec
+        .config
+        .machine
         .nvdimms
         .iter()
         .enumerate()

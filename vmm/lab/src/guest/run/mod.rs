@@ -268,9 +268,7 @@ pub fn run_checked_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let scratch = Scratch::new()?;
     let prepared = prepare::prepare(spec, engine, &scratch.0)?;
     step("job archive packed");
-    let console = scratch.0.join("console.log");
-    let channel = scratch.0.join("channel.bin");
-    let hashes = PendingHashes::start(&prepared.kernel, prepared.initrd.as_deref());
+    let hashes = PendingHashes::start(&prepared.config.kernel, prepared.config.initrd.as_deref());
     let mut result = new_result(spec, engine, &prepared);
     step("host and machine described");
     let gdb = spec.gdb.as_ref().map(|a| (a, spec.gdb_wait));
@@ -283,13 +281,9 @@ pub fn run_checked_job(spec: &RunSpec) -> Result<RunResult, RunError> {
         gdb,
         endpoints: std::cell::RefCell::new(Some(endpoints)),
         control: &spec.control,
-        kernel: &prepared.kernel,
-        initrd: prepared.initrd.as_deref(),
-        job_archive: &prepared.archive,
-        cmdline: &prepared.cmdline,
-        spec: &prepared.machine,
-        console: &console,
-        channel: &channel,
+        config: &prepared.config,
+        console: &prepared.console,
+        channel: &prepared.channel,
         scratch: &scratch.0,
         stream_console: spec.stream_console,
         timeout: spec.timeout,
@@ -303,8 +297,8 @@ pub fn run_checked_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     step("kernel and initrd hashed");
     let transfer = prepared.transfer.as_ref().map(|(c, t)| (*c, t));
     let outputs = Outputs {
-        console: &console,
-        channel: &channel,
+        console: &prepared.console,
+        channel: &prepared.channel,
         console_log: spec.console_log.as_deref(),
     };
     let collected = collect_ended(result, ended, &outputs, transfer);
@@ -337,13 +331,13 @@ fn new_result(spec: &RunSpec, engine: Engine, prepared: &prepare::Prepared<'_>) 
         error: None,
         // Filled in from the pending hashes once the guest has run.
         kernel: HashedFile {
-            path: prepared.kernel.display().to_string(),
+            path: prepared.config.kernel.display().to_string(),
             sha256: String::new(),
         },
         initrd: None,
         modules: prepared.modules.clone(),
         image_manifest,
-        cmdline: prepared.cmdline.clone(),
+        cmdline: prepared.config.cmdline.clone(),
         cpus: spec.machine.cpus,
         memory: spec.machine.memory,
         nvdimms: nvdimms.collect(),

@@ -5,30 +5,32 @@
 
 use std::path::{Path, PathBuf};
 
+use vmm::config::{ConsoleMode, VmConfig};
+
 use super::{Engine, RunError, RunSpec, JOB_CMDLINE};
 use crate::guest::guest_job::{self, ImageDir, ImageNeed};
 use crate::guest::modules::PackedModules;
 use crate::guest::transfer::{CommandJob, PreparedTransfer};
 
-/// A run ready to boot.
+/// A run ready to boot: the core's [`VmConfig`] (what every engine boots)
+/// and what the run reads back and reports beside it.
 #[derive(Debug)]
 pub(super) struct Prepared<'s> {
-    /// The kernel file.
-    pub kernel: PathBuf,
-    /// The initrd file, without the job.
-    pub initrd: Option<PathBuf>,
+    /// The kernel and initrd resolved, the job's newc archive appended to the
+    /// initrd, the command line, the machine with a command run's transfer
+    /// disks after the user's, COM1 into `console` (and the terminal with
+    /// `--console`), COM2 into `channel`.
+    pub config: VmConfig,
+    /// The scratch file the console goes to.
+    pub console: PathBuf,
+    /// The scratch file the job's result channel goes to.
+    pub channel: PathBuf,
     /// The guest image, when its kernel is booted.
     pub image: Option<ImageDir>,
-    /// The kernel command line.
-    pub cmdline: String,
     /// The `--modules` packed into the job archive, described.
     pub modules: Option<PackedModules>,
-    /// The machine with a command run's transfer disks after the user's.
-    pub machine: vmm::config::MachineSpec,
     /// A command run and its transfer disks.
     pub transfer: Option<(&'s CommandJob, PreparedTransfer)>,
-    /// The job's newc archive, appended to the initrd.
-    pub archive: Vec<u8>,
 }
 
 /// The kernel, initrd and guest image `spec` boots on `engine`: a Linux
@@ -89,16 +91,25 @@ pub(super) fn prepare<'s>(
         }
         None => None,
     };
-    let archive = job.archive()?;
-    Ok(Prepared {
+    let console = scratch.join("console.log");
+    let channel = scratch.join("channel.bin");
+    let config = VmConfig {
+        machine,
         kernel,
         initrd,
-        image,
+        initrd_append: job.archive()?,
         cmdline,
+        // The scratch copy is kept either way: its tail explains failures.
+        console: ConsoleMode::from_choice(spec.stream_console, Some(console.clone())),
+        channel: Some(channel.clone()),
+    };
+    Ok(Prepared {
+        config,
+        console,
+        channel,
+        image,
         modules,
-        machine,
         transfer,
-        archive,
     })
 }
 
@@ -142,14 +153,23 @@ mod tests {
         std::fs::write(&kernel, b"not a kernel").expect("write");
         let s = spec(Some(&kernel), Some(&initrd));
         let p = prepare(&s, Engine::Pmemvm, &dir).expect("prepared");
-        assert_eq!((p.kernel, p.initrd), (kernel, Some(initrd)));
+        let c = &p.config;
+        assert_eq!((&c.kernel, &c.initrd), (&kernel, &Some(initrd)));
         assert!(p.image.is_none() && p.modules.is_none() && p.transfer.is_none());
-        assert_eq!(p.cmdline, format!("{JOB_CMDLINE} nd_pmem.nowait=1"));
-        assert_eq!(p.machine, s.machine, "no transfer disks added");
+        assert_eq!(c.cmdline, format!("{JOB_CMDLINE} nd_pmem.nowait=1"));
+        assert_eq!(c.machine, s.machine, "no transfer disks added");
+        // COM1 and COM2 into the scratch files the run reads back.
+        assert_eq!(c.console, ConsoleMode::File(dir.join("console.log")));
+        assert_eq!(
+            (&p.console, &p.channel),
+            (&dir.join("console.log"), &dir.join("channel.bin"))
+        );
+        assert_eq!(c.channel.as_ref(), Some(&p.channel));
         // The archive is a newc cpio holding the job file.
-        assert!(p.archive.starts_with(b"070701"), "a newc archive");
+        let archive = &c.initrd_append;
+        assert!(archive.starts_with(b"070701"), "a newc archive");
         assert!(
-            p.archive.windows(b"rw=read".len()).any(|w| w == b"rw=read"),
+            archive.windows(b"rw=read".len()).any(|w| w == b"rw=read"),
             "the job is in it"
         );
         std::fs::remove_dir_all(&dir).expect("cleanup");
