@@ -19,6 +19,7 @@ pub mod process;
 pub mod rng;
 pub mod skip_lint;
 pub mod slurm_cluster;
+pub mod source_tree;
 pub mod stock_kernel;
 pub mod tcg;
 pub mod terminal;

@@ -1,7 +1,7 @@
 //! No new import circle between the modules of a crate (docs/design.md, "Import circles").
 //!
-//! Reads every source file of the workspace's crates as text (test-only code left out: a
-//! `#[cfg(test)]` item to the end of its file, `tests.rs`/`*_tests.rs` files), takes each
+//! Reads every source file of the workspace's crates as text (test-only code left out, as
+//! `pmemvm_tests::source_tree` reads it), takes each
 //! `crate::…` and `super::…` path to the module that holds it, and finds the groups of
 //! modules that reach each other. A module and its own ancestors or descendants are not a
 //! circle (a parent re-exports its children, a child uses its parent's items). The circles
@@ -10,91 +10,28 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use pmemvm_tests::nested::workspace_root;
-
-/// The crates: name and source directory.
-const CRATES: &[(&str, &str)] = &[
-    ("vmm", "vmm/src"),
-    ("lab", "vmm/lab/src"),
-    ("cli", "vmm/cli/src"),
-    ("devices", "devices/src"),
-    ("acpi", "acpi/src"),
-    ("pmemvm-tests", "tests/src"),
-];
+use pmemvm_tests::source_tree::{self, CRATES};
 
 /// The circles still there, as `crate: module, module, ...` (sorted): none. A new one fails
 /// the test; list one here only with the plan that removes it.
 const KNOWN: &[&str] = &[];
 
-/// Module path (`a::b`, "" for the crate root) → its file's text without test-only code.
+/// Module path → its text without test-only code and without `//` comments.
 fn modules(src: &Path) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut dirs = vec![src.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if p.is_dir() {
-                if name != "tests" && name != "testdata" {
-                    dirs.push(p);
-                }
-                continue;
-            }
-            if !name.ends_with(".rs") || name == "tests.rs" || name.ends_with("_tests.rs") {
-                continue;
-            }
-            let Ok(text) = fs::read_to_string(&p) else {
-                continue;
-            };
-            out.insert(module_path(src, &p), without_tests(&text));
-        }
-    }
-    out
-}
-
-/// `a/b.rs` → `a::b`, `a/mod.rs` → `a`, `lib.rs`/`main.rs` → "".
-fn module_path(src: &Path, file: &Path) -> String {
-    let rel: PathBuf = file.strip_prefix(src).unwrap_or(file).with_extension("");
-    let mut parts: Vec<String> = rel
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    if matches!(
-        parts.last().map(String::as_str),
-        Some("mod" | "lib" | "main")
-    ) {
-        parts.pop();
-    }
-    parts.join("::")
-}
-
-/// The text without `//` comments and without test-only code: from a `#[cfg(test)]` whose
-/// item opens a block (`mod tests {`) to the end of the file; the line of one that declares
-/// a module in its own file (`mod tests;`, read, if at all, as that file).
-fn without_tests(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < lines.len() {
-        if lines[i].trim() == "#[cfg(test)]" {
-            let item = lines[i + 1..].iter().find(|l| !l.trim().is_empty());
-            match item {
-                Some(l) if l.trim_end().ends_with(';') => {
-                    i += 2;
-                    continue;
-                }
-                _ => break,
-            }
-        }
-        out.push(lines[i].split("//").next().unwrap_or_default());
-        i += 1;
-    }
-    out.join("\n")
+    source_tree::modules(src)
+        .into_iter()
+        .map(|(m, file)| {
+            let lines: Vec<&str> = file
+                .product_lines()
+                .into_iter()
+                .map(|l| l.split("//").next().unwrap_or_default())
+                .collect();
+            (m, lines.join("\n"))
+        })
+        .collect()
 }
 
 fn is_ident(c: char) -> bool {
