@@ -11,6 +11,7 @@
 //! offsets and lengths are bound-checked and nothing here panics on them.
 
 pub mod bus;
+pub mod cxl;
 pub mod exit;
 pub mod interrupt_line;
 pub mod mapped_write;

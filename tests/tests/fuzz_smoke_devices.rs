@@ -5,6 +5,8 @@
 //! The long runs (≥ 1M executions per target with libFuzzer) are described
 //! in docs/robustness.md.
 
+#[path = "../fuzz/src/cxl_mailbox.rs"]
+mod cxl_mailbox;
 #[path = "../fuzz/src/dsm.rs"]
 mod dsm;
 #[path = "../fuzz/src/flush_hint.rs"]
@@ -132,4 +134,25 @@ fn media_dsm_survives_hostile_calls_and_reaches_injection_and_clear() {
 #[test]
 fn virtio_blk_survives_a_hostile_driver() {
     smoke("virtio_blk", 0xb1c5, 0x3000 + 7 * 64, virtio_blk::run);
+}
+
+#[test]
+fn cxl_mailbox_survives_a_hostile_driver_and_reaches_labels_and_poison() {
+    smoke("cxl_mailbox", 0xc71, 600, cxl_mailbox::run);
+    // One long sequence on one device: the corpus must get past the
+    // refusals — labels written, poison injected, commands answered.
+    let (mut mb, labels) = cxl_mailbox::device();
+    let mut rng = Rng(0xc71);
+    let mut most_poison = 0;
+    for _ in 0..INPUTS / 5 {
+        cxl_mailbox::run_on(&mut mb, &rng.bytes(600));
+        most_poison = most_poison.max(mb.commands().poisoned().count());
+    }
+    let run = mb.commands_run();
+    let label_bytes = labels.0.lock().unwrap().iter().filter(|&&b| b != 0).count();
+    eprintln!("cxl_mailbox smoke: {run} commands, at most {most_poison} poisoned units, {label_bytes} label bytes set");
+    assert!(
+        run > 1000 && most_poison > 0 && label_bytes > 0,
+        "{run} commands, {most_poison} poisoned, {label_bytes} label bytes"
+    );
 }

@@ -1,0 +1,47 @@
+//! CXL Type-3 persistent memory, the device side: the primary [`mailbox`]
+//! register block of a memory device and the [`memdev`] command set behind it
+//! (identity, partitions, the label storage area, health, firmware and
+//! timestamp, poison). Written to what Linux's `cxl_pci` and `cxl_mem` ask of
+//! a device (6.1 and 6.12) and the CXL 2.0 specification's layouts.
+//!
+//! Every value the guest puts in the registers or the payload is hostile:
+//! lengths, offsets and addresses are checked before use, a command never
+//! reads or writes outside the payload, the label area or the device's
+//! capacity, and a return code is always one Linux can index (at most
+//! [`ReturnCode::InvalidPayloadLength`]).
+
+pub mod mailbox;
+pub mod memdev;
+
+/// A mailbox command's return code (CXL 2.0 table 8-34; Linux's
+/// `CMD_CMD_RC_TABLE`, which it indexes without a bound: no code above 0x16
+/// may reach the guest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum ReturnCode {
+    /// The command completed.
+    Success = 0,
+    /// A field of the input is not valid.
+    InvalidInput = 2,
+    /// The opcode is not supported.
+    Unsupported = 3,
+    /// The device failed internally (the host's storage failed).
+    InternalError = 4,
+    /// A device physical address outside the device, or misaligned.
+    InvalidPhysicalAddress = 0xf,
+    /// No more poison can be injected.
+    InjectPoisonLimitReached = 0x10,
+    /// The payload length does not fit the command.
+    InvalidPayloadLength = 0x16,
+}
+
+/// What a command answers: the output length, or the return code of its
+/// failure (no output).
+pub type CommandResult = Result<usize, ReturnCode>;
+
+/// The commands behind a mailbox.
+pub trait CommandSet {
+    /// Runs `opcode` on `input`, writing at most `output.len()` bytes of
+    /// output (the payload area).
+    fn execute(&mut self, opcode: u16, input: &[u8], output: &mut [u8]) -> CommandResult;
+}
