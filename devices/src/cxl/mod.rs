@@ -10,6 +10,8 @@
 //! capacity, and a return code is always one Linux can index (at most
 //! [`ReturnCode::InvalidPayloadLength`]).
 
+pub mod component;
+pub mod hdm;
 pub mod mailbox;
 pub mod memdev;
 
