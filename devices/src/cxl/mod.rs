@@ -11,6 +11,7 @@
 //! [`ReturnCode::InvalidPayloadLength`]).
 
 pub mod component;
+pub mod device_regs;
 pub mod hdm;
 pub mod mailbox;
 pub mod memdev;
