@@ -5,6 +5,8 @@
 //! The long runs (≥ 1M executions per target with libFuzzer) are described
 //! in docs/robustness.md.
 
+#[path = "../fuzz/src/cxl_config.rs"]
+mod cxl_config;
 #[path = "../fuzz/src/cxl_mailbox.rs"]
 mod cxl_mailbox;
 #[path = "../fuzz/src/dsm.rs"]
@@ -154,5 +156,21 @@ fn cxl_mailbox_survives_a_hostile_driver_and_reaches_labels_and_poison() {
     assert!(
         run > 1000 && most_poison > 0 && label_bytes > 0,
         "{run} commands, {most_poison} poisoned, {label_bytes} label bytes"
+    );
+}
+
+#[test]
+fn cxl_config_space_and_decoders_survive_a_hostile_driver_and_commit_for_real() {
+    smoke("cxl_config", 0xc0f, 12 * 40, cxl_config::run);
+    let mut dev = cxl_config::device();
+    let mut rng = Rng(0xc0f);
+    for _ in 0..INPUTS / 5 {
+        cxl_config::run_on(&mut dev, &rng.bytes(12 * 40));
+    }
+    let (commits, resets) = dev.counts();
+    eprintln!("cxl_config smoke: {commits} commits, {resets} resets");
+    assert!(
+        commits > 0 && resets > 0,
+        "{commits} commits, {resets} resets"
     );
 }

@@ -15,6 +15,7 @@ pub mod device_regs;
 pub mod hdm;
 pub mod mailbox;
 pub mod memdev;
+pub mod pci_config;
 
 /// A mailbox command's return code (CXL 2.0 table 8-34; Linux's
 /// `CMD_CMD_RC_TABLE`, which it indexes without a bound: no code above 0x16
