@@ -43,8 +43,8 @@ impl ComponentRegisters {
     }
 
     /// The HDM decoders.
-    pub fn hdm(&mut self) -> &mut HdmDecoders {
-        &mut self.hdm
+    pub fn hdm(&self) -> &HdmDecoders {
+        &self.hdm
     }
 
     /// The decoders' commits and resets since the last call.

@@ -66,6 +66,11 @@ impl<C: CommandSet> Mailbox<C> {
         &self.commands
     }
 
+    /// The commands behind the mailbox, to change them from the host side.
+    pub fn commands_mut(&mut self) -> &mut C {
+        &mut self.commands
+    }
+
     /// How many commands the guest has run.
     pub fn commands_run(&self) -> u64 {
         self.rung

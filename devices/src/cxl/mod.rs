@@ -16,6 +16,7 @@ pub mod hdm;
 pub mod mailbox;
 pub mod memdev;
 pub mod pci_config;
+pub mod type3;
 
 /// A mailbox command's return code (CXL 2.0 table 8-34; Linux's
 /// `CMD_CMD_RC_TABLE`, which it indexes without a bound: no code above 0x16

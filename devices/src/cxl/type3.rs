@@ -1,0 +1,197 @@
+//! One CXL Type-3 persistent memory device, whole: its configuration space
+//! ([`super::pci_config`]) and its BAR0 — the component registers with the
+//! HDM decoders at 0, the memory device registers with the mailbox at
+//! [`DEVICE_REGS_OFFSET`] — in front of a [`Memdev`].
+//!
+//! The VMM routes ECAM accesses to [`Type3Device::config_read`] and
+//! [`Type3Device::config_write`], and BAR0 accesses (at [`Type3Device::bar0`]
+//! while memory decoding is on) to [`Type3Device::bar_read`] and
+//! [`Type3Device::bar_write`]; after each write it takes the decoders'
+//! commits and resets ([`Type3Device::take_events`]) to map or unmap the
+//! device's memory.
+
+use super::component::{ComponentRegisters, COMPONENT_LEN};
+use super::device_regs::DeviceRegisters;
+use super::hdm::{DecoderEvent, DecoderSide};
+use super::memdev::Memdev;
+use super::pci_config::{type3_endpoint, ConfigSpace, BAR0_SIZE, DEVICE_REGS_OFFSET};
+
+/// A Type-3 device.
+#[derive(Debug)]
+pub struct Type3Device {
+    config: ConfigSpace,
+    component: ComponentRegisters,
+    regs: DeviceRegisters<Memdev>,
+}
+
+/// Which register block a BAR0 offset falls in, and the offset inside it.
+enum Block {
+    Component(u64),
+    Device(u64),
+    None,
+}
+
+fn block(offset: u64) -> Block {
+    match offset {
+        o if o < COMPONENT_LEN as u64 => Block::Component(o),
+        o if (DEVICE_REGS_OFFSET..BAR0_SIZE).contains(&o) => Block::Device(o - DEVICE_REGS_OFFSET),
+        _ => Block::None,
+    }
+}
+
+impl Type3Device {
+    /// The device of `memdev` with device serial number `serial`.
+    pub fn new(serial: u64, memdev: Memdev) -> Self {
+        let capacity = memdev.capacity();
+        Self {
+            config: type3_endpoint(serial, capacity),
+            component: ComponentRegisters::new(DecoderSide::Endpoint { capacity }),
+            regs: DeviceRegisters::new(memdev),
+        }
+    }
+
+    /// The memory device behind the mailbox.
+    pub fn memdev(&self) -> &Memdev {
+        self.regs.mailbox().commands()
+    }
+
+    /// The memory device, for host-side changes (poison from the host).
+    pub fn memdev_mut(&mut self) -> &mut Memdev {
+        self.regs.mailbox_mut().commands_mut()
+    }
+
+    /// A configuration-space read.
+    pub fn config_read(&self, offset: u64, data: &mut [u8]) {
+        self.config.read(offset, data);
+    }
+
+    /// A configuration-space write.
+    pub fn config_write(&mut self, offset: u64, data: &[u8]) {
+        self.config.write(offset, data);
+    }
+
+    /// Where BAR0 is while memory decoding is on.
+    pub fn bar0(&self) -> Option<u64> {
+        self.config.bar0()
+    }
+
+    /// Whether the guest has enabled the device's memory: DVSEC Mem_Enable
+    /// and the HDM decoders' global enable.
+    pub fn memory_enabled(&self) -> bool {
+        self.config.mem_enabled() && self.component.hdm().enabled()
+    }
+
+    /// A read at `offset` in BAR0.
+    pub fn bar_read(&self, offset: u64, data: &mut [u8]) {
+        match block(offset) {
+            Block::Component(o) => self.component.read(o, data),
+            Block::Device(o) => self.regs.read(o, data),
+            Block::None => data.fill(0),
+        }
+    }
+
+    /// A write at `offset` in BAR0.
+    pub fn bar_write(&mut self, offset: u64, data: &[u8]) {
+        match block(offset) {
+            Block::Component(o) => self.component.write(o, data),
+            Block::Device(o) => self.regs.write(o, data),
+            Block::None => {}
+        }
+    }
+
+    /// The decoders' commits and resets since the last call.
+    pub fn take_events(&mut self) -> Vec<DecoderEvent> {
+        self.component.take_events()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+    use crate::cxl::memdev::MediaWrite;
+    use crate::nvdimm_labels::LabelStorage;
+
+    #[derive(Debug)]
+    struct NoLabels;
+
+    impl LabelStorage for NoLabels {
+        fn label_size(&self) -> u32 {
+            4096
+        }
+        fn read_label(&self, _: u64, buf: &mut [u8]) -> io::Result<()> {
+            buf.fill(0);
+            Ok(())
+        }
+        fn write_label(&self, _: u64, _: &[u8]) -> io::Result<()> {
+            Ok(())
+        }
+        fn sync_labels(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn readonly(&self) -> bool {
+            false
+        }
+    }
+
+    #[derive(Debug)]
+    struct NoMedia;
+
+    impl MediaWrite for NoMedia {
+        fn write_media(&self, _: u64, _: &[u8]) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn device() -> Type3Device {
+        let memdev = Memdev::new(1 << 30, Box::new(NoLabels), Box::new(NoMedia)).unwrap();
+        Type3Device::new(7, memdev)
+    }
+
+    #[test]
+    fn bar0_reaches_the_decoders_and_the_mailbox_and_a_commit_is_reported() {
+        let mut d = device();
+        // Identify through the mailbox at BAR0 + 0x10000 + 0x200.
+        let mbox = DEVICE_REGS_OFFSET + 0x200;
+        d.bar_write(mbox + 0x08, &0x4000u64.to_le_bytes());
+        d.bar_write(mbox + 0x04, &[1]);
+        let mut status = [0u8; 8];
+        d.bar_read(mbox + 0x10, &mut status);
+        assert_eq!(u64::from_le_bytes(status) >> 32, 0, "Identify succeeded");
+        assert_eq!(d.memdev().capacity(), 1 << 30);
+        // Decoder 0 at 16 GiB for the whole GiB, through BAR0 + 0x1100.
+        let dec = 0x1100 + 0x10;
+        d.bar_write(dec + 0x04, &4u32.to_le_bytes());
+        d.bar_write(dec + 0x08, &0x4000_0000u32.to_le_bytes());
+        d.bar_write(dec + 0x10, &(1u32 << 9 | 1 << 12).to_le_bytes());
+        assert_eq!(
+            d.take_events(),
+            vec![DecoderEvent::Committed {
+                index: 0,
+                hpa: 16 << 30,
+                size: 1 << 30,
+                dpa: 0
+            }]
+        );
+        // Enabled only with both DVSEC Mem_Enable and the HDM global enable.
+        assert!(!d.memory_enabled());
+        d.bar_write(0x1104, &[2]);
+        d.config_write(0x110 + 0x0c, &[4, 0]);
+        assert!(d.memory_enabled());
+        // Between and past the blocks: nothing.
+        let mut b = [0xaa; 4];
+        d.bar_read(BAR0_SIZE, &mut b);
+        assert_eq!(b, [0; 4]);
+        d.bar_write(BAR0_SIZE + 8, &[1; 4]);
+    }
+
+    #[test]
+    fn the_configuration_space_is_the_type3_one_with_the_serial() {
+        let d = device();
+        let mut b = [0u8; 8];
+        d.config_read(0x104, &mut b);
+        assert_eq!(u64::from_le_bytes(b), 7);
+        assert_eq!(d.bar0(), None);
+    }
+}
