@@ -24,6 +24,7 @@ pub mod nvdimm_health;
 pub mod nvdimm_health_set;
 pub mod nvdimm_labels;
 pub mod nvdimm_media;
+pub mod pci_ecam;
 pub mod pci_host;
 pub mod platform_events;
 pub mod power;

@@ -16,6 +16,7 @@ pub mod hdm;
 pub mod mailbox;
 pub mod memdev;
 pub mod pci_config;
+pub mod root_port;
 pub mod type3;
 
 /// A mailbox command's return code (CXL 2.0 table 8-34; Linux's

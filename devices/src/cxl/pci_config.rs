@@ -53,33 +53,33 @@ pub struct ConfigSpace {
 }
 
 impl ConfigSpace {
-    fn empty() -> Self {
+    pub(super) fn empty() -> Self {
         Self {
             value: Box::new([0; CONFIG_LEN]),
             writable: Box::new([0; CONFIG_LEN]),
         }
     }
 
-    fn put(&mut self, at: usize, bytes: &[u8], writable: &[u8]) {
+    pub(super) fn put(&mut self, at: usize, bytes: &[u8], writable: &[u8]) {
         self.value[at..at + bytes.len()].copy_from_slice(bytes);
         if !writable.is_empty() {
             self.writable[at..at + writable.len()].copy_from_slice(writable);
         }
     }
 
-    fn put16(&mut self, at: usize, v: u16) {
+    pub(super) fn put16(&mut self, at: usize, v: u16) {
         self.put(at, &v.to_le_bytes(), &[]);
     }
 
-    fn put32(&mut self, at: usize, v: u32) {
+    pub(super) fn put32(&mut self, at: usize, v: u32) {
         self.put(at, &v.to_le_bytes(), &[]);
     }
 
-    fn u16_at(&self, at: usize) -> u16 {
+    pub(super) fn u16_at(&self, at: usize) -> u16 {
         u16::from_le_bytes([self.value[at], self.value[at + 1]])
     }
 
-    fn u32_at(&self, at: usize) -> u32 {
+    pub(super) fn u32_at(&self, at: usize) -> u32 {
         let mut b = [0u8; 4];
         b.copy_from_slice(&self.value[at..at + 4]);
         u32::from_le_bytes(b)

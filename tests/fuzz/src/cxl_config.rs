@@ -17,19 +17,29 @@
 //! committed before.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use devices::cxl::component::ComponentRegisters;
 use devices::cxl::hdm::{DecoderEvent, DecoderSide, DECODERS, HDM_UNIT};
 use devices::cxl::pci_config::{type3_endpoint, ConfigSpace, BAR0_SIZE, CONFIG_LEN};
+use devices::cxl::root_port::root_port;
+use devices::pci_ecam::Ecam;
 
 /// The device's capacity.
 pub const CAPACITY: u64 = 2 << 30;
+/// Where 0d:00.0 starts in the ECAM window of buses 0c-0f; an offset past
+/// its 4 KiB reaches other functions (absent, or the root port below it
+/// when the offset wraps).
+const DEVICE_IN_ECAM: u64 = 1 << 20;
 const HDM: u64 = 0x1100;
 
 /// The device's registers and what its commits have mapped.
 #[derive(Debug)]
 pub struct Device {
-    config: ConfigSpace,
+    /// The device's configuration space, also at 0d:00.0 of `ecam` (buses
+    /// 0c-0f, a root port at 0c:00.0).
+    config: Arc<Mutex<ConfigSpace>>,
+    ecam: Ecam,
     /// The first [`CHECKED`] bytes as built.
     built: Vec<u8>,
     component: ComponentRegisters,
@@ -48,10 +58,18 @@ impl Device {
 
 /// A fresh device.
 pub fn device() -> Device {
-    let config = type3_endpoint(0x1234, CAPACITY);
+    let space = type3_endpoint(0x1234, CAPACITY);
+    let built = read_prefix(&space);
+    let config = Arc::new(Mutex::new(space));
+    let mut ecam = Ecam::new(0x0c, 0x0f);
+    ecam.add((0x0c, 0, 0), Arc::new(Mutex::new(root_port(0))))
+        .expect("the root port's address");
+    ecam.add((0x0d, 0, 0), config.clone())
+        .expect("the device's address");
     Device {
-        built: read_prefix(&config),
+        built,
         config,
+        ecam,
         component: ComponentRegisters::new(DecoderSide::Endpoint { capacity: CAPACITY }),
         mapped: BTreeMap::new(),
         commits: 0,
@@ -84,14 +102,14 @@ pub fn run_on(dev: &mut Device, data: &[u8]) {
             if component {
                 dev.component.write(offset, &bytes);
             } else {
-                dev.config.write(offset, &bytes);
+                dev.ecam.write(DEVICE_IN_ECAM + offset, &bytes);
             }
         } else {
             let mut buf = vec![0u8; width];
             if component {
                 dev.component.read(offset, &mut buf);
             } else {
-                dev.config.read(offset, &mut buf);
+                dev.ecam.read(DEVICE_IN_ECAM + offset, &mut buf);
             }
         }
         check(dev);
@@ -132,7 +150,8 @@ fn read_prefix(c: &ConfigSpace) -> Vec<u8> {
 
 /// The invariants after every access.
 fn check(dev: &mut Device) {
-    let now = read_prefix(&dev.config);
+    let config = dev.config.lock().unwrap_or_else(|e| e.into_inner());
+    let now = read_prefix(&config);
     // Writable places: command, BAR0/1, DVSEC 0 control, range 1 base.
     let writable =
         |at: usize| matches!(at, 0x04..=0x05 | 0x10..=0x17 | 0x11c..=0x11d | 0x130..=0x137);
@@ -143,7 +162,8 @@ fn check(dev: &mut Device) {
         );
     }
     let mut end = [0u8; 4];
-    dev.config.read(CONFIG_LEN as u64 - 4, &mut end);
+    config.read(CONFIG_LEN as u64 - 4, &mut end);
+    drop(config);
     assert_eq!(end, [0; 4], "the space's end");
     // BAR0's low bits: 64-bit memory, and the 128 KiB below the address
     // bits stay 0 (what sizing reads back).
