@@ -52,14 +52,19 @@ pub const RESTRICT_PMEM: u16 = 1 << 3;
 /// Window restriction: the configuration is fixed by the platform.
 pub const RESTRICT_FIXED: u16 = 1 << 4;
 
-/// A CXL host bridge: its `_UID` (the DSDT's ACPI0016 device says the same)
-/// and where its component registers are.
+/// A CXL host bridge as ACPI describes it: its `_UID`, where its component
+/// registers are (the CEDT's CHBS), and what its root bus decodes (the DSDT
+/// ACPI0016 device's `_BBN` and `_CRS`: [`crate::cxl_dsdt`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostBridge {
     /// The `_UID` of the ACPI0016 device.
     pub uid: u32,
     /// Base of its 64 KiB component register block (CHBCR).
     pub registers: u64,
+    /// Its root bus and the last bus below it.
+    pub buses: (u8, u8),
+    /// The memory window below 4 GiB its devices' BARs go in: base, length.
+    pub mmio32: (u32, u32),
 }
 
 /// A fixed memory window: a host physical range CXL memory may be decoded
@@ -233,6 +238,8 @@ mod tests {
         let bridge = HostBridge {
             uid: 7,
             registers: 0xfe10_0000,
+            buses: (0x0c, 0x0f),
+            mmio32: (0xfe00_0000, 0x10_0000),
         };
         let t = build(&[bridge], &[pmem_window(vec![7])]).unwrap();
         assert_eq!(&t[0..4], b"CEDT");
@@ -279,10 +286,14 @@ mod tests {
             HostBridge {
                 uid: 0,
                 registers: 0,
+                buses: (0x0c, 0x0f),
+                mmio32: (0xfe00_0000, 0x10_0000),
             },
             HostBridge {
                 uid: 1,
                 registers: 0x1_0000,
+                buses: (0x10, 0x13),
+                mmio32: (0xfe10_0000, 0x10_0000),
             },
         ];
         let mut w = pmem_window(vec![0, 1]);

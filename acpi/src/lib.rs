@@ -14,6 +14,7 @@
 
 pub mod aml;
 pub mod cedt;
+pub mod cxl_dsdt;
 pub mod dsdt;
 pub mod fadt;
 pub mod madt;

@@ -438,3 +438,37 @@ fn mcfg_disassembles_to_its_ecam_window() {
     assert_eq!(field("End Bus Number"), ["0F"], "{dsl}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn cxl_root_and_host_bridges_disassemble_as_linux_matches_them() {
+    if !iasl_available() {
+        pmemvm_skip::skip!("iasl not found (install acpica-tools)");
+    }
+    let bridge = acpi::cedt::HostBridge {
+        uid: 12,
+        registers: 0xfe80_0000,
+        buses: (0x0c, 0x0f),
+        mmio32: (0xfe00_0000, 0x10_0000),
+    };
+    let mut t = acpi::sdt::Sdt::new(*b"SSDT", 2, *b"PMEMVMCX");
+    t.append(&acpi::aml::scope(
+        "\\_SB",
+        &acpi::cxl_dsdt::devices(&[bridge]),
+    ));
+    let dir = tmpdir("cxl-dsdt");
+    std::fs::write(dir.join("cxl.aml"), t.finish()).unwrap();
+    let dsl = disassemble(&dir, "cxl.aml");
+    let squeezed: String = dsl.split_whitespace().collect::<Vec<_>>().join(" ");
+    for want in [
+        "Device (CXLM) { Name (_HID, \"ACPI0017\")",
+        "Device (CH00) { Name (_HID, \"ACPI0016\")",
+        "EisaId (\"PNP0A08\") /* PCI Express Bus */, EisaId (\"PNP0A03\")",
+        "Name (_UID, 0x0C)",
+        "Name (_BBN, 0x0C)",
+        "WordBusNumber (ResourceProducer, MinFixed, MaxFixed, PosDecode, 0x0000, // Granularity 0x000C, // Range Minimum 0x000F, // Range Maximum 0x0000, // Translation Offset 0x0004, // Length",
+        "DWordMemory (ResourceProducer, PosDecode, MinFixed, MaxFixed, NonCacheable, ReadWrite, 0x00000000, // Granularity 0xFE000000, // Range Minimum 0xFE0FFFFF, // Range Maximum 0x00000000, // Translation Offset 0x00100000, // Length",
+    ] {
+        assert!(squeezed.contains(want), "no {want:?} in\n{dsl}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

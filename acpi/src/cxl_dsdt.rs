@@ -1,0 +1,119 @@
+//! The DSDT's CXL objects, for the `\_SB` scope: the CXL root and one PCI
+//! root per CXL host bridge, as Linux's `cxl_acpi` and the ACPI PCI root
+//! driver find them:
+//!
+//! ```text
+//! Device (CXLM) { Name (_HID, "ACPI0017") }   // the CXL root
+//! Device (CH00) {                             // one per host bridge, CH00, CH01, ...
+//!     Name (_HID, "ACPI0016")                 // exactly this _HID: cxl_acpi compares it
+//!     Name (_CID, Package () { EisaId ("PNP0A08"), EisaId ("PNP0A03") })  // PNP0A03 binds pci_root
+//!     Name (_UID, uid)                        // an integer, the CEDT CHBS's uid
+//!     Name (_BBN, root bus)
+//!     Name (_CRS, ResourceTemplate () {
+//!         WordBusNumber (root bus .. last bus)
+//!         DWordMemory (the BAR window below 4 GiB)
+//!     })
+//! }
+//! ```
+//!
+//! The fixed memory windows and the component registers stay out of every
+//! `_CRS` (and out of E820): Linux claims them itself.
+
+use crate::aml;
+use crate::cedt::HostBridge;
+
+/// The CXL root and a device per host bridge, in `bridges` order (at most
+/// 256: the names are `CH00` to `CHFF`).
+pub fn devices(bridges: &[HostBridge]) -> Vec<Vec<u8>> {
+    let mut out = vec![aml::device(
+        "CXLM",
+        &[aml::name("_HID", &aml::string("ACPI0017"))],
+    )];
+    for (i, b) in bridges.iter().enumerate().take(256) {
+        let eisa = |id: &str| aml::integer(u64::from(aml::eisa_id(id).unwrap_or(0)));
+        out.push(aml::device(
+            &format!("CH{i:02X}"),
+            &[
+                aml::name("_HID", &aml::string("ACPI0016")),
+                aml::name("_CID", &aml::package(&[eisa("PNP0A08"), eisa("PNP0A03")])),
+                aml::name("_UID", &aml::integer(u64::from(b.uid))),
+                aml::name("_BBN", &aml::integer(u64::from(b.buses.0))),
+                aml::name(
+                    "_CRS",
+                    &aml::resource::template(&[
+                        word_bus_number(b.buses.0, b.buses.1),
+                        dword_memory(b.mmio32.0, b.mmio32.1),
+                    ]),
+                ),
+            ],
+        ));
+    }
+    out
+}
+
+/// General flags of an address space descriptor the bridge produces: a
+/// fixed minimum and maximum, positive decode.
+const PRODUCER_FIXED: u8 = 0b1100;
+
+/// `WordBusNumber (ResourceProducer, MinFixed, MaxFixed, PosDecode, 0,
+/// first, last, 0, count)`.
+fn word_bus_number(first: u8, last: u8) -> Vec<u8> {
+    let last = last.max(first);
+    let mut v = vec![0x88, 0x0d, 0x00, 0x02, PRODUCER_FIXED, 0x00];
+    for field in [
+        0,
+        u16::from(first),
+        u16::from(last),
+        0,
+        u16::from(last - first) + 1,
+    ] {
+        v.extend_from_slice(&field.to_le_bytes());
+    }
+    v
+}
+
+/// `DWordMemory (ResourceProducer, PosDecode, MinFixed, MaxFixed,
+/// NonCacheable, ReadWrite, 0, base, base + len − 1, 0, len)`.
+fn dword_memory(base: u32, len: u32) -> Vec<u8> {
+    let max = base.saturating_add(len.saturating_sub(1));
+    let mut v = vec![0x87, 0x17, 0x00, 0x00, PRODUCER_FIXED, 0x01];
+    for field in [0, base, max, 0, len] {
+        v.extend_from_slice(&field.to_le_bytes());
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_have_the_lengths_and_fields_acpi_gives_them() {
+        let w = word_bus_number(0x0c, 0x0f);
+        assert_eq!(w.len(), 3 + 0x0d);
+        assert_eq!(&w[..6], &[0x88, 0x0d, 0, 2, 0x0c, 0]);
+        assert_eq!(&w[8..12], &[0x0c, 0, 0x0f, 0]);
+        assert_eq!(&w[14..16], &[4, 0], "four buses");
+        let d = dword_memory(0xfe00_0000, 0x10_0000);
+        assert_eq!(d.len(), 3 + 0x17);
+        assert_eq!(&d[10..14], &0xfe00_0000u32.to_le_bytes());
+        assert_eq!(&d[14..18], &0xfe0f_ffffu32.to_le_bytes());
+        assert_eq!(&d[22..26], &0x10_0000u32.to_le_bytes());
+    }
+
+    #[test]
+    fn one_root_and_one_bridge_per_host_bridge() {
+        let b = HostBridge {
+            uid: 12,
+            registers: 0xfe80_0000,
+            buses: (0x0c, 0x0f),
+            mmio32: (0xfe00_0000, 0x10_0000),
+        };
+        let d = devices(&[b, HostBridge { uid: 16, ..b }]);
+        assert_eq!(d.len(), 3);
+        let has = |bytes: &[u8], needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+        assert!(has(&d[0], b"ACPI0017"));
+        assert!(has(&d[1], b"CH00") && has(&d[1], b"ACPI0016"));
+        assert!(has(&d[2], b"CH01"));
+    }
+}
