@@ -21,8 +21,8 @@ fn gdb_beyond_loopback_is_refused_without_its_own_option() {
             w
         };
         let checked = |c: Command| match c {
-            Command::Boot(a) => lab::guest::args::check_gdb(a.gdb.as_ref(), a.gdb_any_address),
-            Command::Run(a) => lab::guest::args::check_gdb(a.gdb.as_ref(), a.gdb_any_address),
+            Command::Boot(a) => a.gdb.checked().map(drop),
+            Command::Run(a) => a.gdb.checked().map(drop),
             other => panic!("{other:?}"),
         };
         let e = checked(parse(&words(&[]))).expect_err("refused");

@@ -254,13 +254,38 @@ pub fn parse_gdb(s: &str) -> Result<vmm::debug::gdb::GdbAddr, String> {
     vmm::debug::gdb::GdbAddr::parse(s).map_err(|e| e.to_string())
 }
 
-/// Refuses `--gdb HOST:PORT` beyond loopback without `--gdb-any-address`;
-/// asked first, so a refusal changes nothing.
-pub fn check_gdb(
-    gdb: Option<&vmm::debug::gdb::GdbAddr>,
-    any_address: bool,
-) -> Result<(), vmm::debug::gdb::GdbError> {
-    gdb.map_or(Ok(()), |a| a.check_reach(any_address))
+/// The debugger's options (`boot` and `run`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct GdbArgs {
+    /// The debugger: serve gdb's remote protocol at ADDR (`target remote
+    /// ADDR` in gdb): HOST:PORT on loopback (127.0.0.1:1234, :1234), a Unix
+    /// socket path (owner-only), or a serial device under /dev (`run --engine
+    /// qemu`: QEMU's own gdbstub).
+    #[arg(long, value_name = "ADDR", value_parser = parse_gdb)]
+    pub gdb: Option<vmm::debug::gdb::GdbAddr>,
+    /// With --gdb: hold the vCPUs until a debugger attaches (QEMU's -S).
+    #[arg(long, requires = "gdb")]
+    pub gdb_wait: bool,
+    /// With --gdb HOST:PORT: let HOST be beyond loopback (0.0.0.0, a LAN
+    /// address). The stub has no password: whoever reaches it controls the guest.
+    #[arg(long, requires = "gdb")]
+    pub gdb_any_address: bool,
+}
+
+impl GdbArgs {
+    /// `--gdb` and `--gdb-wait`, after refusing `--gdb HOST:PORT` beyond
+    /// loopback without `--gdb-any-address` (asked first, so a refusal changes
+    /// nothing).
+    pub fn checked(
+        &self,
+    ) -> Result<Option<(vmm::debug::gdb::GdbAddr, bool)>, vmm::debug::gdb::GdbError> {
+        match &self.gdb {
+            Some(a) => a
+                .check_reach(self.gdb_any_address)
+                .map(|()| Some((a.clone(), self.gdb_wait))),
+            None => Ok(None),
+        }
+    }
 }
 
 /// `--timeout SECS`: a whole number of seconds above 0.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::BootSpec;
-use crate::guest::args::{parse_gdb, parse_seconds, ConsoleArgs, KernelArgs, MachineArgs};
+use crate::guest::args::{parse_seconds, ConsoleArgs, GdbArgs, KernelArgs, MachineArgs};
 use crate::guest::engine::RunControl;
 use crate::guest::run::RunError;
 use vmm::config::ConsoleMode;
@@ -38,18 +38,9 @@ pub struct BootRequest {
     /// virtualization).
     #[arg(long, value_enum, default_value = "pmemvm")]
     pub engine: BootEngine,
-    /// The debugger: serve gdb's remote protocol at ADDR (`target remote
-    /// ADDR` in gdb): HOST:PORT on loopback (127.0.0.1:1234, :1234), a Unix
-    /// socket path (owner-only), or a serial device under /dev.
-    #[arg(long, value_name = "ADDR", value_parser = parse_gdb)]
-    pub gdb: Option<vmm::debug::gdb::GdbAddr>,
-    /// With --gdb: hold the vCPUs until a debugger attaches (QEMU's -S).
-    #[arg(long, requires = "gdb")]
-    pub gdb_wait: bool,
-    /// With --gdb HOST:PORT: let HOST be beyond loopback (0.0.0.0, a LAN
-    /// address). The stub has no password: whoever reaches it controls the guest.
-    #[arg(long, requires = "gdb")]
-    pub gdb_any_address: bool,
+    /// The debugger.
+    #[command(flatten)]
+    pub gdb: GdbArgs,
     /// The control socket and the panic dump.
     #[command(flatten)]
     pub control: RunControl,
@@ -70,7 +61,6 @@ impl BootRequest {
     /// machine and boot files built once, the console chosen (the terminal
     /// unless only `--console-log` is given).
     pub fn spec(&self) -> Result<BootSpec, RunError> {
-        crate::guest::args::check_gdb(self.gdb.as_ref(), self.gdb_any_address)?;
         Ok(BootSpec {
             files: self.boot.files(),
             machine: self.machine.spec(),
@@ -81,7 +71,7 @@ impl BootRequest {
             channel: self.channel.clone(),
             timeout: self.timeout.map(Duration::from_secs),
             nested: self.engine == BootEngine::Nested,
-            gdb: self.gdb.clone().map(|g| (g, self.gdb_wait)),
+            gdb: self.gdb.checked()?,
             control: self.control.clone(),
         })
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{check_inputs, Engine, RunControl, RunError, RunSpec, Workload};
-use crate::guest::args::{parse_gdb, parse_seconds, ConsoleArgs, KernelArgs, MachineArgs};
+use crate::guest::args::{parse_seconds, ConsoleArgs, GdbArgs, KernelArgs, MachineArgs};
 use crate::guest::transfer::{CommandJob, GetSpec, PutSpec, TransferError};
 
 /// `pmemvm run`'s request: its command-line options (clap), spelled once here
@@ -72,15 +72,9 @@ pub struct RunRequest {
     /// The machine.
     #[command(flatten)]
     pub machine: MachineArgs,
-    /// The debugger, as for `boot` (on --engine qemu: QEMU's own gdbstub).
-    #[arg(long, value_name = "ADDR", value_parser = parse_gdb)]
-    pub gdb: Option<vmm::debug::gdb::GdbAddr>,
-    /// With --gdb: hold the vCPUs until a debugger attaches.
-    #[arg(long, requires = "gdb")]
-    pub gdb_wait: bool,
-    /// With --gdb HOST:PORT: let HOST be beyond loopback, as for `boot`.
-    #[arg(long, requires = "gdb")]
-    pub gdb_any_address: bool,
+    /// The debugger.
+    #[command(flatten)]
+    pub gdb: GdbArgs,
     /// The control socket and the panic dump, as for `boot` (engine pmemvm).
     #[command(flatten)]
     pub control: RunControl,
@@ -213,7 +207,7 @@ impl RunRequest {
     /// The checked spec; with `build_rootfs` false (preflight), `--rootfs
     /// debian` is only checked and left out.
     pub fn spec(&self, build_rootfs: bool) -> Result<RunSpec, RunError> {
-        crate::guest::args::check_gdb(self.gdb.as_ref(), self.gdb_any_address)?;
+        let gdb = self.gdb.checked()?;
         let command = self.command(build_rootfs)?;
         let fio_job = match &self.fio {
             Some(f) => Some(read_input(f, "fio job file")?),
@@ -249,8 +243,8 @@ impl RunRequest {
             )?;
         }
         let spec = RunSpec {
-            gdb: self.gdb.clone(),
-            gdb_wait: self.gdb_wait,
+            gdb: gdb.as_ref().map(|(a, _)| a.clone()),
+            gdb_wait: gdb.is_some_and(|(_, wait)| wait),
             control: self.control.clone(),
             engine: self.engine,
             boot: self.boot.files(),
