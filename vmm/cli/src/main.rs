@@ -14,6 +14,7 @@ mod crash_commands;
 mod ctl;
 mod error;
 mod fleet_commands;
+mod process_start;
 mod suite_args;
 mod suite_commands;
 
@@ -119,10 +120,7 @@ fn suite_ndctl(args: &crate::suite_args::NdctlArgs) -> Result<u8, Failure> {
 
 fn main() -> ExitCode {
     vmm::stats::mark_process_start();
-    // SIGQUIT asks a running VM where its vCPUs are; before one runs it must not kill us.
-    if let Err(e) = vmm::signals::calm_describe_signal() {
-        eprintln!("pmemvm: warning: SIGQUIT could not be made harmless before the VM starts: {e}");
-    }
+    process_start::calm_sigquit();
     let mut cli = Cli::parse();
     if let Command::Boot(a) = &mut cli.command {
         if let Err(e) = a.machine.load_machine_file() {
@@ -136,9 +134,7 @@ fn main() -> ExitCode {
         2 => "debug",
         _ => "trace",
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
-        .format_timestamp_millis()
-        .init();
+    process_start::init_logging(level);
     let result = match &cli.command {
         Command::Boot(a) => boot(a),
         Command::Run(a) => run(a),

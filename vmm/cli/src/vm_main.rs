@@ -4,6 +4,9 @@
 
 use std::process::ExitCode;
 
+#[path = "process_start.rs"]
+mod process_start;
+
 use vmm::exit_status::{self, Classified};
 use vmm::launch::{self, LaunchError, LAUNCH_FD_OPTION};
 
@@ -33,11 +36,7 @@ fn run(l: &launch::Launch) -> Result<u8, LaunchError> {
         Some(ns) => vmm::stats::mark_process_start_at(ns),
         None => vmm::stats::mark_process_start(),
     }
-    if let Err(e) = vmm::signals::calm_describe_signal() {
-        eprintln!("pmemvm: warning: SIGQUIT could not be made harmless before the VM starts: {e}");
-    }
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(&l.log_filter))
-        .format_timestamp_millis()
-        .init();
+    process_start::calm_sigquit();
+    process_start::init_logging(&l.log_filter);
     launch::run(l)
 }
