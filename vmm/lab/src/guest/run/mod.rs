@@ -188,16 +188,24 @@ impl Workload {
 }
 
 impl RunControl {
-    /// Refuses paths that exist (and a socket that cannot be made), before
-    /// anything boots; nothing is left behind.
-    pub fn check(&self) -> Result<(), RunError> {
-        if let Some(p) = &self.api {
-            drop(vmm::api::ApiListener::bind(p)?);
-        }
+    /// Binds `gdb` and `--api` for the run and checks that the
+    /// `--dump-on-panic` file is new: a busy port or an existing path stops
+    /// the run before anything boots.
+    pub fn bind(
+        &self,
+        gdb: Option<(&vmm::debug::gdb::GdbAddr, bool)>,
+    ) -> Result<vmm::launch::Endpoints, RunError> {
+        let endpoints = vmm::launch::Endpoints::bind(gdb, self.api.as_deref())?;
         if let Some(f) = &self.dump_on_panic {
             vmm::debug::dump::check_new_file(f)?;
         }
-        Ok(())
+        Ok(endpoints)
+    }
+
+    /// [`Self::bind`] without a debugger, let go at once: the check of a
+    /// run that binds later (each boot of a bench); nothing is left behind.
+    pub fn check(&self) -> Result<(), RunError> {
+        self.bind(None).map(drop)
     }
 }
 
@@ -272,11 +280,8 @@ pub fn run_checked_job(spec: &RunSpec) -> Result<RunResult, RunError> {
     let mut result = new_result(spec, engine, &prepared);
     step("host and machine described");
     let gdb = spec.gdb.as_ref().map(|a| (a, spec.gdb_wait));
-    // Bound once here, before the boot: a busy port or an existing path stops it.
-    let endpoints = vmm::launch::Endpoints::bind(gdb, spec.control.api.as_deref())?;
-    if let Some(f) = &spec.control.dump_on_panic {
-        vmm::debug::dump::check_new_file(f)?;
-    }
+    // Bound once here, before the boot.
+    let endpoints = spec.control.bind(gdb)?;
     let machine = Machine {
         gdb,
         endpoints: std::cell::RefCell::new(Some(endpoints)),
