@@ -280,17 +280,9 @@ impl std::str::FromStr for NvdimmSpec {
             });
         }
         let mut out = NvdimmSpec {
-            size,
             size_text,
-            file: None,
-            readonly: false,
             label_size: layout::NVDIMM_DEFAULT_LABEL_SIZE,
-            prealloc: false,
-            hugepages: false,
-            node: None,
-            badblocks: Vec::new(),
-            record: None,
-            mce: false,
+            ..NvdimmSpec::temporary(size)
         };
         let options =
             spec_options(parts).map_err(|key| ConfigError::NvdimmDuplicate(key.to_string()))?;

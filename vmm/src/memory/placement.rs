@@ -260,16 +260,15 @@ fn errno_text() -> String {
     std::io::Error::last_os_error().to_string()
 }
 
-/// Binds `len` bytes at address `addr` (a live mapping of this process) to
-/// host NUMA node `node`, strictly: pages already there are moved, new ones
-/// come only from that node. The kernel changes the range's policy only; no
-/// memory is read or written, so the address is taken as a number.
-pub fn bind_memory(addr: usize, len: usize, node: u32, what: &str) -> Result<(), PlacementError> {
-    let bits = usize::BITS;
+/// A node mask with only `node` set, as `mbind` and `set_mempolicy` take
+/// it, and its `maxnode` argument (one more than its bits: the kernel reads
+/// `maxnode − 1`).
+fn node_mask(node: u32, what: &str) -> Result<(Vec<libc::c_ulong>, libc::c_ulong), PlacementError> {
+    let bits = libc::c_ulong::BITS;
     let words = usize::try_from(node / bits)
         .unwrap_or(usize::MAX)
         .saturating_add(1);
-    if words > 1024 {
+    if words > 1024 / usize::try_from(bits).unwrap_or(64) {
         return Err(PlacementError::Bind {
             what: what.into(),
             node,
@@ -279,6 +278,27 @@ pub fn bind_memory(addr: usize, len: usize, node: u32, what: &str) -> Result<(),
     let mut mask = vec![0 as libc::c_ulong; words];
     mask[words - 1] |= 1 << (node % bits);
     let maxnode = libc::c_ulong::try_from(words).unwrap_or(1) * libc::c_ulong::from(bits) + 1;
+    Ok((mask, maxnode))
+}
+
+/// The error of a failed bind system call (`rc` other than 0).
+fn bind_result(rc: libc::c_long, node: u32, what: &str) -> Result<(), PlacementError> {
+    if rc != 0 {
+        return Err(PlacementError::Bind {
+            what: what.into(),
+            node,
+            errno: errno_text(),
+        });
+    }
+    Ok(())
+}
+
+/// Binds `len` bytes at address `addr` (a live mapping of this process) to
+/// host NUMA node `node`, strictly: pages already there are moved, new ones
+/// come only from that node. The kernel changes the range's policy only; no
+/// memory is read or written, so the address is taken as a number.
+pub fn bind_memory(addr: usize, len: usize, node: u32, what: &str) -> Result<(), PlacementError> {
+    let (mask, maxnode) = node_mask(node, what)?;
     // SAFETY: mbind only changes the memory policy of this process's own
     // pages in [addr, addr+len), a mapping the caller keeps alive; `mask`
     // holds `maxnode - 1` bits and outlives the call.
@@ -293,14 +313,7 @@ pub fn bind_memory(addr: usize, len: usize, node: u32, what: &str) -> Result<(),
             MPOL_MF_STRICT | MPOL_MF_MOVE,
         )
     };
-    if rc != 0 {
-        return Err(PlacementError::Bind {
-            what: what.into(),
-            node,
-            errno: errno_text(),
-        });
-    }
-    Ok(())
+    bind_result(rc, node, what)
 }
 
 /// Binds the calling thread's own memory policy to host node `node`
@@ -310,20 +323,9 @@ pub fn bind_memory(addr: usize, len: usize, node: u32, what: &str) -> Result<(),
 /// guest, its vCPU threads (KVM faults the pages in their context) — so they
 /// get this one too.
 pub fn bind_current_thread(node: u32, what: &str) -> Result<(), PlacementError> {
-    let bits = libc::c_ulong::BITS;
-    if node >= 1024 {
-        return Err(PlacementError::Bind {
-            what: what.into(),
-            node,
-            errno: "node number out of range".into(),
-        });
-    }
-    let mut mask = [0 as libc::c_ulong; 1024 / libc::c_ulong::BITS as usize];
-    let word = usize::try_from(node / bits).unwrap_or(0);
-    mask[word] |= 1 << (node % bits);
-    let maxnode = libc::c_ulong::try_from(mask.len()).unwrap_or(1) * libc::c_ulong::from(bits);
+    let (mask, maxnode) = node_mask(node, what)?;
     // SAFETY: set_mempolicy changes only the calling thread's policy; `mask`
-    // holds `maxnode` bits and outlives the call.
+    // holds `maxnode - 1` bits and outlives the call.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_set_mempolicy,
@@ -332,14 +334,7 @@ pub fn bind_current_thread(node: u32, what: &str) -> Result<(), PlacementError> 
             maxnode,
         )
     };
-    if rc != 0 {
-        return Err(PlacementError::Bind {
-            what: what.into(),
-            node,
-            errno: errno_text(),
-        });
-    }
-    Ok(())
+    bind_result(rc, node, what)
 }
 
 /// The calling thread's memory policy as numa_maps spells policies
