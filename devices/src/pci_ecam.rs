@@ -1,8 +1,10 @@
 //! PCI Express enhanced configuration access (ECAM): a memory window in
 //! which each function's 4 KiB configuration space sits at
-//! `(bus − first bus) << 20 | device << 15 | function << 12`. This is how
-//! Linux reaches the extended configuration space (the CXL DVSECs at 0x100
-//! and up) once the MCFG table names the window.
+//! `(bus − first bus) << 20 | device << 15 | function << 12` from the
+//! window's start — which is the MCFG base plus first bus × 1 MiB, as the
+//! MCFG counts from bus 0 (`acpi::mcfg::EcamWindow`). This is how Linux
+//! reaches the extended configuration space (the CXL DVSECs at 0x100 and
+//! up) once the MCFG table names the window.
 //!
 //! Functions are added by bus, device and function number and shared with
 //! the VMM (which also needs them for their BARs and events). A function
