@@ -83,8 +83,8 @@ impl ComponentRegisters {
     /// A guest read of `data.len()` bytes at `offset`.
     pub fn read(&self, offset: u64, data: &mut [u8]) {
         for (i, b) in data.iter_mut().enumerate() {
-            *b =
-                Self::byte_at(offset, i).map_or(0, |at| self.read32(at & !3).to_le_bytes()[at & 3]);
+            *b = super::byte_in(offset, i, COMPONENT_LEN)
+                .map_or(0, |at| self.read32(at & !3).to_le_bytes()[at & 3]);
         }
     }
 
@@ -93,26 +93,20 @@ impl ComponentRegisters {
     pub fn write(&mut self, offset: u64, data: &[u8]) {
         let mut i = 0;
         while i < data.len() {
-            let Some(at) = Self::byte_at(offset, i) else {
+            let Some(at) = super::byte_in(offset, i, COMPONENT_LEN) else {
                 return;
             };
             let dword = at & !3;
             let mut bytes = self.read32(dword).to_le_bytes();
-            while i < data.len() && Self::byte_at(offset, i).is_some_and(|a| a & !3 == dword) {
-                let a = Self::byte_at(offset, i).unwrap_or(dword);
+            while i < data.len()
+                && super::byte_in(offset, i, COMPONENT_LEN).is_some_and(|a| a & !3 == dword)
+            {
+                let a = super::byte_in(offset, i, COMPONENT_LEN).unwrap_or(dword);
                 bytes[a & 3] = data[i];
                 i += 1;
             }
             self.write32(dword, u32::from_le_bytes(bytes));
         }
-    }
-
-    /// The block offset of byte `i` of an access at `offset`, if inside.
-    fn byte_at(offset: u64, i: usize) -> Option<usize> {
-        usize::try_from(offset)
-            .ok()?
-            .checked_add(i)
-            .filter(|&at| at < COMPONENT_LEN)
     }
 }
 

@@ -79,7 +79,7 @@ impl<C: CommandSet> DeviceRegisters<C> {
     /// A guest read of `data.len()` bytes at `offset`.
     pub fn read(&self, offset: u64, data: &mut [u8]) {
         for (i, b) in data.iter_mut().enumerate() {
-            *b = match Self::at(offset, i) {
+            *b = match super::byte_in(offset, i, DEVICE_REGS_LEN) {
                 Some(at) if (MAILBOX..MAILBOX + MAILBOX_LEN).contains(&at) => {
                     let mut one = [0u8];
                     self.mailbox.read((at - MAILBOX) as u64, &mut one);
@@ -94,7 +94,7 @@ impl<C: CommandSet> DeviceRegisters<C> {
     /// A guest write of `data` at `offset`: only the mailbox takes writes
     /// (the rest is read-only status).
     pub fn write(&mut self, offset: u64, data: &[u8]) {
-        let Some(at) = Self::at(offset, 0) else {
+        let Some(at) = super::byte_in(offset, 0, DEVICE_REGS_LEN) else {
             return;
         };
         let end = at.saturating_add(data.len()).min(MAILBOX + MAILBOX_LEN);
@@ -103,13 +103,6 @@ impl<C: CommandSet> DeviceRegisters<C> {
             let slice = &data[start - at..end - at];
             self.mailbox.write((start - MAILBOX) as u64, slice);
         }
-    }
-
-    fn at(offset: u64, i: usize) -> Option<usize> {
-        usize::try_from(offset)
-            .ok()?
-            .checked_add(i)
-            .filter(|&at| at < DEVICE_REGS_LEN)
     }
 }
 

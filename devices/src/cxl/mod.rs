@@ -51,3 +51,12 @@ pub trait CommandSet {
     /// output (the payload area).
     fn execute(&mut self, opcode: u16, input: &[u8], output: &mut [u8]) -> CommandResult;
 }
+
+/// Byte `i` of a guest access at `offset` as an index into a register block
+/// of `len` bytes, or None when it falls outside (or the sum overflows).
+pub(crate) fn byte_in(offset: u64, i: usize, len: usize) -> Option<usize> {
+    usize::try_from(offset)
+        .ok()?
+        .checked_add(i)
+        .filter(|&at| at < len)
+}

@@ -88,7 +88,7 @@ impl ConfigSpace {
     /// A guest read of `data.len()` bytes at `offset`.
     pub fn read(&self, offset: u64, data: &mut [u8]) {
         for (i, b) in data.iter_mut().enumerate() {
-            *b = byte_at(offset, i).map_or(0, |at| self.value[at]);
+            *b = super::byte_in(offset, i, CONFIG_LEN).map_or(0, |at| self.value[at]);
         }
     }
 
@@ -96,7 +96,7 @@ impl ConfigSpace {
     /// writable bits.
     pub fn write(&mut self, offset: u64, data: &[u8]) {
         for (i, &b) in data.iter().enumerate() {
-            if let Some(at) = byte_at(offset, i) {
+            if let Some(at) = super::byte_in(offset, i, CONFIG_LEN) {
                 let mask = self.writable[at];
                 self.value[at] = (self.value[at] & !mask) | (b & mask);
             }
@@ -117,13 +117,6 @@ impl ConfigSpace {
     pub fn mem_enabled(&self) -> bool {
         self.u16_at(DVSEC_CONTROL) & MEM_ENABLE != 0
     }
-}
-
-fn byte_at(offset: u64, i: usize) -> Option<usize> {
-    usize::try_from(offset)
-        .ok()?
-        .checked_add(i)
-        .filter(|&at| at < CONFIG_LEN)
 }
 
 /// The configuration space of a Type-3 device of `capacity` bytes (a
