@@ -24,7 +24,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Boot a guest kernel with the console on this terminal.
-    Boot(BootRequest),
+    Boot(Box<BootRequest>),
     /// Run a fio job (--fio) or any command (-- CMD) in the guest and return its results.
     Run(Box<RunRequest>),
     /// Run one of the upstream experiments (A/B where it has two sides) and report.

@@ -78,7 +78,8 @@ impl MachineArgs {
     }
 
     /// Takes the machine from `--machine FILE` when given (see
-    /// [`Self::machine_file`]), so every later step sees one description.
+    /// [`Self::machine_file`]): [`Self::spec`] is then that machine, as
+    /// written, and every later step sees one description.
     pub fn load_machine_file(&mut self) -> Result<(), MachineFileError> {
         let Some(path) = self.machine_file.take() else {
             return Ok(());
@@ -90,34 +91,15 @@ impl MachineArgs {
         let text = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
         let m: config::MachineSpec =
             serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
-        self.memory = m.memory_spec();
-        // Every field by name: a field added to the machine and not taken
-        // here does not compile (the L1 once lost its empty NVDIMM slots so).
-        let config::MachineSpec {
-            cpus,
-            memory: _,
-            ram_pages: _,
-            placement,
-            nvdimms,
-            disks,
-            legacy_pmem,
-            nvdimm_slots,
-        } = m;
-        self.cpus = cpus;
-        self.host_node = placement.host_node;
-        self.pin = (!placement.pin.is_empty()).then_some(vmm::memory::placement::Placement {
-            host_node: None,
-            ..placement
-        });
-        self.nvdimm = nvdimms;
-        self.disk = disks;
-        self.pmem_legacy = legacy_pmem;
-        self.nvdimm_slots = nvdimm_slots;
+        self.loaded = Some(m);
         Ok(())
     }
 
     /// The machine these options describe.
     pub fn spec(&self) -> config::MachineSpec {
+        if let Some(m) = &self.loaded {
+            return m.clone();
+        }
         config::MachineSpec {
             cpus: self.cpus,
             memory: self.memory.size,
@@ -212,6 +194,9 @@ pub struct MachineArgs {
     /// --pmem-legacy and --nvdimm-slots.
     #[arg(long = "machine", value_name = "FILE", hide = true)]
     pub machine_file: Option<PathBuf>,
+    /// The machine `--machine FILE` held, once loaded.
+    #[arg(skip)]
+    pub loaded: Option<config::MachineSpec>,
 }
 
 /// What the machine boots (`boot` and `run`).
