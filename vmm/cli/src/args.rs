@@ -9,9 +9,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use lab::guest::args::{
-    parse_cpus, parse_memory, parse_pin, parse_seconds, parse_size_arg, MachineArgs,
-};
+use lab::guest::args::{parse_cpus, parse_memory, parse_seconds, parse_size_arg, MachineArgs};
 use lab::guest::run::Engine;
 
 /// `pmemvm report`.
@@ -70,13 +68,9 @@ pub struct BenchArgs {
     /// (reserved up front), `,thp` asks for transparent huge pages. Every boot.
     #[arg(long, value_parser = parse_memory, value_name = "SIZE[,hugepages|,thp]")]
     pub memory: Option<vmm::memory::hugepages::MemorySpec>,
-    /// Pin vCPU i to the i-th host CPU of this list (e.g. 2,3 or 4-7), every boot; the
-    /// list needs a CPU per guest vCPU.
-    #[arg(long, value_parser = parse_pin, value_name = "CPULIST")]
-    pub pin: Option<vmm::memory::placement::Placement>,
-    /// Bind guest RAM and the NVDIMM mapping of every boot to this host NUMA node (strict).
-    #[arg(long, value_name = "N")]
-    pub host_node: Option<u32>,
+    /// Where each boot's guest runs on the host.
+    #[command(flatten)]
+    pub placement: lab::guest::args::PlacementArgs,
     /// fio jobs of the many-job phases (default: the thread's 48, at most one per vCPU).
     #[arg(long, value_parser = parse_count, value_name = "N")]
     pub jobs: Option<u32>,

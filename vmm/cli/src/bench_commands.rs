@@ -52,10 +52,7 @@ pub(crate) fn bench_request(
         only: args.only.clone(),
         runner,
         ram_pages: args.memory.map(|m| m.pages).unwrap_or_default(),
-        placement: vmm::memory::placement::Placement {
-            host_node: args.host_node,
-            ..args.pin.clone().unwrap_or_default()
-        },
+        placement: args.placement.placement(),
         api: args.api.clone(),
         fail_on_check: args.fail_on_check,
     })

@@ -68,7 +68,19 @@ pub fn parse_pin(s: &str) -> Result<vmm::memory::placement::Placement, String> {
     vmm::memory::placement::Placement::parse(Some(s), None).map_err(|e| e.to_string())
 }
 
-impl MachineArgs {
+/// `--pin` and `--host-node` (`boot`, `run`, `bench`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct PlacementArgs {
+    /// Pin vCPU i to the i-th host CPU of this list (e.g. 2,3 or 4-7; a CPU
+    /// per vCPU); the VMM's other threads then run on the remaining CPUs.
+    #[arg(long, value_parser = parse_pin, value_name = "CPULIST")]
+    pub pin: Option<vmm::memory::placement::Placement>,
+    /// Bind guest RAM and every NVDIMM mapping to this host NUMA node (strict).
+    #[arg(long, value_name = "N")]
+    pub host_node: Option<u32>,
+}
+
+impl PlacementArgs {
     /// The host placement these options ask for.
     pub fn placement(&self) -> vmm::memory::placement::Placement {
         vmm::memory::placement::Placement {
@@ -76,7 +88,9 @@ impl MachineArgs {
             ..self.pin.clone().unwrap_or_default()
         }
     }
+}
 
+impl MachineArgs {
     /// Takes the machine from `--machine FILE` when given (see
     /// [`Self::machine_file`]): [`Self::spec`] is then that machine, as
     /// written, and every later step sees one description.
@@ -104,7 +118,7 @@ impl MachineArgs {
             cpus: self.cpus,
             memory: self.memory.size,
             ram_pages: self.memory.pages,
-            placement: self.placement(),
+            placement: self.placement.placement(),
             nvdimms: self.nvdimm.clone(),
             disks: self.disk.clone(),
             legacy_pmem: self.pmem_legacy.clone(),
@@ -148,13 +162,9 @@ pub struct MachineArgs {
     /// hugetlb pages (reserved up front), `,thp` asks for transparent huge pages.
     #[arg(long, default_value = "512M", value_parser = parse_memory, value_name = "SIZE[,hugepages|,thp]")]
     pub memory: vmm::memory::hugepages::MemorySpec,
-    /// Pin vCPU i to the i-th host CPU of this list (e.g. 2,3 or 4-7); the
-    /// VMM's other threads then run on the remaining CPUs.
-    #[arg(long, value_parser = parse_pin, value_name = "CPULIST")]
-    pub pin: Option<vmm::memory::placement::Placement>,
-    /// Bind guest RAM and every NVDIMM mapping to this host NUMA node (strict).
-    #[arg(long, value_name = "N")]
-    pub host_node: Option<u32>,
+    /// Where the guest runs on the host.
+    #[command(flatten)]
+    pub placement: PlacementArgs,
     /// An NVDIMM: SIZE[,file=PATH][,readonly][,label-size=SIZE][,prealloc][,hugepages][,node=N][,badblocks=OFF+LEN[:...]][,record=DIR][,mce=on]. Repeat for more.
     ///
     /// SIZE is the guest's persistent-memory region, a multiple of 16 MiB. The
