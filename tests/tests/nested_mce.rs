@@ -8,7 +8,8 @@
 //!    (every page now mapped in the process) and waits on a FIFO for its
 //!    next command; the guest works out the DIMM offset of the file's page
 //!    100 (fiemap's sector + the fsdax data offset in the region, from
-//!    sysfs) and says `INJECT-AT <offset>`;
+//!    sysfs) and says `INJECT-AT <offset> .` (the mark tells the L1 the
+//!    line is whole);
 //! 2. the L1 runs `pmemvm ctl SOCKET media inject 0 <offset>+4K`: pmemvm
 //!    takes the page out of the DIMM's memory slots and notifies the guest,
 //!    whose badblocks gain the range;
@@ -74,7 +75,9 @@ echo "mread 0 2m" >&3
 # Every page is mapped once xfs_io gets to its next command, which makes a file.
 echo "open -f /tmp/mapped" >&3
 i=0; while [ $i -lt 3000 ] && [ ! -e /tmp/mapped ]; do sleep 0.1; i=$((i+1)); done
-echo "INJECT-AT $off"
+# The closing mark: the L1 reads the number only once the whole line is there
+# (the console reaches its file a byte at a time).
+echo "INJECT-AT $off ."
 i=0
 while [ $i -lt 600 ] && [ -z "$(cat /sys/block/pmem0/badblocks)" ]; do sleep 0.1; i=$((i+1)); done
 cat /sys/block/pmem0/badblocks > $O/bb-injected.txt
@@ -122,8 +125,8 @@ run() {
         --nvdimm 256M,file=a.img,mce=on --api /tmp/api.sock --timeout 900 \
         --console-log console.txt --channel channel.bin 2> pmemvm.err &
     pid=$!
-    waitfor INJECT-AT
-    off=$(grep -o 'INJECT-AT [0-9]*' console.txt | head -n 1 | cut -d' ' -f2)
+    waitfor 'INJECT-AT [0-9]* \.'
+    off=$(grep -o 'INJECT-AT [0-9]* \.' console.txt | head -n 1 | cut -d' ' -f2)
     echo "$off" > offset.txt
     pmemvm ctl /tmp/api.sock media inject 0 "$off+4K" > inject.out 2>&1; echo "inject $?" >> l1-steps.txt
     wait $pid; echo "pmemvm $?" >> l1-steps.txt
