@@ -96,7 +96,7 @@ KERNEL_KEY_PACKAGES="linux-source-6.1 gcc-12 binutils flex bison libelf-dev libs
 INITRAMFS_KEY_PACKAGES="busybox-static ndctl daxctl xfsprogs e2fsprogs bcache-tools kmod libaio-dev zlib1g-dev gcc-12 libc6-dev libc6"
 
 ensure_deb_src() {
-    if apt-cache showsrc fio 2>/dev/null | grep -q '^Version:'; then
+    if apt-cache showsrc fio 2>/dev/null | grep '^Version:' >/dev/null; then
         return 0
     fi
     log "adding a deb-src entry for Debian bookworm (needed for 'apt-get source fio')"
@@ -108,14 +108,14 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
     apt-get update -qq
-    apt-cache showsrc fio 2>/dev/null | grep -q '^Version:' \
+    apt-cache showsrc fio 2>/dev/null | grep '^Version:' >/dev/null \
         || die "apt-get source fio is not available even with deb-src"
 }
 
 ensure_packages() {
     local missing="" p
     for p in $HOST_PACKAGES; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep 'install ok installed' >/dev/null \
             || missing="$missing $p"
     done
     if [ -n "$missing" ]; then

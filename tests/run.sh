@@ -52,6 +52,8 @@ done
 
 # shellcheck source=tests/lib/tiers.sh
 . tests/lib/tiers.sh
+# shellcheck source=tests/lib/summary.sh
+. tests/lib/summary.sh
 if [ -n "$LIST" ]; then
     tiers_list
     tiers_check
@@ -66,9 +68,9 @@ reap_become_subreaper "$SCRIPT" "$@"
 log() { printf '[tests %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # Rust at Cargo.toml's rust-version, as ./pmemvm checks it.
-min=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+min=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml | first_lines 1)
 have=$(rustc --version 2>/dev/null | awk '{print $2}' || true)
-if ! command -v cargo >/dev/null || [ "$(printf '%s\n%s\n' "$min" "${have:-0}" | sort -V | head -n1)" != "$min" ]; then
+if ! command -v cargo >/dev/null || [ "$(printf '%s\n%s\n' "$min" "${have:-0}" | sort -V | first_lines 1)" != "$min" ]; then
     echo "tests/run.sh: the tests need Rust $min or newer (cargo and rustc; this PATH has ${have:-none}); install or update it with rustup (https://rustup.rs)" >&2
     exit 2
 fi
@@ -99,9 +101,6 @@ export PMEMVM_RERUN_LOG="$PWD/target/pmemvm-reruns.log"
 : > "$PMEMVM_RERUN_LOG"
 MAX_RERUNS=2
 
-# shellcheck source=tests/lib/summary.sh
-. tests/lib/summary.sh
-
 summary() {
     # What the run started and left running (a background build of a run that
     # ended early, QEMUs its killed tests orphaned) ends with it; nothing else.
@@ -114,7 +113,7 @@ trap summary EXIT
 
 need=""
 for p in qemu-system-x86 acpica-tools binutils fio strace gdb crash python3-venv cpio gzip xz-utils busybox-static zstd libxml2-utils librsvg2-bin munge slurmctld slurmd slurm-client fuse3; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need="$need $p"
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep 'install ok installed' >/dev/null || need="$need $p"
 done
 if [ -n "$need" ]; then
     log "apt-get install:$need"
@@ -145,7 +144,7 @@ fi
 # (docs/nested-platform.md, "Which QEMU runs the suite", lists them).
 PMEMVM_QEMU_10=$(guest-images/lib/qemu-install.sh --unpack "${XDG_CACHE_HOME:-$HOME/.cache}/pmemvm/qemu")
 export PMEMVM_QEMU_10
-log "QEMU: $(qemu-system-x86_64 --version | head -n1); PMEMVM_QEMU_10: $("$PMEMVM_QEMU_10" --version | head -n1) ($PMEMVM_QEMU_10)"
+log "QEMU: $(qemu-system-x86_64 --version | first_lines 1); PMEMVM_QEMU_10: $("$PMEMVM_QEMU_10" --version | first_lines 1) ($PMEMVM_QEMU_10)"
 
 # drgn, for the memory-dump tests (Debian 12 has no package): PyPI's wheel,
 # pinned, in a virtual environment of the cache.
@@ -157,7 +156,7 @@ if [ ! -x "$DRGN_VENV/bin/drgn" ]; then
     "$DRGN_VENV/bin/pip" install -q --disable-pip-version-check drgn==0.3.0
 fi
 export PMEMVM_DRGN="$DRGN_VENV/bin/drgn"
-log "drgn: $("$PMEMVM_DRGN" --version 2>&1 | head -n1)"
+log "drgn: $("$PMEMVM_DRGN" --version 2>&1 | first_lines 1)"
 
 log "guest image"
 bounded guest-images/build.sh
@@ -281,19 +280,10 @@ cat "$REST_LOG"
 failed=$(grep -h -E '^test .* \.\.\. FAILED$|^error: test failed' "$TEST_LOG" "$TEST_B_LOG" "$REST_LOG" || true)
 [ -z "$failed" ] || { log "failed:"; printf '%s\n' "$failed" >&2; }
 
-# Each binary's time is the time to the next one's start in its queue.
 log "time per test binary (s), longest first (three queues run at once):"
-for q in tcg tcg-b rest; do
-    awk -v q="$q" '
-        { t[NR] = $1; sub(/^[0-9]+ +Running +/, ""); n[NR] = $0 }
-        END { for (i = 1; i < NR; i++) if (n[i] !~ /^\(end/) print t[i+1] - t[i], q, n[i] }
-    ' "$TIMES_LOG.$q"
-done | sort -rn | tee "$TIMES_LOG" | head -n 45 >&2
+binary_times "$TIMES_LOG" 45 >&2
 log "TCG slot time per test (slot-seconds = slots x seconds held; waited: for free slots), longest first:"
-awk -F'\t' '{ printf "%6d slot-s  %d slot(s) %5d s held %5d s waited  %s\n", $1 * $2, $2, $1, $3, $4 }' \
-    "$PMEMVM_TCG_HOLD_LOG" | sort -rn | head -n 40 >&2
-awk -F'\t' '{ s += $1 * $2 } END { printf "all TCG guests: %d slot-seconds in %d holds\n", s, NR }' \
-    "$PMEMVM_TCG_HOLD_LOG" >&2
+slot_times "$PMEMVM_TCG_HOLD_LOG" 40 >&2
 # Each test's slot-seconds, for `--list` and the next run's queues (tests/lib/tiers.sh).
 # With each TCG binary's wall time as "NAME::(wall)" (a binary holding few slots
 # for long still takes its time in its queue).

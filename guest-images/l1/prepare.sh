@@ -92,7 +92,7 @@ work=$(mktemp -d "$cache/tmp.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 echo "prepare.sh: unpacking $(basename "$deb")" >&2
 dpkg-deb -x "$deb" "$work/pkg"
-kver=$(ls "$work/pkg/lib/modules" | head -n1)
+kver=$(ls "$work/pkg/lib/modules" | awk 'NR == 1')
 moddir="$work/pkg/lib/modules/$kver"
 # Module name (dashes as underscores) -> path under $moddir. Dependencies come
 # from each module's own .modinfo ("depends=a,b"), so no kmod/depmod is needed.
@@ -125,7 +125,7 @@ add_module() {
     base=${rel##*/}
     base=${base%%.ko*}.ko
     grep -qx "$base" "$root/lib/modules/load-order" && return 0
-    deps=$(module_bytes "$rel" | tr '\0' '\n' | grep -a -m1 '^depends=' | cut -d= -f2 || true)
+    deps=$(module_bytes "$rel" | tr '\0' '\n' | grep -a '^depends=' | sed -n 1p | cut -d= -f2 || true)
     for dep in ${deps//,/ }; do
         add_module "$root" "$dep"
     done

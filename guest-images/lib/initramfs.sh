@@ -38,7 +38,7 @@ fio_build() {
     log "fio: make -j$JOBS"
     make -C "$fdir/src" -j"$JOBS" fio > "$fdir/make.log" 2>&1 \
         || die "fio build failed (see $fdir/make.log)"
-    file "$fdir/src/fio" | grep -q 'statically linked' || die "fio is not statically linked"
+    file "$fdir/src/fio" | grep 'statically linked' >/dev/null || die "fio is not statically linked"
     local engines
     engines=$("$fdir/src/fio" --enghelp) || die "the static fio does not run: fio --enghelp failed"
     for e in io_uring libaio psync mmap; do

@@ -40,7 +40,7 @@ src=$(cd "$src" && pwd)
 deps="meson ninja-build pkgconf build-essential libkmod-dev libudev-dev uuid-dev libjson-c-dev libkeyutils-dev libiniparser-dev libtracefs-dev libtraceevent-dev"
 missing=""
 for p in $deps; do
-    dpkg-query -W -f '${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing="$missing $p"
+    dpkg-query -W -f '${Status}\n' "$p" 2>/dev/null | grep '^install ok installed$' >/dev/null || missing="$missing $p"
 done
 if [ -n "$missing" ]; then
     [ "$(id -u)" -eq 0 ] || die "missing build dependencies:$missing (run as root or apt-get install them)"

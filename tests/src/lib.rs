@@ -17,6 +17,7 @@ pub mod own_kernel;
 pub mod pmemvm;
 pub mod process;
 pub mod rng;
+pub mod shell_scripts;
 pub mod skip_lint;
 pub mod slurm_cluster;
 pub mod source_tree;
