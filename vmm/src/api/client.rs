@@ -23,84 +23,108 @@ const REPLY_LIMIT: Duration = Duration::from_secs(900);
 /// DIMMs is a few KiB).
 pub const MAX_REPLY: u64 = 4 << 20;
 
-/// What a client asks of the VM.
+/// What a client asks of the VM; with the `clap` feature, `pmemvm ctl SOCKET`'s
+/// commands (their help is these comments).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::Subcommand))]
 pub enum Request {
     /// pmemvm's and the protocol's versions.
     Version,
-    /// pmemvm's counters, as JSON.
+    /// pmemvm's counters (VM exits, NVDIMM flushes, `_DSM` calls), as JSON.
     Stats,
     /// Stop the vCPUs.
     Pause,
     /// Let the vCPUs run again.
     Resume,
-    /// Write the guest's RAM and registers to a new file (sent as an absolute path).
+    /// Write the guest's RAM and vCPU registers to FILE (a new file), an
+    /// ELF core for `crash vmlinux FILE` and `drgn -c FILE -s vmlinux`.
     Dump {
-        /// The new file.
+        /// The new file (a relative path is taken from here; it is sent absolute).
         file: PathBuf,
-        /// The NVDIMMs' ranges too.
+        /// The NVDIMMs' ranges too (they are in their backing files anyway;
+        /// with this the dump is one file, and as large as RAM and DIMMs).
+        #[cfg_attr(feature = "clap", arg(long))]
         nvdimms: bool,
     },
-    /// A DIMM's media errors.
+    /// A DIMM's media errors while the guest runs: inject (the guest is
+    /// notified and scrubs), clear, list.
+    #[cfg_attr(feature = "clap", command(subcommand))]
     Media(MediaRequest),
-    /// A DIMM's health.
+    /// A DIMM's health while the guest runs: set (the DIMM's device is
+    /// notified, so `ndctl monitor` sees it), get.
+    #[cfg_attr(feature = "clap", command(subcommand))]
     Health(HealthRequest),
-    /// Hot-add a DIMM (`spec` as `--nvdimm` takes it), or remove one (refused).
+    /// Hot-add an NVDIMM into an empty slot (the VM was started with
+    /// --nvdimm-slots N); removal is refused.
+    #[cfg_attr(feature = "clap", command(subcommand))]
     Nvdimm(NvdimmRequest),
 }
 
-/// `nvdimm` requests.
+/// `nvdimm` requests (`pmemvm ctl SOCKET nvdimm ...`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::Subcommand))]
 pub enum NvdimmRequest {
-    /// A new DIMM into the next empty slot.
+    /// A new DIMM as --nvdimm takes it: SIZE[,file=PATH][,label-size=SIZE][,prealloc]
+    /// [,hugepages][,badblocks=...] (a relative file= path is the VM's, from where
+    /// pmemvm started). It joins guest NUMA node 0; the guest is notified (0x80)
+    /// and its nfit driver adds the region.
     Add {
-        /// As `--nvdimm` takes it.
+        /// The DIMM.
         spec: String,
     },
-    /// Take DIMM `dimm` out (pmemvm refuses it).
+    /// Refused: persistent memory is not taken from a running guest.
     Remove {
-        /// The DIMM.
+        /// The DIMM: its place among the machine's DIMMs, from 0.
         dimm: u32,
     },
 }
 
-/// `media` requests.
+/// `media` requests (`pmemvm ctl SOCKET media ...`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::Subcommand))]
 pub enum MediaRequest {
-    /// Add the ranges to DIMM's error list and notify the guest.
+    /// RANGE joins DIMM's error list (saved in its backing file) and the
+    /// guest is notified (0x81 on the NVDIMM root device): Linux scrubs and
+    /// adds it to the namespace's badblocks.
     Inject {
-        /// The DIMM's place among the machine's NVDIMMs.
+        /// The DIMM: its place among the --nvdimm options, from 0.
         dimm: u32,
-        /// `OFFSET+LEN[:OFFSET+LEN...]`.
+        /// OFFSET+LEN[:OFFSET+LEN...] in bytes from the region's start,
+        /// multiples of 512 (K, M, G suffixes), e.g. 1M+4K.
         range: String,
     },
-    /// Take the ranges off DIMM's error list.
+    /// RANGE leaves DIMM's error list (the guest's badblocks stay until it
+    /// rewrites the range, as on hardware).
     Clear {
-        /// The DIMM.
+        /// The DIMM: its place among the --nvdimm options, from 0.
         dimm: u32,
-        /// `OFFSET+LEN[:OFFSET+LEN...]`.
+        /// OFFSET+LEN[:OFFSET+LEN...], as for inject.
         range: String,
     },
-    /// The error list of one DIMM, or of every DIMM.
+    /// The error list of DIMM (of every DIMM without one), as JSON.
     List {
-        /// The DIMM (every DIMM when absent).
+        /// The DIMM: its place among the --nvdimm options, from 0.
         dimm: Option<u32>,
     },
 }
 
-/// `health` requests.
+/// `health` requests (`pmemvm ctl SOCKET health ...`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::Subcommand))]
 pub enum HealthRequest {
-    /// Change DIMM's SMART values and notify its device.
+    /// Changes DIMM's SMART values (saved in its backing file) and notifies
+    /// its ACPI device (0x81).
     Set {
-        /// The DIMM.
+        /// The DIMM: its place among the --nvdimm options, from 0.
         dimm: u32,
-        /// `health=...`, `temperature=C`, `spares=%`, `alarm=...`.
+        /// health=ok|non-critical|critical|fatal, temperature=C, spares=%,
+        /// alarm=none|spares+mtemp+ctemp (one or more).
+        #[cfg_attr(feature = "clap", arg(required = true))]
         settings: Vec<String>,
     },
-    /// DIMM's SMART values now.
+    /// DIMM's SMART values now, as JSON.
     Get {
-        /// The DIMM.
+        /// The DIMM: its place among the --nvdimm options, from 0.
         dimm: u32,
     },
 }

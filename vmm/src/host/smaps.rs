@@ -232,19 +232,9 @@ garbage line
     fn touched_anonymous_memory_is_measured_in_4k_pages_without_thp() {
         let _lock = crate::memory_test_lock();
         let len = 8 << 20;
-        // SAFETY: an anonymous private mapping, unmapped below; no other code uses it.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        // SAFETY: `p` is a live mapping of `len` bytes.
+        let region = vm_memory::mmap::MmapRegion::<()>::new(len).expect("an anonymous mapping");
+        let p = region.as_ptr().cast::<libc::c_void>();
+        // SAFETY: `p` is the region's live mapping of `len` bytes, unmapped when it drops.
         unsafe {
             libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
             std::ptr::write_bytes(p.cast::<u8>(), 1, len / 2);
@@ -254,8 +244,6 @@ garbage line
         assert!(m[0].resident >= (len / 2) as u64, "{m:?}");
         assert_eq!(m[0].huge_resident, 0);
         assert_eq!(m[0].describe(), "4K pages");
-        // SAFETY: unmapping the mapping made above, no longer used.
-        unsafe { libc::munmap(p, len) };
     }
 
     #[test]

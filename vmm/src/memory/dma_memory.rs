@@ -36,11 +36,16 @@ mod tests {
     fn pmem_ranges_are_reachable_beside_ram_read_only_ones_only_to_read() {
         let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
         let pmem = MmapRegion::new(2 << 20).unwrap();
+        // A `readonly` DIMM: its file mapped shared and PROT_READ.
+        let dir = crate::fresh_test_dir("dma-memory");
+        let file = std::fs::File::create(dir.join("ro.img")).unwrap();
+        file.set_len(1 << 20).unwrap();
+        let file = std::fs::File::open(dir.join("ro.img")).unwrap();
         let ro = MmapRegion::<()>::build(
-            None,
+            Some(vm_memory::FileOffset::new(file, 0)),
             1 << 20,
             libc::PROT_READ,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            libc::MAP_SHARED,
         )
         .unwrap();
         let view = with_pmem(&ram, [(1u64 << 32, &pmem), (2u64 << 32, &ro)])
@@ -67,5 +72,6 @@ mod tests {
         // Overlapping RAM is refused with the range named.
         let e = with_pmem(&ram, [(0u64, &pmem)]).unwrap_err();
         assert!(e.to_string().contains("range at 0x0"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -463,18 +463,8 @@ mod tests {
     fn binding_and_pinning_reach_the_kernel() {
         let _lock = crate::memory_test_lock();
         let len = 2 << 20;
-        // SAFETY: a fresh anonymous mapping, unmapped below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
+        let region = vm_memory::mmap::MmapRegion::<()>::new(len).expect("an anonymous mapping");
+        let p = region.as_ptr();
         bind_memory(p as usize, len, 0, "test memory").unwrap();
         let maps = std::fs::read_to_string("/proc/self/numa_maps").unwrap();
         let line = maps
@@ -482,8 +472,7 @@ mod tests {
             .find(|l| l.starts_with(&format!("{:x} ", p as usize)))
             .unwrap_or_default();
         assert!(line.contains("bind:0"), "{line}");
-        // SAFETY: unmapping the mapping made above.
-        unsafe { libc::munmap(p, len) };
+        drop(region);
         std::thread::spawn(|| {
             pin_current_thread(&[0], "test thread").unwrap();
             let s = std::fs::read_to_string("/proc/thread-self/status").unwrap();

@@ -59,6 +59,33 @@ pub(crate) fn lock_on_host(file: &Path, readonly: bool) -> Result<Option<fs::Fil
     Ok(Some(f))
 }
 
+/// What placing a machine's files in L1 takes: the share, the 9p mounts of
+/// host directories (one per directory) and the host locks of the files.
+struct Placer<'a> {
+    share: &'a Path,
+    mounts: Vec<Mount>,
+    locks: Vec<fs::File>,
+}
+
+impl Placer<'_> {
+    /// Where one backing file is in L1 ([`place_file`]).
+    fn file(
+        &mut self,
+        file: Option<&PathBuf>,
+        temp_name: String,
+        readonly: bool,
+    ) -> Result<String, NestedError> {
+        place_file(
+            self.share,
+            file,
+            temp_name,
+            readonly,
+            &mut self.mounts,
+            &mut self.locks,
+        )
+    }
+}
+
 /// Where one backing file is in L1: a file in the share by its relative
 /// path, another file through a 9p mount of its directory at `/host/dimmN`
 /// (one mount per directory, in `mounts`; locked on the host, see
@@ -128,8 +155,11 @@ pub(crate) fn place_machine(
     share: &Path,
     machine: &MachineSpec,
 ) -> Result<(MachineSpec, Vec<Mount>, HostLocks), NestedError> {
-    let mut mounts: Vec<Mount> = Vec::new();
-    let mut locks = Vec::new();
+    let mut placer = Placer {
+        share,
+        mounts: Vec::new(),
+        locks: Vec::new(),
+    };
     let mut l1 = MachineSpec {
         nvdimms: Vec::new(),
         disks: Vec::new(),
@@ -140,17 +170,9 @@ pub(crate) fn place_machine(
         if spec.hugepages {
             return Err(NestedError::Unsupported("--nvdimm SIZE,hugepages"));
         }
-        let temp = format!("pmem{i}.img");
-        let path = place_file(
-            share,
-            spec.file.as_ref(),
-            temp,
-            spec.readonly,
-            &mut mounts,
-            &mut locks,
-        )?;
+        let path = placer.file(spec.file.as_ref(), format!("pmem{i}.img"), spec.readonly)?;
         let record = match &spec.record {
-            Some(dir) => Some(place_record_dir(dir, &mut mounts)?),
+            Some(dir) => Some(place_record_dir(dir, &mut placer.mounts)?),
             None => None,
         };
         l1.nvdimms.push(NvdimmSpec {
@@ -160,32 +182,17 @@ pub(crate) fn place_machine(
         });
     }
     for (i, spec) in machine.legacy_pmem.iter().enumerate() {
-        let temp = format!("legacy{i}.img");
-        let path = place_file(
-            share,
-            spec.file.as_ref(),
-            temp,
-            spec.readonly,
-            &mut mounts,
-            &mut locks,
-        )?;
+        let path = placer.file(spec.file.as_ref(), format!("legacy{i}.img"), spec.readonly)?;
         l1.legacy_pmem.push(spec.with_file(path.into()));
     }
     for (i, disk) in machine.disks.iter().enumerate() {
-        let path = place_file(
-            share,
-            Some(&disk.path),
-            format!("disk{i}.img"),
-            disk.readonly,
-            &mut mounts,
-            &mut locks,
-        )?;
+        let path = placer.file(Some(&disk.path), format!("disk{i}.img"), disk.readonly)?;
         l1.disks.push(DiskSpec {
             path: PathBuf::from(path),
             readonly: disk.readonly,
         });
     }
-    Ok((l1, mounts, HostLocks(locks)))
+    Ok((l1, placer.mounts, HostLocks(placer.locks)))
 }
 
 /// The file in the share the L1's `pmemvm boot --machine` reads.
