@@ -10,13 +10,6 @@ use vmm::vstate::vm::VmError;
 /// Errors of a subcommand.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
-    /// Building or running the VM.
-    #[error(transparent)]
-    Vm(#[from] VmError),
-    /// The guest image was needed (no `--kernel`, or `--modules` without `--initrd`) and is
-    /// not there.
-    #[error(transparent)]
-    Image(#[from] lab::guest::guest_job::ImageUnavailable),
     /// A job run.
     #[error(transparent)]
     Run(#[from] RunError),
@@ -35,15 +28,6 @@ pub enum CommandError {
     /// Reading a backing file's media state.
     #[error(transparent)]
     Media(#[from] vmm::nvdimm::media::MediaSetupError),
-    /// The debugger's endpoint.
-    #[error(transparent)]
-    Gdb(#[from] vmm::debug::gdb::GdbError),
-    /// `--api`.
-    #[error(transparent)]
-    Api(#[from] vmm::api::ApiError),
-    /// `--dump-on-panic`.
-    #[error(transparent)]
-    Dump(#[from] vmm::debug::dump::DumpError),
     /// `crash-check`'s inputs.
     #[error(transparent)]
     CrashCheck(#[from] lab::study::crash_check::CrashCheckError),
@@ -61,23 +45,39 @@ pub enum CommandError {
     },
 }
 
+/// What building or running a VM meets (the VM, the guest image, the
+/// debugger's endpoint, `--api`, `--dump-on-panic`) is a run's error
+/// ([`RunError`]), whichever command meets it.
+macro_rules! through_a_run {
+    ($($from:ty),*) => {$(
+        impl From<$from> for CommandError {
+            fn from(e: $from) -> Self {
+                Self::Run(RunError::from(e))
+            }
+        }
+    )*};
+}
+through_a_run!(
+    VmError,
+    lab::guest::guest_job::ImageUnavailable,
+    vmm::debug::gdb::GdbError,
+    vmm::api::ApiError,
+    vmm::debug::dump::DumpError
+);
+
 impl vmm::exit_status::Classified for CommandError {
     fn kind(&self) -> vmm::exit_status::ErrorKind {
         use vmm::exit_status::ErrorKind::*;
         match self {
-            Self::Vm(e) => e.kind(),
             Self::Run(e) => e.kind(),
             Self::Bench(e) => e.kind(),
             Self::Kconfig(e) => e.kind(),
             Self::Merge(e) => e.kind(),
             Self::Slurm(e) => e.kind(),
             Self::Media(e) => e.kind(),
-            Self::Gdb(e) => e.kind(),
-            Self::Api(e) => e.kind(),
-            Self::Dump(e) => e.kind(),
             Self::CrashCheck(e) => e.kind(),
             Self::Suite(e) => e.kind(),
-            Self::Image(_) | Self::Output { .. } => Usage,
+            Self::Output { .. } => Usage,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::guest::engine::{self, Machine};
+use crate::guest::engine::{self, EngineError, Machine};
 use crate::guest::guest_job::{self, GuestJob};
 use crate::guest::nested::share::tail;
 use crate::guest::preflight::PreflightError;
@@ -26,9 +26,6 @@ pub use request::{check_output, RunRequest};
 /// Errors of a job run. Partial results are kept in [`RunResult`] where possible.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// Building the VM.
-    #[error(transparent)]
-    Vm(#[from] VmError),
     /// `--api`.
     #[error(transparent)]
     Api(#[from] vmm::api::ApiError),
@@ -41,20 +38,6 @@ pub enum RunError {
     /// The engine failed before or while booting.
     #[error(transparent)]
     Engine(#[from] engine::EngineError),
-    /// pmemvm's VM with its endpoints, run by `boot`.
-    #[error(transparent)]
-    Launch(#[from] vmm::launch::LaunchError),
-    /// A job file cannot be read.
-    #[error("cannot read {what} {path}: {source}")]
-    Input {
-        /// What it is.
-        what: &'static str,
-        /// Path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
     /// An output file cannot be written there.
     #[error("cannot write {path}: {source}")]
     Output {
@@ -79,40 +62,39 @@ pub enum RunError {
     /// `--modules`.
     #[error(transparent)]
     Modules(#[from] crate::guest::modules::ModulesError),
-    /// The engine is not usable here.
-    #[error(transparent)]
-    Unavailable(#[from] engine::Unavailable),
-    /// An option the engine cannot honour (`--pin`, `--api`, `record=` ... on QEMU).
-    #[error(transparent)]
-    Refused(#[from] engine::Refusal),
-
-    /// Host I/O.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
 }
+
+/// The engine's own errors (building the VM, its endpoints, an engine that is
+/// not usable or cannot honour an option) are a run's through [`RunError::Engine`],
+/// whichever layer meets them first.
+macro_rules! through_the_engine {
+    ($($from:ty),*) => {$(
+        impl From<$from> for RunError {
+            fn from(e: $from) -> Self {
+                Self::Engine(engine::EngineError::from(e))
+            }
+        }
+    )*};
+}
+through_the_engine!(
+    VmError,
+    vmm::launch::LaunchError,
+    engine::Unavailable,
+    engine::Refusal
+);
 
 impl vmm::exit_status::Classified for RunError {
     fn kind(&self) -> vmm::exit_status::ErrorKind {
         use vmm::exit_status::ErrorKind::*;
         match self {
-            Self::Vm(e) => e.kind(),
             Self::Engine(e) => e.kind(),
-            Self::Launch(e) => e.kind(),
-            Self::Input { .. } | Self::Output { .. } | Self::Preflight(_) | Self::Image(_) => Usage,
+            Self::Output { .. } | Self::Preflight(_) | Self::Image(_) => Usage,
             Self::Transfer(e) => e.kind(),
             Self::Modules(e) => e.kind(),
-            Self::Unavailable(_) | Self::Refused(_) => Usage,
             Self::Api(e) => e.kind(),
             Self::Dump(e) => e.kind(),
             Self::Gdb(e) => e.kind(),
             Self::Job(_) => Guest,
-            Self::Io { .. } => Environment,
         }
     }
 }
@@ -221,7 +203,7 @@ impl Scratch {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         ));
-        std::fs::create_dir_all(&p).map_err(|source| RunError::Io {
+        std::fs::create_dir_all(&p).map_err(|source| EngineError::Io {
             what: format!("creating {}", p.display()),
             source,
         })?;
@@ -389,7 +371,7 @@ fn collect_ended(
         String::from_utf8_lossy(&std::fs::read(outputs.console).unwrap_or_default()).into_owned();
     result.console_tail = tail(&console_text, 40);
     if let Some(log) = outputs.console_log {
-        std::fs::write(log, console_text.as_bytes()).map_err(|source| RunError::Io {
+        std::fs::write(log, console_text.as_bytes()).map_err(|source| EngineError::Io {
             what: format!("writing the console log {}", log.display()),
             source,
         })?;
@@ -430,7 +412,7 @@ pub fn check_inputs(boot: &vmm::config::BootFiles) -> Result<(), RunError> {
                 Ok(())
             }
         });
-        opened.map_err(|source| RunError::Input {
+        opened.map_err(|source| EngineError::Input {
             what,
             path: path.clone(),
             source,

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::{check_inputs, Engine, RunControl, RunError, RunSpec, Workload};
 use crate::guest::args::{parse_seconds, ConsoleArgs, GdbArgs, KernelArgs, MachineArgs};
+use crate::guest::engine::EngineError;
 use crate::guest::transfer::{CommandJob, GetSpec, PutSpec, TransferError};
 
 /// `pmemvm run`'s request: its command-line options (clap), spelled once here
@@ -100,15 +101,15 @@ fn parse_transfer_size(s: &str) -> Result<u64, String> {
 }
 
 /// A file the job needs, read (a directory is refused by name).
-fn read_input(path: &Path, what: &'static str) -> Result<String, RunError> {
+fn read_input(path: &Path, what: &'static str) -> Result<String, EngineError> {
     if path.is_dir() {
-        return Err(RunError::Input {
+        return Err(EngineError::Input {
             what,
             path: path.into(),
             source: std::io::Error::new(std::io::ErrorKind::IsADirectory, "it is a directory"),
         });
     }
-    std::fs::read_to_string(path).map_err(|source| RunError::Input {
+    std::fs::read_to_string(path).map_err(|source| EngineError::Input {
         what,
         path: path.into(),
         source,
