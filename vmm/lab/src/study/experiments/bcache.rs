@@ -28,10 +28,7 @@ pub const DEFAULT_BUCKET_KB: u64 = 512;
 /// The thread's cache device had this many buckets.
 pub const THREAD_BUCKETS: u64 = 2048;
 
-const SETUP: (&str, &str) = (
-    "guest-images/jobs/bcache.setup.sh",
-    include_str!("../../../../../guest-images/jobs/bcache.setup.sh"),
-);
+const SETUP: (&str, &str) = guest_images_file!("jobs/bcache.setup.sh");
 
 /// make-bcache's bucket for a cache of `size` bytes: the default, halved until the cache has
 /// the thread's 2048 buckets (the kernel refuses caches with too few).
@@ -80,24 +77,15 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
     vars.insert("RUNTIME", c.runtime.to_string());
     let phases = pmem::script_phases(e.kind, &vars)?;
     vars.extend(setup_vars);
+    let setup = Some(Setup {
+        template: SETUP.0,
+        script,
+    });
     Ok(ExperimentPlan {
-        experiment: e.name,
-        thread: e.upstream_source,
-        vars,
-        setup: Some(Setup {
-            template: SETUP.0,
-            script,
-        }),
-        phases,
-        sides: Vec::new(),
+        setup,
         extra_cmdline,
-        nvdimm_bytes: None,
-        vcpus: c.vcpus,
-        jobs: c.jobs,
-        many_job_phases: e.kind.many_job_phases(),
         min_guest_mem_mib: 2 * (size / MIB) + 512,
-        guest_mem_mib: 0,
-        deviations,
+        ..c.plan(e, vars, phases, deviations)
     })
 }
 

@@ -157,6 +157,36 @@ pub const GUEST_MEM_PER_JOB_MIB: u64 = 8;
 /// The smallest default guest RAM, MiB.
 pub const GUEST_MEM_FLOOR_MIB: u64 = 1024;
 
+impl super::Common {
+    /// The plan of experiment `e` with these values, `phases` and `deviations`: no
+    /// setup, sides, extra kernel parameters or NVDIMM, 512 MiB of guest RAM at least
+    /// (each experiment sets what it has beyond that).
+    pub(crate) fn plan(
+        &self,
+        e: &super::Experiment,
+        vars: BTreeMap<&'static str, String>,
+        phases: Vec<Phase>,
+        deviations: Vec<Deviation>,
+    ) -> ExperimentPlan {
+        ExperimentPlan {
+            experiment: e.name,
+            thread: e.upstream_source,
+            vars,
+            setup: None,
+            phases,
+            sides: Vec::new(),
+            extra_cmdline: Vec::new(),
+            nvdimm_bytes: None,
+            vcpus: self.vcpus,
+            jobs: self.jobs,
+            many_job_phases: e.kind.many_job_phases(),
+            min_guest_mem_mib: 512,
+            guest_mem_mib: 0,
+            deviations,
+        }
+    }
+}
+
 impl ExperimentPlan {
     /// The default guest RAM, MiB: the experiment's minimum plus [`GUEST_MEM_PER_JOB_MIB`] per
     /// job of the many-job phases, at least [`GUEST_MEM_FLOOR_MIB`].

@@ -25,18 +25,9 @@ pub const THREAD_RANDWRITE_IODEPTH: u32 = 2;
 /// Randread runs per side.
 pub const THREAD_REPETITIONS: u32 = 3;
 
-const VERIFY: (&str, &str) = (
-    "guest-images/jobs/write-and-verify.fio",
-    include_str!("../../../../../guest-images/jobs/write-and-verify.fio"),
-);
-const RANDWRITE: (&str, &str) = (
-    "guest-images/jobs/randwrite.fio",
-    include_str!("../../../../../guest-images/jobs/randwrite.fio"),
-);
-const RANDREAD: (&str, &str) = (
-    "guest-images/jobs/randread.fio",
-    include_str!("../../../../../guest-images/jobs/randread.fio"),
-);
+const VERIFY: (&str, &str) = guest_images_file!("jobs/write-and-verify.fio");
+const RANDWRITE: (&str, &str) = guest_images_file!("jobs/randwrite.fio");
+const RANDREAD: (&str, &str) = guest_images_file!("jobs/randread.fio");
 
 /// A phase from a job-file template.
 pub(super) fn phase(
@@ -216,19 +207,7 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
     vars.insert("RUNTIME", c.runtime.to_string());
     let phases = script_phases(e.kind, &vars)?;
     Ok(ExperimentPlan {
-        experiment: e.name,
-        thread: e.upstream_source,
-        vars,
-        setup: None,
-        phases,
-        sides: Vec::new(),
-        extra_cmdline: Vec::new(),
         nvdimm_bytes: Some(nvdimm),
-        vcpus: c.vcpus,
-        jobs: c.jobs,
-        many_job_phases: e.kind.many_job_phases(),
-        min_guest_mem_mib: 512,
-        guest_mem_mib: 0,
-        deviations,
+        ..c.plan(e, vars, phases, deviations)
     })
 }

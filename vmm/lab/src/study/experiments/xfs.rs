@@ -28,14 +28,8 @@ pub const THREAD_AGCOUNT: u64 = 1024;
 pub const MIN_NVDIMM: u64 = 512 * MIB;
 const BS: u64 = 2 * MIB;
 
-const JOB: (&str, &str) = (
-    "guest-images/jobs/xfs-dax-write.fio",
-    include_str!("../../../../../guest-images/jobs/xfs-dax-write.fio"),
-);
-const SETUP: (&str, &str) = (
-    "guest-images/jobs/xfs-dax-write.setup.sh",
-    include_str!("../../../../../guest-images/jobs/xfs-dax-write.setup.sh"),
-);
+const JOB: (&str, &str) = guest_images_file!("jobs/xfs-dax-write.fio");
+const SETUP: (&str, &str) = guest_images_file!("jobs/xfs-dax-write.setup.sh");
 
 /// Bytes the files of all jobs may take on an NVDIMM of `nvdimm` bytes: the file system is the
 /// device less the fsdax page map (1/64); of that, the 64 MiB log and a reserve of 1/32 (at
@@ -93,25 +87,16 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         job_file: super::template::render_job(JOB.0, JOB.1, &vars)?,
     };
     vars.extend(setup_vars);
+    let setup = Some(Setup {
+        template: SETUP.0,
+        script,
+    });
     Ok(ExperimentPlan {
-        experiment: e.name,
-        thread: e.upstream_source,
-        vars,
-        setup: Some(Setup {
-            template: SETUP.0,
-            script,
-        }),
-        phases: vec![phase],
-        sides: Vec::new(),
-        extra_cmdline: Vec::new(),
+        setup,
         nvdimm_bytes: Some(nvdimm),
-        vcpus: c.vcpus,
-        jobs: c.jobs,
-        many_job_phases: e.kind.many_job_phases(),
         // fio's --alloc-size=1048576 (KiB) maps a 1 GiB shared pool: the guest needs room for it.
         min_guest_mem_mib: 1024 + 512,
-        guest_mem_mib: 0,
-        deviations,
+        ..c.plan(e, vars, vec![phase], deviations)
     })
 }
 
