@@ -114,12 +114,7 @@ fn new_report(req: &BenchRequest, prepared: &Prepared) -> BenchReport {
 
 /// The bench's first progress lines: what boots, what each runs, where.
 fn announce(req: &BenchRequest, prepared: &Prepared, report: &BenchReport, boots: usize) {
-    let Prepared {
-        experiment,
-        plan,
-        memory,
-        engine,
-    } = prepared;
+    let (plan, engine) = (&prepared.plan, &prepared.engine);
     let what = match &req.only {
         Some(t) => format!(
             "only boot {} of side {} (--only {t}; --runs {})",
@@ -141,11 +136,11 @@ fn announce(req: &BenchRequest, prepared: &Prepared, report: &BenchReport, boots
     };
     progress(&format!(
         "{}: {what}, each: {}{}; {} vCPU(s), {} MiB RAM, {} fio job(s), engine {}{functional}; writing to {}",
-        experiment.name,
+        prepared.experiment.name,
         if plan.setup.is_some() { "setup, " } else { "" },
         phases.join(", "),
         plan.vcpus,
-        memory >> 20,
+        prepared.memory >> 20,
         plan.jobs,
         report.engine,
         req.out.display()

@@ -116,33 +116,10 @@ pub fn ending(outcome: &BenchOutcome, out: &Path, fail_on_check: bool) -> Ending
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::study::report::failures::tests::{good, report, run};
-    use crate::study::report::{CheckRecord, VerifyExpectation};
+    use crate::study::report::failures::tests::nowait_report_with_the_race;
 
     fn outcome(interrupted_by: Option<i32>) -> BenchOutcome {
-        let mut r = report(vec![run("off", 1, good()), run("on", 1, good())]);
-        r.experiment = "pmem-nowait".into();
-        r.verify_expectation = Some(VerifyExpectation {
-            job: "write-and-verify".into(),
-            fails_off: true,
-            fails_on: false,
-            thread: String::new(),
-        });
-        let check = |side: &str, error: Option<&str>| CheckRecord {
-            side: side.into(),
-            boot: 1,
-            phase: "write-and-verify".into(),
-            role: "check".into(),
-            error: error.map(str::to_owned),
-            command: String::new(),
-        };
-        r.checks = vec![
-            check(
-                "off",
-                Some("fio error 84 in job write-and-verify (verify: bad header numberio 7156, wanted 7159 at file /dev/pmem0 offset 19742720, length 4096)"),
-            ),
-            check("on", None),
-        ];
+        let r = nowait_report_with_the_race();
         BenchOutcome {
             report: r,
             files: vec!["out/report.json".into()],

@@ -143,7 +143,9 @@ pub fn bench_exit_status(failed: &[FailedRun]) -> u8 {
 pub(crate) mod tests {
     use super::*;
     use crate::study::fio::{FioSummary, JobError};
-    use crate::study::report::{Accelerator, HostInfo, RunRecord, Upstream};
+    use crate::study::report::{
+        Accelerator, CheckRecord, HostInfo, RunRecord, Upstream, VerifyExpectation,
+    };
 
     pub(crate) fn run(side: &str, run: u32, outcome: RunOutcome) -> RunRecord {
         RunRecord {
@@ -270,11 +272,14 @@ pub(crate) mod tests {
         );
     }
 
-    #[test]
-    fn a_failed_verify_is_a_result_unless_fail_on_check_and_other_failures_still_fail() {
-        use crate::study::report::{CheckRecord, VerifyExpectation};
-        let race = "fio error 84 in job write-and-verify (verify: bad header numberio 7156, \
-                    wanted 7159 at file /dev/pmem0 offset 19742720, length 4096)";
+    /// fio's verify error of the "pmem: set QUEUE_FLAG_NOWAIT" thread's race.
+    pub(crate) const VERIFY_RACE: &str = "fio error 84 in job write-and-verify (verify: bad \
+        header numberio 7156, wanted 7159 at file /dev/pmem0 offset 19742720, length 4096)";
+
+    /// pmem-nowait with the thread's expectation (the verify fails with the flag
+    /// off only), one good run a side, and the off side's verify check failed with
+    /// [`VERIFY_RACE`].
+    pub(crate) fn nowait_report_with_the_race() -> BenchReport {
         let check = |side: &str, error: Option<&str>| CheckRecord {
             side: side.into(),
             boot: 1,
@@ -291,7 +296,14 @@ pub(crate) mod tests {
             fails_on: false,
             thread: String::new(),
         });
-        r.checks = vec![check("off", Some(race)), check("on", None)];
+        r.checks = vec![check("off", Some(VERIFY_RACE)), check("on", None)];
+        r
+    }
+
+    #[test]
+    fn a_failed_verify_is_a_result_unless_fail_on_check_and_other_failures_still_fail() {
+        let race = VERIFY_RACE;
+        let mut r = nowait_report_with_the_race();
         assert_eq!(r.failed_runs().len(), 1);
         assert_eq!(r.verify_failures().len(), 1);
         assert!(r.exit_failures(false).is_empty());

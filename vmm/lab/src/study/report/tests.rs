@@ -13,23 +13,16 @@ pub(super) fn summary(fixture: &str, group: u64) -> FioSummary {
 }
 
 pub(super) fn ok(side: &str, run: u32, summary: FioSummary) -> RunRecord {
+    let outcome = RunOutcome::Ok {
+        summary: Box::new(summary),
+    };
     RunRecord {
-        side: side.into(),
-        run,
         kernel_cmdline: Some(format!(
             "console=ttyS0 nd_pmem.nowait={}",
             u8::from(side == "on")
         )),
-        outcome: RunOutcome::Ok {
-            summary: Box::new(summary),
-        },
         boot: run,
-        phase: String::new(),
-        provenance: None,
-        command: String::new(),
-        machine: None,
-        series: None,
-        series_error: None,
+        ..super::failures::tests::run(side, run, outcome)
     }
 }
 
@@ -61,19 +54,14 @@ pub(super) fn sample(accelerator: Accelerator) -> BenchReport {
             ok("off", 1, summary("groups.json", 1)),
             ok("off", 2, summary("libaio-psync.json", 0)),
             RunRecord {
-                side: "off".into(),
-                run: 3,
-                kernel_cmdline: None,
-                outcome: RunOutcome::Failed {
-                    error: "guest did not reach init within 120 s".into(),
-                },
                 boot: 3,
-                phase: String::new(),
-                provenance: None,
-                command: String::new(),
-                machine: None,
-                series: None,
-                series_error: None,
+                ..super::failures::tests::run(
+                    "off",
+                    3,
+                    RunOutcome::Failed {
+                        error: "guest did not reach init within 120 s".into(),
+                    },
+                )
             },
             ok("on", 1, summary("group-reporting.json", 0)),
             ok("on", 2, summary("normal-json.out", 0)),
