@@ -34,20 +34,10 @@ pub mod virtio;
 
 /// A scratch file for unit tests: read-write, already unlinked, `len` bytes of zeros.
 #[cfg(test)]
-pub(crate) fn scratch_file(tag: &str, len: u64) -> std::fs::File {
-    let path = std::env::temp_dir().join(format!(
-        "pmemvm-devices-{tag}-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .expect("create a scratch file");
-    std::fs::remove_file(&path).expect("unlink the scratch file");
+pub(crate) fn scratch_file(len: u64) -> std::fs::File {
+    let file = vmm_sys_util::tempfile::TempFile::new()
+        .expect("create a scratch file")
+        .into_file();
     file.set_len(len).expect("size the scratch file");
     file
 }

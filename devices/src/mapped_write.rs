@@ -82,7 +82,7 @@ mod tests {
     #[test]
     fn bytes_across_a_page_boundary_land_where_pwrite_would_put_them() {
         // Any file works through a mapping; a regular one shows the bytes are where asked.
-        let f = crate::scratch_file("mapped-write", 2 * MAPPED_PAGE);
+        let f = crate::scratch_file(2 * MAPPED_PAGE);
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         let at = MAPPED_PAGE - 4000;
         write_through_mapping(&f, at, &data).unwrap();

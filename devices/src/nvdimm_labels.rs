@@ -220,16 +220,9 @@ mod tests {
 
     #[test]
     fn file_labels_pread_pwrite() {
-        let dir = std::env::temp_dir().join(format!("pmemvm-dsm-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("backing.img");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
+        let backing = vmm_sys_util::tempfile::TempFile::new().unwrap();
+        let path = backing.as_path().to_path_buf();
+        let file = backing.as_file().try_clone().unwrap();
         // 1 MiB of "data" followed by a 128 KiB label area.
         file.set_len((1 << 20) + (128 << 10)).unwrap();
         let labels = FileLabels::new(file, 1 << 20, 128 << 10, false);
@@ -272,6 +265,5 @@ mod tests {
         // A label area past the end of the file reads as an error, not zeros.
         let f = FileLabels::new(std::fs::File::open(&path).unwrap(), 2 << 20, 16, false);
         assert!(f.read_label(0, &mut buf).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -178,20 +178,9 @@ mod tests {
     }
 
     fn tempfile() -> File {
-        let path = std::env::temp_dir().join(format!(
-            "pmemvm-kvm-stats-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
-        std::fs::remove_file(&path).unwrap();
-        f
+        vmm_sys_util::tempfile::TempFile::new()
+            .expect("a temporary file")
+            .into_file()
     }
 
     #[test]

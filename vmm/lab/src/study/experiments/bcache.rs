@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use super::{
     common, human, pmem, runtime_deviation, BenchParams, Deviation, Experiment, ExperimentError,
-    ExperimentPlan, Kind, Setup, GIB, MIB,
+    ExperimentPlan, Kind, GIB, MIB,
 };
 
 /// The thread's null_blk device size (`gb=1`) and fio `--size`.
@@ -66,7 +66,7 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
     setup_vars.insert("NULLB_CONFIGFS", u8::from(configfs).to_string());
     setup_vars.insert("NULLB_MB", (size / MIB).to_string());
     setup_vars.insert("BUCKET_KB", bucket.to_string());
-    let script = super::template::render_setup(SETUP.0, SETUP.1, &setup_vars)?;
+    let setup = super::template::setup(SETUP, &setup_vars)?;
 
     let mut vars: BTreeMap<&'static str, String> = BTreeMap::new();
     vars.insert("FILENAME", "/dev/bcache0".into());
@@ -77,12 +77,8 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
     vars.insert("RUNTIME", c.runtime.to_string());
     let phases = pmem::script_phases(e.kind, &vars)?;
     vars.extend(setup_vars);
-    let setup = Some(Setup {
-        template: SETUP.0,
-        script,
-    });
     Ok(ExperimentPlan {
-        setup,
+        setup: Some(setup),
         extra_cmdline,
         min_guest_mem_mib: 2 * (size / MIB) + 512,
         ..c.plan(e, vars, phases, deviations)

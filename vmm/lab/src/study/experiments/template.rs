@@ -61,6 +61,18 @@ pub fn render_job(
     Ok(out)
 }
 
+/// The setup step of a plan from the setup script `file` (its path and text)
+/// with `vars` ([`render_setup`]).
+pub(crate) fn setup(
+    file: (&'static str, &str),
+    vars: &BTreeMap<&'static str, String>,
+) -> Result<super::plan::Setup, ExperimentError> {
+    Ok(super::plan::Setup {
+        template: file.0,
+        script: render_setup(file.0, file.1, vars)?,
+    })
+}
+
 /// Inserts `NAME='value'` lines below the script's leading comment block.
 pub fn render_setup(
     file: &'static str,

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use super::{
     common, human, plan::Phase, BenchParams, Deviation, Experiment, ExperimentError,
-    ExperimentPlan, PhaseRole, Setup, GIB, MIB,
+    ExperimentPlan, PhaseRole, GIB, MIB,
 };
 
 /// The thread's pmem device.
@@ -77,7 +77,7 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
     vars.insert("IODEPTH", c.iodepth.unwrap_or(1).to_string());
     let mut setup_vars: BTreeMap<&'static str, String> = BTreeMap::new();
     setup_vars.insert("AGCOUNT", agcount.to_string());
-    let script = super::template::render_setup(SETUP.0, SETUP.1, &setup_vars)?;
+    let setup = super::template::setup(SETUP, &setup_vars)?;
     let phase = Phase {
         name: "ten-256m-per-thread".into(),
         job: "ten-256m-per-thread",
@@ -87,12 +87,8 @@ pub(super) fn plan(e: &Experiment, p: &BenchParams) -> Result<ExperimentPlan, Ex
         job_file: super::template::render_job(JOB.0, JOB.1, &vars)?,
     };
     vars.extend(setup_vars);
-    let setup = Some(Setup {
-        template: SETUP.0,
-        script,
-    });
     Ok(ExperimentPlan {
-        setup,
+        setup: Some(setup),
         nvdimm_bytes: Some(nvdimm),
         // fio's --alloc-size=1048576 (KiB) maps a 1 GiB shared pool: the guest needs room for it.
         min_guest_mem_mib: 1024 + 512,
