@@ -172,6 +172,57 @@ pub const LEGACY_PMEM_ALIGN: u64 = 1 << 30;
 /// It also covers `memremap_pages`' 2 MiB subsection rule.
 pub const LEGACY_PMEM_SIZE_ALIGN: u64 = NVDIMM_REGION_ALIGN;
 
+// ---- CXL persistent memory (`--cxl-pmem`) ---------------------------------
+
+/// A CXL device's capacity is a whole number of these (Identify reports it in
+/// 256 MiB units; a fixed memory window and a region are 256 MiB aligned).
+pub const CXL_CAPACITY_UNIT: u64 = 256 << 20;
+/// Default label storage area of a CXL memory device (ndctl's and
+/// `cxl_test`'s 128 KiB), after the capacity in the backing file.
+pub const CXL_DEFAULT_LABEL_SIZE: u64 = 128 << 10;
+/// Smallest label area accepted.
+pub const CXL_MIN_LABEL_SIZE: u64 = 128 << 10;
+/// Largest label area accepted.
+pub const CXL_MAX_LABEL_SIZE: u64 = 16 << 20;
+/// Most `--cxl-pmem` devices: one host bridge, root port and window each.
+pub const CXL_MAX_DEVICES: usize = 16;
+/// The first host bridge's root bus; host bridge *n* has buses
+/// `CXL_FIRST_BUS + CXL_BUSES_PER_HOST_BRIDGE * n` and the next three (its
+/// root port on the first, the device on the second).
+pub const CXL_FIRST_BUS: u8 = 0x0c;
+/// Buses each CXL host bridge decodes.
+pub const CXL_BUSES_PER_HOST_BRIDGE: u8 = 4;
+/// PCIe enhanced configuration space (ECAM, the MCFG's window) of segment 0,
+/// 1 MiB per bus from bus 0, E820-reserved; Linux takes a window below 4 GiB
+/// only when there is no DMI.
+pub const CXL_ECAM_START: GuestAddress = GuestAddress(0xe000_0000);
+/// Room for the ECAM: 128 buses.
+pub const CXL_ECAM_MAX_SIZE: u64 = 128 << 20;
+/// Each CXL host bridge's memory window below 4 GiB (its `_CRS`), where its
+/// devices' BARs go: host bridge *n* at `CXL_HOST_BRIDGE_MMIO_START + n *
+/// CXL_HOST_BRIDGE_MMIO_SIZE`.
+pub const CXL_HOST_BRIDGE_MMIO_START: GuestAddress = GuestAddress(0xe800_0000);
+/// Size of one host bridge's window (a bridge window is at least 1 MiB; the
+/// device's register BAR is 128 KiB).
+pub const CXL_HOST_BRIDGE_MMIO_SIZE: u64 = 4 << 20;
+/// The host bridges' component registers (CHBCR, 64 KiB each, the CEDT's
+/// CHBS), in no `_CRS` and not in E820.
+pub const CXL_CHBCR_START: GuestAddress = GuestAddress(0xf000_0000);
+
+const _: () = assert!(
+    CXL_ECAM_START.0 + CXL_ECAM_MAX_SIZE <= CXL_HOST_BRIDGE_MMIO_START.0
+        && CXL_HOST_BRIDGE_MMIO_START.0 + CXL_MAX_DEVICES as u64 * CXL_HOST_BRIDGE_MMIO_SIZE
+            <= CXL_CHBCR_START.0
+        && CXL_CHBCR_START.0 + CXL_MAX_DEVICES as u64 * 0x1_0000 <= NVDIMM_FLUSH_HINT_START.0
+        && VIRTIO_MMIO_START.0 + 0x1000_0000 <= CXL_ECAM_START.0,
+    "CXL ranges overlap each other or the MMIO hole's other ranges"
+);
+const _: () = assert!(
+    (CXL_FIRST_BUS as u64 + CXL_MAX_DEVICES as u64 * CXL_BUSES_PER_HOST_BRIDGE as u64) << 20
+        <= CXL_ECAM_MAX_SIZE,
+    "the ECAM does not cover every CXL bus"
+);
+
 // ---- I/O ports ---------------------------------------------------------------
 
 /// i8042 keyboard controller: data port 0x60, command port 0x64 (a write of

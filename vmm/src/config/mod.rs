@@ -2,6 +2,8 @@
 //! and the validated [`VmConfig`] every other module works from.
 
 pub mod badblocks;
+pub mod cxl_pmem;
+pub use cxl_pmem::{CxlPmemError, CxlPmemSpec};
 pub mod disk;
 
 pub use disk::{DiskSpec, DiskSpecError};
@@ -224,7 +226,11 @@ pub fn size_text(bytes: u64) -> String {
 
 /// The phrase naming the valid region sizes nearest to `bytes`.
 pub(crate) fn nearest_region_sizes(bytes: u64) -> String {
-    let align = layout::NVDIMM_REGION_ALIGN;
+    nearest_sizes(bytes, layout::NVDIMM_REGION_ALIGN)
+}
+
+/// The phrase naming the multiples of `align` nearest to `bytes` (`align` > 0).
+pub(crate) fn nearest_sizes(bytes: u64, align: u64) -> String {
     let below = bytes - bytes % align;
     let above = below.checked_add(align);
     match (below, above) {
