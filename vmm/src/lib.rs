@@ -21,6 +21,7 @@ pub mod api;
 pub mod boot;
 pub mod config;
 pub mod console;
+pub mod cxl;
 pub mod debug;
 pub mod disk;
 pub mod exit_status;
