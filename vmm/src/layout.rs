@@ -214,7 +214,8 @@ const _: () = assert!(
         && CXL_HOST_BRIDGE_MMIO_START.0 + CXL_MAX_DEVICES as u64 * CXL_HOST_BRIDGE_MMIO_SIZE
             <= CXL_CHBCR_START.0
         && CXL_CHBCR_START.0 + CXL_MAX_DEVICES as u64 * 0x1_0000 <= NVDIMM_FLUSH_HINT_START.0
-        && VIRTIO_MMIO_START.0 + 0x1000_0000 <= CXL_ECAM_START.0,
+        && VIRTIO_MMIO_START.0 + 0x1000_0000 <= CXL_ECAM_START.0
+        && (CXL_FIRST_BUS as usize + CXL_MAX_DEVICES * CXL_BUSES_PER_HOST_BRIDGE as usize) <= 256,
     "CXL ranges overlap each other or the MMIO hole's other ranges"
 );
 const _: () = assert!(

@@ -159,16 +159,23 @@ impl CxlPlatform {
 
 /// Device `n` of `spec` with its window at `base`.
 fn place_one(n: usize, spec: &CxlPmemSpec, base: u64) -> PlacedCxlDevice {
-    // `n` < CXL_MAX_DEVICES (16), so these fit their types (checked at
-    // compile time in layout.rs: every bus is below the ECAM's end).
+    // n < CXL_MAX_DEVICES (16): layout.rs checks at compile time that every
+    // bus, BAR window and CHBCR of 16 host bridges fits its range, all of
+    // which are below 4 GiB.
     let index = n as u64;
-    let root_bus = layout::CXL_FIRST_BUS + layout::CXL_BUSES_PER_HOST_BRIDGE * n as u8;
+    let root_bus =
+        u64::from(layout::CXL_FIRST_BUS) + u64::from(layout::CXL_BUSES_PER_HOST_BRIDGE) * index;
+    let root_bus = u8::try_from(root_bus).unwrap_or(u8::MAX);
     let mmio32 = layout::CXL_HOST_BRIDGE_MMIO_START.0 + index * layout::CXL_HOST_BRIDGE_MMIO_SIZE;
+    let mmio32 = (
+        u32::try_from(mmio32).unwrap_or(u32::MAX),
+        u32::try_from(layout::CXL_HOST_BRIDGE_MMIO_SIZE).unwrap_or(u32::MAX),
+    );
     let host_bridge = HostBridge {
         uid: u32::from(root_bus),
         registers: layout::CXL_CHBCR_START.0 + index * cedt::CHBCR_SIZE,
         buses: (root_bus, root_bus + layout::CXL_BUSES_PER_HOST_BRIDGE - 1),
-        mmio32: (mmio32 as u32, layout::CXL_HOST_BRIDGE_MMIO_SIZE as u32),
+        mmio32,
     };
     let window = FixedWindow {
         base,
