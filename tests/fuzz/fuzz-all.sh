@@ -13,7 +13,7 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 export RUSTC_BOOTSTRAP=1
 mkdir -p logs
 cargo fuzz build -O -a
-for target in dsm media_dsm pio_bus flush_hint config get_archive virtio_blk control verify_line cxl_mailbox cxl_config; do
+for target in dsm media_dsm pio_bus flush_hint config get_archive virtio_blk control verify_line cxl_mailbox cxl_config cxl_bus; do
     max_len=4096
     [ "$target" = dsm ] && max_len=16400 # up to four request pages per input
     [ "$target" = get_archive ] && max_len=8192 # a few tar entries

@@ -5,6 +5,8 @@
 //! The long runs (≥ 1M executions per target with libFuzzer) are described
 //! in docs/robustness.md.
 
+#[path = "../fuzz/src/cxl_bus.rs"]
+mod cxl_bus;
 #[path = "../fuzz/src/cxl_config.rs"]
 mod cxl_config;
 #[path = "../fuzz/src/cxl_mailbox.rs"]
@@ -172,5 +174,24 @@ fn cxl_config_space_and_decoders_survive_a_hostile_driver_and_commit_for_real() 
     assert!(
         commits > 0 && resets > 0,
         "{commits} commits, {resets} resets"
+    );
+}
+
+#[test]
+fn the_cxl_platform_bus_survives_a_hostile_driver_and_maps_only_inside_the_window() {
+    smoke("cxl_bus", 0xcb5, 12 * 40, cxl_bus::run);
+    // Each input on a fresh platform (a random write may lock a decoder for good).
+    let mut rng = Rng(0xcb5);
+    let (mut maps, mut refusals) = (0, 0);
+    for _ in 0..INPUTS / 5 {
+        let mut p = cxl_bus::platform();
+        cxl_bus::run_on(&mut p, &rng.bytes(12 * 40));
+        let (m, r) = p.counts();
+        (maps, refusals) = (maps + m, refusals + r);
+    }
+    eprintln!("cxl_bus smoke: {maps} mappings, {refusals} refused commits");
+    assert!(
+        maps > 0 && refusals > 0,
+        "{maps} mappings, {refusals} refused"
     );
 }

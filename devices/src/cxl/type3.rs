@@ -106,7 +106,7 @@ impl Type3Device {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::io;
 
     use super::*;
@@ -144,7 +144,9 @@ mod tests {
         }
     }
 
-    fn device() -> Type3Device {
+    /// A 1 GiB device with serial 7, a 4 KiB label area that reads zeros and media
+    /// that take every write.
+    pub(crate) fn device() -> Type3Device {
         let memdev = Memdev::new(1 << 30, Box::new(NoLabels), Box::new(NoMedia)).unwrap();
         Type3Device::new(7, memdev)
     }

@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod control;
+pub mod cxl_bus;
 pub mod cxl_config;
 pub mod cxl_mailbox;
 pub mod dsm;
