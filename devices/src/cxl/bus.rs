@@ -104,21 +104,28 @@ impl CxlBus {
         }
     }
 
-    /// The device whose BAR0 holds guest address `addr`, and the offset in it.
-    fn device_at(&self, addr: u64) -> Option<(&SharedType3, u64)> {
-        self.devices.iter().find_map(|d| {
-            let bar = lock(&d.device).bar0()?;
-            let offset = addr.checked_sub(bar)?;
-            (offset < BAR0_SIZE).then_some((&d.device, offset))
-        })
-    }
-
-    /// The host bridge block at range offset `offset`, and the offset in it.
-    fn bridge_at(&mut self, offset: u64) -> Option<(&mut ComponentRegisters, u64)> {
-        self.bridges.iter_mut().find_map(|(at, regs)| {
+    /// Where range offset `offset` goes: the ECAM, a host bridge's block
+    /// (by index) or the device whose BAR0 the guest placed there, with the
+    /// offset inside it.
+    fn route(&self, offset: u64) -> Target {
+        if let Some(o) = offset
+            .checked_sub(self.ecam_at)
+            .filter(|o| *o < self.ecam.len())
+        {
+            return Target::Ecam(o);
+        }
+        let bridge = self.bridges.iter().enumerate().find_map(|(i, (at, _))| {
             let o = offset.checked_sub(*at)?;
-            (o < COMPONENT_LEN as u64).then_some((regs, o))
-        })
+            (o < COMPONENT_LEN as u64).then_some(Target::Bridge(i, o))
+        });
+        let addr = self.base.saturating_add(offset);
+        let device = || {
+            self.devices.iter().find_map(|d| {
+                let o = addr.checked_sub(lock(&d.device).bar0()?)?;
+                (o < BAR0_SIZE).then(|| Target::Device(d.device.clone(), o))
+            })
+        };
+        bridge.or_else(device).unwrap_or(Target::None)
     }
 
     /// The decoder changes of every device since the last call, as mappings.
@@ -188,35 +195,30 @@ fn lock(d: &SharedType3) -> std::sync::MutexGuard<'_, Type3Device> {
     d.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Where an access goes ([`CxlBus::route`]).
+enum Target {
+    Ecam(u64),
+    Bridge(usize, u64),
+    Device(SharedType3, u64),
+    None,
+}
+
 impl BusDevice for CxlBus {
     fn read(&mut self, offset: u64, data: &mut [u8]) {
-        if let Some(o) = offset
-            .checked_sub(self.ecam_at)
-            .filter(|o| *o < self.ecam.len())
-        {
-            return self.ecam.read(o, data);
-        }
-        if let Some((regs, o)) = self.bridge_at(offset) {
-            return regs.read(o, data);
-        }
-        match self.device_at(self.base.saturating_add(offset)) {
-            Some((d, o)) => lock(d).bar_read(o, data),
-            None => data.fill(0xff),
+        match self.route(offset) {
+            Target::Ecam(o) => self.ecam.read(o, data),
+            Target::Bridge(i, o) => self.bridges[i].1.read(o, data),
+            Target::Device(d, o) => lock(&d).bar_read(o, data),
+            Target::None => data.fill(0xff),
         }
     }
 
     fn write(&mut self, offset: u64, data: &[u8]) {
-        if let Some(o) = offset
-            .checked_sub(self.ecam_at)
-            .filter(|o| *o < self.ecam.len())
-        {
-            return self.ecam.write(o, data);
-        }
-        if let Some((regs, o)) = self.bridge_at(offset) {
-            return regs.write(o, data);
-        }
-        if let Some((d, o)) = self.device_at(self.base.saturating_add(offset)) {
-            lock(d).bar_write(o, data);
+        match self.route(offset) {
+            Target::Ecam(o) => self.ecam.write(o, data),
+            Target::Bridge(i, o) => self.bridges[i].1.write(o, data),
+            Target::Device(d, o) => lock(&d).bar_write(o, data),
+            Target::None => {}
         }
     }
 }
