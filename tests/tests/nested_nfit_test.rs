@@ -60,6 +60,7 @@ fn listing(dir: &Path) -> Vec<(String, u64)> {
 }
 
 #[test]
+#[ignore = "full: ndctl's default set on nfit_test takes about 210 s of nested TCG time; the landing tier's ndctl check is nested_ndctl_suite"]
 fn ndctl_default_set_passes_on_nfit_test_built_against_the_users_modular_kernel() {
     let src = require!(pmemvm_tests::ndctl::source());
     let kernel = require!(pmemvm_tests::own_kernel::modular_kernel());

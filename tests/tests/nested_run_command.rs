@@ -3,9 +3,9 @@
 //! results back, `--timeout`), under pmemvm with the project's guest image,
 //! inside the nested harness's L1. One L1 boot, two pmemvm runs:
 //!
-//! 1. a tree of `PMEMVM_TEST_TREE_MIB` MiB (default 200) in a guest of
-//!    `PMEMVM_TEST_GUEST_MEMORY` RAM (default 160M: the tree is larger than the
-//!    guest's RAM; see docs/testing.md, "Commands in the guest") put at `/data`,
+//! 1. a tree of `PMEMVM_TEST_TREE_MIB` MiB (48 in the landing tier; 200 in the
+//!    full tier's run, larger than the guest's `PMEMVM_TEST_GUEST_MEMORY` RAM,
+//!    default 160M; see docs/testing.md, "Commands in the guest") put at `/data`,
 //!    a script put as `./t`; the script checks that `/dev/pmem0` is the user's
 //!    `--nvdimm` (it reads the marker the test wrote into that DIMM's backing
 //!    file; the transfer disks are not NVDIMMs),
@@ -110,12 +110,29 @@ fn sha(b: &[u8]) -> String {
     format!("{:x}", sha2::Sha256::digest(b))
 }
 
+/// The landing tier's run: a 48 MiB tree (every step, a quicker transfer).
 #[test]
 fn run_command_with_put_get_status_and_timeout() {
-    let mib: usize = std::env::var("PMEMVM_TEST_TREE_MIB")
+    put_get_status_and_timeout(tree_mib(48));
+}
+
+/// The tree larger than the guest's RAM: 200 MiB in 160 MiB (the put disk,
+/// not RAM, holds it).
+#[test]
+#[ignore = "full: a 200 MiB tree through a 160 MiB guest takes about 500 s of nested TCG time"]
+fn a_tree_larger_than_guest_ram_is_put_and_got_back() {
+    put_get_status_and_timeout(tree_mib(200));
+}
+
+/// `PMEMVM_TEST_TREE_MIB`, else `default`.
+fn tree_mib(default: usize) -> usize {
+    std::env::var("PMEMVM_TEST_TREE_MIB")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+        .unwrap_or(default)
+}
+
+fn put_get_status_and_timeout(mib: usize) {
     // pmemvm's --timeout for the put/get run: 600 s, or 6 s a MiB for big trees
     // (a 200 MiB `--get` took 369–424 s of nested TCG time on QEMU 7.2, over
     // 1,000 s on 10: docs/nested-platform.md, "Which QEMU runs the suite").
