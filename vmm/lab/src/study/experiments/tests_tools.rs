@@ -132,6 +132,20 @@ fn phases_run_on_host_files() {
             // them and the nested tier runs them.
             cmd.current_dir(&dir).arg("--output-format=json");
             let out = cmd.arg(&path).output().unwrap();
+            // The experiment's verify job is the thread's race: on this host's own
+            // io_uring path a loaded machine reorders its overlapping writes now and
+            // then, and fio's verify error is then the result the experiment reports
+            // (report::failures), not a broken job. Any other failure is one.
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let race = e.expectation.is_some_and(|x| x.job == ph.name)
+                && stderr.contains("verify: bad header");
+            if !out.status.success() && race {
+                eprintln!(
+                    "{name} {}: the thread's verify race on this host: {stderr}",
+                    ph.name
+                );
+                continue;
+            }
             assert!(
                 out.status.success(),
                 "{name} {}: fio exited with {}: {} {}",
