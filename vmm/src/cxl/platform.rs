@@ -107,7 +107,7 @@ impl CxlPlatform {
         self.devices.is_empty()
     }
 
-    /// The first address above every window (`above` when there are none).
+    /// The first address above every window (`None` without devices).
     pub fn end(&self) -> Option<u64> {
         self.devices.last().map(|d| d.window.base + d.window.size)
     }
