@@ -227,19 +227,21 @@ stamp_binaries() {
 }
 # cargo_test QUEUE LOG ARGS...: one `cargo test ARGS`, its output appended to
 # LOG, its binaries' start times to the times log of QUEUE.
+# LIBTEST_ARGS (words) go to the test binaries after cargo's "--".
+LIBTEST_ARGS=""
 cargo_test() {
     local queue=$1 out=$2 crc=0 full=""
     shift 2
     # --full: the #[ignore = "full: ..."] tests too, never the planted
     # failures (plant_*), which only the test that plants them runs.
     [ -z "$FULL" ] || full="--include-ignored --skip plant_"
-    # shellcheck disable=SC2086 # empty or three words
-    bounded cargo test --no-fail-fast "$@" -- --test-threads="${PMEMVM_TEST_THREADS:-2}" $full 2>&1 \
+    # shellcheck disable=SC2086 # empty or a few words each
+    bounded cargo test --no-fail-fast "$@" -- --test-threads="${PMEMVM_TEST_THREADS:-2}" $full $LIBTEST_ARGS 2>&1 \
         | tee -a "$out" | stamp_binaries >> "$TIMES_LOG.$queue" || crc=$?
     printf '%s Running (end of cargo test)\n' "$(( SECONDS - T0 ))" >> "$TIMES_LOG.$queue"
     return "$crc"
 }
-: > "$TIMES_LOG.tcg"; : > "$TIMES_LOG.tcg-b"; : > "$TIMES_LOG.rest"
+: > "$TIMES_LOG.pair"; : > "$TIMES_LOG.tcg"; : > "$TIMES_LOG.tcg-b"; : > "$TIMES_LOG.rest"
 
 log "cargo test (deadline: $(remaining) s left of $DEADLINE s; strict=${PMEMVM_TEST_STRICT:-0}): TCG queue A here, queue B in $TEST_B_LOG, the other queue in $REST_LOG"
 rc=0
@@ -258,17 +260,40 @@ run_queue() {
     local queue=$1 out=$2 qrc=0 b
     shift 2
     for b in "$@"; do
+        # The pairs ran before the queues (tests/lib/tiers.sh, "Pairs").
+        LIBTEST_ARGS=$(awk -v b="$b" '$1 == b { printf "--skip %s ", $2 }' <<<"$PAIRS")
         cargo_test "$queue" "$out" -p pmemvm-tests --test "$b" || qrc=1
     done
     return "$qrc"
 }
+# The tier's pairs (tests that hold both TCG slots), one after another on a
+# machine whose TCG slots are all free, before the queues start.
+run_pairs() {
+    local prc=0 b t
+    while read -r b t; do
+        [ -n "$b" ] || continue
+        LIBTEST_ARGS="--exact $t"
+        cargo_test pair "$TEST_LOG" -p pmemvm-tests --test "$b" || prc=1
+    done <<<"$PAIRS"
+    LIBTEST_ARGS=""
+    return "$prc"
+}
+PAIRS=$(tiers_pairs "$TIER")
+log "pairs, first (both TCG slots each): $(awk '{ printf "%s::%s ", $1, $2 }' <<<"$PAIRS")"
+(
+    run_pairs >/dev/null &
+    tail -n +1 --pid=$! -f "$TEST_LOG"
+    wait $!
+) || rc=$?
 # shellcheck disable=SC2086 # one word per binary
 run_queue tcg-b "$TEST_B_LOG" $TCG_B >/dev/null &
 TCG_B_PID=$!
 (
+    # Printed from where the pairs' output ended.
+    from=$(( $(stat -c %s "$TEST_LOG") + 1 ))
     # shellcheck disable=SC2086 # one word per binary
     run_queue tcg "$TEST_LOG" $TCG_A >/dev/null &
-    tail -n +1 --pid=$! -f "$TEST_LOG"
+    tail -c +"$from" --pid=$! -f "$TEST_LOG"
     wait $!
 ) || rc=$?
 wait "$TCG_B_PID" || rc=1

@@ -28,11 +28,11 @@ first_lines() {
 }
 
 # Each test binary's time (the time to the next one's start in its queue),
-# from the times logs $1.tcg, $1.tcg-b and $1.rest, all of them longest first
+# from the times logs $1.pair, $1.tcg, $1.tcg-b and $1.rest, all of them longest first
 # into $1 and the longest $2 on standard output.
 binary_times() {
     local q
-    for q in tcg tcg-b rest; do
+    for q in pair tcg tcg-b rest; do
         awk -v q="$q" '
             { t[NR] = $1; sub(/^[0-9]+ +Running +/, ""); n[NR] = $0 }
             END { for (i = 1; i < NR; i++) if (n[i] !~ /^\(end/) print t[i+1] - t[i], q, n[i] }

@@ -14,6 +14,13 @@
 # measured slot-seconds and run longest first; every other binary runs in
 # the host queue.
 #
+# Pairs (per test): a TCG test marked with the line `// test-slots: 2`
+# between its #[test] and its fn holds both TCG slots at once (an L1 with
+# two vCPUs). tests/run.sh runs the tier's pairs first, one after another,
+# before the two TCG queues start (queue "pair" in --list): in a queue, such
+# a test would wait with one slot idle until the other queue's running test
+# ended.
+#
 # Slot-seconds (the TCG slots a test held times the seconds it held them,
 # tests/src/tcg.rs): target/pmemvm-slot-seconds.tsv of this checkout's last
 # run when there is one, else the committed tests/slot-seconds.tsv.
@@ -39,13 +46,14 @@ tiers_queue_of() {
 }
 
 # One line per test: binary, test, tier (landing|full|planted|untiered), queue
-# (tcg|host), tab-separated, in file and source order.
+# (tcg|host|pair), tab-separated, in file and source order.
 tiers_tests() {
     local f
     for f in "$TIERS_TEST_DIR"/*.rs; do
         awk -v bin="$(basename "$f" .rs)" -v queue="$(tiers_queue_of "$f")" '
-            /^[ \t]*#\[test\]/ { pending = 1; tier = "landing"; next }
+            /^[ \t]*#\[test\]/ { pending = 1; tier = "landing"; pair = 0; next }
             !pending { next }
+            /^[ \t]*\/\/ test-slots: 2[ \t]*$/ { pair = 1; next }
             /^[ \t]*#\[ignore/ {
                 if ($0 ~ /#\[ignore = "full: /) tier = "full"
                 else if ($0 ~ /#\[ignore = "a planted failure/) tier = "planted"
@@ -56,7 +64,7 @@ tiers_tests() {
                 name = substr($0, RSTART + 3, RLENGTH - 3)
                 # --full skips planted failures by the name prefix alone.
                 if (tier == "planted" && name !~ /^plant_/) tier = "untiered"
-                printf "%s\t%s\t%s\t%s\n", bin, name, tier, queue
+                printf "%s\t%s\t%s\t%s\n", bin, name, tier, (pair && queue == "tcg") ? "pair" : queue
                 pending = 0
             }' "$f"
     done
@@ -106,6 +114,13 @@ tiers_binaries() {
     return 0
 }
 
+# The pairs of tier $1 ("landing", or "full" for every tier), one "BINARY
+# TEST" per line, in file order.
+tiers_pairs() {
+    tiers_tests | awk -F'\t' -v full="$1" '
+        $4 == "pair" && ($3 == "landing" || (full == "full" && $3 == "full")) { print $1 " " $2 }'
+}
+
 # The TCG binaries split into two queues of about equal measured slot-seconds
 # of the tests that run ($1: "landing", or "full" for every tier): longest
 # first, each to the queue with less so far (a binary with no measured test
@@ -117,7 +132,7 @@ tiers_tcg_queues() {
     # The first input is the tier table, the second (standard input) the binaries.
     tiers_binaries tcg | awk -F'\t' -v times="$times" -v full="$1" '
         FNR == NR {
-            if ($3 == "landing" || (full == "full" && $3 == "full")) { runs[$1 "::" $2] = 1; inbin[$1] = 1 }
+            if ($4 != "pair" && ($3 == "landing" || (full == "full" && $3 == "full"))) { runs[$1 "::" $2] = 1; inbin[$1] = 1 }
             next
         }
         FNR == 1 {

@@ -174,6 +174,7 @@ const TWO_VCPU_RUN: &[&str] = &[
 /// the guest sees both and runs work on both.
 #[test]
 #[ignore = "full: a 2-vCPU L1 holding both TCG slots; CI's 2-vCPU nested runs are the SIGQUIT test here, nested_media_live, nested_gdb and nested_ndctl_suite"]
+// test-slots: 2
 fn a_two_vcpu_guest_gets_a_two_vcpu_l1() {
     let _tcg = require!(ready_n(2));
     let started = Instant::now();
@@ -312,6 +313,7 @@ fn a_job_on_pmem0_of_a_new_labelled_dimm_is_stopped_with_the_reason() {
 /// halted with interrupts on at a RIP the image's vmlinux names (the idle
 /// loop), with the idle loop's caller among the kernel code on its stack.
 #[test]
+// test-slots: 2
 fn a_guest_waiting_forever_is_described_per_vcpu_on_sigquit_and_at_the_time_out() {
     let _tcg = require!(ready_n(2));
     let dir = TempDir::new("nested-hang");

@@ -206,6 +206,7 @@ fn ctl_on_this_host_reaches_pmemvm_in_the_l1_and_the_guest_sees_the_injected_ran
 }
 
 #[test]
+#[ignore = "full: a bench of two nested boots; the control socket under --engine nested lands through ctl_on_this_host_reaches_pmemvm_in_the_l1_and_the_guest_sees_the_injected_range"]
 fn bench_on_nested_serves_the_control_socket_per_boot_and_reports_functional_only() {
     let _tcg = require!(ready());
     let dir = TempDir::new("nested-bench-api");

@@ -68,6 +68,7 @@ fn boot_nested(qemu: &Path, args: &[&str]) -> Debugged {
 }
 
 #[test]
+// test-slots: 2
 fn gdb_through_the_nested_engine_watches_breaks_steps_and_edits_a_tiny_guest() {
     let (qemu, _guard) = require!(ready(2));
     let kernel = require!(pmemvm_tests::tiny::guest("debuggee"));

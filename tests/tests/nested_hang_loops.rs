@@ -240,6 +240,7 @@ const TIMEOUT: u64 = 600;
 
 #[test]
 #[ignore = "full: a QEMU 10 and a two-vCPU L1 per run, which this host's TCG breaks down within minutes now and then (docs/nested-platform.md)"]
+// test-slots: 2
 fn namespace_loops_and_the_swapped_recipe_pass_in_a_row_with_two_vcpus() {
     let runs = runs();
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));

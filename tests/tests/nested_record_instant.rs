@@ -107,6 +107,7 @@ rm -rf /tmp/ab-images ab-rec
 
 #[test]
 #[ignore = "full: a two-CPU L1 (both TCG slots) and a Linux recording with two vCPUs; the landing tier proves the same stop with two vCPUs of a tiny guest (record_instant)"]
+// test-slots: 2
 fn every_plain_image_of_a_two_vcpu_linux_recording_has_b_never_ahead_of_a() {
     let qemu = require!(pmemvm_tests::nested::find_qemu_10());
     let vm = require!(NestedVm::new().and_then(NestedVm::with_pmemvm));

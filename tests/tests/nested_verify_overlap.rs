@@ -89,6 +89,7 @@ fn arm(boot: &SetupBoot, name: &str) -> (u32, u32, Vec<String>) {
 
 #[test]
 #[ignore = "full: the 20-run A/B counts of four arms under pmemvm nested, two 2-vCPU guests' boots of about 200 s each"]
+// test-slots: 2
 fn the_verify_failure_needs_overlapping_writes_in_flight_and_nowait_off() {
     // One boot per side, each in an L1 of two vCPUs of its own (a 2-vCPU guest needs them):
     // a `pmemvm` command per run, so the harness runs a boot again only on evidence naming

@@ -79,7 +79,8 @@ fn list_names_every_test_with_its_tier_and_queue_and_a_new_file_is_placed_by_its
     let tree = scratch_tree(&dir.0);
     fs::write(
         tree.join("tests/tests/nested_placed_by_name.rs"),
-        "#[test]\nfn boots_a_guest() {}\n\n#[test]\n#[ignore = \"full: long\"]\nfn boots_many() {}\n",
+        "#[test]\nfn boots_a_guest() {}\n\n#[test]\n#[ignore = \"full: long\"]\nfn boots_many() {}\n\n\
+         #[test]\n// test-slots: 2\nfn boots_a_two_vcpu_l1() {}\n",
     )
     .expect("a new test file");
     let out = run_script(&tree, &["--list"]);
@@ -106,6 +107,19 @@ fn list_names_every_test_with_its_tier_and_queue_and_a_new_file_is_placed_by_its
     assert_eq!(
         row("nested_placed_by_name::boots_many")[..2],
         ["full", "tcg"]
+    );
+    // A test marked as holding both TCG slots runs first, alone: a pair.
+    assert_eq!(
+        row("nested_placed_by_name::boots_a_two_vcpu_l1")[..2],
+        ["landing", "pair"]
+    );
+    let pairs = bash_in(&tree, ". tests/lib/tiers.sh; tiers_pairs landing");
+    let pairs = String::from_utf8_lossy(&pairs.stdout);
+    assert!(
+        pairs
+            .lines()
+            .any(|l| l == "nested_placed_by_name boots_a_two_vcpu_l1"),
+        "{pairs}"
     );
     // The repository's own files: a marked TCG binary, a host one, a planted failure.
     assert_eq!(

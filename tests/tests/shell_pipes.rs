@@ -13,15 +13,15 @@ use pmemvm_tests::nested::workspace_root;
 use pmemvm_tests::pmemvm::TempDir;
 use pmemvm_tests::shell_scripts::{early_quitting_readers, shell_scripts, uses_pipefail};
 
-/// Holds (seconds, slots, seconds waited, test) and times logs of three
-/// queues (seconds since the start, "Running" and the binary), more lines
+/// Holds (seconds, slots, seconds waited, test) and times logs of the pairs
+/// and three queues (seconds since the start, "Running" and the binary), more lines
 /// than a pipe buffers.
 fn write_logs(dir: &std::path::Path, holds: usize, binaries: usize) {
     let hold_lines: String = (1..=holds)
         .map(|i| format!("{i}\t1\t0\tsome_binary::a_test_with_a_long_descriptive_name_{i}\n"))
         .collect();
     fs::write(dir.join("holds.log"), hold_lines).expect("write the hold log");
-    for q in ["tcg", "tcg-b", "rest"] {
+    for q in ["pair", "tcg", "tcg-b", "rest"] {
         let mut t = 0;
         let mut lines = String::new();
         for i in 1..=binaries {
@@ -69,7 +69,7 @@ fn the_time_tables_end_with_status_zero_when_sigpipe_is_ignored() {
     let all = fs::read_to_string(dir.0.join("times")).expect("the whole times table");
     assert_eq!(
         all.lines().count(),
-        3 * 1000,
+        4 * 1000,
         "binary_times wrote every binary's time"
     );
 }
