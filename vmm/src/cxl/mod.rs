@@ -12,6 +12,8 @@
 //! to the last one used, so MMCONFIG reaches the devices' extended
 //! configuration space where the CXL DVSECs are.
 
+pub mod assemble;
+pub mod memory;
 pub mod platform;
 
 pub use platform::{CxlError, CxlPlatform, PlacedCxlDevice};
