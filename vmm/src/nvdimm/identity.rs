@@ -198,7 +198,7 @@ pub fn peek_serial(spec: &NvdimmSpec) -> Option<u32> {
 mod tests {
     use super::*;
     use crate::exit_status::Classified;
-    use crate::memory::backing::{open_all, BackingError, NvdimmBacking};
+    use crate::memory::backing::{open_all, FileCause, NvdimmBacking};
 
     #[test]
     fn encode_parse_round_trip_and_golden_header() {
@@ -296,7 +296,10 @@ mod tests {
         std::fs::copy(&pa, &pc).unwrap();
         let sc = spec(&format!("16M,file={}", pc.display()));
         let e = open_all(&[sa.clone(), sc]).unwrap_err();
-        assert!(matches!(e, BackingError::DuplicateIdentity { .. }), "{e}");
+        assert!(
+            matches!(e.cause(), Some(FileCause::DuplicateIdentity { .. })),
+            "{e}"
+        );
         // Temporary DIMMs have no recorded serial.
         assert_eq!(NvdimmBacking::open(&spec("16M")).unwrap().serial, None);
         // Read-only with a block never written: order-based, file untouched.
@@ -323,7 +326,10 @@ mod tests {
         std::fs::write(&p, vec![5u8; 64 << 20]).unwrap();
         let e = NvdimmBacking::open(&spec(&format!("64M,file={}", p.display()))).unwrap_err();
         let msg = e.to_string();
-        assert!(matches!(e, BackingError::OldLayout { .. }), "{msg}");
+        assert!(
+            matches!(e.cause(), Some(FileCause::OldLayout { .. })),
+            "{msg}"
+        );
         let want = (64u64 << 20) + (128 << 10) + 4096;
         assert!(
             msg.contains(&format!("truncate -s {want} {}", p.display())),
@@ -342,7 +348,10 @@ mod tests {
             .set_len(258 << 20)
             .unwrap();
         let e = NvdimmBacking::open(&spec(&format!("256M,file={}", p2.display()))).unwrap_err();
-        assert!(matches!(e, BackingError::OldLayout { .. }), "{e}");
+        assert!(
+            matches!(e.cause(), Some(FileCause::OldLayout { .. })),
+            "{e}"
+        );
         // The documented way on: truncate, then the data is the region.
         std::fs::OpenOptions::new()
             .write(true)
@@ -374,7 +383,10 @@ mod tests {
         let sf = spec(&format!("16M,file={}", f.display()));
         std::fs::write(&f, vec![1u8; usize::try_from(sf.file_len()).unwrap()]).unwrap();
         let e = NvdimmBacking::open(&sf).unwrap_err();
-        assert!(matches!(e, BackingError::ForeignIdentity { .. }), "{e}");
+        assert!(
+            matches!(e.cause(), Some(FileCause::ForeignIdentity { .. })),
+            "{e}"
+        );
         assert!(std::fs::read(&f).unwrap().iter().all(|x| *x == 1));
         std::fs::remove_dir_all(&d).unwrap();
     }

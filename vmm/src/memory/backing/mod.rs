@@ -23,17 +23,87 @@ use crate::config::NvdimmSpec;
 use crate::memory::hugepages::{fs_kind, FsKind};
 use crate::nvdimm::identity::{self, geometry_text, Block, Identity};
 
+/// Which option a backing file of this layout belongs to: the words its
+/// messages use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FileKind {
+    /// `--nvdimm`.
+    #[default]
+    Nvdimm,
+    /// `--cxl-pmem` (the same layout: capacity, label area, identity page).
+    CxlPmem,
+}
+
+impl FileKind {
+    /// The option, as typed.
+    pub fn option(self) -> &'static str {
+        match self {
+            Self::Nvdimm => "--nvdimm",
+            Self::CxlPmem => "--cxl-pmem",
+        }
+    }
+
+    /// What a file that cannot be written can do instead.
+    fn read_only_hint(self) -> &'static str {
+        match self {
+            Self::Nvdimm => "add ',readonly' to use it read-only",
+            Self::CxlPmem => "give a file pmemvm may write (--cxl-pmem has no read-only mode)",
+        }
+    }
+}
+
+impl std::fmt::Display for FileKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Nvdimm => "NVDIMM backing file",
+            Self::CxlPmem => "--cxl-pmem backing file",
+        })
+    }
+}
+
 /// Errors opening or mapping a backing file.
 #[derive(Debug, thiserror::Error)]
 pub enum BackingError {
+    /// What is wrong with a backing file of `kind`.
+    #[error("{kind} {cause}")]
+    File {
+        /// Whose file.
+        kind: FileKind,
+        /// What is wrong.
+        cause: FileCause,
+    },
+    /// Huge pages: hugetlbfs files, hugetlb temporary DIMMs.
+    #[error(transparent)]
+    Huge(#[from] crate::memory::hugepages::HugePageError),
+}
+
+impl BackingError {
+    /// `cause` of a file of `kind`.
+    pub fn of(kind: FileKind, cause: FileCause) -> Self {
+        Self::File { kind, cause }
+    }
+
+    /// What is wrong with the file (`None` for huge-page errors).
+    pub fn cause(&self) -> Option<&FileCause> {
+        match self {
+            Self::File { cause, .. } => Some(cause),
+            Self::Huge(_) => None,
+        }
+    }
+}
+
+/// What is wrong with a backing file; each message follows the file's kind
+/// ("NVDIMM backing file " or "--cxl-pmem backing file ").
+#[derive(Debug, thiserror::Error)]
+pub enum FileCause {
     /// The path is a directory.
-    #[error("NVDIMM backing file {0} is a directory; give a path to a regular file")]
+    #[error("{0} is a directory; give a path to a regular file")]
     IsDirectory(PathBuf),
     /// The path is a device, FIFO or socket.
-    #[error("NVDIMM backing file {0} is not a regular file; give a path to a regular file")]
+    #[error("{0} is not a regular file; give a path to a regular file")]
     NotRegular(PathBuf),
     /// The existing file's size differs from the requested one.
-    #[error("NVDIMM backing file {path} is {actual} bytes but --nvdimm {wanted_text} needs a file of {wanted} bytes (the region, then the label area and pmemvm's 4 KiB identity page); pmemvm never resizes an existing file — give the size it was made for or another path")]
+    #[error("{path} is {actual} bytes but {wanted_text} needs a file of {wanted} bytes (the device's memory, then the label area and pmemvm's 4 KiB identity page); pmemvm never resizes an existing file — give the size it was made for or another path")]
     WrongSize {
         /// Path.
         path: PathBuf,
@@ -41,11 +111,11 @@ pub enum BackingError {
         actual: u64,
         /// Requested size.
         wanted: u64,
-        /// Requested size as typed.
+        /// The option and size as typed ("--nvdimm 1G").
         wanted_text: String,
     },
     /// A file of pmemvm 0.1's layout (labels inside the file's last bytes).
-    #[error("NVDIMM backing file {path} is {actual} bytes, the layout of pmemvm 0.1, which kept the labels in the file's last {label} bytes and gave the guest a smaller region; pmemvm now gives the guest exactly {wanted_text} and keeps the labels after it: run `truncate -s {wanted} {path}` to keep the first {wanted_text} as the region (old namespace labels are not carried over; see docs/nvdimm.md, \"Backing files of pmemvm 0.1\")")]
+    #[error("{path} is {actual} bytes, the layout of pmemvm 0.1, which kept the labels in the file's last {label} bytes and gave the guest a smaller region; pmemvm now gives the guest exactly {wanted_text} and keeps the labels after it: run `truncate -s {wanted} {path}` to keep the first {wanted_text} as the region (old namespace labels are not carried over; see docs/nvdimm.md, \"Backing files of pmemvm 0.1\")")]
     OldLayout {
         /// Path.
         path: PathBuf,
@@ -59,23 +129,23 @@ pub enum BackingError {
         wanted_text: String,
     },
     /// A pmemvm backing file made for another geometry.
-    #[error("NVDIMM backing file {path} was made for --nvdimm {recorded}; give that size and label-size (or another path)")]
+    #[error("{path} was made for {recorded}; give that size and label-size (or another path)")]
     OtherGeometry {
         /// Path.
         path: PathBuf,
-        /// "1G,label-size=128K".
+        /// "--nvdimm 1G,label-size=128K".
         recorded: String,
     },
     /// The identity block holds something pmemvm did not write.
-    #[error("NVDIMM backing file {path} has the right size but its last 4 KiB are not a pmemvm identity block (bytes {offset} to the end); pmemvm will not overwrite them — give another path")]
+    #[error("{path} has the right size but its last 4 KiB are not a pmemvm identity block (bytes {offset} to the end); pmemvm will not overwrite them — give another path")]
     ForeignIdentity {
         /// Path.
         path: PathBuf,
         /// Offset of the block.
         offset: u64,
     },
-    /// Two files with the same DIMM serial (one is a copy of the other).
-    #[error("NVDIMM backing files {first} and {second} carry the same DIMM serial number {serial:#010x} (one is a copy of the other); Linux cannot tell their namespaces apart — use one of them per guest")]
+    /// Two files with the same serial (one is a copy of the other).
+    #[error("{second} carries the serial number {serial:#010x} of {first} (one is a copy of the other); Linux cannot tell their namespaces apart — use one of them per guest")]
     DuplicateIdentity {
         /// First file.
         first: String,
@@ -85,22 +155,27 @@ pub enum BackingError {
         serial: u32,
     },
     /// The file cannot be opened for writing.
-    #[error("NVDIMM backing file {0} is not writable; add ',readonly' to use it read-only")]
-    ReadOnlyFile(PathBuf),
+    #[error("{path} is not writable; {hint}")]
+    ReadOnlyFile {
+        /// Path.
+        path: PathBuf,
+        /// What to do instead.
+        hint: &'static str,
+    },
     /// `readonly` for a file that does not exist.
-    #[error("NVDIMM backing file {0} does not exist; a readonly DIMM needs an existing file")]
+    #[error("{0} does not exist; a readonly DIMM needs an existing file")]
     ReadOnlyMissing(PathBuf),
     /// The parent directory is missing.
-    #[error("NVDIMM backing file {0} cannot be created: its directory does not exist")]
+    #[error("{0} cannot be created: its directory does not exist")]
     MissingParent(PathBuf),
     /// Another process holds the lock.
-    #[error("NVDIMM backing file {0} is in use by another pmemvm (it holds the file's lock)")]
+    #[error("{0} is in use by another pmemvm (it holds the file's lock)")]
     Locked(PathBuf),
     /// The same file given twice.
-    #[error("NVDIMM backing file {0} is given more than once")]
+    #[error("{0} is given more than once")]
     Duplicate(PathBuf),
     /// Not enough space for `prealloc`.
-    #[error("NVDIMM backing file {path} cannot be preallocated ({size} bytes): {source}")]
+    #[error("{path} cannot be preallocated ({size} bytes): {source}")]
     Prealloc {
         /// Path.
         path: String,
@@ -111,7 +186,7 @@ pub enum BackingError {
         source: std::io::Error,
     },
     /// Any other I/O error.
-    #[error("NVDIMM backing file {path}: {source}")]
+    #[error("{path}: {source}")]
     Io {
         /// Path.
         path: String,
@@ -119,11 +194,8 @@ pub enum BackingError {
         #[source]
         source: std::io::Error,
     },
-    /// Huge pages: hugetlbfs files, hugetlb temporary DIMMs.
-    #[error(transparent)]
-    Huge(#[from] crate::memory::hugepages::HugePageError),
     /// mmap failed.
-    #[error("mapping NVDIMM backing file {path} into memory failed: {source}")]
+    #[error("{path} cannot be mapped into memory: {source}")]
     Map {
         /// Path.
         path: String,
@@ -137,9 +209,12 @@ impl crate::exit_status::Classified for BackingError {
     fn kind(&self) -> crate::exit_status::ErrorKind {
         use crate::exit_status::ErrorKind::*;
         match self {
-            Self::Io { .. } | Self::Map { .. } => Environment,
+            Self::File {
+                cause: FileCause::Io { .. } | FileCause::Map { .. },
+                ..
+            } => Environment,
             Self::Huge(e) => e.kind(),
-            _ => Usage,
+            Self::File { .. } => Usage,
         }
     }
 }
@@ -158,6 +233,8 @@ pub struct NvdimmBacking {
     pub serial: Option<u32>,
     /// The file system the file is on (decides the page size it can get).
     pub fs: FsKind,
+    /// Whose file it is (the words of its messages).
+    pub kind: FileKind,
     /// A file this process created (removed again if setup fails).
     created: Created,
 }
@@ -165,9 +242,16 @@ pub struct NvdimmBacking {
 impl NvdimmBacking {
     /// Opens (or creates) and locks the backing file of `spec`.
     pub fn open(spec: &NvdimmSpec) -> Result<Self, BackingError> {
+        Self::open_as(spec, FileKind::Nvdimm)
+    }
+
+    /// [`Self::open`] for a file of `kind`: its messages name that option,
+    /// and a `--cxl-pmem` file's new label area is left all zero (as a new
+    /// CXL memory device's; `ndctl init-labels` writes its index).
+    pub fn open_as(spec: &NvdimmSpec, kind: FileKind) -> Result<Self, BackingError> {
         let backing = match &spec.file {
-            Some(path) => Self::open_path(spec, path)?,
-            None => Self::open_temporary(spec)?,
+            Some(path) => Self::open_path(spec, path, kind)?,
+            None => Self::open_temporary(spec, kind)?,
         };
         let mut backing = backing;
         if backing.fs != FsKind::Hugetlbfs {
@@ -185,35 +269,46 @@ impl NvdimmBacking {
         Ok(backing)
     }
 
+    /// An error of this file.
+    pub(crate) fn fail(&self, cause: FileCause) -> BackingError {
+        BackingError::of(self.kind, cause)
+    }
+
     fn io(&self) -> impl Fn(std::io::Error) -> BackingError + '_ {
-        move |source| BackingError::Io {
-            path: self.display.clone(),
-            source,
+        move |source| {
+            self.fail(FileCause::Io {
+                path: self.display.clone(),
+                source,
+            })
         }
     }
 
-    fn open_path(spec: &NvdimmSpec, path: &Path) -> Result<Self, BackingError> {
+    fn open_path(spec: &NvdimmSpec, path: &Path, kind: FileKind) -> Result<Self, BackingError> {
         // hugetlbfs: label-size=0 only, the length rounded up to 2 MiB.
         let want = crate::memory::hugepages::backing_len(spec, path)?;
         let opened = open_named(path, want, spec.readonly).map_err(|e| {
             let path = path.to_path_buf();
-            match e {
-                NamedFileError::IsDirectory => BackingError::IsDirectory(path),
-                NamedFileError::NotRegular => BackingError::NotRegular(path),
-                NamedFileError::WrongSize { actual } => wrong_size(spec, &path, actual, want),
-                NamedFileError::ReadOnlyFile => BackingError::ReadOnlyFile(path),
-                NamedFileError::ReadOnlyMissing => BackingError::ReadOnlyMissing(path),
-                NamedFileError::MissingParent => BackingError::MissingParent(path),
-                NamedFileError::Io(source) => BackingError::Io {
+            let cause = match e {
+                NamedFileError::IsDirectory => FileCause::IsDirectory(path),
+                NamedFileError::NotRegular => FileCause::NotRegular(path),
+                NamedFileError::WrongSize { actual } => wrong_size(spec, kind, &path, actual, want),
+                NamedFileError::ReadOnlyFile => FileCause::ReadOnlyFile {
+                    path,
+                    hint: kind.read_only_hint(),
+                },
+                NamedFileError::ReadOnlyMissing => FileCause::ReadOnlyMissing(path),
+                NamedFileError::MissingParent => FileCause::MissingParent(path),
+                NamedFileError::Io(source) => FileCause::Io {
                     path: path.display().to_string(),
                     source,
                 },
-            }
+            };
+            BackingError::of(kind, cause)
         })?;
-        Ok(Self::from_opened(spec, opened, FsKind::Other))
+        Ok(Self::from_opened(spec, opened, FsKind::Other, kind))
     }
 
-    fn open_temporary(spec: &NvdimmSpec) -> Result<Self, BackingError> {
+    fn open_temporary(spec: &NvdimmSpec, kind: FileKind) -> Result<Self, BackingError> {
         if spec.hugepages {
             let file = crate::memory::hugepages::temporary_file(spec.file_len())?;
             let opened = Opened {
@@ -221,22 +316,28 @@ impl NvdimmBacking {
                 display: "(temporary, hugetlb)".into(),
                 created: Created::default(),
             };
-            return Ok(Self::from_opened(spec, opened, FsKind::Hugetlbfs));
+            return Ok(Self::from_opened(spec, opened, FsKind::Hugetlbfs, kind));
         }
-        let opened = open_temporary(spec.file_len()).map_err(|(dir, source)| BackingError::Io {
-            path: dir.display().to_string(),
-            source,
+        let opened = open_temporary(spec.file_len()).map_err(|(dir, source)| {
+            BackingError::of(
+                kind,
+                FileCause::Io {
+                    path: dir.display().to_string(),
+                    source,
+                },
+            )
         })?;
-        Ok(Self::from_opened(spec, opened, FsKind::Other))
+        Ok(Self::from_opened(spec, opened, FsKind::Other, kind))
     }
 
-    fn from_opened(spec: &NvdimmSpec, opened: Opened, fs: FsKind) -> Self {
+    fn from_opened(spec: &NvdimmSpec, opened: Opened, fs: FsKind, kind: FileKind) -> Self {
         Self {
             spec: spec.clone(),
             file: Arc::new(opened.file),
             display: opened.display,
             serial: None,
             fs,
+            kind,
             created: opened.created,
         }
     }
@@ -244,7 +345,7 @@ impl NvdimmBacking {
     fn lock(&self) -> Result<(), BackingError> {
         match try_lock(&self.file, self.spec.readonly) {
             Ok(true) => Ok(()),
-            Ok(false) => Err(BackingError::Locked(self.display.clone().into())),
+            Ok(false) => Err(self.fail(FileCause::Locked(self.display.clone().into()))),
             Err(e) => Err((self.io())(e)),
         }
     }
@@ -257,17 +358,18 @@ impl NvdimmBacking {
         match identity::read_at(&self.file, offset).map_err(self.io())? {
             Block::Valid(id) => {
                 if id.region_size != self.spec.size || id.label_size != self.spec.label_size {
-                    return Err(BackingError::OtherGeometry {
+                    return Err(self.fail(FileCause::OtherGeometry {
                         path,
-                        recorded: geometry_text(&id),
-                    });
+                        recorded: format!("{} {}", self.kind.option(), geometry_text(&id)),
+                    }));
                 }
                 Ok(Some(id.serial))
             }
-            Block::Foreign => Err(BackingError::ForeignIdentity { path, offset }),
+            Block::Foreign => Err(self.fail(FileCause::ForeignIdentity { path, offset })),
             Block::Empty if self.spec.readonly => {
                 log::info!(
-                    "NVDIMM backing file {} has no identity block yet (read-only): order-based serial",
+                    "{} {} has no identity block yet (read-only): order-based serial",
+                    self.kind,
                     self.display
                 );
                 Ok(None)
@@ -298,6 +400,9 @@ impl NvdimmBacking {
     /// no namespace and its whole region free (as `ndctl init-labels` leaves
     /// it). A label area with anything in it is the user's and is left alone.
     fn init_labels(&self) -> Result<(), BackingError> {
+        if self.kind == FileKind::CxlPmem {
+            return Ok(());
+        }
         init_empty_labels(&self.file, &self.spec)
             .map(|_| ())
             .map_err(self.io())
@@ -315,15 +420,17 @@ impl NvdimmBacking {
             self.spec.readonly,
             hugetlb,
         )
-        .map_err(|e| match e {
-            MapError::TooLarge => BackingError::Io {
-                path: self.display.clone(),
-                source: std::io::Error::from(ErrorKind::InvalidInput),
-            },
-            MapError::Mmap(source) => BackingError::Map {
-                path: self.display.clone(),
-                source,
-            },
+        .map_err(|e| {
+            self.fail(match e {
+                MapError::TooLarge => FileCause::Io {
+                    path: self.display.clone(),
+                    source: std::io::Error::from(ErrorKind::InvalidInput),
+                },
+                MapError::Mmap(source) => FileCause::Map {
+                    path: self.display.clone(),
+                    source,
+                },
+            })
         })
     }
 
@@ -371,7 +478,7 @@ mod set;
 use file::{map_shared, open_named, open_temporary, Created, MapError, NamedFileError, Opened};
 use geometry::wrong_size;
 pub use legacy::{LegacyBackingError, LegacyPmemBacking};
-pub use set::{open_all, space_report};
+pub use set::{open_all, open_all_as, space_report};
 
 /// Writes an empty, valid label index into the label area of `spec`'s file
 /// when that area is still all zero (a new DIMM), so the guest sees a

@@ -6,27 +6,28 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use super::{BackingError, NvdimmBacking};
+use super::{BackingError, FileCause, FileKind, NvdimmBacking};
 use crate::config::NvdimmSpec;
 
 impl NvdimmBacking {
     /// `fallocate`s the whole file (the `prealloc` option).
     pub(crate) fn preallocate(&self) -> Result<(), BackingError> {
-        let len =
-            libc::off_t::try_from(self.spec.file_len()).map_err(|_| BackingError::Prealloc {
+        let len = libc::off_t::try_from(self.spec.file_len()).map_err(|_| {
+            self.fail(FileCause::Prealloc {
                 path: self.display.clone(),
                 size: self.spec.file_len(),
                 source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
-            })?;
+            })
+        })?;
         // SAFETY: fallocate only reads the fd, which `self.file` keeps open; mode 0
         // allocates blocks without changing the file size (already `len`).
         let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, len) };
         if rc != 0 {
-            return Err(BackingError::Prealloc {
+            return Err(self.fail(FileCause::Prealloc {
                 path: self.display.clone(),
                 size: self.spec.file_len(),
                 source: std::io::Error::last_os_error(),
-            });
+            }));
         }
         Ok(())
     }
@@ -57,28 +58,36 @@ pub fn space_report(file: &File) -> String {
 /// Opens every backing file; refuses the same path twice. On error, files
 /// created so far are removed (their `Drop`).
 pub fn open_all(specs: &[NvdimmSpec]) -> Result<Vec<NvdimmBacking>, BackingError> {
+    open_all_as(specs, FileKind::Nvdimm)
+}
+
+/// [`open_all`] for files of `kind`.
+pub fn open_all_as(
+    specs: &[NvdimmSpec],
+    kind: FileKind,
+) -> Result<Vec<NvdimmBacking>, BackingError> {
     let mut seen: Vec<FileKey> = Vec::new();
     for path in specs.iter().filter_map(|s| s.file.as_ref()) {
         let key = FileKey::of(path);
         if seen.contains(&key) {
-            return Err(BackingError::Duplicate(path.clone()));
+            return Err(BackingError::of(kind, FileCause::Duplicate(path.clone())));
         }
         seen.push(key);
     }
     let backings: Vec<NvdimmBacking> = specs
         .iter()
-        .map(NvdimmBacking::open)
+        .map(|s| NvdimmBacking::open_as(s, kind))
         .collect::<Result<_, _>>()?;
     for (i, a) in backings.iter().enumerate() {
         let twin = backings[..i]
             .iter()
             .find(|b| a.serial.is_some() && b.serial == a.serial);
         if let (Some(b), Some(serial)) = (twin, a.serial) {
-            return Err(BackingError::DuplicateIdentity {
+            return Err(a.fail(FileCause::DuplicateIdentity {
                 first: b.display.clone(),
                 second: a.display.clone(),
                 serial,
-            });
+            }));
         }
     }
     Ok(backings)

@@ -1,5 +1,5 @@
 use super::*;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 
 fn tmpdir(name: &str) -> PathBuf {
     crate::fresh_test_dir(&format!("backing-{name}"))
@@ -57,20 +57,26 @@ fn refuses_wrong_size_dir_and_readonly_without_flag() {
     std::fs::write(&p, vec![7u8; 4096]).unwrap();
     let e = NvdimmBacking::open(&spec(&format!("64M,file={}", p.display()))).unwrap_err();
     assert!(
-        matches!(e, BackingError::WrongSize { actual: 4096, .. }),
+        matches!(e.cause(), Some(FileCause::WrongSize { actual: 4096, .. })),
         "{e}"
     );
     assert_eq!(std::fs::read(&p).unwrap(), vec![7u8; 4096], "untouched");
     let e = NvdimmBacking::open(&spec(&format!("64M,file={}", d.display()))).unwrap_err();
-    assert!(matches!(e, BackingError::IsDirectory(_)), "{e}");
+    assert!(matches!(e.cause(), Some(FileCause::IsDirectory(_))), "{e}");
     let e = NvdimmBacking::open(&spec("64M,file=/dev/null")).unwrap_err();
-    assert!(matches!(e, BackingError::NotRegular(_)), "{e}");
+    assert!(matches!(e.cause(), Some(FileCause::NotRegular(_))), "{e}");
     let e =
         NvdimmBacking::open(&spec(&format!("64M,file={}/no/such/x.img", d.display()))).unwrap_err();
-    assert!(matches!(e, BackingError::MissingParent(_)), "{e}");
+    assert!(
+        matches!(e.cause(), Some(FileCause::MissingParent(_))),
+        "{e}"
+    );
     let e = NvdimmBacking::open(&spec(&format!("64M,file={}/x.img,readonly", d.display())))
         .unwrap_err();
-    assert!(matches!(e, BackingError::ReadOnlyMissing(_)), "{e}");
+    assert!(
+        matches!(e.cause(), Some(FileCause::ReadOnlyMissing(_))),
+        "{e}"
+    );
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -82,19 +88,19 @@ fn second_writer_is_refused_and_readers_share() {
     let mut a = NvdimmBacking::open(&s).unwrap();
     a.keep();
     let e = NvdimmBacking::open(&s).unwrap_err();
-    assert!(matches!(e, BackingError::Locked(_)), "{e}");
+    assert!(matches!(e.cause(), Some(FileCause::Locked(_))), "{e}");
     drop(a); // lock released with the fd
     let ro = spec(&format!("16M,file={},readonly", p.display()));
     let r1 = NvdimmBacking::open(&ro).unwrap();
     let r2 = NvdimmBacking::open(&ro).unwrap();
     assert!(matches!(
-        NvdimmBacking::open(&s),
-        Err(BackingError::Locked(_))
+        NvdimmBacking::open(&s).map_err(|e| e.to_string()),
+        Err(m) if m.contains("is in use by another pmemvm")
     ));
     assert!(r1.serial.is_some() && r1.serial == r2.serial);
     drop((r1, r2));
     let dup = [s.clone(), s];
-    assert!(matches!(open_all(&dup), Err(BackingError::Duplicate(_))));
+    assert!(open_all(&dup).is_err_and(|e| matches!(e.cause(), Some(FileCause::Duplicate(_)))));
     // Not created yet, spelled two ways: still the same file, and nothing is created.
     let new = d.join("new.img");
     let dot = d.join(".").join("new.img");
@@ -102,7 +108,7 @@ fn second_writer_is_refused_and_readers_share() {
         spec(&format!("16M,file={}", new.display())),
         spec(&format!("16M,file={}", dot.display())),
     ];
-    assert!(matches!(open_all(&dup), Err(BackingError::Duplicate(_))));
+    assert!(open_all(&dup).is_err_and(|e| matches!(e.cause(), Some(FileCause::Duplicate(_)))));
     assert!(!new.exists());
     std::fs::remove_dir_all(&d).unwrap();
 }
@@ -121,4 +127,53 @@ fn temporary_and_mapping() {
         b.file.metadata().unwrap().len(),
         (16 << 20) + (128 << 10) + 4096
     );
+}
+
+#[test]
+fn a_cxl_pmem_file_is_named_by_its_option_and_its_label_area_left_zero() {
+    let d = tmpdir("cxl");
+    let p = d.join("c.img");
+    let s = spec(&format!("256M,file={},label-size=128K", p.display()));
+    let mut b = NvdimmBacking::open_as(&s, FileKind::CxlPmem).unwrap();
+    assert!(
+        b.serial.is_some_and(|s| s != 0),
+        "a serial from the identity page"
+    );
+    b.keep();
+    let serial = b.serial;
+    drop(b);
+    let mut labels = vec![1u8; 128 << 10];
+    std::fs::File::open(&p)
+        .unwrap()
+        .read_exact_at(&mut labels, 256 << 20)
+        .unwrap();
+    assert!(labels.iter().all(|&b| b == 0), "no NVDIMM index written");
+    let again = NvdimmBacking::open_as(&s, FileKind::CxlPmem).unwrap();
+    assert_eq!(again.serial, serial, "the same serial every boot");
+    drop(again);
+    let e = NvdimmBacking::open_as(
+        &spec(&format!("512M,file={}", p.display())),
+        FileKind::CxlPmem,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with(&format!(
+            "--cxl-pmem backing file {} was made for --cxl-pmem 256M",
+            p.display()
+        )),
+        "{e}"
+    );
+    let e = NvdimmBacking::open_as(
+        &spec(&format!("256M,file={}", d.display())),
+        FileKind::CxlPmem,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("--cxl-pmem backing file ") && e.contains("is a directory"),
+        "{e}"
+    );
+    assert!(!e.contains("NVDIMM") && !e.contains("--nvdimm"), "{e}");
+    std::fs::remove_dir_all(&d).unwrap();
 }
