@@ -97,6 +97,9 @@ pub fn build(desc: &GuestPlatform) -> Vec<u8> {
             ],
         ));
     }
+    if let Some(cxl) = &desc.cxl {
+        devices.extend(crate::cxl_dsdt::devices(&cxl.host_bridges));
+    }
     if !devices.is_empty() {
         t.append(&aml::scope("\\_SB", &devices));
     }

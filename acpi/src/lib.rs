@@ -64,6 +64,22 @@ pub struct GuestPlatform {
     pub nvdimm_slots: usize,
     /// Label transport; `None` emits no `_DSM` methods (all DIMMs label-less).
     pub dsm: Option<DsmTransport>,
+    /// The CXL platform (`None`: no CXL device): a CEDT, an MCFG and the
+    /// DSDT's CXL root and host bridges.
+    pub cxl: Option<CxlDescription>,
+}
+
+/// The CXL platform as ACPI describes it: each host bridge (CEDT CHBS and a
+/// DSDT `ACPI0016` device), each fixed memory window (CEDT CFMWS) and the
+/// ECAM the bridges' buses are reached through (MCFG).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CxlDescription {
+    /// Host bridges, in `_UID` order.
+    pub host_bridges: Vec<cedt::HostBridge>,
+    /// Fixed memory windows.
+    pub windows: Vec<cedt::FixedWindow>,
+    /// The ECAM.
+    pub ecam: mcfg::EcamWindow,
 }
 
 /// One NVDIMM as the guest sees it.
@@ -127,6 +143,7 @@ impl GuestPlatform {
             nvdimms: Vec::new(),
             nvdimm_slots: 0,
             dsm: None,
+            cxl: None,
         }
     }
 }
@@ -226,6 +243,9 @@ pub enum AcpiBuildError {
     /// The DSM page is not a 4 KiB aligned page below 4 GiB.
     #[error("the NVDIMM DSM page at {0:#x} must be 4 KiB aligned and below 4 GiB")]
     BadDsmPage(u64),
+    /// The CXL description cannot be a CEDT.
+    #[error(transparent)]
+    Cedt(#[from] cedt::CedtError),
     /// The table area wraps around the address space.
     #[error("the ACPI table area at {addr:#x} of {size:#x} bytes wraps around the address space")]
     TablesAreaOutOfRange {
@@ -402,6 +422,11 @@ pub fn build_tables(
             "SSDT-1",
             nvdimm_ssdt::build(&desc.nvdimms, desc.nvdimm_slots, desc.dsm.as_ref()),
         ));
+    }
+    if let Some(cxl) = &desc.cxl {
+        let cedt = cedt::build(&cxl.host_bridges, &cxl.windows)?;
+        xsdt_entries.push(place(&mut tables, "CEDT", cedt));
+        xsdt_entries.push(place(&mut tables, "MCFG", mcfg::build(&[cxl.ecam])));
     }
     let xsdt_addr = place(&mut tables, "XSDT", build_xsdt(&xsdt_entries));
     let needed = (start - tables_addr) + used;

@@ -34,7 +34,7 @@ struct TierBinary {
     own_l1: bool,
 }
 
-const TIER: [TierBinary; 12] = [
+const TIER: [TierBinary; 13] = [
     TierBinary {
         name: "kvm_tiny",
         filter: &[],
@@ -43,6 +43,14 @@ const TIER: [TierBinary; 12] = [
                   flush hints, emulation failure (fldt from MMIO on hardware KVM), GDT, \
                   string I/O, console input, label counters, address width, several VMs, \
                   a machine check at a poisoned load (mce=on)",
+        own_l1: false,
+    },
+    TierBinary {
+        name: "kvm_cxl",
+        filter: &[],
+        at_least: 2,
+        asserts: "a CXL device's decoder committed by the guest maps the backing file at \
+                  memory speed, its reset unmaps it; a file of another size refused",
         own_l1: false,
     },
     TierBinary {

@@ -514,6 +514,7 @@ fn ring3_ratio_guest_runs_its_loop_in_ring_3_and_reports_every_mode() {
             disks: Vec::new(),
             legacy_pmem: Vec::new(),
             nvdimm_slots: 0,
+            cxl_pmem: Vec::new(),
         },
         console: vmm::config::ConsoleMode::Null,
         channel: None,

@@ -330,6 +330,7 @@ fn config(kernel: &str, cpus: u8) -> vmm::config::VmConfig {
             disks: Vec::new(),
             legacy_pmem: Vec::new(),
             nvdimm_slots: 0,
+            cxl_pmem: Vec::new(),
         },
         console: vmm::config::ConsoleMode::Null,
         channel: None,

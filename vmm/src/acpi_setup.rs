@@ -75,13 +75,14 @@ pub fn describe_dimm(d: &PlacedNvdimm, i: u32) -> NvdimmDescription {
 
 /// The machine as ACPI describes it: `ram` is the guest RAM as (base, length),
 /// `slots` the NVDIMM slots (at least `dimms.len()`), `disks` the number of
-/// virtio disks (at most [`layout::VIRTIO_IRQS`]'s length).
+/// virtio disks (at most [`layout::VIRTIO_IRQS`]'s length), `cxl` the CXL
+/// platform.
 pub fn describe(
     cpus: u8,
     ram: &[(u64, u64)],
-    dimms: &[PlacedNvdimm],
-    slots: usize,
+    (dimms, slots): (&[PlacedNvdimm], usize),
     disks: usize,
+    cxl: Option<acpi::CxlDescription>,
 ) -> GuestPlatform {
     let nvdimms: Vec<NvdimmDescription> = dimms
         .iter()
@@ -131,6 +132,7 @@ pub fn describe(
         nvdimms,
         nvdimm_slots: slots,
         dsm,
+        cxl,
     }
 }
 
@@ -216,9 +218,9 @@ pub fn machine_tables(
     build(&describe(
         machine.cpus,
         &placed.ram,
-        &dimms,
-        machine.slots(),
+        (&dimms, machine.slots()),
         machine.disks.len(),
+        placed.cxl.description(),
     ))
 }
 
@@ -238,7 +240,7 @@ pub fn install(
     ram: &[(u64, u64)],
     mem: &GuestMemoryMmap,
     (nvdimms, slots, events): (&[Nvdimm], usize, Option<Arc<PlatformEvents>>),
-    disks: usize,
+    (disks, cxl): (usize, Option<acpi::CxlDescription>),
     pio: &mut Bus,
 ) -> Result<Installed, AcpiSetupError> {
     let specs: Vec<NvdimmSpec> = nvdimms.iter().map(|n| n.backing.spec.clone()).collect();
@@ -253,7 +255,7 @@ pub fn install(
             node,
         })
         .collect();
-    let desc = describe(cpus, ram, &placed, slots, disks);
+    let desc = describe(cpus, ram, (&placed, slots), disks, cxl);
     let tables = build(&desc)?;
     let write = |bytes: &[u8], addr: u64| {
         mem.write_slice(bytes, GuestAddress(addr))

@@ -174,6 +174,7 @@ fn measure(elf: &Path, b: &Backing, a: &Args, cpu: u32) -> Result<Measured, Stri
             disks: Vec::new(),
             legacy_pmem: Vec::new(),
             nvdimm_slots: 0,
+            cxl_pmem: Vec::new(),
         },
         console: ConsoleMode::Null,
         channel: None,

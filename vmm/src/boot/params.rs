@@ -218,7 +218,7 @@ mod tests {
         let ram = crate::memory::ram_regions(512 << 20).unwrap();
         let bases = crate::memory::legacy_pmem_bases(&ram, &[], &[256 << 20], 46).unwrap();
         assert_eq!(bases, vec![1 << 32]);
-        crate::memory::e820_map(&ram, &[(bases[0], 256 << 20)])
+        crate::memory::e820_map(&ram, &[(bases[0], 256 << 20)], &[])
     }
 
     #[test]

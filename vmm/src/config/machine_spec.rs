@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DiskSpec, LegacyPmemSpec, NvdimmSpec, RamPages};
+use super::{CxlPmemSpec, DiskSpec, LegacyPmemSpec, NvdimmSpec, RamPages};
 use crate::memory::hugepages::MemorySpec;
 use crate::memory::placement::Placement;
 
@@ -41,6 +41,9 @@ pub struct MachineSpec {
     /// nvdimm add`); 0: as many as `nvdimms`.
     #[serde(default)]
     pub nvdimm_slots: usize,
+    /// CXL persistent-memory devices (`--cxl-pmem`), in order.
+    #[serde(default)]
+    pub cxl_pmem: Vec<CxlPmemSpec>,
 }
 
 impl Default for MachineSpec {
@@ -54,6 +57,7 @@ impl Default for MachineSpec {
             disks: Vec::new(),
             legacy_pmem: Vec::new(),
             nvdimm_slots: 0,
+            cxl_pmem: Vec::new(),
         }
     }
 }
@@ -110,6 +114,10 @@ impl MachineSpec {
         if self.nvdimm_slots > 0 {
             args.extend(["--nvdimm-slots".to_string(), self.nvdimm_slots.to_string()]);
         }
+        args.extend(each(
+            "--cxl-pmem",
+            self.cxl_pmem.iter().map(ToString::to_string).collect(),
+        ));
         args
     }
 }
@@ -165,6 +173,7 @@ mod tests {
             disks: vec!["/tmp/root.img,readonly".parse().unwrap()],
             legacy_pmem: vec!["256M,file=/tmp/legacy.img".parse().unwrap()],
             nvdimm_slots: 4,
+            cxl_pmem: vec!["512M,file=/tmp/c.img,label-size=256K".parse().unwrap()],
         }
     }
 
@@ -189,6 +198,7 @@ mod tests {
                 "--disk" => m.disks.push(value.parse().unwrap()),
                 "--pmem-legacy" => m.legacy_pmem.push(value.parse().unwrap()),
                 "--nvdimm-slots" => m.nvdimm_slots = value.parse().unwrap(),
+                "--cxl-pmem" => m.cxl_pmem.push(value.parse().unwrap()),
                 other => panic!("unexpected flag {other}"),
             }
         }

@@ -13,6 +13,7 @@
 //! configuration space where the CXL DVSECs are.
 
 pub mod assemble;
+pub mod machine;
 pub mod memory;
 pub mod platform;
 

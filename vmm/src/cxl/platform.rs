@@ -1,9 +1,10 @@
 //! Placement of the CXL platform ([`CxlPlatform::place`]) and its ACPI
-//! tables: the CEDT (a CHBS per host bridge, a CFMWS per window), the MCFG
+//! description ([`CxlPlatform::description`]), from which the `acpi` crate
+//! builds the CEDT (a CHBS per host bridge, a CFMWS per window), the MCFG
 //! (the ECAM) and the DSDT's `ACPI0017`/`ACPI0016` devices — every number in
 //! them from the one placement.
 
-use acpi::cedt::{self, CedtError, FixedWindow, HostBridge};
+use acpi::cedt::{self, FixedWindow, HostBridge};
 use acpi::mcfg::EcamWindow;
 
 use crate::config::{size_text, CxlPmemSpec};
@@ -33,9 +34,6 @@ pub enum CxlError {
         /// 2^bits.
         limit: u64,
     },
-    /// A table the placement produced cannot be encoded (a pmemvm bug).
-    #[error("the CXL platform's CEDT cannot be built: {0} (pmemvm bug)")]
-    Cedt(#[from] CedtError),
 }
 
 /// One device in place.
@@ -137,23 +135,14 @@ impl CxlPlatform {
         self.devices.iter().map(|d| d.host_bridge).collect()
     }
 
-    /// The CEDT: a CHBS per host bridge, a CFMWS per window.
-    pub fn cedt(&self) -> Result<Vec<u8>, CxlError> {
-        let windows: Vec<FixedWindow> = self.devices.iter().map(|d| d.window.clone()).collect();
-        Ok(cedt::build(&self.host_bridges(), &windows)?)
-    }
-
-    /// The MCFG of the ECAM (`None` without devices).
-    pub fn mcfg(&self) -> Option<Vec<u8>> {
-        self.ecam().map(|e| acpi::mcfg::build(&[e]))
-    }
-
-    /// The DSDT's `\_SB` objects: the CXL root and a PCI root per host bridge.
-    pub fn dsdt_devices(&self) -> Vec<Vec<u8>> {
-        match self.is_empty() {
-            true => Vec::new(),
-            false => acpi::cxl_dsdt::devices(&self.host_bridges()),
-        }
+    /// The platform as ACPI describes it (`None` without devices): the CEDT,
+    /// the MCFG and the DSDT's CXL objects are built from it.
+    pub fn description(&self) -> Option<acpi::CxlDescription> {
+        Some(acpi::CxlDescription {
+            host_bridges: self.host_bridges(),
+            windows: self.devices.iter().map(|d| d.window.clone()).collect(),
+            ecam: self.ecam()?,
+        })
     }
 }
 
@@ -227,8 +216,8 @@ mod tests {
     #[test]
     fn no_devices_is_no_platform_and_too_many_or_too_large_are_refused() {
         let none = CxlPlatform::place(&[], 1 << 32, 46).unwrap();
-        assert!(none.is_empty() && none.ecam().is_none() && none.mcfg().is_none());
-        assert!(none.dsdt_devices().is_empty() && none.e820_reserved().is_empty());
+        assert!(none.is_empty() && none.ecam().is_none() && none.description().is_none());
+        assert!(none.e820_reserved().is_empty());
         let seventeen = specs(&[256 << 20; 17]);
         assert_eq!(
             CxlPlatform::place(&seventeen, 1 << 32, 46),
@@ -256,7 +245,8 @@ mod tests {
     #[test]
     fn the_tables_carry_the_placement() {
         let p = CxlPlatform::place(&specs(&[2 << 30]), 1 << 32, 46).unwrap();
-        let cedt = p.cedt().unwrap();
+        let desc = p.description().unwrap();
+        let cedt = cedt::build(&desc.host_bridges, &desc.windows).unwrap();
         let d = &p.devices[0];
         let at = |o: usize| u64::from_le_bytes(cedt[o..o + 8].try_into().unwrap());
         // CHBS at 36: uid at +4, base at +16; CFMWS at 36 + 32: base at +8, size at +16.
@@ -264,7 +254,7 @@ mod tests {
         assert_eq!(at(52), d.host_bridge.registers);
         assert_eq!(at(68 + 8), d.window.base);
         assert_eq!(at(68 + 16), 2 << 30);
-        let mcfg = p.mcfg().unwrap();
+        let mcfg = acpi::mcfg::build(&[desc.ecam]);
         assert_eq!(&mcfg[0..4], b"MCFG");
         assert_eq!(
             u64::from_le_bytes(mcfg[44..52].try_into().unwrap()),
@@ -272,7 +262,7 @@ mod tests {
         );
         assert_eq!((mcfg[54], mcfg[55]), (0, 0x0f));
         assert_eq!(
-            p.dsdt_devices().len(),
+            acpi::cxl_dsdt::devices(&desc.host_bridges).len(),
             2,
             "the CXL root and one host bridge"
         );

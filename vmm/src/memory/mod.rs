@@ -38,6 +38,9 @@ pub enum MemoryLayoutError {
         /// 2^bits.
         limit: u64,
     },
+    /// The CXL devices do not fit.
+    #[error(transparent)]
+    Cxl(#[from] crate::cxl::CxlError),
 }
 
 /// Smallest RAM accepted.
@@ -118,6 +121,8 @@ pub struct MachineLayout {
     pub nvdimms: Vec<(u64, u64)>,
     /// Each legacy persistent-memory range (base, length), in order.
     pub legacy: Vec<(u64, u64)>,
+    /// The CXL devices, their host bridges and windows, above all of these.
+    pub cxl: crate::cxl::CxlPlatform,
 }
 
 /// The layout of `machine` in an address space of `phys_bits` bits: RAM
@@ -133,11 +138,18 @@ pub fn machine_layout(
     let nvdimms: Vec<(u64, u64)> = bases.into_iter().zip(sizes).collect();
     let legacy_sizes: Vec<u64> = machine.legacy_pmem.iter().map(|l| l.size).collect();
     let legacy_bases = legacy_pmem_bases(&ram, &nvdimms, &legacy_sizes, phys_bits)?;
-    let legacy = legacy_bases.into_iter().zip(legacy_sizes).collect();
+    let legacy: Vec<(u64, u64)> = legacy_bases.into_iter().zip(legacy_sizes).collect();
+    let above = nvdimms
+        .iter()
+        .chain(&legacy)
+        .map(|&(b, l)| b.saturating_add(l))
+        .fold(ram_end(&ram).max(layout::RAM_64BIT_START.0), u64::max);
+    let cxl = crate::cxl::CxlPlatform::place(&machine.cxl_pmem, above, phys_bits)?;
     Ok(MachineLayout {
         ram,
         nvdimms,
         legacy,
+        cxl,
     })
 }
 
@@ -235,10 +247,16 @@ pub struct E820Entry {
 
 /// The E820 map: RAM below the EBDA, the reserved BIOS area (ACPI tables and
 /// the DSM page live there), RAM above 1 MiB and above 4 GiB, then each
-/// legacy persistent-memory range (base, length) as type 12. NVDIMM ranges
-/// are deliberately absent (as with QEMU): the NFIT alone describes them.
+/// legacy persistent-memory range (base, length) as type 12 and each
+/// `reserved` range (the CXL platform's ECAM, which Linux uses for MMCONFIG
+/// only where the firmware reserved it). NVDIMM ranges and CXL windows are
+/// deliberately absent (as with QEMU): the NFIT and the CEDT describe them.
 /// Entries are sorted by address.
-pub fn e820_map(ram: &[RamRegion], legacy_pmem: &[(u64, u64)]) -> Vec<E820Entry> {
+pub fn e820_map(
+    ram: &[RamRegion],
+    legacy_pmem: &[(u64, u64)],
+    reserved: &[(u64, u64)],
+) -> Vec<E820Entry> {
     let mut map = Vec::new();
     let mut push = |addr, size, kind| {
         if size > 0 {
@@ -259,6 +277,9 @@ pub fn e820_map(ram: &[RamRegion], legacy_pmem: &[(u64, u64)]) -> Vec<E820Entry>
     }
     for &(addr, len) in legacy_pmem {
         push(addr, len, E820Type::Pram);
+    }
+    for &(addr, len) in reserved {
+        push(addr, len, E820Type::Reserved);
     }
     map.sort_by_key(|e| e.addr);
     map
@@ -307,7 +328,7 @@ mod tests {
 
     #[test]
     fn e820_contents() {
-        let map = e820_map(&ram_regions(512 * M).unwrap(), &[]);
+        let map = e820_map(&ram_regions(512 * M).unwrap(), &[], &[]);
         assert_eq!(
             map,
             vec![
@@ -328,7 +349,7 @@ mod tests {
                 },
             ]
         );
-        let map = e820_map(&ram_regions(4 * G).unwrap(), &[]);
+        let map = e820_map(&ram_regions(4 * G).unwrap(), &[], &[]);
         assert_eq!(map.len(), 4);
         assert_eq!(
             map[3],
@@ -399,7 +420,7 @@ mod tests {
     #[test]
     fn e820_lists_legacy_pmem_as_type_12() {
         let ram = ram_regions(512 * M).unwrap();
-        let map = e820_map(&ram, &[(5 * G, 256 * M), (4 * G, 16 * M)]);
+        let map = e820_map(&ram, &[(5 * G, 256 * M), (4 * G, 16 * M)], &[]);
         assert_eq!(map.len(), 5);
         assert_eq!(
             &map[3..],
@@ -421,7 +442,7 @@ mod tests {
         // RAM above 4 GiB comes first, the range after it.
         let ram = ram_regions(4 * G).unwrap();
         let base = legacy_pmem_bases(&ram, &[], &[G], 46).unwrap()[0];
-        let map = e820_map(&ram, &[(base, G)]);
+        let map = e820_map(&ram, &[(base, G)], &[]);
         assert_eq!(map[3].kind, E820Type::Ram);
         assert_eq!(
             map[4],

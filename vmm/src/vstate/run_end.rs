@@ -242,6 +242,11 @@ impl Vm {
                     .filter(|l| !l.backing.spec.readonly)
                     .map(|l| (l.backing.display.clone(), l.backing.file.clone())),
             )
+            .chain(self.cxl.iter().flat_map(|c| {
+                c.backings
+                    .iter()
+                    .map(|b| (b.display.clone(), b.file.clone()))
+            }))
             .chain(self.disks.iter().filter_map(|d| {
                 d.file
                     .as_ref()

@@ -123,6 +123,7 @@ impl MachineArgs {
             disks: self.disk.clone(),
             legacy_pmem: self.pmem_legacy.clone(),
             nvdimm_slots: self.nvdimm_slots,
+            cxl_pmem: self.cxl_pmem.clone(),
         }
     }
 }
@@ -150,6 +151,11 @@ pub fn parse_disk(s: &str) -> Result<config::DiskSpec, String> {
 /// `--pmem-legacy SPEC`.
 pub fn parse_pmem_legacy(s: &str) -> Result<LegacyPmemSpec, String> {
     s.parse::<LegacyPmemSpec>().map_err(|e| e.to_string())
+}
+
+/// `--cxl-pmem SPEC`.
+pub fn parse_cxl_pmem(s: &str) -> Result<config::CxlPmemSpec, String> {
+    s.parse::<config::CxlPmemSpec>().map_err(|e| e.to_string())
 }
 
 /// Options shared by every command that describes a machine.
@@ -193,6 +199,18 @@ pub struct MachineArgs {
     /// 1 GiB boundary after the NVDIMMs. Not with --engine qemu.
     #[arg(long = "pmem-legacy", value_parser = parse_pmem_legacy, value_name = "SPEC")]
     pub pmem_legacy: Vec<LegacyPmemSpec>,
+    /// A CXL Type-3 memory device, all of it persistent:
+    /// SIZE[,file=PATH][,label-size=SIZE]. Repeat for more (at most 16).
+    ///
+    /// Each device sits behind its own CXL host bridge and root port with a
+    /// fixed memory window of exactly SIZE (a multiple of 256 MiB) above the
+    /// NVDIMMs; a region the guest makes there (`cxl create-region`) is the
+    /// backing file mapped into the guest, no exit per access. The file is
+    /// SIZE, then the label storage area (default 128K; 128K to 16M), then
+    /// pmemvm's 4 KiB identity page (the device's serial number); created
+    /// sparse if missing, never resized. Engines pmemvm and nested.
+    #[arg(long = "cxl-pmem", value_parser = parse_cxl_pmem, value_name = "SPEC")]
+    pub cxl_pmem: Vec<config::CxlPmemSpec>,
     /// NVDIMM slots in all: the --nvdimm DIMMs plus empty slots that `pmemvm ctl
     /// SOCKET nvdimm add SPEC` fills while the guest runs (hot-add, with --api;
     /// docs/api.md). Default: one per --nvdimm, none empty. Engines pmemvm and nested.

@@ -35,6 +35,8 @@ pub(super) struct Room<'a> {
     pub(super) ram: &'a [RamRegion],
     pub(super) slots: usize,
     pub(super) phys_bits: u8,
+    /// The CXL devices' windows (hot-added DIMMs go above them).
+    pub(super) cxl: &'a crate::cxl::CxlPlatform,
 }
 
 /// The memory the machine has mapped so far, for the devices.
@@ -84,16 +86,26 @@ pub(super) fn attach_devices(
         plan.ram,
         mapped.mem,
         (mapped.nvdimms, plan.slots, events.clone()),
-        disks.len(),
+        (disks.len(), plan.cxl.description()),
         &mut pio,
     )?;
     // Empty slots: what a hot-add needs, above everything mapped now.
-    let mapped_pmem = mapped.nvdimms.iter().map(|n| (n.base, n.size())).chain(
-        mapped
-            .legacy_pmem
-            .iter()
-            .map(|l| (l.base, l.mapping.size() as u64)),
-    );
+    let mapped_pmem = mapped
+        .nvdimms
+        .iter()
+        .map(|n| (n.base, n.size()))
+        .chain(
+            mapped
+                .legacy_pmem
+                .iter()
+                .map(|l| (l.base, l.mapping.size() as u64)),
+        )
+        .chain(
+            plan.cxl
+                .devices
+                .iter()
+                .map(|d| (d.window.base, d.window.size)),
+        );
     let hotplug =
         crate::nvdimm::hotplug::NvdimmHotplug::for_machine(crate::nvdimm::hotplug::HotplugParts {
             vm_fd: vm_fd.clone(),

@@ -47,6 +47,8 @@ struct Plan {
     dimm_bases: Vec<u64>,
     /// Each legacy range (base, length).
     legacy: Vec<(u64, u64)>,
+    /// The CXL devices in place.
+    cxl: crate::cxl::CxlPlatform,
 }
 
 impl Plan {
@@ -66,8 +68,10 @@ impl Plan {
         let layout_map = memory::machine_layout(machine, phys_bits)?;
         let slots_max = kvm.get_nr_memslots().saturating_sub(layout_map.ram.len());
         let dimm_max = slots_max.min(usize::try_from(layout::NVDIMM_FLUSH_HINT_MAX).unwrap_or(0));
-        // Legacy ranges take memslots too (they have no flush-hint page).
-        let dimm_max = dimm_max.min(slots_max.saturating_sub(machine.legacy_pmem.len()));
+        // Legacy ranges and CXL decoders take memslots too (no flush-hint page).
+        let cxl_slots = crate::cxl::machine::slots(&layout_map.cxl);
+        let dimm_max =
+            dimm_max.min(slots_max.saturating_sub(machine.legacy_pmem.len() + cxl_slots));
         // Empty slots count: each may take a memslot and has its flush-hint page.
         let slots = machine.slots();
         if slots > dimm_max {
@@ -94,6 +98,7 @@ impl Plan {
             slots,
             dimm_bases: layout_map.nvdimms.iter().map(|&(b, _)| b).collect(),
             legacy: layout_map.legacy,
+            cxl: layout_map.cxl,
         })
     }
 }
@@ -108,6 +113,7 @@ impl Plan {
             ram: &self.ram,
             slots: self.slots,
             phys_bits: self.phys_bits,
+            cxl: &self.cxl,
         }
     }
 }
@@ -187,7 +193,7 @@ fn load_kernel(
     config: &VmConfig,
     plan: &Plan,
 ) -> Result<EntryPoint, VmError> {
-    let e820 = memory::e820_map(&plan.ram, &plan.legacy);
+    let e820 = memory::e820_map(&plan.ram, &plan.legacy, &plan.cxl.e820_reserved());
     let low_ram_end = plan.ram.first().map_or(0, |&(a, l)| a + l);
     Ok(boot::load(
         mem,
@@ -427,16 +433,24 @@ impl Vm {
         let mut dimms = DimmContext::new(&vm_fd, config, &vcpu_threads, mce_ids);
         let mut nvdimms = map_nvdimms(&mut dimms, &plan, &mut slot)?;
         let (media_started, epoch_gate) = (dimms.media_started, dimms.epoch_gate);
+        // The CXL decoders' slots come next; hot-added DIMMs take theirs after.
+        let cxl_first_slot = slot;
+        let cxl_slots = u32::try_from(crate::cxl::machine::slots(&plan.cxl)).unwrap_or(u32::MAX);
         let mapped = Mapped {
             mem: &mem,
             nvdimms: &nvdimms,
             legacy_pmem: &legacy_pmem,
-            next_slot: slot,
+            next_slot: slot.saturating_add(cxl_slots),
         };
-        let devices = attach_devices(&vm_fd, config, &plan.room(), &mapped, open_disks)?;
+        let mut devices = attach_devices(&vm_fd, config, &plan.room(), &mapped, open_disks)?;
+        let mut cxl =
+            crate::cxl::machine::attach(&vm_fd, &plan.cxl, &mut devices.mmio, cxl_first_slot)?;
         let vcpus = create_vcpus(&vm_fd, &mem, &plan, cpus, entry)?;
         nvdimms.iter_mut().for_each(|n| n.backing.keep());
         legacy_pmem.iter_mut().for_each(|l| l.backing.keep());
+        if let Some(c) = cxl.as_mut() {
+            c.backings.iter_mut().for_each(NvdimmBacking::keep);
+        }
         media_started.disarm();
         let mce_broadcast = mce_broadcast(plan.mce, cpus, &vcpu_threads);
         Ok(Self {
@@ -445,6 +459,7 @@ impl Vm {
             mem,
             nvdimms,
             legacy_pmem,
+            cxl,
             vcpus,
             pio: Arc::new(devices.pio),
             mmio: Arc::new(devices.mmio),

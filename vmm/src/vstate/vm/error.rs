@@ -54,6 +54,9 @@ pub enum VmError {
     /// The disks' view of guest memory.
     #[error(transparent)]
     DmaMemory(#[from] devices::virtio::dma::DmaError),
+    /// The CXL devices.
+    #[error(transparent)]
+    Cxl(#[from] crate::cxl::machine::CxlSetupError),
     /// Backing files of legacy persistent memory.
     #[error(transparent)]
     LegacyBacking(#[from] backing::LegacyBackingError),
@@ -122,6 +125,7 @@ impl crate::exit_status::Classified for VmError {
             Self::Boot(e) => e.kind(),
             Self::Backing(e) => e.kind(),
             Self::LegacyBacking(e) => e.kind(),
+            Self::Cxl(e) => e.kind(),
             Self::Media(e) => e.kind(),
             Self::Disk(e) => e.kind(),
             Self::Huge(e) => e.kind(),

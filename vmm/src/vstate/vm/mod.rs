@@ -62,6 +62,8 @@ pub struct Vm {
     pub(crate) mem: GuestMemoryMmap,
     pub(crate) nvdimms: Vec<Nvdimm>,
     pub(crate) legacy_pmem: Vec<LegacyPmem>,
+    /// The CXL devices (`--cxl-pmem`).
+    pub(crate) cxl: Option<crate::cxl::machine::CxlMachine>,
     pub(crate) vcpus: Vec<VcpuFd>,
     pub(crate) pio: Arc<Bus>,
     pub(crate) mmio: Arc<Bus>,

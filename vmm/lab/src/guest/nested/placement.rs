@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 #[cfg(test)]
 use vmm::config::LegacyPmemSpec;
-use vmm::config::{DiskSpec, MachineSpec, NvdimmSpec};
+use vmm::config::{CxlPmemSpec, DiskSpec, MachineSpec, NvdimmSpec};
 
 use super::l1::Mount;
 use super::NestedError;
@@ -164,6 +164,7 @@ pub(crate) fn place_machine(
         nvdimms: Vec::new(),
         disks: Vec::new(),
         legacy_pmem: Vec::new(),
+        cxl_pmem: Vec::new(),
         ..machine.clone()
     };
     for (i, spec) in machine.nvdimms.iter().enumerate() {
@@ -184,6 +185,13 @@ pub(crate) fn place_machine(
     for (i, spec) in machine.legacy_pmem.iter().enumerate() {
         let path = placer.file(spec.file.as_ref(), format!("legacy{i}.img"), spec.readonly)?;
         l1.legacy_pmem.push(spec.with_file(path.into()));
+    }
+    for (i, spec) in machine.cxl_pmem.iter().enumerate() {
+        let path = placer.file(spec.file.as_ref(), format!("cxl{i}.img"), false)?;
+        l1.cxl_pmem.push(CxlPmemSpec {
+            file: Some(PathBuf::from(path)),
+            ..spec.clone()
+        });
     }
     for (i, disk) in machine.disks.iter().enumerate() {
         let path = placer.file(Some(&disk.path), format!("disk{i}.img"), disk.readonly)?;

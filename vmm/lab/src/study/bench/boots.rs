@@ -191,6 +191,7 @@ fn boot_spec(req: &BenchRequest, prepared: &Prepared, files: &SideFiles, extra: 
             disks: Vec::new(),
             legacy_pmem: Vec::new(),
             nvdimm_slots: 0,
+            cxl_pmem: Vec::new(),
         },
         workload: run::Workload::Fio(plan.guest_job()),
         stream_console: false,

@@ -379,6 +379,7 @@ fn boot_spec(
             disks: Vec::new(),
             legacy_pmem,
             nvdimm_slots: 0,
+            cxl_pmem: Vec::new(),
         },
         workload: crate::guest::run::Workload::Command { job, setup: None },
         stream_console: req.stream_console,
