@@ -256,13 +256,17 @@ rc=0
 REST_PID=$!
 # run_queue QUEUE LOG BINARIES...: one `cargo test` per binary, in the order
 # given (longest first: cargo would run one invocation's binaries in name order).
+# `--workspace --test NAME`, not `-p pmemvm-tests`: the workspace's features,
+# so the binaries `cargo build --workspace --all-targets` made are the ones
+# that run (`-p` resolves features for that package alone and rebuilds vmm,
+# the lab and the tests first, minutes of both cores).
 run_queue() {
     local queue=$1 out=$2 qrc=0 b
     shift 2
     for b in "$@"; do
         # The pairs ran before the queues (tests/lib/tiers.sh, "Pairs").
         LIBTEST_ARGS=$(awk -v b="$b" '$1 == b { printf "--skip %s ", $2 }' <<<"$PAIRS")
-        cargo_test "$queue" "$out" -p pmemvm-tests --test "$b" || qrc=1
+        cargo_test "$queue" "$out" --workspace --test "$b" || qrc=1
     done
     return "$qrc"
 }
@@ -273,7 +277,7 @@ run_pairs() {
     while read -r b t; do
         [ -n "$b" ] || continue
         LIBTEST_ARGS="--exact $t"
-        cargo_test pair "$TEST_LOG" -p pmemvm-tests --test "$b" || prc=1
+        cargo_test pair "$TEST_LOG" --workspace --test "$b" || prc=1
     done <<<"$PAIRS"
     LIBTEST_ARGS=""
     return "$prc"
