@@ -110,17 +110,9 @@ pub struct BenchArgs {
     /// Per-boot timeout in seconds.
     #[arg(long, default_value = "3600", value_parser = parse_seconds, value_name = "SECS")]
     pub timeout: u64,
-    /// Guest kernel of every side without its own (default: the guest image's).
-    #[arg(long, value_name = "PATH")]
-    pub kernel: Option<PathBuf>,
-    /// Initrd of every side without its own (default: the guest image's initramfs).
-    #[arg(long, value_name = "PATH")]
-    pub initrd: Option<PathBuf>,
-    /// Modules of every side's kernel without its own modules=: what `make modules_install INSTALL_MOD_PATH=X` wrote (X or
-    /// X/lib/modules/RELEASE, of the kernel's release); the NVDIMM, DAX and file-system
-    /// modules and their dependencies go into the initrd and the guest's init loads them.
-    #[arg(long, value_name = "DIR")]
-    pub modules: Option<PathBuf>,
+    /// The kernel, initrd and modules of every side without its own.
+    #[command(flatten)]
+    pub files: lab::guest::args::KernelFiles,
     /// Run only this boot of this side, e.g. on:2 (what one Slurm array task runs; reruns one
     /// failed task by hand).
     #[arg(long, value_name = "SIDE:BOOT", value_parser = lab::study::fleet::task::parse_arg, conflicts_with_all = ["plan", "slurm"])]

@@ -43,12 +43,7 @@ pub(crate) fn bench_request(
         out,
         engine: args.engine,
         timeout: std::time::Duration::from_secs(args.timeout),
-        boot: vmm::config::BootFiles {
-            kernel: args.kernel.clone(),
-            initrd: args.initrd.clone(),
-            modules: args.modules.clone(),
-            ..Default::default()
-        },
+        boot: args.files.boot_files(),
         only: args.only.clone(),
         runner,
         ram_pages: args.memory.map(|m| m.pages).unwrap_or_default(),

@@ -227,20 +227,32 @@ pub struct MachineArgs {
     pub loaded: Option<config::MachineSpec>,
 }
 
-/// What the machine boots (`boot` and `run`).
-#[derive(Debug, Args, Clone)]
-pub struct KernelArgs {
-    /// Guest kernel: ELF vmlinux (PVH) or bzImage. Default: the project's guest image.
+/// The guest kernel's files (`boot`, `run`, and `bench` for every side
+/// without its own `kernel=`, `initrd=`, `modules=`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct KernelFiles {
+    /// Guest kernel: ELF vmlinux (PVH) or bzImage. Default: the project's guest image;
+    /// a bench side's own kernel= replaces it.
     #[arg(long, value_name = "PATH")]
     pub kernel: Option<PathBuf>,
-    /// Initial ramdisk (default: the guest image's initramfs).
+    /// Initial ramdisk (default: the guest image's initramfs; a bench side's initrd=
+    /// replaces it).
     #[arg(long, value_name = "PATH")]
     pub initrd: Option<PathBuf>,
     /// The kernel's modules: what `make modules_install INSTALL_MOD_PATH=X` wrote (X or
     /// X/lib/modules/RELEASE, of the kernel's release); the NVDIMM, DAX and file-system
     /// modules and their dependencies go into the initrd and the guest's init loads them.
+    /// A bench side's modules= replaces them.
     #[arg(long, value_name = "DIR")]
     pub modules: Option<PathBuf>,
+}
+
+/// What the machine boots (`boot` and `run`).
+#[derive(Debug, Args, Clone)]
+pub struct KernelArgs {
+    /// The kernel, initrd and modules.
+    #[command(flatten)]
+    pub files: KernelFiles,
     /// Whole kernel command line (replaces the default, a console on ttyS0).
     #[arg(long, value_name = "STR")]
     pub cmdline: Option<String>,
@@ -249,15 +261,25 @@ pub struct KernelArgs {
     pub append: Vec<String>,
 }
 
-impl KernelArgs {
-    /// What the machine boots, as given.
-    pub fn files(&self) -> config::BootFiles {
+impl KernelFiles {
+    /// The files as the run's boot description (no command line).
+    pub fn boot_files(&self) -> config::BootFiles {
         config::BootFiles {
             kernel: self.kernel.clone(),
             initrd: self.initrd.clone(),
             modules: self.modules.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+impl KernelArgs {
+    /// What the machine boots, as given.
+    pub fn files(&self) -> config::BootFiles {
+        config::BootFiles {
             cmdline: self.cmdline.clone(),
             append: self.append.clone(),
+            ..self.files.boot_files()
         }
     }
 }

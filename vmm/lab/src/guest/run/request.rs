@@ -277,7 +277,7 @@ impl RunRequest {
             crate::guest::preflight::engine_on_this_host(self.engine, true, needs)?;
         }
         super::engine_for(&spec)?;
-        needs.image = self.boot.kernel.is_none();
+        needs.image = self.boot.files.kernel.is_none();
         Ok(())
     }
 }
