@@ -66,9 +66,16 @@ pub fn backing_spec(spec: &CxlPmemSpec) -> NvdimmSpec {
     }
 }
 
-/// Memory slots the devices of `platform` reserve.
-pub fn slots(platform: &CxlPlatform) -> usize {
-    slots_needed(platform.devices.len())
+/// Memory slots the devices of `platform` reserve (at most 16 × 4).
+pub fn slots(platform: &CxlPlatform) -> u32 {
+    u32::try_from(slots_needed(platform.devices.len())).unwrap_or(u32::MAX)
+}
+
+impl CxlMachine {
+    /// Keeps the backing files this VM created (setup succeeded).
+    pub fn keep(&mut self) {
+        self.backings.iter_mut().for_each(NvdimmBacking::keep);
+    }
 }
 
 /// Opens the devices' files and puts the platform on `mmio`, its decoders'

@@ -19,6 +19,7 @@ use super::outputs::check_output;
 use super::{add_memslot, kvm_err, open_kvm, readonly_flag, Vm, VmError};
 use crate::boot::{self, BootInputs, EntryPoint};
 use crate::config::VmConfig;
+use crate::cxl;
 use crate::host::HostKvm;
 use crate::layout;
 use crate::memory::backing::{self, NvdimmBacking};
@@ -69,7 +70,7 @@ impl Plan {
         let slots_max = kvm.get_nr_memslots().saturating_sub(layout_map.ram.len());
         let dimm_max = slots_max.min(usize::try_from(layout::NVDIMM_FLUSH_HINT_MAX).unwrap_or(0));
         // Legacy ranges and CXL decoders take memslots too (no flush-hint page).
-        let cxl_slots = crate::cxl::machine::slots(&layout_map.cxl);
+        let cxl_slots = cxl::machine::slots(&layout_map.cxl) as usize;
         let dimm_max =
             dimm_max.min(slots_max.saturating_sub(machine.legacy_pmem.len() + cxl_slots));
         // Empty slots count: each may take a memslot and has its flush-hint page.
@@ -107,6 +108,11 @@ impl Plan {
 type MachineChecks = Option<(Vendor, u64)>;
 
 impl Plan {
+    /// Memory slots the CXL devices' decoders hold.
+    fn cxl_slots(&self) -> u32 {
+        cxl::machine::slots(&self.cxl)
+    }
+
     /// What the devices take of it.
     fn room(&self) -> Room<'_> {
         Room {
@@ -410,6 +416,17 @@ fn create_vcpus(
     Ok(vcpus)
 }
 
+/// Keeps the backing files this build created: the VM is set up.
+fn keep_created_files(
+    nvdimms: &mut [Nvdimm],
+    legacy_pmem: &mut [LegacyPmem],
+    cxl: &mut Option<cxl::machine::CxlMachine>,
+) {
+    nvdimms.iter_mut().for_each(|n| n.backing.keep());
+    legacy_pmem.iter_mut().for_each(|l| l.backing.keep());
+    cxl.iter_mut().for_each(cxl::machine::CxlMachine::keep);
+}
+
 impl Vm {
     /// Builds the VM. See the module docs for the order of checks.
     pub fn build(config: &VmConfig) -> Result<Self, VmError> {
@@ -428,29 +445,22 @@ impl Vm {
         let cpus = config.machine.cpus;
         let vcpu_threads = Arc::new(VcpuThreads::new(cpus.into()));
         // mce=on DIMMs take their slots from the top of KVM's numbers.
-        let below = slot as usize + plan.slots;
+        let below = slot as usize + plan.slots + plan.cxl_slots() as usize;
         let mce_ids = crate::nvdimm::mce::slot_ids(kvm.get_nr_memslots(), below, plan.mce_dimms)?;
         let mut dimms = DimmContext::new(&vm_fd, config, &vcpu_threads, mce_ids);
         let mut nvdimms = map_nvdimms(&mut dimms, &plan, &mut slot)?;
         let (media_started, epoch_gate) = (dimms.media_started, dimms.epoch_gate);
-        // The CXL decoders' slots come next; hot-added DIMMs take theirs after.
-        let cxl_first_slot = slot;
-        let cxl_slots = u32::try_from(crate::cxl::machine::slots(&plan.cxl)).unwrap_or(u32::MAX);
+        // The CXL decoders' slots come next (from `slot`); hot-added DIMMs' after.
         let mapped = Mapped {
             mem: &mem,
             nvdimms: &nvdimms,
             legacy_pmem: &legacy_pmem,
-            next_slot: slot.saturating_add(cxl_slots),
+            next_slot: slot.saturating_add(plan.cxl_slots()),
         };
         let mut devices = attach_devices(&vm_fd, config, &plan.room(), &mapped, open_disks)?;
-        let mut cxl =
-            crate::cxl::machine::attach(&vm_fd, &plan.cxl, &mut devices.mmio, cxl_first_slot)?;
+        let mut cxl = cxl::machine::attach(&vm_fd, &plan.cxl, &mut devices.mmio, slot)?;
         let vcpus = create_vcpus(&vm_fd, &mem, &plan, cpus, entry)?;
-        nvdimms.iter_mut().for_each(|n| n.backing.keep());
-        legacy_pmem.iter_mut().for_each(|l| l.backing.keep());
-        if let Some(c) = cxl.as_mut() {
-            c.backings.iter_mut().for_each(NvdimmBacking::keep);
-        }
+        keep_created_files(&mut nvdimms, &mut legacy_pmem, &mut cxl);
         media_started.disarm();
         let mce_broadcast = mce_broadcast(plan.mce, cpus, &vcpu_threads);
         Ok(Self {
