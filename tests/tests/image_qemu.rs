@@ -122,6 +122,7 @@ fn boot_with_nvdimm(
         disks: &[],
         console: &console,
         channel: &com2,
+        cxl: Vec::new(),
     };
     let mut cmd = machine.command();
     cmd.stdin(Stdio::null())

@@ -208,7 +208,9 @@ pub struct MachineArgs {
     /// backing file mapped into the guest, no exit per access. The file is
     /// SIZE, then the label storage area (default 128K; 128K to 16M), then
     /// pmemvm's 4 KiB identity page (the device's serial number); created
-    /// sparse if missing, never resized. Engines pmemvm and nested.
+    /// sparse if missing, never resized. --engine qemu runs QEMU's own CXL
+    /// devices on a q35 machine over the file's first SIZE bytes (its label
+    /// area there lasts one run).
     #[arg(long = "cxl-pmem", value_parser = parse_cxl_pmem, value_name = "SPEC")]
     pub cxl_pmem: Vec<config::CxlPmemSpec>,
     /// NVDIMM slots in all: the --nvdimm DIMMs plus empty slots that `pmemvm ctl

@@ -278,6 +278,8 @@ pub struct QemuMachine<'a> {
     pub nvdimms: Vec<(&'a NvdimmSpec, PathBuf)>,
     /// virtio disks (virtio-blk-pci here: QEMU's pc machine has no virtio-mmio).
     pub disks: &'a [vmm::config::DiskSpec],
+    /// CXL persistent-memory devices (the machine is q35 with them).
+    pub cxl: Vec<super::qemu_cxl::QemuCxlDevice<'a>>,
     /// Console output file (COM1).
     pub console: &'a Path,
     /// Channel output file (COM2).
@@ -295,7 +297,7 @@ impl QemuMachine<'_> {
             "max"
         };
         let mut q = QemuCommand::new(self.qemu, self.accel, cpu);
-        q.machine("pc,nvdimm=on")
+        q.machine(super::qemu_cxl::machine_type(&self.cxl))
             .smp(u32::from(self.cpus))
             .memory(&format!(
                 "{}M,slots={},maxmem={}M",
@@ -322,6 +324,7 @@ impl QemuMachine<'_> {
             }
             q.device(&dev);
         }
+        super::qemu_cxl::add_devices(&mut q, &self.cxl);
         for (i, d) in self.disks.iter().enumerate() {
             let ro = if d.readonly { ",readonly=on" } else { "" };
             q.drive(&format!(
@@ -375,6 +378,7 @@ mod tests {
             ],
             console: Path::new("/c"),
             channel: Path::new("/d"),
+            cxl: Vec::new(),
         };
         let args: Vec<String> = m
             .command()

@@ -74,9 +74,6 @@ pub enum Refusal {
     /// `mce=on` with the QEMU engine.
     #[error("--nvdimm {0} asks for machine checks on poisoned loads, which QEMU's NVDIMM has no way to raise (it has no error injection for NVDIMMs); use --engine pmemvm or nested")]
     MceOnQemu(String),
-    /// A CXL device with the QEMU engine.
-    #[error("--cxl-pmem {0} runs on --engine pmemvm and nested; pmemvm does not start QEMU's own CXL devices (-M q35,cxl=on) yet, so use --engine pmemvm or nested")]
-    CxlOnQemu(String),
     /// Empty NVDIMM slots with the QEMU engine.
     #[error("--nvdimm-slots {0} gives pmemvm's machine empty slots to hot-add NVDIMMs into through --api, which the QEMU engine does not have; use --engine pmemvm or nested")]
     SlotsOnQemu(usize),
@@ -160,9 +157,6 @@ impl Engine {
                 }
                 if let Some(l) = machine.legacy_pmem.first() {
                     return Some(Refusal::LegacyPmemOnQemu(l.to_string()));
-                }
-                if let Some(c) = machine.cxl_pmem.first() {
-                    return Some(Refusal::CxlOnQemu(c.to_string()));
                 }
                 if machine.nvdimm_slots > machine.nvdimms.len() {
                     return Some(Refusal::SlotsOnQemu(machine.nvdimm_slots));
@@ -301,10 +295,7 @@ mod tests {
             Some(Refusal::RecordOnQemu("/tmp/rec".into()))
         );
         assert_eq!(q("slots", &none), Some(Refusal::SlotsOnQemu(2)));
-        assert!(matches!(
-            q("cxl", &none),
-            Some(Refusal::CxlOnQemu(s)) if s.starts_with("256M")
-        ));
+        assert_eq!(q("cxl", &none), None, "QEMU's own CXL devices");
         assert_eq!(
             q("mce", &none),
             Some(Refusal::MceOnQemu("16M,mce=on".into()))

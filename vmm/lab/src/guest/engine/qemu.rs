@@ -42,6 +42,7 @@ impl GuestEngine for Qemu {
             cmdline: &m.config.cmdline,
             nvdimms: dimm_files(m)?,
             disks: &m.config.machine.disks,
+            cxl: cxl_files(m)?,
             console: m.console,
             channel: m.channel,
         };
@@ -132,6 +133,47 @@ fn dimm_files<'m>(m: &Machine<'m>) -> Result<Vec<(&'m NvdimmSpec, PathBuf)>, Eng
         }
     }
     Ok(dimms)
+}
+
+/// Each CXL device's files for QEMU: its backing file (created in pmemvm's
+/// layout when missing, in the scratch directory for a temporary device, so
+/// pmemvm can boot the same file later) and a label storage area of its own
+/// in the scratch directory (QEMU 7.2 maps no file offset: the labels QEMU's
+/// guest writes last for that run). The serial is the file's identity page's
+/// when pmemvm made it, else one from the device's place.
+fn cxl_files<'m>(
+    m: &Machine<'m>,
+) -> Result<Vec<crate::guest::qemu_cxl::QemuCxlDevice<'m>>, EngineError> {
+    let io = |what: String| move |source| EngineError::Io { what, source };
+    let mut out = Vec::new();
+    for (i, spec) in m.config.machine.cxl_pmem.iter().enumerate() {
+        let layout = vmm::cxl::machine::backing_spec(spec);
+        let memory = spec
+            .file
+            .clone()
+            .unwrap_or_else(|| m.scratch.join(format!("cxl{i}.img")));
+        if !memory.exists() {
+            std::fs::File::create(&memory)
+                .and_then(|f| f.set_len(layout.file_len()))
+                .map_err(io(format!("creating {}", memory.display())))?;
+        }
+        let lsa = m.scratch.join(format!("cxl{i}.lsa"));
+        std::fs::File::create(&lsa)
+            .and_then(|f| f.set_len(spec.label_size))
+            .map_err(io(format!("creating {}", lsa.display())))?;
+        let serial = vmm::nvdimm::identity::peek_serial(&NvdimmSpec {
+            file: Some(memory.clone()),
+            ..layout
+        })
+        .map_or(0x00c0_0000 + i as u64, u64::from);
+        out.push(crate::guest::qemu_cxl::QemuCxlDevice {
+            spec,
+            memory,
+            lsa,
+            serial,
+        });
+    }
+    Ok(out)
 }
 
 /// The exit status and error text of QEMU's end.
