@@ -66,6 +66,13 @@ impl VerifyObservation {
         matches!((self.found, self.wanted), (Some(a), Some(b)) if a < b)
     }
 
+    /// True when the block's data did not match its own checksum (fio's "crc32c: verify
+    /// failed at file …", no header numbers): parts of two writes in one block, as when two
+    /// writes to it are copied at the same time.
+    pub fn torn_block(&self) -> bool {
+        self.found.is_none() && self.error.contains(": verify failed at file ")
+    }
+
     /// One line for the report.
     pub fn describe(&self) -> String {
         let block = match (&self.file, self.offset, self.length) {
@@ -164,6 +171,7 @@ mod tests {
             (Some(180_224), None, None)
         );
         assert!(!crc.stale_header());
+        assert!(crc.torn_block());
         assert!(
             crc.describe()
                 .contains("(4096 bytes) failed to verify: crc32c: verify failed"),
@@ -191,6 +199,10 @@ mod tests {
         )
         .expect("a verify error");
         assert!(!same.stale_header());
+        assert!(
+            !same.torn_block(),
+            "a header with numbers is not a torn block"
+        );
         let bare = VerifyObservation::parse("off", 1, "fio error 84 in job j").expect("84");
         assert_eq!(
             bare.describe(),
