@@ -97,11 +97,6 @@ impl<S: Memslots> CxlMmio<S> {
         }
     }
 
-    /// The bus (its devices, for the host's media commands).
-    pub fn bus(&self) -> &CxlBus {
-        &self.bus
-    }
-
     /// What each device's decoders map now: (device, decoder, guest address, bytes).
     pub fn mapped(&self) -> Vec<(usize, usize, u64, u64)> {
         let mut out = Vec::new();
