@@ -10,7 +10,6 @@ pub mod modules;
 pub mod nested;
 pub mod preflight;
 pub mod qemu;
-pub mod qemu_cxl;
 pub mod rootfs;
 pub mod run;
 pub mod transfer;

@@ -2,6 +2,10 @@
 //! with QEMU's own NVDIMM (`-machine nvdimm=on`, `memory-backend-file
 //! share=on`), KVM where the host has hardware virtualization, TCG otherwise.
 
+mod cxl;
+
+pub use cxl::QemuCxlDevice;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -279,7 +283,7 @@ pub struct QemuMachine<'a> {
     /// virtio disks (virtio-blk-pci here: QEMU's pc machine has no virtio-mmio).
     pub disks: &'a [vmm::config::DiskSpec],
     /// CXL persistent-memory devices (the machine is q35 with them).
-    pub cxl: Vec<super::qemu_cxl::QemuCxlDevice<'a>>,
+    pub cxl: Vec<QemuCxlDevice<'a>>,
     /// Console output file (COM1).
     pub console: &'a Path,
     /// Channel output file (COM2).
@@ -297,7 +301,7 @@ impl QemuMachine<'_> {
             "max"
         };
         let mut q = QemuCommand::new(self.qemu, self.accel, cpu);
-        q.machine(super::qemu_cxl::machine_type(&self.cxl))
+        q.machine(cxl::machine_type(&self.cxl))
             .smp(u32::from(self.cpus))
             .memory(&format!(
                 "{}M,slots={},maxmem={}M",
@@ -324,7 +328,7 @@ impl QemuMachine<'_> {
             }
             q.device(&dev);
         }
-        super::qemu_cxl::add_devices(&mut q, &self.cxl);
+        cxl::add_devices(&mut q, &self.cxl);
         for (i, d) in self.disks.iter().enumerate() {
             let ro = if d.readonly { ",readonly=on" } else { "" };
             q.drive(&format!(

@@ -143,7 +143,7 @@ fn dimm_files<'m>(m: &Machine<'m>) -> Result<Vec<(&'m NvdimmSpec, PathBuf)>, Eng
 /// when pmemvm made it, else one from the device's place.
 fn cxl_files<'m>(
     m: &Machine<'m>,
-) -> Result<Vec<crate::guest::qemu_cxl::QemuCxlDevice<'m>>, EngineError> {
+) -> Result<Vec<crate::guest::qemu::QemuCxlDevice<'m>>, EngineError> {
     let io = |what: String| move |source| EngineError::Io { what, source };
     let mut out = Vec::new();
     for (i, spec) in m.config.machine.cxl_pmem.iter().enumerate() {
@@ -166,7 +166,7 @@ fn cxl_files<'m>(
             ..layout
         })
         .map_or(0x00c0_0000 + i as u64, u64::from);
-        out.push(crate::guest::qemu_cxl::QemuCxlDevice {
+        out.push(crate::guest::qemu::QemuCxlDevice {
             spec,
             memory,
             lsa,

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use vmm::config::CxlPmemSpec;
 
-use super::qemu::{opt_escape, QemuCommand};
+use super::{opt_escape, QemuCommand};
 
 /// Bus number of the first `pxb-cxl` (as pmemvm's first CXL host bridge).
 const FIRST_BUS: usize = 0x0c;
@@ -96,7 +96,7 @@ mod tests {
         assert_eq!(machine_type(&[]), "pc,nvdimm=on");
         let mut q = QemuCommand::new(
             std::path::Path::new("qemu"),
-            super::super::qemu::QemuAccel::Tcg,
+            super::super::QemuAccel::Tcg,
             "max",
         );
         add_devices(&mut q, &devices);
