@@ -16,21 +16,35 @@
 //! }
 //! ```
 //!
+//! and the ECAM as a motherboard resource, where Linux looks for it before
+//! it uses the MCFG's window (`is_acpi_reserved`, arch/x86/pci/mmconfig-shared.c):
+//!
+//! ```text
+//! Device (CXLR) {
+//!     Name (_HID, EisaId ("PNP0C02"))
+//!     Name (_UID, "CXL ECAM")
+//!     Name (_CRS, ResourceTemplate () { Memory32Fixed (ReadWrite, ECAM, its size) })
+//! }
+//! ```
+//!
 //! The fixed memory windows and the component registers stay out of every
 //! `_CRS` (and out of E820): Linux claims them itself.
 
 use crate::aml;
-use crate::cedt::HostBridge;
+use crate::CxlDescription;
 
-/// The CXL root and a device per host bridge, in `bridges` order (at most
-/// 256: the names are `CH00` to `CHFF`).
-pub fn devices(bridges: &[HostBridge]) -> Vec<Vec<u8>> {
+fn eisa(id: &str) -> Vec<u8> {
+    aml::integer(u64::from(aml::eisa_id(id).unwrap_or(0)))
+}
+
+/// The CXL root, a device per host bridge, in `cxl.host_bridges` order (at
+/// most 256: the names are `CH00` to `CHFF`), and the ECAM's reservation.
+pub fn devices(cxl: &CxlDescription) -> Vec<Vec<u8>> {
     let mut out = vec![aml::device(
         "CXLM",
         &[aml::name("_HID", &aml::string("ACPI0017"))],
     )];
-    for (i, b) in bridges.iter().enumerate().take(256) {
-        let eisa = |id: &str| aml::integer(u64::from(aml::eisa_id(id).unwrap_or(0)));
+    for (i, b) in cxl.host_bridges.iter().enumerate().take(256) {
         out.push(aml::device(
             &format!("CH{i:02X}"),
             &[
@@ -48,6 +62,22 @@ pub fn devices(bridges: &[HostBridge]) -> Vec<Vec<u8>> {
             ],
         ));
     }
+    let ecam = &cxl.ecam;
+    let start = ecam.base + (u64::from(ecam.first_bus) << 20);
+    out.push(aml::device(
+        "CXLR",
+        &[
+            aml::name("_HID", &eisa("PNP0C02")),
+            aml::name("_UID", &aml::string("CXL ECAM")),
+            aml::name(
+                "_CRS",
+                &aml::resource::template(&[aml::resource::memory32_fixed(
+                    u32::try_from(start).unwrap_or(0),
+                    u32::try_from(ecam.size()).unwrap_or(0),
+                )]),
+            ),
+        ],
+    ));
     out
 }
 
@@ -102,18 +132,30 @@ mod tests {
     }
 
     #[test]
-    fn one_root_and_one_bridge_per_host_bridge() {
-        let b = HostBridge {
+    fn one_root_one_bridge_per_host_bridge_and_the_ecam_reserved() {
+        let b = crate::cedt::HostBridge {
             uid: 12,
             registers: 0xfe80_0000,
             buses: (0x0c, 0x0f),
             mmio32: (0xfe00_0000, 0x10_0000),
         };
-        let d = devices(&[b, HostBridge { uid: 16, ..b }]);
-        assert_eq!(d.len(), 3);
+        let cxl = CxlDescription {
+            host_bridges: vec![b, crate::cedt::HostBridge { uid: 16, ..b }],
+            windows: Vec::new(),
+            ecam: crate::mcfg::EcamWindow {
+                base: 0xe000_0000,
+                segment: 0,
+                first_bus: 0x0c,
+                last_bus: 0x0f,
+            },
+        };
+        let d = devices(&cxl);
+        assert_eq!(d.len(), 4);
         let has = |bytes: &[u8], needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
         assert!(has(&d[0], b"ACPI0017"));
         assert!(has(&d[1], b"CH00") && has(&d[1], b"ACPI0016"));
         assert!(has(&d[2], b"CH01"));
+        let ecam = aml::resource::memory32_fixed(0xe0c0_0000, 4 << 20);
+        assert!(has(&d[3], b"CXLR") && has(&d[3], &ecam), "{:x?}", d[3]);
     }
 }

@@ -98,7 +98,7 @@ pub fn build(desc: &GuestPlatform) -> Vec<u8> {
         ));
     }
     if let Some(cxl) = &desc.cxl {
-        devices.extend(crate::cxl_dsdt::devices(&cxl.host_bridges));
+        devices.extend(crate::cxl_dsdt::devices(cxl));
     }
     if !devices.is_empty() {
         t.append(&aml::scope("\\_SB", &devices));

@@ -450,11 +450,18 @@ fn cxl_root_and_host_bridges_disassemble_as_linux_matches_them() {
         buses: (0x0c, 0x0f),
         mmio32: (0xfe00_0000, 0x10_0000),
     };
+    let cxl = acpi::CxlDescription {
+        host_bridges: vec![bridge],
+        windows: Vec::new(),
+        ecam: acpi::mcfg::EcamWindow {
+            base: 0xe000_0000,
+            segment: 0,
+            first_bus: 0,
+            last_bus: 0x0f,
+        },
+    };
     let mut t = acpi::sdt::Sdt::new(*b"SSDT", 2, *b"PMEMVMCX");
-    t.append(&acpi::aml::scope(
-        "\\_SB",
-        &acpi::cxl_dsdt::devices(&[bridge]),
-    ));
+    t.append(&acpi::aml::scope("\\_SB", &acpi::cxl_dsdt::devices(&cxl)));
     let dir = tmpdir("cxl-dsdt");
     std::fs::write(dir.join("cxl.aml"), t.finish()).unwrap();
     let dsl = disassemble(&dir, "cxl.aml");
@@ -467,6 +474,8 @@ fn cxl_root_and_host_bridges_disassemble_as_linux_matches_them() {
         "Name (_BBN, 0x0C)",
         "WordBusNumber (ResourceProducer, MinFixed, MaxFixed, PosDecode, 0x0000, // Granularity 0x000C, // Range Minimum 0x000F, // Range Maximum 0x0000, // Translation Offset 0x0004, // Length",
         "DWordMemory (ResourceProducer, PosDecode, MinFixed, MaxFixed, NonCacheable, ReadWrite, 0x00000000, // Granularity 0xFE000000, // Range Minimum 0xFE0FFFFF, // Range Maximum 0x00000000, // Translation Offset 0x00100000, // Length",
+        "Device (CXLR) { Name (_HID, EisaId (\"PNP0C02\")",
+        "Memory32Fixed (ReadWrite, 0xE0000000, // Address Base 0x01000000, // Address Length",
     ] {
         assert!(squeezed.contains(want), "no {want:?} in\n{dsl}");
     }

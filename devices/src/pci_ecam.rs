@@ -118,6 +118,12 @@ impl Ecam {
         Ok(())
     }
 
+    /// The window's functions, shared (for the port-based configuration
+    /// mechanism, which reaches the same spaces).
+    pub fn functions(&self) -> BTreeMap<Bdf, SharedFunction> {
+        self.functions.clone()
+    }
+
     /// The function and register a window offset falls on.
     fn decode(&self, at: u64) -> Option<(Bdf, u64)> {
         let bus = u8::try_from(at >> 20).ok()?.checked_add(self.first)?;

@@ -13,11 +13,22 @@
 //! on bus 0 (`pci_sanity_check`). With ACPI and no PCI root bridge in the
 //! DSDT Linux scans no bus, so the bridge is never enumerated.
 //!
+//! With CXL devices the same ports also reach their functions (the root
+//! ports and Type-3 endpoints, [`PciHostBridge::with_functions`]): Linux on
+//! x86 reads the first 256 bytes of every function through ports 0xCF8/0xCFC
+//! and only the extended space through ECAM, and it takes the MCFG's ECAM
+//! (reserved in the E820 map) only where this mechanism exists
+//! (`pci_mmcfg_check_reserved`, arch/x86/pci/mmconfig-shared.c). Both paths
+//! reach one configuration space: the functions are shared with the ECAM.
+//!
 //! Guest input is hostile: any address, width and value is accepted; reads
-//! of anything but the bridge's header return all ones, writes change only
-//! the address register.
+//! of a function that is not there return all ones, writes to it are dropped,
+//! and the bridge's own header is read-only.
+
+use std::collections::BTreeMap;
 
 use crate::bus::BusDevice;
+use crate::pci_ecam::{Bdf, SharedFunction};
 
 /// Ports: the address register (0xCF8..0xCFB) and the data window (0xCFC..0xCFF).
 pub const LEN: u64 = 8;
@@ -43,29 +54,85 @@ fn header() -> [u8; 64] {
     h
 }
 
-/// The configuration mechanism and its one host bridge.
+/// The configuration mechanism, its host bridge and the functions behind it.
 #[derive(Debug, Default)]
 pub struct PciHostBridge {
     address: u32,
+    /// Functions other than the bridge (00:00.0), by bus, device and function.
+    functions: BTreeMap<Bdf, SharedFunction>,
+}
+
+/// What the address register selects: the bridge, a function, or nothing.
+enum Selected<'a> {
+    Bridge,
+    Function(&'a SharedFunction),
+    Absent,
 }
 
 impl PciHostBridge {
-    /// A bridge with the address register cleared.
+    /// A bridge with the address register cleared and nothing behind it.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A bridge that also reaches `functions` (the ECAM's, shared); one at
+    /// 00:00.0 is not reachable, the bridge is there.
+    pub fn with_functions(functions: BTreeMap<Bdf, SharedFunction>) -> Self {
+        Self {
+            address: 0,
+            functions,
+        }
+    }
+
+    /// The target of the current address and its register (dword-aligned).
+    fn selected(&self) -> (Selected<'_>, u64) {
+        let a = self.address;
+        let reg = u64::from(a & 0xfc);
+        if a & ENABLE == 0 {
+            return (Selected::Absent, reg);
+        }
+        let [_, devfn, bus, _] = a.to_le_bytes();
+        let bdf = (bus, devfn >> 3, devfn & 7);
+        let target = match (bdf, self.functions.get(&bdf)) {
+            ((0, 0, 0), _) => Selected::Bridge,
+            (_, Some(f)) => Selected::Function(f),
+            (_, None) => Selected::Absent,
+        };
+        (target, reg)
     }
 
     /// The configuration-space byte the data window shows at `port_offset`
     /// (0..4 within 0xCFC) under the current address.
     fn config_byte(&self, port_offset: u64) -> u8 {
-        let a = self.address;
-        let bus = (a >> 16) & 0xff;
-        let devfn = (a >> 8) & 0xff;
-        if a & ENABLE == 0 || bus != 0 || devfn != 0 {
-            return 0xff;
+        let (target, reg) = self.selected();
+        let at = reg + (port_offset & 3);
+        match target {
+            Selected::Bridge => usize::try_from(at)
+                .ok()
+                .and_then(|i| header().get(i).copied())
+                .unwrap_or(0),
+            Selected::Function(f) => {
+                let mut one = [0xffu8];
+                f.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .config_read(at, &mut one);
+                one[0]
+            }
+            Selected::Absent => 0xff,
         }
-        let reg = usize::try_from(u64::from(a & 0xfc) + (port_offset & 3)).unwrap_or(usize::MAX);
-        header().get(reg).copied().unwrap_or(0)
+    }
+
+    /// A write of `data` to the data window at `port_offset` (0..4): only a
+    /// function's space changes, and only within the selected dword.
+    fn config_write(&self, port_offset: u64, data: &[u8]) {
+        let (Selected::Function(f), reg) = self.selected() else {
+            return;
+        };
+        let room = usize::try_from(4 - (port_offset & 3)).unwrap_or(0);
+        let data = &data[..data.len().min(room)];
+        f.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .config_write(reg + (port_offset & 3), data);
     }
 }
 
@@ -88,11 +155,15 @@ impl BusDevice for PciHostBridge {
     fn write(&mut self, offset: u64, data: &[u8]) {
         // Only a whole 32-bit write sets the address (a byte to 0xCFB is
         // the type-2 probe, which this bridge does not implement); the
-        // header is read-only.
-        if offset == 0 {
-            if let Ok(bytes) = <[u8; 4]>::try_from(data) {
-                self.address = u32::from_le_bytes(bytes);
+        // bridge's header is read-only.
+        match offset {
+            0 => {
+                if let Ok(bytes) = <[u8; 4]>::try_from(data) {
+                    self.address = u32::from_le_bytes(bytes);
+                }
             }
+            4..=7 => self.config_write(offset - 4, data),
+            _ => {}
         }
     }
 }
@@ -147,5 +218,47 @@ mod tests {
                 d.write(offset, &b);
             }
         }
+    }
+
+    #[test]
+    fn functions_behind_the_bridge_share_one_space_with_the_ecam() {
+        use crate::cxl::root_port::root_port;
+        use crate::pci_ecam::Ecam;
+        use std::sync::{Arc, Mutex};
+        let port: SharedFunction = Arc::new(Mutex::new(root_port(0)));
+        let mut ecam = Ecam::new(0x0c, 0x0f);
+        ecam.add((0x0c, 0, 0), port.clone()).unwrap();
+        let mut functions = ecam.functions();
+        let shadow: SharedFunction = Arc::new(Mutex::new(root_port(0)));
+        functions.insert((0, 0, 0), shadow);
+        let mut d = PciHostBridge::with_functions(functions);
+        assert_eq!(config(&mut d, 0x0c, 0, 0), 0x7075_8086, "the root port");
+        assert_eq!(
+            config(&mut d, 0, 0, 0),
+            0x0008_1b36,
+            "00:00.0 stays the bridge"
+        );
+        assert_eq!(config(&mut d, 0x0c, 1, 0), u32::MAX, "no device 1");
+        // Bus numbers written through 0xCFC are what the ECAM reads.
+        d.write(0, &(ENABLE | 0x0c << 16 | 0x18).to_le_bytes());
+        d.write(4, &[0x0c, 0x0d, 0x0d]);
+        let mut buses = [0u8; 3];
+        ecam.read(0x18, &mut buses);
+        assert_eq!(buses, [0x0c, 0x0d, 0x0d]);
+        // A byte write at 0xCFE lands on the dword's third byte, no further.
+        d.write(0, &(ENABLE | 0x0c << 16 | 0x18).to_le_bytes());
+        d.write(6, &[0x0e, 0xaa, 0xbb]);
+        let mut dword = [0u8; 4];
+        ecam.read(0x18, &mut dword);
+        assert_eq!(&dword[..3], &[0x0c, 0x0d, 0x0e]);
+        let mut next = [0u8; 1];
+        ecam.read(0x1c, &mut next);
+        assert_ne!(next[0], 0xaa, "the write stayed in its dword");
+        // Disabled: nothing read, nothing written.
+        d.write(0, &(0x0cu32 << 16 | 0x18).to_le_bytes());
+        assert_eq!(read32(&mut d, 4), u32::MAX);
+        d.write(4, &[0; 4]);
+        ecam.read(0x18, &mut buses);
+        assert_eq!(buses, [0x0c, 0x0d, 0x0e]);
     }
 }

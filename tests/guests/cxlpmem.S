@@ -2,7 +2,9 @@
  * A CXL Type-3 device as firmware leaves it (pmemvm --cxl-pmem 256M with
  * 64 MiB of RAM: the device at 0d:00.0, its register BAR at 0xe8000000,
  * its fixed memory window at 4 GiB), as a 64-bit ELF without a PVH note.
- * Through ECAM it checks the device's ids (0x31 if not), its component
+ * Through ports 0xCF8/0xCFC (how Linux reads a function's first 256
+ * bytes) it checks the device's ids (0x34 if they do not answer there);
+ * through ECAM it checks them again (0x31 if not), its component
  * registers in BAR0 (0x32 if not there), enables its memory (HDM global
  * enable, DVSEC Mem_Enable) and commits endpoint decoder 0 over the whole
  * window (0x33 if it does not read back committed). Then, at memory speed,
@@ -28,6 +30,14 @@ _start:
     mov $ECAM_DEV, %r8
     mov $BAR, %r9
     mov $DEC0, %r10
+    mov $0x800d0000, %eax
+    mov $0xcf8, %dx
+    out %eax, %dx
+    mov $0xcfc, %dx
+    in %dx, %eax
+    cmp $0x0d938086, %eax
+    mov $0x34, %al
+    jne exit_with
     mov $0x31, %al
     cmpl $0x0d938086, (%r8)
     jne exit_with

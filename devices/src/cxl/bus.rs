@@ -19,7 +19,7 @@ use super::hdm::{DecoderEvent, DecoderSide};
 use super::pci_config::BAR0_SIZE;
 use super::type3::Type3Device;
 use crate::bus::BusDevice;
-use crate::pci_ecam::Ecam;
+use crate::pci_ecam::{Bdf, Ecam, SharedFunction};
 
 /// A shared Type-3 device (the ECAM holds it too).
 pub type SharedType3 = Arc<Mutex<Type3Device>>;
@@ -143,6 +143,12 @@ impl CxlBus {
             bridge.take_events();
         }
         out
+    }
+
+    /// The PCI functions of the bus (root ports and devices), shared with
+    /// its ECAM, for the port-based configuration mechanism.
+    pub fn pci_functions(&self) -> std::collections::BTreeMap<Bdf, SharedFunction> {
+        self.ecam.functions()
     }
 
     /// The Type-3 devices, in bus order.

@@ -127,9 +127,10 @@ pub fn type3_endpoint(serial: u64, capacity: u64) -> ConfigSpace {
     c.put16(0x02, DEVICE_ID);
     c.put(COMMAND, &[0, 0], &COMMAND_WRITABLE.to_le_bytes());
     c.put16(0x06, 1 << 4); // status: capabilities list
-    c.put32(0x08, 0x0502_1000); // class 05/02, prog-if 0x10, revision 0
-                                // BAR0: 64-bit memory, not prefetchable; its size in the address bits
-                                // that stay 0.
+                           // Class 05/02, prog-if 0x10, revision 0.
+    c.put32(0x08, 0x0502_1000);
+    // BAR0: 64-bit memory, not prefetchable; its size in the address bits
+    // that stay 0.
     let size_mask = u32::try_from(!(BAR0_SIZE - 1) & 0xffff_fff0).unwrap_or(0);
     c.put(BAR0, &0b0100u32.to_le_bytes(), &size_mask.to_le_bytes());
     c.put(BAR0 + 4, &[0; 4], &[0xff; 4]);
@@ -139,6 +140,9 @@ pub fn type3_endpoint(serial: u64, capacity: u64) -> ConfigSpace {
     // PCI Express capability: ID 0x10, last in the list, version 2, endpoint.
     c.put16(PCIE_CAP, 0x0010);
     c.put16(PCIE_CAP + 2, 0x0002);
+    // Device Capabilities: Role-Based Error Reporting (every PCIe 1.1 and
+    // later device has it; Linux disables ASPM on one without).
+    c.put32(PCIE_CAP + 4, 1 << 15);
     ext_header(&mut c, DSN, 0x0003, DVSEC_DEVICE);
     c.put32(DSN + 4, u32::try_from(serial & 0xffff_ffff).unwrap_or(0));
     c.put32(DSN + 8, u32::try_from(serial >> 32).unwrap_or(0));
@@ -171,7 +175,13 @@ fn device_dvsec(c: &mut ConfigSpace, capacity: u64) {
     dvsec_header(c, at, DVSEC_LOCATOR, 1, DVSEC_DEVICE_LEN, 0);
     // IO_Capable, Mem_Capable, HDM_Count 1.
     c.put16(at + 0x0a, 1 << 1 | 1 << 2 | 1 << 4);
-    c.put(at + 0x0c, &[0, 0], &(MEM_ENABLE | 1 << 1).to_le_bytes());
+    // Control: IO_Enable reads 1 and is read-only (CXL 2.0 8.1.3.2);
+    // Mem_Enable is the guest's.
+    c.put(
+        at + 0x0c,
+        &(1u16 << 1).to_le_bytes(),
+        &MEM_ENABLE.to_le_bytes(),
+    );
     c.put32(at + 0x18, u32::try_from(capacity >> 32).unwrap_or(0));
     // Valid, active, media type 2 and memory class 2 (as described by the
     // device, QEMU's values), size bits 31:28.

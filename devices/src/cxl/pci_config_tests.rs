@@ -58,6 +58,7 @@ fn cxl_pci_binds_by_class_and_finds_serial_and_both_dvsecs() {
     assert_eq!(r32(&c, pcie) & 0xff, 0x10);
     assert_eq!(r32(&c, pcie) >> 16 & 0xf, 2, "capability version 2");
     assert_eq!(r32(&c, pcie) >> 20 & 0xf, 0, "port type: endpoint");
+    assert_ne!(r32(&c, pcie + 4) & 1 << 15, 0, "Device Capabilities: RBER");
     let caps = ext_caps(&c);
     assert_eq!(
         caps.iter().map(|c| c.0).collect::<Vec<_>>(),
@@ -86,10 +87,15 @@ fn dvsec_0_is_mem_capable_with_one_valid_active_range_of_the_capacity() {
         u64::from(hi) << 32 | u64::from(lo & 0xf000_0000),
         4 * GIB + (1 << 28)
     );
-    // Mem_Enable reads 0 at reset and is writable; the capability is not.
+    // Mem_Enable reads 0 at reset and is writable; IO_Enable reads 1 and
+    // stays; the capability is read-only.
     assert!(!c.mem_enabled());
+    assert_eq!(r32(&c, d + 0x0c) & 0xffff, 1 << 1, "IO_Enable");
     c.write((d + 0x0c) as u64, &[0xff, 0xff]);
     assert!(c.mem_enabled());
+    c.write((d + 0x0c) as u64, &[0, 0]);
+    assert_eq!(r32(&c, d + 0x0c) & 0xffff, 1 << 1, "IO_Enable is read-only");
+    assert!(!c.mem_enabled());
     w32(&mut c, d + 8, 0);
     assert_eq!(r32(&c, d + 8) >> 16, cap);
     // Range base: address bits writable, size read-only.

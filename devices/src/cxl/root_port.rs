@@ -38,6 +38,8 @@ pub fn root_port(port_number: u8) -> ConfigSpace {
     // PCI Express capability, version 2, root port (type 4).
     c.put16(PCIE_CAP, 0x0010);
     c.put16(PCIE_CAP + 2, 0x0002 | 4 << 4);
+    // Device Capabilities: Role-Based Error Reporting.
+    c.put32(PCIE_CAP + 4, 1 << 15);
     // Link Capabilities: the port number in bits 31:24, x1 at 2.5 GT/s.
     c.put32(PCIE_CAP + 0x0c, u32::from(port_number) << 24 | 1 << 4 | 1);
     // Link Status: x1 at 2.5 GT/s.
@@ -69,6 +71,7 @@ mod tests {
             3,
             "Link Capabilities: port number"
         );
+        assert_ne!(r32(&c, cap + 4) & 1 << 15, 0, "Device Capabilities: RBER");
         assert_eq!(r32(&c, 0x100), 0, "no extended capability");
         assert_eq!(r32(&c, 0x10) | r32(&c, 0x14), 0, "no BAR");
         assert_eq!(r32(&c, 0x3c) >> 8 & 0xff, 0, "no interrupt pin");

@@ -177,6 +177,10 @@ fn firmware_root_port(placed: &PlacedCxlDevice) -> devices::cxl::pci_config::Con
     let window = |a: u32| u16::try_from((a >> 16) & 0xfff0).unwrap_or(0);
     port.write(0x20, &window(base).to_le_bytes());
     port.write(0x22, &window(limit).to_le_bytes());
+    // The prefetchable window closed (base above limit): nothing behind the
+    // port is prefetchable.
+    port.write(0x24, &[0xf1, 0xff, 0x01, 0x00]);
+    port.write(0x28, &[0; 8]);
     port
 }
 

@@ -53,6 +53,8 @@ fn the_firmware_leaves_the_root_port_and_the_devices_bar_placed() {
     // Root port: primary 0c, secondary 0d, subordinate 0f; window e80-e83.
     assert_eq!(read32(&mut bus, ecam(rp, 0x18)) & 0xff_ffff, 0x0f0d0c);
     assert_eq!(read32(&mut bus, ecam(rp, 0x20)), 0xe830_e800);
+    // The prefetchable window closed: base 0xfff00000 above limit 0xfffff.
+    assert_eq!(read32(&mut bus, ecam(rp, 0x24)), 0x0001_fff1);
     // BAR0 at the bridge's window, memory decoding on: the endpoint's
     // component registers answer there (the CXL.cache/mem array header).
     assert_eq!(read32(&mut bus, ecam(dev, 0x10)) & !0xf, 0xe800_0000);

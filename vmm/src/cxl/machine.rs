@@ -4,9 +4,11 @@
 //! together ([`super::assemble`]) and the range put on the MMIO bus, with a
 //! KVM memory slot reserved per endpoint decoder ([`super::memory`]).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use devices::bus::{Bus, BusError};
+use devices::pci_ecam::{Bdf, SharedFunction};
 use kvm_ioctls::VmFd;
 
 use super::assemble::{assemble, range_len, AssembleError, DeviceFile};
@@ -45,6 +47,8 @@ pub struct CxlMachine {
     pub backings: Vec<NvdimmBacking>,
     /// The platform's MMIO range (the bus and what its decoders mapped).
     pub mmio: Arc<Mutex<CxlMmio>>,
+    /// The bus's PCI functions, for ports 0xCF8/0xCFC (shared with its ECAM).
+    pub pci: BTreeMap<Bdf, SharedFunction>,
 }
 
 impl std::fmt::Debug for CxlMachine {
@@ -110,6 +114,7 @@ pub fn attach(
     let Some(bus) = assemble(platform, &files)? else {
         return Ok(None);
     };
+    let pci = bus.pci_functions();
     let range = CxlMmio::new(bus, mappings, vm_fd.clone(), first_slot);
     let range = Arc::new(Mutex::new(range));
     mmio.insert(
@@ -120,5 +125,6 @@ pub fn attach(
     Ok(Some(CxlMachine {
         backings,
         mmio: range,
+        pci,
     }))
 }

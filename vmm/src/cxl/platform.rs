@@ -262,9 +262,9 @@ mod tests {
         );
         assert_eq!((mcfg[54], mcfg[55]), (0, 0x0f));
         assert_eq!(
-            acpi::cxl_dsdt::devices(&desc.host_bridges).len(),
-            2,
-            "the CXL root and one host bridge"
+            acpi::cxl_dsdt::devices(&desc).len(),
+            3,
+            "the CXL root, one host bridge and the ECAM's reservation"
         );
     }
 }

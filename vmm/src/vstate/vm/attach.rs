@@ -59,19 +59,12 @@ pub(super) fn attach_devices(
 ) -> Result<Devices, VmError> {
     let exit = Arc::new(ExitNotifier::new().map_err(io_err("creating the exit eventfd"))?);
     let irq = |gsi: u32| buses::irq_line(vm_fd, gsi);
-    let with_legacy = !mapped.legacy_pmem.is_empty();
     let buses::Buses {
         mut pio,
         mut mmio,
         serial,
         flush,
-    } = buses::platform(
-        config,
-        vm_fd,
-        &exit,
-        (mapped.nvdimms, plan.slots),
-        with_legacy,
-    )?;
+    } = buses::platform(config, vm_fd, &exit, (mapped.nvdimms, plan.slots))?;
     let dma_view = dma_view(mapped)?;
     let (disks, disk_threads) = attach_disks(vm_fd, &dma_view, &mut mmio, open_disks)?;
     // The GED's line and register, when there is a DIMM to notify about.

@@ -15,6 +15,7 @@ use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use vm_memory::{Address, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 use super::attach::{attach_devices, Mapped, Room};
+use super::buses;
 use super::outputs::check_output;
 use super::{add_memslot, kvm_err, open_kvm, readonly_flag, Vm, VmError};
 use crate::boot::{self, BootInputs, EntryPoint};
@@ -459,6 +460,8 @@ impl Vm {
         };
         let mut devices = attach_devices(&vm_fd, config, &plan.room(), &mapped, open_disks)?;
         let mut cxl = cxl::machine::attach(&vm_fd, &plan.cxl, &mut devices.mmio, slot)?;
+        let cxl_functions = cxl.as_ref().map(|c| c.pci.clone());
+        buses::pci_config(&mut devices.pio, !legacy_pmem.is_empty(), cxl_functions)?;
         let vcpus = create_vcpus(&vm_fd, &mem, &plan, cpus, entry)?;
         keep_created_files(&mut nvdimms, &mut legacy_pmem, &mut cxl);
         media_started.disarm();

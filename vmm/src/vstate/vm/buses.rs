@@ -4,12 +4,15 @@
 //! NVDIMM flush hints. Disks, the GED and the DSM port are added by the
 //! caller, which owns what they need.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use devices::bus::Bus;
 use devices::exit::ExitNotifier;
 use devices::nvdimm::{FlushHintDevice, FlushTarget};
+use devices::pci_ecam::{Bdf, SharedFunction};
+use devices::pci_host::PciHostBridge;
 use devices::power::{AcpiPowerDevice, GuestExitDevice, I8042Device};
 use devices::serial::SerialDevice;
 use kvm_ioctls::VmFd;
@@ -70,13 +73,34 @@ impl SerialPorts {
     }
 }
 
+/// Ports 0xCF8/0xCFC where the machine needs them: Linux puts legacy
+/// persistent memory (E820 type 12) into iomem only after a PCI survey, and
+/// it reads the CXL functions' first 256 bytes there (and takes the MCFG's
+/// ECAM only where they exist). `cxl`: the CXL bus's functions, if any.
+pub(super) fn pci_config(
+    pio: &mut Bus,
+    legacy_pmem: bool,
+    cxl: Option<BTreeMap<Bdf, SharedFunction>>,
+) -> Result<(), VmError> {
+    let bridge = match cxl {
+        Some(functions) => PciHostBridge::with_functions(functions),
+        None if legacy_pmem => PciHostBridge::new(),
+        None => return Ok(()),
+    };
+    pio.insert(
+        Arc::new(Mutex::new(bridge)),
+        layout::PCI_CONFIG_PORT.into(),
+        devices::pci_host::LEN,
+    )?;
+    Ok(())
+}
+
 /// Builds the buses of `config`'s machine.
 pub(super) fn platform(
     config: &VmConfig,
     vm_fd: &VmFd,
     exit: &Arc<ExitNotifier>,
     (nvdimms, slots): (&[Nvdimm], usize),
-    legacy_pmem: bool,
 ) -> Result<Buses, VmError> {
     let mut pio = Bus::new();
     let mut mmio = Bus::new();
@@ -121,14 +145,6 @@ pub(super) fn platform(
         layout::GUEST_EXIT_PORT.into(),
         1,
     )?;
-    if legacy_pmem {
-        // Linux puts type 12 ranges into iomem only after a PCI survey.
-        pio.insert(
-            Arc::new(Mutex::new(devices::pci_host::PciHostBridge::new())),
-            layout::PCI_CONFIG_PORT.into(),
-            devices::pci_host::LEN,
-        )?;
-    }
     let mut flush = None;
     if slots > 0 {
         let targets = nvdimms
