@@ -548,6 +548,34 @@ fn nested_without_qemu_is_one_sentence_and_status_2() {
     }
 }
 
+#[test]
+fn a_host_cpu_count_that_is_not_a_count_is_one_sentence_and_status_2() {
+    // `$PMEMVM_HOST_CPUS` sizes the L1 as on a host of that many CPUs; what
+    // is not a count is refused before any L1 starts or any file is made.
+    let _tcg = require!(ready());
+    let dir = TempDir::new("nested-host-cpus");
+    let img = dir.join("untouched.img");
+    let spec = format!("64M,file={}", img.display());
+    let out = run_cmd(
+        pmemvm(&["run", "--engine", "nested", "--nvdimm", &spec, "--", "true"])
+            .env("PMEMVM_HOST_CPUS", "many"),
+        Duration::from_secs(120),
+    );
+    assert_eq!(out.status, Some(2), "{}", out.dump());
+    let errors: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| !l.starts_with("pmemvm: warning"))
+        .collect();
+    assert_eq!(errors.len(), 1, "one sentence: {}", out.dump());
+    assert!(
+        errors[0].contains("PMEMVM_HOST_CPUS=\"many\" is not a CPU count"),
+        "{}",
+        out.dump()
+    );
+    assert!(!img.exists(), "the backing file was created");
+}
+
 /// Starts `pmemvm run --engine nested -- sleep 600`, sends `sig` once its L1
 /// runs, and returns pmemvm's status, the QEMUs of the run still alive
 /// (killed afterwards) and pmemvm's stderr.

@@ -85,7 +85,8 @@ fn linux_finds_pmemvms_cxl_root_port_and_type3_device_where_the_firmware_put_the
     // The first 256 bytes through ports 0xCF8/0xCFC, the rest through the
     // ECAM, from the first probe on: no "no config space access" at boot.
     assert!(
-        out.stdout.contains("PCI: Using configuration type 1 for base access"),
+        out.stdout
+            .contains("PCI: Using configuration type 1 for base access"),
         "{}",
         out.dump()
     );

@@ -46,8 +46,12 @@ fn env() -> Vec<(String, String)> {
     forwarded_env(|k| std::env::var(k).ok())
 }
 
-fn host_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
+/// This host's CPUs as the bench sees them (`$PMEMVM_HOST_CPUS` when set: a
+/// smaller host, or a test, gets the L1 that host would get); one where they
+/// cannot be read. A value that is not a count is refused in one sentence.
+fn host_cpus() -> Result<usize, NestedError> {
+    let cpus = crate::guest::preflight::host_cpus().map_err(NestedError::HostCpus)?;
+    Ok(cpus.map_or(1, |n| usize::try_from(n).unwrap_or(usize::MAX)))
 }
 
 /// pmemvm's own lines on the stderr of pmemvm in L1 (errors and their
@@ -119,7 +123,8 @@ impl NestedEngine {
         // The doors below listen at --gdb and --api themselves.
         drop(m.take_endpoints());
         let api = m.control.api.as_deref();
-        warn_about_the_l1(&self.qemu, l1_cpus(m.config.machine.cpus, host_cpus()));
+        let cpus = l1_cpus(m.config.machine.cpus, host_cpus()?);
+        warn_about_the_l1(&self.qemu, cpus);
         let share = m.scratch;
         let (l1_machine, mounts, _locks) = place_machine(share, &m.config.machine)?;
         write_machine(share, &l1_machine)?;
@@ -133,7 +138,7 @@ impl NestedEngine {
             .map_err(io_err("open the --gdb or --api door"))?;
         let opts = L1Options {
             memory_mib: l1_memory_mib(m.config.machine.memory),
-            cpus: l1_cpus(m.config.machine.cpus, host_cpus()),
+            cpus,
             mounts,
             interactive: false,
             gdb: doors.gdb_chardev.clone(),
@@ -291,7 +296,8 @@ impl Drop for TempShare {
 /// off (or `Ctrl-A x`) ends both levels.
 pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, NestedError> {
     let l1_image = prepare_l1(&cache_dir())?;
-    warn_about_the_l1(qemu, l1_cpus(b.spec.cpus, host_cpus()));
+    let cpus = l1_cpus(b.spec.cpus, host_cpus()?);
+    warn_about_the_l1(qemu, cpus);
     let pmemvm = std::env::current_exe().map_err(io_err("find the pmemvm binary"))?;
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
@@ -329,7 +335,7 @@ pub fn boot_interactive(b: &InteractiveBoot<'_>, qemu: &Path) -> Result<u8, Nest
         .map_err(io_err("open the --gdb or --api door"))?;
     let opts = L1Options {
         memory_mib: l1_memory_mib(b.spec.memory),
-        cpus: l1_cpus(b.spec.cpus, host_cpus()),
+        cpus,
         mounts,
         interactive: true,
         gdb: doors.gdb_chardev.clone(),

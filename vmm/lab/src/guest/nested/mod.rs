@@ -94,6 +94,9 @@ pub enum NestedError {
         /// What is wrong.
         why: String,
     },
+    /// `$PMEMVM_HOST_CPUS` is not a CPU count.
+    #[error(transparent)]
+    HostCpus(crate::guest::preflight::PreflightError),
     /// The L1 did not run the command to its end.
     #[error(transparent)]
     L1(#[from] L1Failure),
@@ -112,7 +115,10 @@ impl vmm::exit_status::Classified for NestedError {
     fn kind(&self) -> vmm::exit_status::ErrorKind {
         use vmm::exit_status::ErrorKind::*;
         match self {
-            Self::MissingTool { .. } | Self::Unsupported(_) | Self::BackingFile { .. } => Usage,
+            Self::MissingTool { .. }
+            | Self::Unsupported(_)
+            | Self::BackingFile { .. }
+            | Self::HostCpus(_) => Usage,
             _ => Environment,
         }
     }
