@@ -170,11 +170,13 @@ fn cxl_config_space_and_decoders_survive_a_hostile_driver_and_commit_for_real() 
         cxl_config::run_on(&mut dev, &rng.bytes(12 * 40));
     }
     let (commits, resets) = dev.counts();
-    eprintln!("cxl_config smoke: {commits} commits, {resets} resets");
+    let ports = dev.port_id_reads();
+    eprintln!("cxl_config smoke: {commits} commits, {resets} resets, {ports} id reads by port");
     assert!(
         commits > 0 && resets > 0,
         "{commits} commits, {resets} resets"
     );
+    assert!(ports > 0, "ports 0xCF8/0xCFC never reached the device");
 }
 
 #[test]

@@ -7,7 +7,12 @@
 //! width 1-8), an offset (u16, folded near the interesting registers when
 //! bit 5 is clear), and up to 8 data bytes. When bit 6 is set, a write to a
 //! decoder's control register sets Commit with plausible base, size and
-//! skip written first, so commits succeed often enough to matter.
+//! skip written first, so commits succeed often enough to matter. When bit
+//! 7 is set, a configuration access goes through ports 0xCF8/0xCFC
+//! (`devices::pci_host`, sharing the ECAM's functions): the address register
+//! selects the device and the offset's dword (or, with bit 5, any address
+//! the offset and data make), then the data port is read or written at the
+//! offset's byte.
 //!
 //! Checked after every access: the configuration space's read-only bits are
 //! as built (ids, class, capability chain, DVSEC contents but for the
@@ -19,11 +24,13 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use devices::bus::BusDevice;
 use devices::cxl::component::ComponentRegisters;
 use devices::cxl::hdm::{DecoderEvent, DecoderSide, DECODERS, HDM_UNIT};
 use devices::cxl::pci_config::{type3_endpoint, ConfigSpace, BAR0_SIZE, CONFIG_LEN};
 use devices::cxl::root_port::root_port;
 use devices::pci_ecam::Ecam;
+use devices::pci_host::PciHostBridge;
 
 /// The device's capacity.
 pub const CAPACITY: u64 = 2 << 30;
@@ -40,6 +47,8 @@ pub struct Device {
     /// 0c-0f, a root port at 0c:00.0).
     config: Arc<Mutex<ConfigSpace>>,
     ecam: Ecam,
+    /// Ports 0xCF8-0xCFF over the ECAM's functions.
+    ports: PciHostBridge,
     /// The first [`CHECKED`] bytes as built.
     built: Vec<u8>,
     component: ComponentRegisters,
@@ -47,12 +56,19 @@ pub struct Device {
     mapped: BTreeMap<usize, (u64, u64, u64)>,
     commits: u64,
     resets: u64,
+    /// Reads of the device's ids through the ports that found them.
+    port_id_reads: u64,
 }
 
 impl Device {
     /// Commits and resets seen so far.
     pub fn counts(&self) -> (u64, u64) {
         (self.commits, self.resets)
+    }
+
+    /// Reads of the device's ids through ports 0xCF8/0xCFC that found them.
+    pub fn port_id_reads(&self) -> u64 {
+        self.port_id_reads
     }
 }
 
@@ -66,14 +82,17 @@ pub fn device() -> Device {
         .expect("the root port's address");
     ecam.add((0x0d, 0, 0), config.clone())
         .expect("the device's address");
+    let ports = PciHostBridge::with_functions(ecam.functions());
     Device {
         built,
         config,
         ecam,
+        ports,
         component: ComponentRegisters::new(DecoderSide::Endpoint { capacity: CAPACITY }),
         mapped: BTreeMap::new(),
         commits: 0,
         resets: 0,
+        port_id_reads: 0,
     }
 }
 
@@ -98,6 +117,8 @@ pub fn run_on(dev: &mut Device, data: &[u8]) {
         };
         if component && control & 0x40 != 0 {
             commit(dev, usize::from(pick(11)) % DECODERS, pick(10));
+        } else if !component && control & 0x80 != 0 {
+            through_ports(dev, control, offset, &bytes);
         } else if control & 2 != 0 {
             if component {
                 dev.component.write(offset, &bytes);
@@ -113,6 +134,29 @@ pub fn run_on(dev: &mut Device, data: &[u8]) {
             }
         }
         check(dev);
+    }
+}
+
+/// One configuration access through ports 0xCF8/0xCFC.
+fn through_ports(dev: &mut Device, control: u8, offset: u64, bytes: &[u8]) {
+    let address = if control & 0x20 != 0 {
+        // Any address register value: enable bit, bus, device, function.
+        u32::from_le_bytes([bytes[0], bytes.get(1).copied().unwrap_or(0), 0x0d, 0x80])
+            ^ u32::try_from(offset).unwrap_or(0) << 16
+    } else {
+        0x8000_0000 | 0x0d << 16 | u32::try_from(offset & 0xfc).unwrap_or(0)
+    };
+    dev.ports.write(0, &address.to_le_bytes());
+    let port = 4 + (offset & 3);
+    if control & 2 != 0 {
+        dev.ports.write(port, bytes);
+    } else {
+        let mut buf = vec![0u8; bytes.len()];
+        dev.ports.read(port, &mut buf);
+        let ids = 0x0d93_8086u32.to_le_bytes();
+        if address == 0x800d_0000 && port == 4 && buf.get(..4) == Some(&ids[..]) {
+            dev.port_id_reads += 1;
+        }
     }
 }
 
