@@ -5,6 +5,7 @@ pub mod boot;
 pub mod child;
 pub mod engine;
 pub mod guest_job;
+pub mod host_cpus;
 pub mod kconfig;
 pub mod modules;
 pub mod nested;

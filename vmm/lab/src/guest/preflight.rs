@@ -15,28 +15,6 @@ use vmm::host::HostKvm;
 /// page tables, the page cache of the initrd.
 pub const HOST_OVERHEAD_BYTES: u64 = 256 << 20;
 
-/// Environment variable that stands in for this host's CPU count in the bench's defaults
-/// (vCPUs and jobs): plans for a host of another shape, and the tests of both shapes.
-pub const HOST_CPUS_ENV: &str = "PMEMVM_HOST_CPUS";
-
-/// This host's CPUs as the bench's defaults see them: `$PMEMVM_HOST_CPUS` when set, else the
-/// CPUs this process may run on (`None` when they cannot be read). The one place the bench
-/// asks.
-pub fn host_cpus() -> Result<Option<u32>, PreflightError> {
-    match std::env::var(HOST_CPUS_ENV) {
-        Ok(value) => match value.trim().parse::<u32>() {
-            Ok(n) if n >= 1 => Ok(Some(n)),
-            _ => Err(PreflightError::HostCpus { value }),
-        },
-        Err(std::env::VarError::NotUnicode(v)) => Err(PreflightError::HostCpus {
-            value: v.to_string_lossy().into_owned(),
-        }),
-        Err(std::env::VarError::NotPresent) => Ok(std::thread::available_parallelism()
-            .ok()
-            .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))),
-    }
-}
-
 /// A prerequisite that is not met.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PreflightError {
@@ -64,11 +42,8 @@ pub enum PreflightError {
         free_mib: u64,
     },
     /// `$PMEMVM_HOST_CPUS` is not a CPU count.
-    #[error("{HOST_CPUS_ENV}={value:?} is not a CPU count; set it to a whole number from 1 (the CPUs the bench's defaults assume this host has) or unset it")]
-    HostCpus {
-        /// The variable's value.
-        value: String,
-    },
+    #[error(transparent)]
+    HostCpus(#[from] super::host_cpus::HostCpusError),
     /// The output directory cannot be created or written.
     #[error("--out {path} cannot be used: {why}")]
     Output {

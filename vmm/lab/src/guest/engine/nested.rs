@@ -50,7 +50,7 @@ fn env() -> Vec<(String, String)> {
 /// smaller host, or a test, gets the L1 that host would get); one where they
 /// cannot be read. A value that is not a count is refused in one sentence.
 fn host_cpus() -> Result<usize, NestedError> {
-    let cpus = crate::guest::preflight::host_cpus().map_err(NestedError::HostCpus)?;
+    let cpus = crate::guest::host_cpus::host_cpus()?;
     Ok(cpus.map_or(1, |n| usize::try_from(n).unwrap_or(usize::MAX)))
 }
 

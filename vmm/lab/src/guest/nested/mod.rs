@@ -96,7 +96,7 @@ pub enum NestedError {
     },
     /// `$PMEMVM_HOST_CPUS` is not a CPU count.
     #[error(transparent)]
-    HostCpus(crate::guest::preflight::PreflightError),
+    HostCpus(#[from] crate::guest::host_cpus::HostCpusError),
     /// The L1 did not run the command to its end.
     #[error(transparent)]
     L1(#[from] L1Failure),

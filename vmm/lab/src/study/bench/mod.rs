@@ -196,7 +196,7 @@ pub fn plan(
             iodepth: req.iodepth,
             size_bytes: req.size,
             host: HostLimits {
-                cpus: preflight::host_cpus()?,
+                cpus: crate::guest::host_cpus::host_cpus().map_err(PreflightError::from)?,
                 disk_free_bytes: preflight::free_bytes(&tmp),
                 guest_mem_bytes: preflight::mem_available()
                     .map(|m| m.saturating_sub(preflight::HOST_OVERHEAD_BYTES)),
