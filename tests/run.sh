@@ -207,6 +207,11 @@ QUEUES=$(tiers_tcg_queues "$TIER")
 TCG_A=$(sed -n 's/^A//p' <<<"$QUEUES")
 TCG_B=$(sed -n 's/^B//p' <<<"$QUEUES")
 REST_TESTS=$(tiers_binaries host | tr '\n' ' ')
+# The other crates' own integration tests (acpi/tests/*.rs), which run in the
+# third queue too.
+CRATE_TESTS=$(for f in */tests/*.rs */*/tests/*.rs; do
+    case $f in tests/* | '*'*) ;; *) basename "$f" .rs ;; esac
+done | sort -u | tr '\n' ' ')
 log "tier: $TIER; TCG queue A:$TCG_A; TCG queue B:$TCG_B"
 TEST_LOG="$PWD/target/pmemvm-test.log"       # TCG queue A (printed as it runs)
 TEST_B_LOG="$PWD/target/pmemvm-test-b.log"   # TCG queue B (printed at its end)
@@ -247,10 +252,14 @@ log "cargo test (deadline: $(remaining) s left of $DEADLINE s; strict=${PMEMVM_T
 rc=0
 (
     qrc=0
-    cargo_test rest "$REST_LOG" --workspace --exclude pmemvm-tests || qrc=1
-    cargo_test rest "$REST_LOG" -p pmemvm-tests --doc || qrc=1
+    # `--workspace` with its targets named, not `--exclude`/`-p`: the features
+    # of the whole workspace, so what `cargo build --workspace --all-targets`
+    # made runs as it is (a narrower package set resolves other features and
+    # rebuilt the crates first, holding the build lock the pairs wait for).
     # shellcheck disable=SC2046 # one --test per name
-    cargo_test rest "$REST_LOG" -p pmemvm-tests --lib $(printf -- '--test %s ' $REST_TESTS) || qrc=1
+    cargo_test rest "$REST_LOG" --workspace --lib --bins --examples \
+        $(printf -- '--test %s ' $CRATE_TESTS $REST_TESTS) || qrc=1
+    cargo_test rest "$REST_LOG" --workspace --doc || qrc=1
     exit "$qrc"
 ) &
 REST_PID=$!
