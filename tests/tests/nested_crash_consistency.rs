@@ -291,6 +291,7 @@ fn an_ext4_recording_is_crash_checked_image_by_image() {
 
 #[test]
 #[ignore = "full: two file systems' 100-record recordings and a 2-vCPU L1, about 3 min of TCG (every image, PMEMVM_TEST_CRASH_IMAGES=all: about 100 min per file system)"]
+// test-slots: 2
 fn every_checked_image_recovers_with_the_flushed_records_and_a_broken_program_is_caught_torn() {
     // PMEMVM_TEST_CRASH_FS narrows the file systems (e.g. "xfs", or "" for
     // the broken program alone) and PMEMVM_TEST_CRASH_BROKEN=no leaves the
