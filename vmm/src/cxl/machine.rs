@@ -47,8 +47,6 @@ pub struct CxlMachine {
     pub backings: Vec<NvdimmBacking>,
     /// The platform's MMIO range (the bus and what its decoders mapped).
     pub mmio: Arc<Mutex<CxlMmio>>,
-    /// The bus's PCI functions, for ports 0xCF8/0xCFC (shared with its ECAM).
-    pub pci: BTreeMap<Bdf, SharedFunction>,
 }
 
 impl std::fmt::Debug for CxlMachine {
@@ -76,6 +74,14 @@ pub fn slots(platform: &CxlPlatform) -> u32 {
 }
 
 impl CxlMachine {
+    /// The bus's PCI functions, for ports 0xCF8/0xCFC (shared with its ECAM).
+    pub fn pci_functions(&self) -> BTreeMap<Bdf, SharedFunction> {
+        self.mmio
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pci_functions()
+    }
+
     /// Keeps the backing files this VM created (setup succeeded).
     pub fn keep(&mut self) {
         self.backings.iter_mut().for_each(NvdimmBacking::keep);
@@ -114,7 +120,6 @@ pub fn attach(
     let Some(bus) = assemble(platform, &files)? else {
         return Ok(None);
     };
-    let pci = bus.pci_functions();
     let range = CxlMmio::new(bus, mappings, vm_fd.clone(), first_slot);
     let range = Arc::new(Mutex::new(range));
     mmio.insert(
@@ -125,6 +130,5 @@ pub fn attach(
     Ok(Some(CxlMachine {
         backings,
         mmio: range,
-        pci,
     }))
 }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use devices::bus::BusDevice;
 use devices::cxl::bus::{CxlBus, Mapping};
 use devices::cxl::hdm::DECODERS;
+use devices::pci_ecam::{Bdf, SharedFunction};
 use kvm_ioctls::VmFd;
 use vm_memory::MmapRegion;
 
@@ -95,6 +96,11 @@ impl<S: Memslots> CxlMmio<S> {
             first_slot,
             devices,
         }
+    }
+
+    /// The bus's PCI functions (root ports and devices), shared with its ECAM.
+    pub fn pci_functions(&self) -> std::collections::BTreeMap<Bdf, SharedFunction> {
+        self.bus.pci_functions()
     }
 
     /// What each device's decoders map now: (device, decoder, guest address, bytes).

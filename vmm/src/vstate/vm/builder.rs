@@ -460,7 +460,7 @@ impl Vm {
         };
         let mut devices = attach_devices(&vm_fd, config, &plan.room(), &mapped, open_disks)?;
         let mut cxl = cxl::machine::attach(&vm_fd, &plan.cxl, &mut devices.mmio, slot)?;
-        let cxl_functions = cxl.as_ref().map(|c| c.pci.clone());
+        let cxl_functions = cxl.as_ref().map(cxl::machine::CxlMachine::pci_functions);
         buses::pci_config(&mut devices.pio, !legacy_pmem.is_empty(), cxl_functions)?;
         let vcpus = create_vcpus(&vm_fd, &mem, &plan, cpus, entry)?;
         keep_created_files(&mut nvdimms, &mut legacy_pmem, &mut cxl);
