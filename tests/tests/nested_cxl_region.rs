@@ -54,7 +54,7 @@ echo SECOND-DONE
 "#;
 
 fn run_in_l1(file: &std::path::Path, script: &str) -> Output {
-    let spec = format!("256M,file={}", file.display());
+    let spec = format!("512M,file={}", file.display());
     let script = script.replace("MARKER", MARKER);
     pmemvm_tests::nested::run_engine_nested(
         || {
@@ -103,7 +103,11 @@ fn cxl_region_namespace_xfs_dax_and_fio_and_the_labels_bring_it_back() {
     assert!(out.contains("FIRST-DONE"), "{}", first.dump());
     let list = out.split("== create-region").next().unwrap_or_default();
     for key in ["\"memdev\":\"mem0\"", "\"pmem_size\":", "\"serial\":"] {
-        assert!(list.contains(key), "cxl list -M lacks {key}: {}", first.dump());
+        assert!(
+            list.contains(key),
+            "cxl list -M lacks {key}: {}",
+            first.dump()
+        );
     }
     assert!(
         out.contains("\"region\":\"region"),
@@ -142,7 +146,8 @@ fn cxl_region_namespace_xfs_dax_and_fio_and_the_labels_bring_it_back() {
 mod tests {
     #[test]
     fn the_uuid_is_read_from_ndctl_json() {
-        let json = "{\n  \"dev\":\"namespace0.0\",\n  \"uuid\":\"1b2c-3d\",\n  \"mode\":\"fsdax\"\n}";
+        let json =
+            "{\n  \"dev\":\"namespace0.0\",\n  \"uuid\":\"1b2c-3d\",\n  \"mode\":\"fsdax\"\n}";
         assert_eq!(super::namespace_uuid(json).as_deref(), Some("1b2c-3d"));
         assert_eq!(super::namespace_uuid("[]"), None);
     }

@@ -26,10 +26,7 @@ pub const CXL_NEEDS: &[Requirement] = &[
         "no extended configuration space (the MCFG's ECAM is unused): the CXL DVSECs \
          above offset 0x100 cannot be read, and the device is a bare PCI function",
     ),
-    need(
-        "CONFIG_CXL_BUS",
-        "no CXL bus: `cxl list` shows nothing",
-    ),
+    need("CONFIG_CXL_BUS", "no CXL bus: `cxl list` shows nothing"),
     need(
         "CONFIG_CXL_ACPI",
         "the CEDT is ignored: no root decoder (decoder0.0), so no region can be made",
@@ -89,9 +86,8 @@ pub fn notes(config: &Kconfig) -> Vec<String> {
 
 /// The fragment's lines for `--cxl-pmem`.
 pub fn fragment() -> String {
-    let mut s = String::from(
-        "\n# --- for --cxl-pmem (a guest without CXL devices does not need them)\n",
-    );
+    let mut s =
+        String::from("\n# --- for --cxl-pmem (a guest without CXL devices does not need them)\n");
     for r in CXL_NEEDS {
         s.push_str(&format!("# without it: {}\n{}=y\n", r.breaks, r.option));
     }
