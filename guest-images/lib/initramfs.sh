@@ -2,13 +2,13 @@
 # Initramfs stage of guest-images/build.sh (sourced, not run directly).
 #
 # Builds a static fio from Debian's fio source package and packs busybox,
-# fio, ndctl/daxctl, mkfs.xfs, make-bcache (with the shared libraries they
+# fio, ndctl/daxctl/cxl, mkfs.xfs, make-bcache (with the shared libraries they
 # need) and guest-images/rootfs/init into a reproducible newc cpio (gzip).
 # Expects: GI_DIR, WORK, JOBS, KDIR (the built kernel), log(), die().
 # Produces in "$1": initramfs.cpio.gz, contents.txt, fio-version, build-seconds.
 
 # Dynamic binaries copied from the Debian packages (with their libraries).
-INITRAMFS_BINARIES="/usr/bin/ndctl /usr/bin/daxctl /usr/sbin/mkfs.xfs /usr/sbin/xfs_io
+INITRAMFS_BINARIES="/usr/bin/ndctl /usr/bin/daxctl /usr/bin/cxl /usr/sbin/mkfs.xfs /usr/sbin/xfs_io
     /usr/sbin/make-bcache /usr/sbin/bcache-super-show /usr/sbin/mke2fs /usr/sbin/e2fsck
     /usr/sbin/tune2fs /usr/sbin/xfs_repair"
 # Every file in the archive gets this mtime (reproducible archive).

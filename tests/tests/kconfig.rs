@@ -1,5 +1,6 @@
 //! `pmemvm kconfig --check` on real kernels: the project's guest image
-//! (vmlinux and its xz-compressed bzImage, both with an embedded config),
+//! (vmlinux and its xz-compressed bzImage, both with an embedded config;
+//! what every guest needs, and what --cxl-pmem needs besides),
 //! that config with options taken out, Debian's stock kernel (no embedded
 //! config: a clear message) and the stock kernel's own /boot/config (options
 //! built as modules are named as such).
@@ -47,6 +48,12 @@ fn the_guest_image_has_everything_and_a_stripped_config_names_what_is_missing() 
             "the image's kernel has what crash, drgn and --dump-on-panic need: {}",
             out.dump()
         );
+        assert!(
+            out.stdout
+                .contains("for --cxl-pmem: the CXL drivers, from the CEDT to pmem regions"),
+            "the image's kernel has what --cxl-pmem needs: {}",
+            out.dump()
+        );
     }
     let kernel = require!(guest_image("bzImage"));
     let extracted = kconfig(&["--extract", &path(&kernel)]);
@@ -65,6 +72,7 @@ fn the_guest_image_has_everything_and_a_stripped_config_names_what_is_missing() 
         .filter(|l| !l.starts_with("CONFIG_ACPI_NFIT=") && !l.starts_with("CONFIG_IO_URING="))
         .filter(|l| !l.starts_with("CONFIG_DEBUG_INFO_DWARF_TOOLCHAIN_DEFAULT="))
         .filter(|l| !l.starts_with("CONFIG_CRASH_CORE="))
+        .filter(|l| !l.starts_with("CONFIG_CXL_REGION="))
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(&stripped, text).expect("write stripped config");
@@ -96,6 +104,12 @@ fn the_guest_image_has_everything_and_a_stripped_config_names_what_is_missing() 
     assert!(
         out.stderr.contains("for dumps: CONFIG_CRASH_CORE (not set"),
         "what crash and drgn miss is named beside the check: {}",
+        out.dump()
+    );
+    assert!(
+        out.stderr
+            .contains("for --cxl-pmem: CONFIG_CXL_REGION (not set): `cxl create-region` fails"),
+        "what --cxl-pmem misses is named beside the check: {}",
         out.dump()
     );
 }

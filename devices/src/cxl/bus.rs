@@ -12,6 +12,7 @@
 //! hostile guest may commit a decoder over RAM, or anywhere; that is
 //! refused, never mapped).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use super::component::{ComponentRegisters, COMPONENT_LEN};
@@ -79,6 +80,9 @@ pub struct CxlBus {
     /// Each host bridge's component registers with their offset in the range.
     bridges: Vec<(u64, ComponentRegisters)>,
     devices: Vec<BusType3>,
+    /// Per device: its memory enabled at the last look, and its committed
+    /// endpoint decoders (their commit events).
+    seen: Vec<(bool, BTreeMap<usize, DecoderEvent>)>,
 }
 
 impl CxlBus {
@@ -100,6 +104,7 @@ impl CxlBus {
                 .iter()
                 .map(|&at| (at, ComponentRegisters::new(DecoderSide::Bridge)))
                 .collect(),
+            seen: devices.iter().map(|_| (false, BTreeMap::new())).collect(),
             devices,
         }
     }
@@ -129,12 +134,30 @@ impl CxlBus {
     }
 
     /// The decoder changes of every device since the last call, as mappings.
+    /// A device whose memory was turned off (HDM Global Enable or DVSEC
+    /// Mem_Enable cleared) has its committed decoders unmapped, and mapped
+    /// again when it is turned on.
     pub fn take_mappings(&mut self) -> Vec<Mapping> {
         let mut out = Vec::new();
-        for (i, d) in self.devices.iter().enumerate() {
+        for (i, (d, (was_enabled, committed))) in
+            self.devices.iter().zip(self.seen.iter_mut()).enumerate()
+        {
             let mut dev = lock(&d.device);
             let enabled = dev.memory_enabled();
+            if enabled != *was_enabled {
+                for (&decoder, &event) in committed.iter() {
+                    out.push(match enabled {
+                        true => mapping(i, d.window, true, event),
+                        false => Mapping::Unmap { device: i, decoder },
+                    });
+                }
+                *was_enabled = enabled;
+            }
             for event in dev.take_events() {
+                match event {
+                    DecoderEvent::Committed { index, .. } => committed.insert(index, event),
+                    DecoderEvent::Reset { index } => committed.remove(&index),
+                };
                 out.push(mapping(i, d.window, enabled, event));
             }
         }
@@ -147,7 +170,7 @@ impl CxlBus {
 
     /// The PCI functions of the bus (root ports and devices), shared with
     /// its ECAM, for the port-based configuration mechanism.
-    pub fn pci_functions(&self) -> std::collections::BTreeMap<Bdf, SharedFunction> {
+    pub fn pci_functions(&self) -> BTreeMap<Bdf, SharedFunction> {
         self.ecam.functions()
     }
 
@@ -368,5 +391,41 @@ mod tests {
             matches!(&refused[..], [Mapping::Refused { why, .. }] if why.contains("not inside")),
             "{refused:?}"
         );
+    }
+
+    #[test]
+    fn turning_the_memory_off_unmaps_the_commits_and_turning_it_on_maps_them_again() {
+        let mut b = bus();
+        place_bar(&mut b);
+        write32(&mut b, BAR + 0x1104, 2);
+        b.write(ECAM_DEVICE + 0x110 + 0x0c, &[4, 0]);
+        commit(&mut b, WINDOW.0);
+        let map = Mapping::Map {
+            device: 0,
+            decoder: 0,
+            hpa: WINDOW.0,
+            size: 1 << 30,
+            dpa: 0,
+        };
+        let unmap = Mapping::Unmap {
+            device: 0,
+            decoder: 0,
+        };
+        assert_eq!(b.take_mappings(), vec![map.clone()]);
+        // Linux's cxl_port unbind clears Mem_Enable, then HDM Global Enable.
+        b.write(ECAM_DEVICE + 0x110 + 0x0c, &[0, 0]);
+        assert_eq!(b.take_mappings(), vec![unmap.clone()]);
+        write32(&mut b, BAR + 0x1104, 0);
+        assert_eq!(b.take_mappings(), vec![], "already off");
+        write32(&mut b, BAR + 0x1104, 2);
+        assert_eq!(b.take_mappings(), vec![], "Mem_Enable still off");
+        b.write(ECAM_DEVICE + 0x110 + 0x0c, &[4, 0]);
+        assert_eq!(b.take_mappings(), vec![map], "on again: the commit");
+        // Reset while off: nothing to map when it comes back on.
+        write32(&mut b, BAR + 0x1104, 0);
+        write32(&mut b, BAR + 0x1110 + 0x10, 0);
+        assert_eq!(b.take_mappings(), vec![unmap.clone(), unmap]);
+        write32(&mut b, BAR + 0x1104, 2);
+        assert_eq!(b.take_mappings(), vec![]);
     }
 }

@@ -12,6 +12,7 @@
 //! | 0x4100 | Get Partition Info | 0 → 0x20 |
 //! | 0x4102 / 0x4103 | Get / Set LSA | 8 → length / 8 + data → 0 |
 //! | 0x4200 | Get Health Info | 0 → 0x12 |
+//! | 0x4201 / 0x4202 | Get / Set Alert Configuration | 0 → 0x10 / 0x0C → 0 ([`super::alerts`]) |
 //! | 0x4300 | Get Poison List | 0x10 → 0x20 (count at 0x0a) + 16 per record |
 //! | 0x4301 / 0x4302 | Inject / Clear Poison | 8 → 0 / 0x48 → 0 |
 //!
@@ -27,6 +28,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::time::Instant;
 
+use super::alerts::AlertConfig;
 use super::{CommandResult, CommandSet, ReturnCode};
 use crate::nvdimm_labels::LabelStorage;
 
@@ -53,13 +55,15 @@ const GET_PARTITION_INFO: u16 = 0x4100;
 const GET_LSA: u16 = 0x4102;
 const SET_LSA: u16 = 0x4103;
 const GET_HEALTH_INFO: u16 = 0x4200;
+const GET_ALERT_CONFIG: u16 = 0x4201;
+const SET_ALERT_CONFIG: u16 = 0x4202;
 const GET_POISON_LIST: u16 = 0x4300;
 const INJECT_POISON: u16 = 0x4301;
 const CLEAR_POISON: u16 = 0x4302;
 
 /// The CEL: each supported opcode with its effects (bit 2: immediate data
-/// change; Linux reads only the opcodes).
-const CEL: [(u16, u16); 13] = [
+/// change, bit 3: immediate policy change; Linux reads only the opcodes).
+const CEL: [(u16, u16); 15] = [
     (GET_FW_INFO, 0),
     (GET_TIMESTAMP, 0),
     (SET_TIMESTAMP, 0),
@@ -70,6 +74,8 @@ const CEL: [(u16, u16); 13] = [
     (GET_LSA, 0),
     (SET_LSA, 1 << 2),
     (GET_HEALTH_INFO, 0),
+    (GET_ALERT_CONFIG, 0),
+    (SET_ALERT_CONFIG, 1 << 3),
     (GET_POISON_LIST, 0),
     (INJECT_POISON, 1 << 2),
     (CLEAR_POISON, 1 << 2),
@@ -105,6 +111,7 @@ pub struct Memdev {
     /// The last Set Timestamp: its value (ns) and when it came.
     timestamp: Option<(u64, Instant)>,
     dirty_shutdowns: u32,
+    alerts: AlertConfig,
 }
 
 impl std::fmt::Debug for Memdev {
@@ -149,6 +156,7 @@ impl Memdev {
             poison_cursor: None,
             timestamp: None,
             dirty_shutdowns: 0,
+            alerts: AlertConfig::default(),
         })
     }
 
@@ -242,6 +250,8 @@ impl CommandSet for Memdev {
             GET_LSA => self.get_lsa(&exact::<8>(input)?, output),
             SET_LSA => self.set_lsa(input),
             GET_HEALTH_INFO => exact::<0>(input).and_then(|_| answer(output, &self.health_info())),
+            GET_ALERT_CONFIG => exact::<0>(input).and_then(|_| answer(output, &self.alerts.get())),
+            SET_ALERT_CONFIG => self.alerts.set(&exact::<0x0c>(input)?).map(|()| 0),
             GET_POISON_LIST => self.poison_list(&exact::<0x10>(input)?, output),
             INJECT_POISON => {
                 let dpa = u64::from_le_bytes(exact::<8>(input)?);

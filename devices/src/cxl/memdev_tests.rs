@@ -114,7 +114,7 @@ fn the_cel_lists_every_supported_opcode_and_get_log_reads_it_in_parts() {
     assert_eq!(u16::from_le_bytes([logs[0], logs[1]]), 1);
     assert_eq!(&logs[8..24], &CEL_UUID);
     let size = le_u32(&logs[24..]);
-    assert_eq!(size, 13 * 4);
+    assert_eq!(size, 15 * 4);
     let ask = |offset: u32, length: u32| {
         let mut input = CEL_UUID.to_vec();
         input.extend(offset.to_le_bytes());
@@ -134,6 +134,7 @@ fn the_cel_lists_every_supported_opcode_and_get_log_reads_it_in_parts() {
         );
     }
     assert!(opcodes.contains(&IDENTIFY) && opcodes.contains(&SET_LSA));
+    assert!(opcodes.contains(&GET_ALERT_CONFIG) && opcodes.contains(&SET_ALERT_CONFIG));
     let tail = run(&mut dev, GET_LOG, &ask(8, size - 8)).unwrap();
     assert_eq!(tail, whole[8..]);
     assert_eq!(
@@ -334,4 +335,28 @@ fn a_long_poison_list_comes_in_payloads_with_more_and_injection_stops_at_the_lim
         assert_eq!(l[0] & 1 == 1, round < 2, "round {round}: more");
     }
     assert_eq!(seen, (0..256u64).map(|i| i * 128).collect::<Vec<_>>());
+}
+
+#[test]
+fn alert_configuration_is_read_and_set_through_the_mailbox_commands() {
+    let (mut dev, ..) = device();
+    let fresh = run(&mut dev, GET_ALERT_CONFIG, &[]).unwrap();
+    assert_eq!(fresh.len(), 0x10);
+    assert_eq!(fresh[1], crate::cxl::alerts::PROGRAMMABLE);
+    // Life used warning at 75 %, enabled (what `cxl set-alert-config -L 75 --life-used-alert=on` sends).
+    let mut set = [0u8; 0x0c];
+    set[0] = 1;
+    set[1] = 1;
+    set[2] = 75;
+    assert_eq!(run(&mut dev, SET_ALERT_CONFIG, &set), Ok(vec![]));
+    let now = run(&mut dev, GET_ALERT_CONFIG, &[]).unwrap();
+    assert_eq!((now[0], now[3]), (1, 75));
+    assert_eq!(
+        run(&mut dev, SET_ALERT_CONFIG, &set[..8]),
+        Err(ReturnCode::InvalidPayloadLength)
+    );
+    assert_eq!(
+        run(&mut dev, GET_ALERT_CONFIG, &[0]),
+        Err(ReturnCode::InvalidPayloadLength)
+    );
 }

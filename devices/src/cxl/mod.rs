@@ -10,6 +10,7 @@
 //! capacity, and a return code is always one Linux can index (at most
 //! [`ReturnCode::InvalidPayloadLength`]).
 
+pub mod alerts;
 pub mod bus;
 pub mod component;
 pub mod device_regs;

@@ -7,7 +7,8 @@
 //! label storage area. Each operation is a control byte and its data: bits
 //! 0-1 pick the kind — a payload write (offset byte, length byte, bytes), a
 //! command (opcode selector, input length: when bit 2 is set the opcode is one
-//! of the device's own and the length is plausible for it), a raw write
+//! of the device's own and the length is plausible for it; half of Inject
+//! Poison's put a plausible address in the payload first), a raw write
 //! (offset u16, width, 8 value bytes) or a read (offset u16, width).
 //!
 //! Checked after every operation: the doorbell reads clear, the return code
@@ -29,7 +30,9 @@ pub const CAPACITY: u64 = 1 << 30;
 pub const LSA: usize = 128 << 10;
 
 /// The device's opcodes and the input lengths they take.
-const OPCODES: [(u16, usize); 14] = [
+const INJECT_POISON: u16 = 0x4301;
+
+const OPCODES: [(u16, usize); 16] = [
     (0x0200, 0),
     (0x0300, 0),
     (0x0301, 8),
@@ -40,8 +43,10 @@ const OPCODES: [(u16, usize); 14] = [
     (0x4102, 8),
     (0x4103, 8 + 64),
     (0x4200, 0),
+    (0x4201, 0),
+    (0x4202, 0x0c),
     (0x4300, 0x10),
-    (0x4301, 8),
+    (INJECT_POISON, 8),
     (0x4302, 0x48),
     (0x0100, 1),
 ];
@@ -140,6 +145,12 @@ fn command<'a>(mb: &mut Mailbox<Memdev>, control: u8, mut rest: &'a [u8]) -> &'a
     let pick = |i: usize| head.get(i).copied().unwrap_or(0);
     let (opcode, length) = if control & 4 != 0 {
         let (op, len) = OPCODES[usize::from(pick(0)) % OPCODES.len()];
+        if op == INJECT_POISON && pick(1) & 8 != 0 {
+            // Half the injections at a plausible address (4 KiB steps in
+            // the first MiB), so poison is there often enough to matter.
+            let dpa = u64::from(pick(2)) << 12;
+            mb.write(PAYLOAD_OFFSET as u64, &dpa.to_le_bytes());
+        }
         // Now and then the right length but for one byte.
         let len = match pick(1) % 8 {
             0 => len.saturating_sub(1),

@@ -1,5 +1,6 @@
 //! What a kernel configuration gives `pmemvm --gdb` and memory dumps
-//! (`pmemvm ctl SOCKET dump`, `--dump-on-panic`): not requirements (a
+//! (`pmemvm ctl SOCKET dump`, `--dump-on-panic`), and (from [`super::cxl`])
+//! `--cxl-pmem`: not requirements (a
 //! guest boots and runs its jobs without them, so `kconfig --check` does
 //! not fail on them) but what a debugger, `crash` or `drgn` will miss,
 //! said beside the check.
@@ -67,6 +68,11 @@ pub fn render(config: &Kconfig) -> String {
             "dumps",
             dump_notes(config),
             "VMCOREINFO (CONFIG_CRASH_CORE) and the pvpanic driver",
+        ),
+        (
+            "--cxl-pmem",
+            super::cxl::notes(config),
+            "the CXL drivers, from the CEDT to pmem regions",
         ),
     ] {
         if notes.is_empty() {

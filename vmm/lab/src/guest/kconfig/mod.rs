@@ -10,10 +10,11 @@
 //! bzImage after decompressing its payload (gzip in process; xz, zstd, lz4,
 //! bzip2, lzma and lzo with the Debian tools of those names).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+pub mod cxl;
 pub mod debugging;
 mod requirements;
 
@@ -61,6 +62,9 @@ impl vmm::exit_status::Classified for KconfigError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Kconfig {
     values: BTreeMap<String, String>,
+    /// Options the configuration names as `# CONFIG_X is not set`: the
+    /// kernel has them, unset.
+    unset: BTreeSet<String>,
 }
 
 impl Kconfig {
@@ -73,7 +77,18 @@ impl Kconfig {
             .filter_map(|l| l.split_once('='))
             .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
             .collect();
-        Self { values }
+        let unset = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("# ")?.strip_suffix(" is not set"))
+            .filter(|o| o.starts_with("CONFIG_"))
+            .map(str::to_string)
+            .collect();
+        Self { values, unset }
+    }
+
+    /// True when the kernel has `option` at all: set, or named as not set.
+    pub fn has_option(&self, option: &str) -> bool {
+        self.values.contains_key(option) || self.unset.contains(option)
     }
 
     /// The value of `option`, if it is set.
@@ -156,6 +171,7 @@ pub fn fragment() -> String {
             s.push_str(&format!("{}=y\n", r.option));
         }
     }
+    s.push_str(&cxl::fragment());
     s.push_str("\n# --- with NVDIMM drivers as modules (harmless when they are built in)\n");
     for (when, r) in MODULE_NEEDS {
         s.push_str(&format!(
@@ -450,14 +466,16 @@ mod tests {
     fn the_fragment_lists_every_requirement_once_and_parses_back() {
         let f = fragment();
         let parsed = Kconfig::parse(&f);
-        let total: usize =
-            REQUIREMENTS.iter().map(|(_, r)| r.len()).sum::<usize>() + MODULE_NEEDS.len();
+        let total: usize = REQUIREMENTS.iter().map(|(_, r)| r.len()).sum::<usize>()
+            + MODULE_NEEDS.len()
+            + cxl::CXL_NEEDS.len();
         assert_eq!(
             parsed.len(),
             total,
             "duplicate or missing options in the fragment"
         );
         assert!(check(&parsed).missing.is_empty());
+        assert!(cxl::notes(&parsed).is_empty());
     }
 
     #[test]
