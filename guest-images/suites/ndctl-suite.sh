@@ -5,7 +5,7 @@
 # in the guest, on the ACPI.NFIT bus of pmemvm's NVDIMMs. Runs in the Debian root file
 # system of `pmemvm run --rootfs debian --packages "$(cat guest-images/suites/ndctl-packages)"`.
 #
-#   sh /job/ndctl-suite.sh [--bus BUS] TREE [NAME|!CMD]...
+#   sh /job/ndctl-suite.sh [--bus BUS] [--cxl-bus ACPI.CXL] TREE [NAME|!CMD]...
 #
 # TREE is the cached build (<hash>/ of ndctl-build.sh, holding src/, build/ and path), put
 # read-only into the guest (e.g. `--put ~/.cache/pmemvm/ndctl/<hash>:/job/ndctl`). Meson's
@@ -29,19 +29,38 @@
 # nfit_test module (there is none to load) and passes every other call to the real one. The
 # tree given as TREE, and the host's, are not written.
 #
+# --cxl-bus ACPI.CXL points the tests written for the kernel's cxl_test emulation
+# (cxl-labels.sh, cxl-create-region.sh, ...) at the platform's CXL bus (pmemvm's --cxl-pmem
+# devices under ACPI0017, which `cxl list -b` calls ACPI.CXL) the same way: test/common's
+# CXL_TEST_BUS, and in the test/cxl-*.sh copies each literal `cxl_test` bus argument
+# (`-b cxl_test`, `--bus=cxl_test`) becomes ACPI.CXL, or CXL where `ndctl list -b` asks for
+# the nvdimm bus the CXL drivers register (its provider is "CXL"); `modprobe` answers for
+# the cxl_test module. Nothing else in them is changed.
+#
 # Without --bus the tests run where ndctl's maintainers run them: the nfit_test ones on the
 # kernel's nfit_test.0/1 (`pmemvm suite ndctl --nfit-test` boots the user's modular kernel
 # with tools/testing/nvdimm's modules in /lib/modules/$(uname -r)/extra; the real modprobe
 # loads them).
 set -eu
 bus=""
-if [ "${1:-}" = --bus ]; then
-    case "${2:-}" in
-        ACPI.NFIT|e820|nfit_test.0|nfit_test.1) bus=$2 ;;
-        *) echo "ndctl-suite.sh: --bus ${2:-}: give ACPI.NFIT, e820, nfit_test.0 or nfit_test.1." >&2; exit 2 ;;
+cxlbus=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bus)
+            case "${2:-}" in
+                ACPI.NFIT|e820|nfit_test.0|nfit_test.1) bus=$2 ;;
+                *) echo "ndctl-suite.sh: --bus ${2:-}: give ACPI.NFIT, e820, nfit_test.0 or nfit_test.1." >&2; exit 2 ;;
+            esac
+            shift 2 ;;
+        --cxl-bus)
+            case "${2:-}" in
+                ACPI.CXL) cxlbus=$2 ;;
+                *) echo "ndctl-suite.sh: --cxl-bus ${2:-}: give ACPI.CXL (the platform's CXL bus)." >&2; exit 2 ;;
+            esac
+            shift 2 ;;
+        *) break ;;
     esac
-    shift 2
-fi
+done
 if [ $# -lt 1 ] || [ ! -f "$1/path" ] || [ ! -d "$1/build/meson-private" ]; then
     echo "ndctl-suite.sh: give the tree of guest-images/suites/ndctl-build.sh (the directory holding path, src/ and build/) as the first argument, then the test names." >&2
     exit 2
@@ -63,24 +82,53 @@ rm -f "$fixed/build/meson-logs/testlog"*
 shim=/var/tmp/pmemvm-ndctl-shim
 mkdir -p "$shim"
 
+common="$fixed/src/test/common"
 if [ -n "$bus" ]; then
-    common="$fixed/src/test/common"
     sed -i "s/^NFIT_TEST_BUS0=.*/NFIT_TEST_BUS0=\"$bus\"/; s/^NFIT_TEST_BUS1=.*/NFIT_TEST_BUS1=\"$bus\"/" "$common"
     if [ "$(grep -c "^NFIT_TEST_BUS[01]=\"$bus\"\$" "$common")" != 2 ]; then
         echo "ndctl-suite.sh: $common does not set NFIT_TEST_BUS0 and NFIT_TEST_BUS1 as ndctl v81 does; cannot point its tests at $bus." >&2
         exit 2
     fi
+    echo "ndctl-suite.sh: the nfit_test tests run on $bus (test/common of the guest's copy: $(grep '^NFIT_TEST_BUS' "$common" | tr '\n' ' '))"
+fi
+if [ -n "$cxlbus" ]; then
+    sed -i "s/^CXL_TEST_BUS=.*/CXL_TEST_BUS=\"$cxlbus\"/" "$common"
+    if [ "$(grep -c "^CXL_TEST_BUS=\"$cxlbus\"\$" "$common")" != 1 ]; then
+        echo "ndctl-suite.sh: $common does not set CXL_TEST_BUS as ndctl v81 does; cannot point its tests at $cxlbus." >&2
+        exit 2
+    fi
+    for f in "$fixed"/src/test/cxl-*.sh; do
+        sed -i -e 's/\("\$NDCTL" list -b \)cxl_test/\1CXL/' \
+            -e "s/-b cxl_test/-b $cxlbus/g; s/--bus=cxl_test/--bus=$cxlbus/g" "$f"
+        if grep -n -e '-b cxl_test' -e '--bus=cxl_test' "$f" >&2; then
+            echo "ndctl-suite.sh: $f still names the cxl_test bus (above); cannot point it at $cxlbus." >&2
+            exit 2
+        fi
+    done
+    echo "ndctl-suite.sh: the cxl_test tests run on $cxlbus (test/common of the guest's copy: $(grep '^CXL_TEST_BUS' "$common"))"
+fi
+# The emulation modules the pointed tests load and remove are not there: a `modprobe` first
+# in PATH answers for them and passes every other call to the real one.
+if [ -n "$bus$cxlbus" ]; then
     real=$(command -v modprobe)
     cat >"$shim/modprobe" <<SHIM
 #!/bin/sh
-# pmemvm's ndctl-suite.sh --bus $bus: the nfit_test module is not there to load or remove.
+# pmemvm's ndctl-suite.sh --bus '$bus' --cxl-bus '$cxlbus': no emulation module to load or remove.
 for a in "\$@"; do
-    [ "\$a" != nfit_test ] || { echo "ndctl-suite.sh: modprobe \$*: no nfit_test here; the test runs on $bus" >&2; exit 0; }
+    case "\$a" in
+        nfit_test)
+            [ -n "$bus" ] || exec $real "\$@"
+            echo "ndctl-suite.sh: modprobe \$*: no nfit_test here; the test runs on $bus" >&2
+            exit 0 ;;
+        cxl_test|cxl-test)
+            [ -n "$cxlbus" ] || exec $real "\$@"
+            echo "ndctl-suite.sh: modprobe \$*: no cxl_test here; the test runs on $cxlbus" >&2
+            exit 0 ;;
+    esac
 done
 exec $real "\$@"
 SHIM
     chmod +x "$shim/modprobe"
-    echo "ndctl-suite.sh: the nfit_test tests run on $bus (test/common of the guest's copy: $(grep '^NFIT_TEST_BUS' "$common" | tr '\n' ' '))"
 fi
 
 # check_dmesg (test/common: dax.sh, daxdev-errors.sh, multi-dax.sh) reads the kernel's log

@@ -94,3 +94,37 @@ pub fn run_engines_env(
     .unwrap_or_else(|e| panic!("no summary.json ({e})\n{}", output.dump()));
     (output, summary)
 }
+
+/// The part of meson's text logs `logs` that is test `name`'s own: from its
+/// `test: SUITE / NAME` line to the next test's.
+pub fn own_log(logs: &str, name: &str) -> String {
+    let mut mine = false;
+    let mut out = String::new();
+    for line in logs.lines() {
+        if let Some(t) = line.strip_prefix("test:") {
+            let t = t.trim();
+            mine = t == name || t.ends_with(&format!(" / {name}"));
+        }
+        if mine {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Every meson text log of `engine`'s boots, for the message of a failure.
+pub fn engine_logs(summary: &serde_json::Value, engine: &str) -> String {
+    let mut text = String::new();
+    for b in summary["boots"].as_array().into_iter().flatten() {
+        if b["engine"] != engine {
+            continue;
+        }
+        let d = std::path::PathBuf::from(b["dir"].as_str().unwrap_or_default());
+        for n in 1..10 {
+            let f = d.join(format!("ndctl-results/meson-{n}/testlog.txt"));
+            text.push_str(&std::fs::read_to_string(f).unwrap_or_default());
+        }
+    }
+    text
+}

@@ -32,10 +32,10 @@
 //! Skips when QEMU, the guest image, a tool of the L1 preparation or ndctl's source
 //! tree is missing (strict mode fails). Holds one TCG slot while its L1s run.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use pmemvm_tests::ndctl::{engine_logs, own_log};
 use pmemvm_tests::pmemvm::{pmemvm_bin, TempDir};
 use pmemvm_tests::require;
 
@@ -241,24 +241,6 @@ fn check_nested_column(
     );
 }
 
-/// The part of meson's text logs `logs` that is test `name`'s own: from its
-/// `test: SUITE / NAME` line to the next test's.
-fn own_log(logs: &str, name: &str) -> String {
-    let mut mine = false;
-    let mut out = String::new();
-    for line in logs.lines() {
-        if let Some(t) = line.strip_prefix("test:") {
-            let t = t.trim();
-            mine = t == name || t.ends_with(&format!(" / {name}"));
-        }
-        if mine {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
-}
-
 #[test]
 fn a_tests_own_log_is_cut_from_meson_s_text_log_at_the_test_lines() {
     let logs = "==== 1/2 ====\ntest:         ndctl:dax / device-dax\nverify loop took too long\n\
@@ -266,22 +248,6 @@ fn a_tests_own_log_is_cut_from_meson_s_text_log_at_the_test_lines() {
     assert!(own_log(logs, "device-dax").contains("verify loop took too long"));
     assert!(!own_log(logs, "dax-dev").contains("verify loop took too long"));
     assert!(own_log(logs, "dax").is_empty(), "a name is matched whole");
-}
-
-/// Every meson text log of `engine`'s boots, for the message of a failure.
-fn engine_logs(summary: &serde_json::Value, engine: &str) -> String {
-    let mut text = String::new();
-    for b in summary["boots"].as_array().into_iter().flatten() {
-        if b["engine"] != engine {
-            continue;
-        }
-        let d = PathBuf::from(b["dir"].as_str().unwrap_or_default());
-        for n in 1..10 {
-            let f = d.join(format!("ndctl-results/meson-{n}/testlog.txt"));
-            text.push_str(&std::fs::read_to_string(f).unwrap_or_default());
-        }
-    }
-    text
 }
 
 /// QEMU's column: the ACPI.NFIT tests pass on its NVDIMM; the error scripts fail for want of

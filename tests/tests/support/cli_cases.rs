@@ -581,6 +581,22 @@ pub(crate) fn cases() -> Vec<Case> {
             "--api {D}/notelf: the path exists",
         ),
         case(
+            &["bench", "pmem-verify", "--cxl-pmem", "300M", "--out", "{D}/c1"],
+            "--cxl-pmem size '300M' is not a multiple of 256 MiB",
+        ),
+        case(
+            &["bench", "pmem-verify", "--cxl-pmem", "1G,file={D}/c.img", "--out", "{D}/c2"],
+            "--cxl-pmem '1G,file={D}/c.img': bench takes a size only",
+        ),
+        case(
+            &["bench", "pmem-verify", "--cxl-pmem", "1G", "--nvdimm", "1G", "--out", "{D}/c3"],
+            "--nvdimm",
+        ),
+        case(
+            &["bench", "bcache-nowait", "--cxl-pmem", "--out", "{D}/c4"],
+            "--cxl-pmem: bcache-nowait has no persistent memory to put on a CXL device",
+        ),
+        case(
             &["run", "--engine", "qemu", "--api", "{D}/api.sock", "--", "true"],
             "--api and --dump-on-panic apply to --engine pmemvm and nested, and this run's engine is qemu",
         ),

@@ -51,6 +51,19 @@ fn parse_count(s: &str) -> Result<u32, String> {
     }
 }
 
+/// `bench --cxl-pmem SIZE`: a size `run --cxl-pmem` accepts, and nothing else (each
+/// boot's device is a temporary file with the default label area).
+fn parse_bench_cxl_size(s: &str) -> Result<u64, String> {
+    if s.contains(',') {
+        return Err(format!(
+            "--cxl-pmem '{s}': bench takes a size only (each boot's device is a temporary file); use e.g. 1G"
+        ));
+    }
+    s.parse::<vmm::config::CxlPmemSpec>()
+        .map(|spec| spec.size)
+        .map_err(|e| e.to_string())
+}
+
 /// `pmemvm bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -77,6 +90,12 @@ pub struct BenchArgs {
     /// NVDIMM size (default: the experiment's).
     #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
     pub nvdimm: Option<u64>,
+    /// The persistent memory on a CXL Type-3 device instead of an NVDIMM (SIZE: a multiple
+    /// of 256M; default: the experiment's, rounded up to one): the guest makes its region
+    /// and a raw namespace, /dev/pmem0, before the experiment's setup.
+    #[arg(long = "cxl-pmem", value_parser = parse_bench_cxl_size, value_name = "SIZE",
+          num_args = 0..=1, conflicts_with = "nvdimm")]
+    pub cxl_pmem: Option<Option<u64>>,
     /// Seconds of the time-bound phases (default: the thread's 60).
     #[arg(long, value_parser = parse_count, value_name = "SECS")]
     pub runtime: Option<u32>,

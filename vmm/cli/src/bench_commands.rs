@@ -35,7 +35,11 @@ pub(crate) fn bench_request(
         cpus: args.cpus,
         memory: args.memory.map(|m| m.size),
         jobs: args.jobs,
-        nvdimm: args.nvdimm,
+        nvdimm: args.nvdimm.or(args.cxl_pmem.flatten()),
+        pmem_device: match args.cxl_pmem {
+            Some(_) => lab::study::bench::cxl::PmemDevice::Cxl,
+            None => lab::study::bench::cxl::PmemDevice::Nvdimm,
+        },
         runtime: args.runtime,
         iodepth: args.iodepth,
         size: args.size,
@@ -62,11 +66,22 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
             let mut v =
                 serde_json::to_value(&plan).map_err(lab::study::bench::BenchError::PlanJson)?;
             v["runs_per_side"] = req.runs.into();
+            v["pmem_device"] = serde_json::to_value(req.pmem_device)
+                .map_err(lab::study::bench::BenchError::PlanJson)?;
             let text = serde_json::to_string_pretty(&v)
                 .map_err(lab::study::bench::BenchError::PlanJson)?;
             println!("{text}");
         } else {
             print!("{}", plan.render_text(req.runs));
+            if req.pmem_device == lab::study::bench::cxl::PmemDevice::Cxl {
+                let (_, cxl) = lab::study::bench::cxl::devices(req.pmem_device, plan.nvdimm_bytes);
+                for c in cxl {
+                    println!(
+                        "\nThe persistent memory is a CXL Type-3 device instead (--cxl-pmem {}): before the setup above, the guest makes its region and a raw namespace, /dev/pmem0.",
+                        vmm::config::size_text(c.size)
+                    );
+                }
+            }
         }
         return Ok(0);
     }

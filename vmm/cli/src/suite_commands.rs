@@ -19,6 +19,7 @@ fn plan_text(boots: &[ndctl::Boot]) -> String {
                     .iter()
                     .map(|l| format!("--pmem-legacy {l}")),
             )
+            .chain(b.shape.cxl_pmem().iter().map(|c| format!("--cxl-pmem {c}")))
             .collect();
         let machine = if machine.is_empty() {
             let pages = if suite::nfit_test::wants_huge_pages(b) {

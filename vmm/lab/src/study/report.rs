@@ -115,6 +115,9 @@ pub struct HostInfo {
     pub guest_mem_mib: u64,
     /// NVDIMM size, bytes, when the experiment has one.
     pub nvdimm_bytes: Option<u64>,
+    /// The device of that persistent memory (results written before CXL: an NVDIMM).
+    #[serde(default)]
+    pub pmem_device: crate::study::bench::cxl::PmemDevice,
     /// fio jobs of the measured phase.
     pub jobs: u32,
 }

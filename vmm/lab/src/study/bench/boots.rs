@@ -14,7 +14,6 @@ use crate::guest::run::{self, Engine, RunResult, RunSpec};
 use crate::study::experiments::{Experiment, ExperimentPlan, Side};
 use crate::study::report::{Accelerator, BenchReport, HostInfo, RunOutcome, VerifyExpectation};
 use crate::study::results::record::ResultInfo;
-use vmm::config::NvdimmSpec;
 
 /// Where the child processes' spec and outcome files live; removed at the end.
 struct BenchScratch(PathBuf);
@@ -77,6 +76,7 @@ fn new_report(req: &BenchRequest, prepared: &Prepared) -> BenchReport {
     host.guest_vcpus = plan.vcpus;
     host.guest_mem_mib = memory >> 20;
     host.nvdimm_bytes = plan.nvdimm_bytes;
+    host.pmem_device = req.pmem_device;
     host.jobs = plan.jobs;
     let own_sides = req.sides.is_empty();
     let thread_sides = match plan.sides.iter().any(|s| s.thread_side.is_some()) {
@@ -157,11 +157,9 @@ fn announce(req: &BenchRequest, prepared: &Prepared, report: &BenchReport, boots
 /// words for its kernel command line.
 fn boot_spec(req: &BenchRequest, prepared: &Prepared, files: &SideFiles, extra: String) -> RunSpec {
     let plan = &prepared.plan;
-    let nvdimms: Vec<NvdimmSpec> = plan
-        .nvdimm_bytes
-        .map(NvdimmSpec::temporary)
-        .into_iter()
-        .collect();
+    let (nvdimms, cxl_pmem) = super::cxl::devices(req.pmem_device, plan.nvdimm_bytes);
+    let mut job = plan.guest_job();
+    job.setup = super::cxl::setup(req.pmem_device, job.setup);
     RunSpec {
         gdb: None,
         gdb_wait: false,
@@ -191,9 +189,9 @@ fn boot_spec(req: &BenchRequest, prepared: &Prepared, files: &SideFiles, extra: 
             disks: Vec::new(),
             legacy_pmem: Vec::new(),
             nvdimm_slots: 0,
-            cxl_pmem: Vec::new(),
+            cxl_pmem,
         },
-        workload: run::Workload::Fio(plan.guest_job()),
+        workload: run::Workload::Fio(job),
         stream_console: false,
         console_log: None,
         timeout: req.timeout,

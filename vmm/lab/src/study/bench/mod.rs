@@ -22,6 +22,7 @@ use crate::study::report::{BenchReport, ReportError};
 use crate::study::results::task::Task;
 
 mod boots;
+pub mod cxl;
 pub mod ending;
 pub mod outcome;
 pub mod request_file;
@@ -64,6 +65,9 @@ pub enum BenchError {
     /// The plan cannot be printed as JSON.
     #[error("cannot serialise the plan as JSON")]
     PlanJson(#[source] serde_json::Error),
+    /// `--cxl-pmem` with an experiment it cannot serve.
+    #[error(transparent)]
+    Cxl(#[from] cxl::CxlBenchError),
 }
 
 impl vmm::exit_status::Classified for BenchError {
@@ -74,6 +78,7 @@ impl vmm::exit_status::Classified for BenchError {
             | Self::Side(_)
             | Self::Only(_)
             | Self::Image(_)
+            | Self::Cxl(_)
             | Self::RequestFile(_) => Usage,
             Self::Report(ReportError::CreateDir { .. }) => Usage,
             Self::Report(_) => Environment,
@@ -100,8 +105,11 @@ pub struct BenchRequest {
     pub memory: Option<u64>,
     /// fio jobs of the many-job phases.
     pub jobs: Option<u32>,
-    /// NVDIMM size.
+    /// The persistent memory's size (`--nvdimm` or `--cxl-pmem SIZE`).
     pub nvdimm: Option<u64>,
+    /// The device that holds it (`--cxl-pmem`: a CXL Type-3 device).
+    #[serde(default)]
+    pub pmem_device: cxl::PmemDevice,
     /// Seconds of the time-bound phases.
     pub runtime: Option<u32>,
     /// Queue depth of the many-job phases.
@@ -203,6 +211,9 @@ pub fn plan(
             },
         })?
         .with_memory(req.memory);
+    if req.pmem_device == cxl::PmemDevice::Cxl && plan.nvdimm_bytes.is_none() {
+        return Err(cxl::CxlBenchError::NoPmem(req.experiment.clone()).into());
+    }
     let plan = match sides {
         Some(s) => plan.with_sides(s),
         None => plan,

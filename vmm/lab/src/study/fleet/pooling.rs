@@ -110,6 +110,10 @@ pub fn match_keys(report: &BenchReport, raw: &Value) -> Vec<MatchKey> {
             h.nvdimm_bytes
                 .map_or_else(|| "none".to_owned(), |b| b.to_string()),
         ),
+        bench(
+            "persistent memory device",
+            h.pmem_device.describe().to_owned(),
+        ),
         bench("fio jobs", h.jobs.to_string()),
     ]
 }
@@ -184,5 +188,27 @@ mod tests {
         );
         let old = keys("EPYC", 1, None);
         assert_eq!(old[3].value, NOT_RECORDED);
+    }
+
+    #[test]
+    fn runs_on_cxl_pmem_are_never_pooled_with_runs_on_an_nvdimm() {
+        // A result written before CXL has no device: an NVDIMM.
+        let nvdimm = keys("EPYC", 1, None);
+        let mut report: BenchReport = serde_json::from_value(serde_json::json!({
+            "experiment": "pmem-verify", "description": "", "engine": "qemu",
+            "accelerator": "tcg",
+            "host": {"cpu_model": "EPYC", "host_cpus": 2, "host_kernel": "6.1", "guest_vcpus": 1,
+                     "guest_mem_mib": 1024, "nvdimm_bytes": null, "jobs": 1},
+            "sides": ["off", "on"], "runs": [],
+            "upstream": {"sources": [], "figures": []}, "upstream_source": ""
+        }))
+        .unwrap();
+        report.host.pmem_device = crate::study::bench::cxl::PmemDevice::Cxl;
+        let raw = serde_json::to_value(&report).unwrap();
+        assert_eq!(raw["host"]["pmem_device"], "cxl");
+        let cxl = match_keys(&report, &raw);
+        let (name, a, b) = first_difference(&nvdimm, &cxl, true).unwrap();
+        assert_eq!(name, "persistent memory device");
+        assert!(a.contains("NVDIMM") && b.contains("CXL"), "{a} / {b}");
     }
 }

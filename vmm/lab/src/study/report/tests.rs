@@ -46,6 +46,7 @@ pub(super) fn sample(accelerator: Accelerator) -> BenchReport {
             guest_vcpus: 2,
             guest_mem_mib: 1024,
             nvdimm_bytes: Some(2 << 30),
+            pmem_device: crate::study::bench::cxl::PmemDevice::Nvdimm,
             jobs: 4,
         },
         sides: vec!["off".into(), "on".into()],

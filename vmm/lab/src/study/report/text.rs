@@ -69,9 +69,13 @@ impl BenchReport {
         let nvdimm = h
             .nvdimm_bytes
             .map_or_else(|| "none".to_owned(), human_bytes);
+        let device = match h.pmem_device {
+            crate::study::bench::cxl::PmemDevice::Nvdimm => "NVDIMM",
+            crate::study::bench::cxl::PmemDevice::Cxl => "CXL pmem",
+        };
         let _ = writeln!(
             out,
-            "host: {} ({} CPUs, Linux {}); guest: {} vCPUs, {} MiB, NVDIMM {nvdimm}; fio jobs: {}",
+            "host: {} ({} CPUs, Linux {}); guest: {} vCPUs, {} MiB, {device} {nvdimm}; fio jobs: {}",
             h.identity.cpu_model,
             h.identity.host_cpus,
             h.identity.host_kernel,

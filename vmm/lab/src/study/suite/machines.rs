@@ -19,6 +19,11 @@ pub enum Bus {
     /// of tools/testing/nvdimm built against the user's modular kernel).
     #[serde(rename = "nfit_test")]
     NfitTest,
+    /// Tests written for the kernel's `cxl_test` emulation, pointed at the platform's CXL
+    /// bus (pmemvm's `--cxl-pmem` devices, `ACPI.CXL`) at run time
+    /// (`ndctl-suite.sh --cxl-bus ACPI.CXL`).
+    #[serde(rename = "cxl_test → ACPI.CXL")]
+    CxlTestOnAcpi,
 }
 
 impl Bus {
@@ -29,6 +34,7 @@ impl Bus {
             Bus::NfitTestOnAcpi => "nfit_test → ACPI.NFIT",
             Bus::E820 => "e820",
             Bus::NfitTest => "nfit_test",
+            Bus::CxlTestOnAcpi => "cxl_test → ACPI.CXL",
         }
     }
 }
@@ -49,6 +55,10 @@ pub enum Shape {
     /// No NVDIMM and no legacy range: the user's modular kernel with the nfit_test
     /// modules, whose buses are the kernel's own emulation (`--nfit-test`).
     NfitTest,
+    /// One 512 MiB CXL persistent memory device (`--cxl-pmem 512M`, alone behind its host
+    /// bridge and window) and no NVDIMM: the `cxl-*.sh` tests (`cxl-create-region.sh`
+    /// cuts it into two 256 MiB regions).
+    Cxl,
 }
 
 impl Shape {
@@ -58,6 +68,7 @@ impl Shape {
             Shape::Small => "small",
             Shape::Large => "large",
             Shape::NfitTest => "nfit-test",
+            Shape::Cxl => "cxl",
         }
     }
 
@@ -66,7 +77,7 @@ impl Shape {
         match self {
             Shape::Small => &["1G", "1G"],
             Shape::Large => &["8G"],
-            Shape::NfitTest => &[],
+            Shape::NfitTest | Shape::Cxl => &[],
         }
     }
 
@@ -74,7 +85,15 @@ impl Shape {
     pub fn legacy(self) -> &'static [&'static str] {
         match self {
             Shape::Small => &["3G"],
-            Shape::Large | Shape::NfitTest => &[],
+            Shape::Large | Shape::NfitTest | Shape::Cxl => &[],
+        }
+    }
+
+    /// `--cxl-pmem` specs.
+    pub fn cxl_pmem(self) -> &'static [&'static str] {
+        match self {
+            Shape::Cxl => &["512M"],
+            Shape::Small | Shape::Large | Shape::NfitTest => &[],
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Other projects' test suites run in the guest as their maintainers run them, with a
 //! table of what passed: `pmemvm suite ndctl` (ndctl's own `meson test`, see [`ndctl`]).
 
+pub mod cxl;
 pub mod junit;
 pub mod machines;
 pub mod ndctl;
@@ -379,7 +380,7 @@ fn boot_spec(
             disks: Vec::new(),
             legacy_pmem,
             nvdimm_slots: 0,
-            cxl_pmem: Vec::new(),
+            cxl_pmem: parse_all(boot.shape.cxl_pmem())?,
         },
         workload: crate::guest::run::Workload::Command { job, setup: None },
         stream_console: req.stream_console,

@@ -121,6 +121,12 @@ pub fn default_tests() -> Vec<&'static str> {
     KNOWN.iter().map(|k| k.name).collect()
 }
 
+/// Every test a name can place: [`KNOWN`], then the CXL ones ([`super::cxl::TESTS`],
+/// which run only when named).
+pub fn placeable() -> impl Iterator<Item = &'static KnownTest> {
+    KNOWN.iter().chain(super::cxl::TESTS)
+}
+
 /// One boot of the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Boot {
@@ -150,6 +156,9 @@ impl Boot {
         let mut argv: Vec<String> = vec!["sh".into(), format!("{GUEST_JOB}/ndctl-suite.sh")];
         if self.tests.iter().any(|t| t.bus == Bus::NfitTestOnAcpi) {
             argv.extend(["--bus".into(), "ACPI.NFIT".into()]);
+        }
+        if self.tests.iter().any(|t| t.bus == Bus::CxlTestOnAcpi) {
+            argv.extend(["--cxl-bus".into(), super::cxl::GUEST_BUS.into()]);
         }
         argv.push(GUEST_TREE.into());
         for t in &self.tests {
@@ -185,7 +194,7 @@ pub const GUEST_RESULTS: &str = "/job/ndctl-results";
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PlanError {
     /// A name this command does not know.
-    #[error("{0} is not one of ndctl's tests this command runs; it runs: {list}", list = default_tests().join(", "))]
+    #[error("{0} is not one of ndctl's tests this command runs; it runs: {list}", list = placeable().map(|k| k.name).collect::<Vec<_>>().join(", "))]
     Unknown(String),
     /// A name that is not in the nfit_test set (`--nfit-test`).
     #[error("{name} is not one of ndctl's nfit_test tests this command runs with --nfit-test; it runs: {list}")]
@@ -217,13 +226,18 @@ pub(super) fn check_names(
     Ok(())
 }
 
-/// The boots that run `tests` (empty: every known test), each test in the boot of its
-/// shape, in [`KNOWN`]'s order; boots in the order of their first test.
+/// The boots that run `tests` (empty: the default set, [`KNOWN`]), each test in the boot
+/// of its shape, in [`placeable`]'s order; boots in the order of their first test.
 pub fn plan(tests: &[String]) -> Result<Vec<Boot>, PlanError> {
-    check_names(tests, KNOWN, PlanError::Unknown)?;
+    let all: Vec<KnownTest> = placeable().copied().collect();
+    check_names(tests, &all, PlanError::Unknown)?;
     let mut boots: Vec<Boot> = Vec::new();
-    for k in KNOWN {
-        if !tests.is_empty() && !tests.iter().any(|t| t == k.name) {
+    for k in placeable() {
+        let chosen = match tests.is_empty() {
+            true => KNOWN.contains(k),
+            false => tests.iter().any(|t| t == k.name),
+        };
+        if !chosen {
             continue;
         }
         match boots.iter_mut().find(|b| b.shape == k.shape) {
@@ -293,9 +307,9 @@ fn failed_step(results: &Path, k: usize, cmd: &str) -> Option<String> {
     }
 }
 
-/// The table of `rows` in the plan's order ([`KNOWN`]; tests it does not know last).
+/// The table of `rows` in the plan's order ([`placeable`]; tests it does not know last).
 pub fn table(rows: &[Row]) -> String {
-    super::rows::table_by(rows, |t| KNOWN.iter().position(|k| k.name == t))
+    super::rows::table_by(rows, |t| placeable().position(|k| k.name == t))
 }
 
 /// The part of `boot` an engine without legacy persistent memory can run (no e820
