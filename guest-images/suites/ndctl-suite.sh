@@ -188,6 +188,13 @@ TRACECMD
 fi
 export PATH="$shim:$PATH"
 
+# The CXL event and poison tests write /sys/kernel/tracing themselves (no trace-cmd mounts it
+# for them, as it does for dax.sh): tracefs is mounted there when the kernel has it.
+if [ -d /sys/kernel/tracing ] && [ ! -e /sys/kernel/tracing/trace ]; then
+    mount -t tracefs nodev /sys/kernel/tracing \
+        || echo "ndctl-suite.sh: could not mount tracefs on /sys/kernel/tracing; tests that trace will fail there" >&2
+fi
+
 # The kernel's /lib/modules/$(uname -r)/modules.builtin: the guest's init binds the
 # initramfs's into the root file system (kmod's modinfo and daxctl-devices.sh look for the
 # built-in kmem driver there; with --modules the packed modules are there too).

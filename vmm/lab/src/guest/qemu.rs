@@ -329,13 +329,18 @@ impl QemuMachine<'_> {
             q.device(&dev);
         }
         cxl::add_devices(&mut q, &self.cxl);
+        let disk_bus = cxl::root_bus(&self.cxl)
+            .map(|b| format!(",bus={b}"))
+            .unwrap_or_default();
         for (i, d) in self.disks.iter().enumerate() {
             let ro = if d.readonly { ",readonly=on" } else { "" };
             q.drive(&format!(
                 "file={},format=raw,if=none,id=vd{i}{ro}",
                 opt_escape(&d.path.to_string_lossy())
             ));
-            q.device(&format!("virtio-blk-pci,drive=vd{i},serial=pmemvm-disk{i}"));
+            q.device(&format!(
+                "virtio-blk-pci,drive=vd{i},serial=pmemvm-disk{i}{disk_bus}"
+            ));
         }
         // Under TCG on a busy host the guest's check that the IO-APIC routes
         // the timer can miss its ticks and panic ("IO-APIC + timer doesn't
@@ -362,6 +367,41 @@ impl QemuMachine<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_disk_beside_cxl_devices_sits_on_the_root_bus() {
+        let cxl: vmm::config::CxlPmemSpec = "512M".parse().unwrap();
+        let disks: [vmm::config::DiskSpec; 1] = ["/r/root.ext4,readonly".parse().unwrap()];
+        let m = QemuMachine {
+            qemu: Path::new("/usr/bin/qemu-system-x86_64"),
+            accel: QemuAccel::Tcg,
+            cpus: 1,
+            memory: 512 << 20,
+            kernel: Path::new("bzImage"),
+            initrd: None,
+            cmdline: "console=ttyS0",
+            nvdimms: Vec::new(),
+            disks: &disks,
+            console: Path::new("/c"),
+            channel: Path::new("/d"),
+            cxl: vec![cxl::QemuCxlDevice {
+                spec: &cxl,
+                memory: "/s/cxl0.img".into(),
+                lsa: "/s/cxl0.lsa".into(),
+                serial: 1,
+            }],
+        };
+        let args: Vec<String> = m
+            .command()
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let joined = args.join(" ");
+        assert!(
+            joined.contains("virtio-blk-pci,drive=vd0,serial=pmemvm-disk0,bus=pcie.0"),
+            "{joined}"
+        );
+    }
 
     #[test]
     fn command_line_describes_dimms() {

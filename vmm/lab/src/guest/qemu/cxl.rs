@@ -39,6 +39,13 @@ pub fn machine_type(devices: &[QemuCxlDevice]) -> &'static str {
     }
 }
 
+/// The root bus other PCI devices (the virtio disks) must name on a machine with
+/// `devices`: without one, QEMU puts a device on the last bus made, a `pxb-cxl`, which takes
+/// only bridges ("Only PCI/PCIe bridges can be plugged into pxb-cxl").
+pub fn root_bus(devices: &[QemuCxlDevice]) -> Option<&'static str> {
+    (!devices.is_empty()).then_some("pcie.0")
+}
+
 /// Adds each device: its memory objects, host bridge, root port, Type-3
 /// device and fixed memory window.
 pub fn add_devices(q: &mut QemuCommand, devices: &[QemuCxlDevice]) {
@@ -94,6 +101,8 @@ mod tests {
         ];
         assert_eq!(machine_type(&devices), "q35,nvdimm=on,cxl=on");
         assert_eq!(machine_type(&[]), "pc,nvdimm=on");
+        assert_eq!(root_bus(&devices), Some("pcie.0"));
+        assert_eq!(root_bus(&[]), None);
         let mut q = QemuCommand::new(
             std::path::Path::new("qemu"),
             super::super::QemuAccel::Tcg,

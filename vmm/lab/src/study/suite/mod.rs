@@ -1,7 +1,6 @@
 //! Other projects' test suites run in the guest as their maintainers run them, with a
 //! table of what passed: `pmemvm suite ndctl` (ndctl's own `meson test`, see [`ndctl`]).
 
-pub mod cxl;
 pub mod junit;
 pub mod machines;
 pub mod ndctl;

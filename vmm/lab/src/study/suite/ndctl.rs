@@ -10,6 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod cxl;
+
 use super::junit::{self, Verdict};
 pub use super::machines::{Bus, Shape};
 pub use super::rows::{failed, Row};
@@ -121,10 +123,10 @@ pub fn default_tests() -> Vec<&'static str> {
     KNOWN.iter().map(|k| k.name).collect()
 }
 
-/// Every test a name can place: [`KNOWN`], then the CXL ones ([`super::cxl::TESTS`],
+/// Every test a name can place: [`KNOWN`], then the CXL ones ([`cxl::TESTS`],
 /// which run only when named).
 pub fn placeable() -> impl Iterator<Item = &'static KnownTest> {
-    KNOWN.iter().chain(super::cxl::TESTS)
+    KNOWN.iter().chain(cxl::TESTS)
 }
 
 /// One boot of the plan.
@@ -158,7 +160,7 @@ impl Boot {
             argv.extend(["--bus".into(), "ACPI.NFIT".into()]);
         }
         if self.tests.iter().any(|t| t.bus == Bus::CxlTestOnAcpi) {
-            argv.extend(["--cxl-bus".into(), super::cxl::GUEST_BUS.into()]);
+            argv.extend(["--cxl-bus".into(), cxl::GUEST_BUS.into()]);
         }
         argv.push(GUEST_TREE.into());
         for t in &self.tests {

@@ -5,8 +5,7 @@
 //! docs/ndctl-suite.md says where each one stands and, for those that fail, the line of
 //! their `cxl_test` assumption.
 
-use super::machines::{Bus, Shape};
-use super::ndctl::{t, KnownTest};
+use super::{t, Bus, KnownTest, Shape};
 
 /// The `cxl-*.sh` tests this command places, in the order they run: ndctl v81's seven
 /// region, label, topology, poison and event tests.
@@ -26,7 +25,7 @@ pub const GUEST_BUS: &str = "ACPI.CXL";
 
 #[cfg(test)]
 mod tests {
-    use super::super::ndctl::{plan, PlanError};
+    use super::super::{plan, PlanError};
     use super::*;
 
     #[test]
