@@ -1,7 +1,8 @@
 //! The CXL platform's devices put together from the placement
 //! ([`CxlPlatform`]) and each device's backing file: the memory device's
-//! commands over the file's label area and capacity, a Type-3 endpoint and a
-//! root port per host bridge in the ECAM, and the bus that routes the range.
+//! commands over the file's label area and capacity, a Type-3 endpoint and
+//! two root ports per host bridge (the device's, and an empty one) in the
+//! ECAM, and the bus that routes the range.
 //!
 //! pmemvm is the machine's firmware too, so it leaves the functions as a
 //! BIOS would: each root port's bus numbers set (its host bridge's root bus,
@@ -109,9 +110,12 @@ pub fn assemble(
     for (index, (placed, file)) in platform.devices.iter().zip(files).enumerate() {
         let device = type3(index, placed, file)?;
         let port: SharedFunction = Arc::new(Mutex::new(firmware_root_port(placed)));
+        let spare: SharedFunction = Arc::new(Mutex::new(firmware_spare_root_port(placed)));
         let function: SharedFunction = device.clone();
         let ecam_err = |source| AssembleError::Ecam { index, source };
         ecam.add((placed.root_port_bus(), 0, 0), port)
+            .map_err(ecam_err)?;
+        ecam.add((placed.root_port_bus(), SPARE_ROOT_PORT, 0), spare)
             .map_err(ecam_err)?;
         ecam.add((placed.device_bus(), 0, 0), function)
             .map_err(ecam_err)?;
@@ -165,12 +169,21 @@ fn type3(
     Ok(Arc::new(Mutex::new(device)))
 }
 
-/// The root port of `placed`'s host bridge as firmware leaves it.
+/// The PCI device number of each host bridge's second root port, which has
+/// nothing below it. With one root port Linux 6.1 gives a host bridge a
+/// single pass-through decoder (drivers/cxl/port.c: `rc == 1`), so a device
+/// could hold one region at a time; with two it programs the host bridge's
+/// own HDM decoders, one per region, as on a platform whose host bridges have
+/// several root ports.
+pub const SPARE_ROOT_PORT: u8 = 1;
+
+/// The root port of `placed`'s host bridge as firmware leaves it: the
+/// device's bus below it.
 fn firmware_root_port(placed: &PlacedCxlDevice) -> devices::cxl::pci_config::ConfigSpace {
     let mut port = root_port(0);
-    let (first, last) = placed.host_bridge.buses;
+    let first = placed.root_port_bus();
     // Primary, secondary and subordinate bus numbers.
-    port.write(0x18, &[first, first + 1, last]);
+    port.write(0x18, &[first, placed.device_bus(), placed.device_bus()]);
     // Memory base and limit (address bits 31:20 in bits 15:4).
     let (base, size) = placed.host_bridge.mmio32;
     let limit = base + (size - 1);
@@ -179,6 +192,19 @@ fn firmware_root_port(placed: &PlacedCxlDevice) -> devices::cxl::pci_config::Con
     port.write(0x22, &window(limit).to_le_bytes());
     // The prefetchable window closed (base above limit): nothing behind the
     // port is prefetchable.
+    port.write(0x24, &[0xf1, 0xff, 0x01, 0x00]);
+    port.write(0x28, &[0; 8]);
+    port
+}
+
+/// `placed`'s host bridge's second root port as firmware leaves it: a bus
+/// of its own with nothing on it, its windows closed (base above limit).
+fn firmware_spare_root_port(placed: &PlacedCxlDevice) -> devices::cxl::pci_config::ConfigSpace {
+    let mut port = root_port(SPARE_ROOT_PORT);
+    let (first, _) = placed.host_bridge.buses;
+    let empty = placed.device_bus() + 1;
+    port.write(0x18, &[first, empty, empty]);
+    port.write(0x20, &[0xf0, 0xff, 0x00, 0x00]);
     port.write(0x24, &[0xf1, 0xff, 0x01, 0x00]);
     port.write(0x28, &[0; 8]);
     port

@@ -40,6 +40,33 @@ pub(crate) fn ecam(bus: u8, reg: u64) -> u64 {
 }
 
 #[test]
+fn each_host_bridge_has_a_second_root_port_with_an_empty_bus_and_closed_windows() {
+    let (platform, file, _tmp) = one_device();
+    let mut bus = assemble(&platform, &[file]).unwrap().unwrap();
+    let rp = platform.devices[0].root_port_bus();
+    // Device 1 of the root bus: a root port (class 0604) whose port number is 1.
+    let spare = ecam(rp, 0) + (u64::from(SPARE_ROOT_PORT) << 15);
+    assert_eq!(read32(&mut bus, spare) & 0xffff, 0x8086);
+    assert_eq!(read32(&mut bus, spare + 0x08) >> 16, 0x0604);
+    assert_eq!(
+        read32(&mut bus, spare + 0x40 + 0x0c) >> 24,
+        1,
+        "port number"
+    );
+    // Primary 0c, secondary and subordinate 0e: below the device's bus, nothing on it.
+    assert_eq!(read32(&mut bus, spare + 0x18) & 0xff_ffff, 0x0e0e0c);
+    assert_eq!(
+        read32(&mut bus, ecam(0x0e, 0)),
+        0xffff_ffff,
+        "no device on bus 0e"
+    );
+    // Both windows closed (base above limit).
+    let mem = read32(&mut bus, spare + 0x20);
+    assert!(mem & 0xfff0 > mem >> 16 & 0xfff0, "{mem:#x}");
+    assert_eq!(read32(&mut bus, spare + 0x24), 0x0001_fff1);
+}
+
+#[test]
 fn the_firmware_leaves_the_root_port_and_the_devices_bar_placed() {
     let (platform, file, _tmp) = one_device();
     let mut bus = assemble(&platform, &[file]).unwrap().unwrap();
@@ -50,8 +77,8 @@ fn the_firmware_leaves_the_root_port_and_the_devices_bar_placed() {
         read32(&mut bus, ecam(dev, 0)),
         u32::from(DEVICE_ID) << 16 | u32::from(VENDOR_ID)
     );
-    // Root port: primary 0c, secondary 0d, subordinate 0f; window e80-e83.
-    assert_eq!(read32(&mut bus, ecam(rp, 0x18)) & 0xff_ffff, 0x0f0d0c);
+    // Root port: primary 0c, secondary and subordinate 0d; window e80-e83.
+    assert_eq!(read32(&mut bus, ecam(rp, 0x18)) & 0xff_ffff, 0x0d0d0c);
     assert_eq!(read32(&mut bus, ecam(rp, 0x20)), 0xe830_e800);
     // The prefetchable window closed: base 0xfff00000 above limit 0xfffff.
     assert_eq!(read32(&mut bus, ecam(rp, 0x24)), 0x0001_fff1);
