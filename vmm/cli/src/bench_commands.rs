@@ -73,14 +73,10 @@ pub fn bench(args: &BenchArgs) -> Result<u8, CommandError> {
             println!("{text}");
         } else {
             print!("{}", plan.render_text(req.runs));
-            if req.pmem_device == lab::study::bench::cxl::PmemDevice::Cxl {
-                let (_, cxl) = lab::study::bench::cxl::devices(req.pmem_device, plan.nvdimm_bytes);
-                for c in cxl {
-                    println!(
-                        "\nThe persistent memory is a CXL Type-3 device instead (--cxl-pmem {}): before the setup above, the guest makes its region and a raw namespace, /dev/pmem0.",
-                        vmm::config::size_text(c.size)
-                    );
-                }
+            if let Some(line) =
+                lab::study::bench::cxl::plan_line(req.pmem_device, plan.nvdimm_bytes)
+            {
+                println!("\n{line}");
             }
         }
         return Ok(0);

@@ -26,6 +26,27 @@ impl PmemDevice {
             PmemDevice::Cxl => "a CXL Type-3 device (its region and a raw namespace)",
         }
     }
+
+    /// As the report's host line names it, before the size.
+    pub fn label(self) -> &'static str {
+        match self {
+            PmemDevice::Nvdimm => "NVDIMM",
+            PmemDevice::Cxl => "CXL pmem",
+        }
+    }
+}
+
+/// The plan's line for a boot on `device` whose experiment wants `bytes` of persistent
+/// memory: `None` on an NVDIMM (the plan's own text says it).
+pub fn plan_line(device: PmemDevice, bytes: Option<u64>) -> Option<String> {
+    let (_, cxl) = devices(device, bytes);
+    cxl.first().map(|c| {
+        format!(
+            "The persistent memory is a CXL Type-3 device instead (--cxl-pmem {}): before the \
+             setup above, the guest makes its region and a raw namespace, /dev/pmem0.",
+            vmm::config::size_text(c.size)
+        )
+    })
 }
 
 /// The guest's first step on a CXL device: the region on its one window
@@ -118,6 +139,14 @@ mod tests {
         assert!(setup(PmemDevice::Cxl, None)
             .unwrap()
             .ends_with("exit 1; }\n"));
+    }
+
+    #[test]
+    fn the_plan_says_cxl_with_the_rounded_size_and_nothing_for_an_nvdimm() {
+        let line = plan_line(PmemDevice::Cxl, Some((896 << 20) + 1)).unwrap();
+        assert!(line.contains("(--cxl-pmem 1G)"), "{line}");
+        assert_eq!(plan_line(PmemDevice::Nvdimm, Some(1 << 30)), None);
+        assert_eq!(plan_line(PmemDevice::Cxl, None), None);
     }
 
     #[test]

@@ -69,10 +69,7 @@ impl BenchReport {
         let nvdimm = h
             .nvdimm_bytes
             .map_or_else(|| "none".to_owned(), human_bytes);
-        let device = match h.pmem_device {
-            crate::study::bench::cxl::PmemDevice::Nvdimm => "NVDIMM",
-            crate::study::bench::cxl::PmemDevice::Cxl => "CXL pmem",
-        };
+        let device = h.pmem_device.label();
         let _ = writeln!(
             out,
             "host: {} ({} CPUs, Linux {}); guest: {} vCPUs, {} MiB, {device} {nvdimm}; fio jobs: {}",
