@@ -13,8 +13,19 @@
 //!         WordBusNumber (root bus .. last bus)
 //!         DWordMemory (the BAR window below 4 GiB)
 //!     })
+//!     Method (_OSC, 4, Serialized) { ... }    // see below
 //! }
 //! ```
+//!
+//! The `_OSC` answers the PCI Express UUID and the CXL one (CXL 2.0 9.14.2,
+//! five dwords) and grants two controls: PCI Express Capability Structure
+//! control (bit 4 of the control dword; hot-plug, SHPC, PME, AER and LTR stay
+//! with the platform: the root ports have no interrupt) and CXL Memory Error
+//! Reporting control (bit 0 of the CXL control dword), so Linux reads the
+//! memory devices' event logs itself (`native_cxl_error`). Any other control
+//! asked for is masked off with the "capabilities masked" bit, as firmware
+//! does; another UUID gets "unrecognized UUID", another revision
+//! "unrecognized revision", a CXL buffer shorter than five dwords "failure".
 //!
 //! and the ECAM as a motherboard resource, where Linux looks for it before
 //! it uses the MCFG's window (`is_acpi_reserved`, arch/x86/pci/mmconfig-shared.c):
@@ -59,6 +70,7 @@ pub fn devices(cxl: &CxlDescription) -> Vec<Vec<u8>> {
                         dword_memory(b.mmio32.0, b.mmio32.1),
                     ]),
                 ),
+                osc_method(),
             ],
         ));
     }
@@ -79,6 +91,83 @@ pub fn devices(cxl: &CxlDescription) -> Vec<Vec<u8>> {
         ],
     ));
     out
+}
+
+/// The PCI Firmware Specification's `_OSC` UUID for PCI Express host bridges.
+pub const PCI_OSC_UUID: &str = "33db4d5b-1ff7-401c-9657-7441c03dd766";
+/// The CXL host bridges' `_OSC` UUID (CXL 2.0 9.14.2).
+pub const CXL_OSC_UUID: &str = "68f2d50b-c469-4d8a-bd3d-941a103fd3fc";
+/// PCIe controls granted (dword 3): PCI Express Capability Structure only.
+pub const PCIE_CONTROLS_GRANTED: u64 = 1 << 4;
+/// CXL controls granted (dword 5): CXL Memory Error Reporting.
+pub const CXL_CONTROLS_GRANTED: u64 = 1;
+/// `_OSC` status bits in dword 1.
+const OSC_FAILURE: u64 = 1 << 1;
+const OSC_UNRECOGNIZED_UUID: u64 = 1 << 2;
+const OSC_UNRECOGNIZED_REVISION: u64 = 1 << 3;
+const OSC_CAPABILITIES_MASKED: u64 = 1 << 4;
+
+/// `If (field != granted & field) { CDW1 |= masked }; field &= granted`,
+/// with `Local(n)` as the scratch value.
+fn grant_only(field: &str, granted: u64, scratch: u8) -> Vec<Vec<u8>> {
+    let cdw1 = aml::path("CDW1");
+    vec![
+        aml::and_into(
+            &aml::path(field),
+            &aml::integer(granted),
+            &aml::local(scratch),
+        ),
+        aml::if_(
+            &aml::lnot(&aml::lequal(&aml::path(field), &aml::local(scratch))),
+            &[aml::or_into(
+                &cdw1,
+                &aml::integer(OSC_CAPABILITIES_MASKED),
+                &cdw1,
+            )],
+        ),
+        aml::store(&aml::local(scratch), &aml::path(field)),
+    ]
+}
+
+/// The host bridge's `_OSC (UUID, revision, count, capabilities)`: returns
+/// the capabilities buffer with the granted controls (module docs).
+fn osc_method() -> Vec<u8> {
+    let uuid_is = |text: &str| {
+        let bytes = aml::uuid(text).unwrap_or([0; 16]);
+        aml::lequal(&aml::arg(0), &aml::buffer(&bytes))
+    };
+    let cdw1 = aml::path("CDW1");
+    let set = |bit: u64| aml::or_into(&cdw1, &aml::integer(bit), &cdw1);
+    let mut cxl = vec![aml::create_dword_field(&aml::arg(3), 16, "CDW5")];
+    cxl.extend(grant_only("CDW5", CXL_CONTROLS_GRANTED, 1));
+    let cxl_long_enough = aml::lgreater(&aml::size_of(&aml::arg(3)), &aml::integer(19));
+    let mut known = vec![aml::create_dword_field(&aml::arg(3), 8, "CDW3")];
+    known.extend(grant_only("CDW3", PCIE_CONTROLS_GRANTED, 0));
+    known.push(aml::if_(
+        &uuid_is(CXL_OSC_UUID),
+        &[
+            aml::if_(&cxl_long_enough, &cxl),
+            aml::else_(&[set(OSC_FAILURE)]),
+        ],
+    ));
+    known.push(aml::if_(
+        &aml::lnot(&aml::lequal(&aml::arg(1), &aml::integer(1))),
+        &[set(OSC_UNRECOGNIZED_REVISION)],
+    ));
+    aml::method(
+        "_OSC",
+        4,
+        true,
+        &[
+            aml::create_dword_field(&aml::arg(3), 0, "CDW1"),
+            aml::if_(
+                &aml::lor(&uuid_is(PCI_OSC_UUID), &uuid_is(CXL_OSC_UUID)),
+                &known,
+            ),
+            aml::else_(&[set(OSC_UNRECOGNIZED_UUID)]),
+            aml::ret(&aml::arg(3)),
+        ],
+    )
 }
 
 /// General flags of an address space descriptor the bridge produces: a

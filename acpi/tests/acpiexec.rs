@@ -313,3 +313,93 @@ fn the_geds_evt_sends_the_notifications_its_register_names() {
     // Bit 4 would be DIMM 2's, which this machine does not have.
     assert!(notifies("0x10").is_empty());
 }
+
+/// An SSDT with the CXL root and one CXL host bridge (`\_SB.CH00`).
+fn cxl_ssdt_file() -> PathBuf {
+    let bridge = acpi::cedt::HostBridge {
+        uid: 0,
+        registers: 0xfe80_0000,
+        buses: (0x10, 0x13),
+        mmio32: (0xfe00_0000, 0x10_0000),
+    };
+    let cxl = acpi::CxlDescription {
+        host_bridges: vec![bridge],
+        windows: Vec::new(),
+        ecam: acpi::mcfg::EcamWindow {
+            base: 0xe000_0000,
+            segment: 0,
+            first_bus: 0x10,
+            last_bus: 0x13,
+        },
+    };
+    let mut t = acpi::sdt::Sdt::new(*b"SSDT", 2, *b"PMEMVMCX");
+    t.append(&acpi::aml::scope("\\_SB", &acpi::cxl_dsdt::devices(&cxl)));
+    let dir = std::env::temp_dir().join(format!("pmemvm-acpiexec-{}-osc", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("SSDT-CXL.aml");
+    std::fs::write(&path, t.finish()).unwrap();
+    path
+}
+
+/// acpiexec's spelling of a buffer of little-endian dwords.
+fn dwords(values: &[u32]) -> String {
+    let bytes: Vec<String> = values
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("({})", bytes.join(" "))
+}
+
+/// acpiexec's spelling of `ToUUID (text)`.
+fn uuid_arg(text: &str) -> String {
+    let bytes = acpi::aml::uuid(text).unwrap();
+    let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("({})", hex.join(" "))
+}
+
+fn as_dwords(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn the_cxl_host_bridges_osc_grants_pcie_capability_and_cxl_error_control_only() {
+    if !acpiexec_available() {
+        pmemvm_skip::skip!("acpiexec not found (install acpica-tools)");
+    }
+    use acpi::cxl_dsdt::{CXL_OSC_UUID, PCI_OSC_UUID};
+    let ssdt = cxl_ssdt_file();
+    let osc = |uuid: &str, rev: u32, caps: &[u32]| {
+        format!(
+            "execute \\_SB.CH00._OSC {} {rev} {} {}",
+            uuid_arg(uuid),
+            caps.len(),
+            dwords(caps)
+        )
+    };
+    // What Linux 6.12 asks (`negotiate_os_control`): a query for PCIe
+    // capability, PME, AER and LTR control and CXL memory error reporting,
+    // then the request of what the query granted.
+    let r = run(
+        &ssdt,
+        &[
+            osc(CXL_OSC_UUID, 1, &[1, 0x1f, 0x3d, 0x3, 1]),
+            osc(CXL_OSC_UUID, 1, &[0, 0x1f, 0x10, 0x3, 1]),
+            osc(PCI_OSC_UUID, 1, &[0, 0x1f, 0x1f]),
+            osc("4309ac30-0d11-11e4-9191-0800200c9a66", 1, &[0, 0, 0x10]),
+            osc(CXL_OSC_UUID, 2, &[0, 0x1f, 0x10, 0x3, 1]),
+            osc(CXL_OSC_UUID, 1, &[0, 0x1f, 0x10]),
+        ],
+    );
+    let got: Vec<Vec<u32>> = r.into_iter().map(|b| as_dwords(&b.unwrap())).collect();
+    assert_eq!(got[0], [0x11, 0x1f, 0x10, 0x3, 1], "query: masked to 0x10");
+    assert_eq!(got[1], [0, 0x1f, 0x10, 0x3, 1], "request: granted");
+    assert_eq!(got[2], [0x10, 0x1f, 0x10], "PCI UUID: masked to 0x10");
+    assert_eq!(got[3], [0x4, 0, 0x10], "another UUID: unrecognized");
+    assert_eq!(got[4][0], 0x8, "revision 2: unrecognized revision");
+    assert_eq!(got[5][0], 0x2, "a three-dword CXL buffer: failure");
+    let _ = std::fs::remove_dir_all(ssdt.parent().unwrap());
+}

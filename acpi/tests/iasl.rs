@@ -474,6 +474,11 @@ fn cxl_root_and_host_bridges_disassemble_as_linux_matches_them() {
         "Name (_BBN, 0x0C)",
         "WordBusNumber (ResourceProducer, MinFixed, MaxFixed, PosDecode, 0x0000, // Granularity 0x000C, // Range Minimum 0x000F, // Range Maximum 0x0000, // Translation Offset 0x0004, // Length",
         "DWordMemory (ResourceProducer, PosDecode, MinFixed, MaxFixed, NonCacheable, ReadWrite, 0x00000000, // Granularity 0xFE000000, // Range Minimum 0xFE0FFFFF, // Range Maximum 0x00000000, // Translation Offset 0x00100000, // Length",
+        "Method (_OSC, 4, Serialized) // _OSC: Operating System Capabilities { CreateDWordField (Arg3, Zero, CDW1)",
+        "(Arg0 == ToUUID (\"68f2d50b-c469-4d8a-bd3d-941a103fd3fc\")",
+        "Local0 = (CDW3 & 0x10)",
+        "Local1 = (CDW5 & One)",
+        "CDW1 |= 0x04 } Return (Arg3)",
         "Device (CXLR) { Name (_HID, EisaId (\"PNP0C02\")",
         "Memory32Fixed (ReadWrite, 0xE0000000, // Address Base 0x01000000, // Address Length",
     ] {
