@@ -9,7 +9,7 @@
 //! | 0x010 | header: device status (ID 1), at 0x100, 8 bytes |
 //! | 0x020 | header: primary mailbox (ID 2), at 0x200, [`MAILBOX_LEN`] bytes |
 //! | 0x030 | header: memory device status (ID 0x4000), at 0xc00, 8 bytes |
-//! | 0x100 | event status: no event |
+//! | 0x100 | event status: bits 0-3 set while the Informational, Warning, Failure, Fatal event log holds records ([`CommandSet::event_status`]) |
 //! | 0x200 | the primary mailbox ([`super::mailbox`]) |
 //! | 0xc00 | memory device status: media ready, mailbox ready |
 //!
@@ -58,8 +58,12 @@ impl<C: CommandSet> DeviceRegisters<C> {
     }
 
     /// The byte at `at` outside the mailbox.
-    fn fixed_byte(at: usize) -> u8 {
+    fn status_byte(&self, at: usize) -> u8 {
         let (reg, value) = match at {
+            DEVICE_STATUS..0x108 => (
+                DEVICE_STATUS,
+                u64::from(self.mailbox.commands().event_status()),
+            ),
             0x00..0x08 => (0x00, 1u64 << 16 | 3 << 32),
             0x10..0x40 => {
                 let slot = at / 0x10 - 1;
@@ -85,7 +89,7 @@ impl<C: CommandSet> DeviceRegisters<C> {
                     self.mailbox.read((at - MAILBOX) as u64, &mut one);
                     one[0]
                 }
-                Some(at) => Self::fixed_byte(at),
+                Some(at) => self.status_byte(at),
                 None => 0,
             };
         }
@@ -186,5 +190,41 @@ mod tests {
         );
         r.write(u64::MAX, &[1; 8]);
         r.write(DEVICE_REGS_LEN as u64 - 1, &[1; 8]);
+    }
+
+    /// Event logs whose status the test sets.
+    #[derive(Debug)]
+    struct Logs(u32);
+
+    impl CommandSet for Logs {
+        fn execute(&mut self, _: u16, _: &[u8], _: &mut [u8]) -> CommandResult {
+            Err(ReturnCode::Unsupported)
+        }
+        fn event_status(&self) -> u32 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn event_status_follows_the_logs_and_is_read_only() {
+        let mut r = DeviceRegisters::new(Logs(0b0100));
+        let mut b = [0u8; 8];
+        r.read(0x100, &mut b);
+        assert_eq!(u64::from_le_bytes(b), 0b0100, "failure log non-empty");
+        // Linux's readl of the low half, and a byte read.
+        let mut low = [0u8; 4];
+        r.read(0x100, &mut low);
+        assert_eq!(u32::from_le_bytes(low), 0b0100);
+        r.write(0x100, &[0; 8]);
+        r.mailbox_mut().commands_mut().0 = 0b1001;
+        let mut one = [0u8; 1];
+        r.read(0x100, &mut one);
+        assert_eq!(one[0], 0b1001);
+        r.mailbox_mut().commands_mut().0 = 0;
+        r.read(0x100, &mut b);
+        assert_eq!(
+            b, [0; 8],
+            "all logs empty: 0, what cxl_event_thread waits for"
+        );
     }
 }

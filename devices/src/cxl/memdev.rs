@@ -4,6 +4,8 @@
 //!
 //! | opcode | command | payload in → out (bytes) |
 //! |---|---|---|
+//! | 0x0100 / 0x0101 | Get / Clear Event Records | 1 → 0x20 + 128 per record / 6 + 2 per handle → 0 ([`super::events`]) |
+//! | 0x0102 / 0x0103 | Get / Set Event Interrupt Policy | 0 → 4 / 4 → 0 ([`super::events`]) |
 //! | 0x0200 | Get FW Info | 0 → 0x50 |
 //! | 0x0300 / 0x0301 | Get / Set Timestamp | 0 → 8 / 8 → 0 |
 //! | 0x0400 | Get Supported Logs | 0 → 8 + 20 (the Command Effects Log) |
@@ -22,13 +24,15 @@
 //! capacity before anything is read or written. The whole capacity is
 //! persistent (no volatile partition, partition alignment 0: Linux then asks
 //! for no partition change). Poison is kept per 64-byte unit, for the device's
-//! life.
+//! life. A media error the host reports ([`Memdev::record_media_error`])
+//! poisons its unit and adds a General Media record to the Failure event log.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::time::Instant;
 
 use super::alerts::AlertConfig;
+use super::events::{EventLog, EventLogs, GeneralMedia, LOG_CAPACITY};
 use super::{CommandResult, CommandSet, ReturnCode};
 use crate::nvdimm_labels::LabelStorage;
 
@@ -45,6 +49,10 @@ pub const CEL_UUID: [u8; 16] = [
     0x0d, 0xa9, 0xc0, 0xb5, 0xbf, 0x41, 0x4b, 0x78, 0x8f, 0x79, 0x96, 0xb1, 0x62, 0x3b, 0x3f, 0x17,
 ];
 
+const GET_EVENT_RECORDS: u16 = 0x0100;
+const CLEAR_EVENT_RECORDS: u16 = 0x0101;
+const GET_EVENT_POLICY: u16 = 0x0102;
+const SET_EVENT_POLICY: u16 = 0x0103;
 const GET_FW_INFO: u16 = 0x0200;
 const GET_TIMESTAMP: u16 = 0x0300;
 const SET_TIMESTAMP: u16 = 0x0301;
@@ -62,8 +70,13 @@ const INJECT_POISON: u16 = 0x4301;
 const CLEAR_POISON: u16 = 0x4302;
 
 /// The CEL: each supported opcode with its effects (bit 2: immediate data
-/// change, bit 3: immediate policy change; Linux reads only the opcodes).
-const CEL: [(u16, u16); 15] = [
+/// change, bit 3: immediate policy change, bit 4: immediate log change;
+/// Linux reads only the opcodes).
+const CEL: [(u16, u16); 19] = [
+    (GET_EVENT_RECORDS, 0),
+    (CLEAR_EVENT_RECORDS, 1 << 4),
+    (GET_EVENT_POLICY, 0),
+    (SET_EVENT_POLICY, 1 << 3),
     (GET_FW_INFO, 0),
     (GET_TIMESTAMP, 0),
     (SET_TIMESTAMP, 0),
@@ -112,6 +125,7 @@ pub struct Memdev {
     timestamp: Option<(u64, Instant)>,
     dirty_shutdowns: u32,
     alerts: AlertConfig,
+    events: EventLogs,
 }
 
 impl std::fmt::Debug for Memdev {
@@ -157,6 +171,7 @@ impl Memdev {
             timestamp: None,
             dirty_shutdowns: 0,
             alerts: AlertConfig::default(),
+            events: EventLogs::new(),
         })
     }
 
@@ -180,6 +195,42 @@ impl Memdev {
     /// was asked to inject): as Inject Poison, with source "external".
     pub fn poison_from_host(&mut self, dpa: u64) -> Result<(), ReturnCode> {
         self.add_poison(dpa, PoisonSource::External)
+    }
+
+    /// A media error at `dpa` found by the device: poisons the unit as
+    /// [`Memdev::poison_from_host`] does and adds a General Media record (an
+    /// uncorrectable ECC error found by the media scrub,
+    /// [`GeneralMedia::scrub_uncorrectable`]) to the Failure log, stamped with
+    /// the device's time. Neither happens when the unit cannot be poisoned.
+    pub fn record_media_error(&mut self, dpa: u64) -> Result<(), ReturnCode> {
+        self.poison_from_host(dpa)?;
+        let now = self.now_ns();
+        let event = GeneralMedia::scrub_uncorrectable(dpa);
+        self.events
+            .push_general_media(EventLog::Failure, &event, now);
+        Ok(())
+    }
+
+    /// Takes the unit at `dpa` off the poison list from the host side (a
+    /// media error pmemvm was asked to clear); the media are not written.
+    /// Whether the unit was poisoned.
+    pub fn clear_poison_from_host(&mut self, dpa: u64) -> bool {
+        self.poison.remove(&dpa).is_some()
+    }
+
+    /// Records held by `log`.
+    pub fn event_count(&self, log: EventLog) -> usize {
+        self.events.counts()[log as usize]
+    }
+
+    /// The event logs.
+    pub fn events(&self) -> &EventLogs {
+        &self.events
+    }
+
+    /// The event logs, for host-side records and the pending interrupt.
+    pub fn events_mut(&mut self) -> &mut EventLogs {
+        &mut self.events
     }
 
     /// A 64-byte-aligned DPA inside the capacity, or the code refusing it.
@@ -232,6 +283,12 @@ fn answer(out: &mut [u8], bytes: &[u8]) -> CommandResult {
 impl CommandSet for Memdev {
     fn execute(&mut self, opcode: u16, input: &[u8], output: &mut [u8]) -> CommandResult {
         match opcode {
+            GET_EVENT_RECORDS => self.events.get_records(exact::<1>(input)?[0], output),
+            CLEAR_EVENT_RECORDS => self.events.clear_records(input),
+            GET_EVENT_POLICY => {
+                exact::<0>(input).and_then(|_| answer(output, &self.events.policy()))
+            }
+            SET_EVENT_POLICY => self.events.set_policy(exact::<4>(input)?).map(|()| 0),
             GET_FW_INFO => exact::<0>(input).and_then(|_| answer(output, &self.fw_info())),
             GET_TIMESTAMP => {
                 exact::<0>(input).and_then(|_| answer(output, &self.now_ns().to_le_bytes()))
@@ -260,6 +317,10 @@ impl CommandSet for Memdev {
             CLEAR_POISON => self.clear_poison(&exact::<0x48>(input)?),
             _ => Err(ReturnCode::Unsupported),
         }
+    }
+
+    fn event_status(&self) -> u32 {
+        self.events.status()
     }
 }
 
@@ -321,6 +382,10 @@ impl Memdev {
         let units = self.capacity_units();
         out[0x10..0x18].copy_from_slice(&units.to_le_bytes()); // total
         out[0x20..0x28].copy_from_slice(&units.to_le_bytes()); // persistent only
+        for log in 0..4 {
+            // Informational, warning, failure and fatal event log sizes.
+            out[0x30 + 2 * log..0x32 + 2 * log].copy_from_slice(&LOG_CAPACITY.to_le_bytes());
+        }
         out[0x38..0x3c].copy_from_slice(&self.labels.label_size().to_le_bytes());
         out[0x3c..0x3f].copy_from_slice(&u32::from(POISON_LIMIT).to_le_bytes()[..3]);
         out[0x3f..0x41].copy_from_slice(&POISON_LIMIT.to_le_bytes());

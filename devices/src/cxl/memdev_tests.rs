@@ -89,6 +89,14 @@ fn identify_is_0x43_bytes_of_a_persistent_only_device() {
         0,
         "partition alignment 0: no Get Partition Info needed"
     );
+    for log in 0..4 {
+        let at = 0x30 + 2 * log;
+        assert_eq!(
+            u16::from_le_bytes([id[at], id[at + 1]]),
+            64,
+            "event log {log}'s size"
+        );
+    }
     assert_eq!(le_u32(&id[0x38..]), 128 << 10, "lsa_size");
     assert_eq!(
         le_u32(&id[0x3c..]) & 0xff_ffff,
@@ -114,7 +122,7 @@ fn the_cel_lists_every_supported_opcode_and_get_log_reads_it_in_parts() {
     assert_eq!(u16::from_le_bytes([logs[0], logs[1]]), 1);
     assert_eq!(&logs[8..24], &CEL_UUID);
     let size = le_u32(&logs[24..]);
-    assert_eq!(size, 15 * 4);
+    assert_eq!(size, 19 * 4);
     let ask = |offset: u32, length: u32| {
         let mut input = CEL_UUID.to_vec();
         input.extend(offset.to_le_bytes());
@@ -135,6 +143,9 @@ fn the_cel_lists_every_supported_opcode_and_get_log_reads_it_in_parts() {
     }
     assert!(opcodes.contains(&IDENTIFY) && opcodes.contains(&SET_LSA));
     assert!(opcodes.contains(&GET_ALERT_CONFIG) && opcodes.contains(&SET_ALERT_CONFIG));
+    for op in [0x0100, 0x0101, 0x0102, 0x0103] {
+        assert!(opcodes.contains(&op), "event opcode {op:#x} in the CEL");
+    }
     let tail = run(&mut dev, GET_LOG, &ask(8, size - 8)).unwrap();
     assert_eq!(tail, whole[8..]);
     assert_eq!(
@@ -160,7 +171,7 @@ fn the_cel_lists_every_supported_opcode_and_get_log_reads_it_in_parts() {
 #[test]
 fn unknown_opcodes_are_unsupported() {
     let (mut dev, ..) = device();
-    for op in [0x0000, 0x0100, 0x4101, 0x4400, 0xcd00, 0xffff] {
+    for op in [0x0000, 0x0104, 0x4101, 0x4400, 0xcd00, 0xffff] {
         assert_eq!(
             run(&mut dev, op, &[]),
             Err(ReturnCode::Unsupported),
@@ -357,6 +368,78 @@ fn alert_configuration_is_read_and_set_through_the_mailbox_commands() {
     );
     assert_eq!(
         run(&mut dev, GET_ALERT_CONFIG, &[0]),
+        Err(ReturnCode::InvalidPayloadLength)
+    );
+}
+
+#[test]
+fn a_host_media_error_poisons_the_unit_and_logs_a_failure_record_linux_reads_and_clears() {
+    let (mut dev, ..) = device();
+    run(&mut dev, SET_TIMESTAMP, &5_000u64.to_le_bytes()).unwrap();
+    dev.record_media_error(0x4000).unwrap();
+    assert_eq!(
+        dev.poisoned().collect::<Vec<_>>(),
+        [(0x4000, PoisonSource::External)]
+    );
+    assert_eq!(dev.events().counts(), [0, 0, 1, 0]);
+    assert_eq!(dev.event_status(), 0b0100, "failure log non-empty");
+    // Linux's cxl_mem_get_records_log: Get, then Clear of the handles read.
+    let got = run(&mut dev, GET_EVENT_RECORDS, &[2]).unwrap();
+    assert_eq!(got.len(), 0x20 + 128);
+    assert_eq!(u16::from_le_bytes([got[20], got[21]]), 1, "record count");
+    let r = &got[0x20..];
+    assert_eq!(&r[..16], &crate::cxl::events::GENERAL_MEDIA_UUID);
+    assert_eq!(r[0x11] & 3, 2, "severity failure");
+    assert_eq!(u64_at(r, 0x30), 0x4000, "DPA, persistent");
+    assert_eq!(
+        (r[0x38], r[0x39], r[0x3a]),
+        (1, 0, 5),
+        "uncorrectable ECC, media scrub"
+    );
+    assert!(u64_at(r, 0x18) >= 5_000, "stamped with the device's time");
+    let mut clear = vec![2, 0, 1, 0, 0, 0];
+    clear.extend_from_slice(&r[0x14..0x16]);
+    assert_eq!(run(&mut dev, CLEAR_EVENT_RECORDS, &clear), Ok(vec![]));
+    assert_eq!(dev.event_status(), 0);
+    let again = run(&mut dev, GET_EVENT_RECORDS, &[2]).unwrap();
+    assert_eq!((again.len(), again[20]), (0x20, 0), "no more records");
+    // A DPA the device refuses: no poison, no record.
+    assert_eq!(
+        dev.record_media_error(GIB),
+        Err(ReturnCode::InvalidPhysicalAddress)
+    );
+    assert_eq!(
+        dev.record_media_error(0x4001),
+        Err(ReturnCode::InvalidPhysicalAddress)
+    );
+    assert_eq!(dev.events().counts(), [0; 4]);
+}
+
+#[test]
+fn event_commands_check_their_payload_lengths_through_execute() {
+    let (mut dev, ..) = device();
+    assert_eq!(
+        run(&mut dev, GET_EVENT_RECORDS, &[]),
+        Err(ReturnCode::InvalidPayloadLength)
+    );
+    assert_eq!(
+        run(&mut dev, GET_EVENT_RECORDS, &[4]),
+        Err(ReturnCode::InvalidInput)
+    );
+    assert_eq!(
+        run(&mut dev, GET_EVENT_POLICY, &[0]),
+        Err(ReturnCode::InvalidPayloadLength)
+    );
+    assert_eq!(
+        run(&mut dev, SET_EVENT_POLICY, &[1; 5]),
+        Err(ReturnCode::InvalidPayloadLength)
+    );
+    // What cxl_event_config sends: Get, Set {1,1,1,1}, Get.
+    assert_eq!(run(&mut dev, GET_EVENT_POLICY, &[]), Ok(vec![0; 4]));
+    assert_eq!(run(&mut dev, SET_EVENT_POLICY, &[1; 4]), Ok(vec![]));
+    assert_eq!(run(&mut dev, GET_EVENT_POLICY, &[]), Ok(vec![1; 4]));
+    assert_eq!(
+        run(&mut dev, CLEAR_EVENT_RECORDS, &[0, 0, 1, 0, 0, 0]),
         Err(ReturnCode::InvalidPayloadLength)
     );
 }

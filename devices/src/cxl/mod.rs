@@ -1,8 +1,9 @@
 //! CXL Type-3 persistent memory, the device side: the primary [`mailbox`]
 //! register block of a memory device and the [`memdev`] command set behind it
 //! (identity, partitions, the label storage area, health, firmware and
-//! timestamp, poison). Written to what Linux's `cxl_pci` and `cxl_mem` ask of
-//! a device (6.1 and 6.12) and the CXL 2.0 specification's layouts.
+//! timestamp, poison, the [`events`] logs). Written to what Linux's `cxl_pci`
+//! and `cxl_mem` ask of a device (6.1 and 6.12) and the CXL 2.0
+//! specification's layouts.
 //!
 //! Every value the guest puts in the registers or the payload is hostile:
 //! lengths, offsets and addresses are checked before use, a command never
@@ -14,6 +15,7 @@ pub mod alerts;
 pub mod bus;
 pub mod component;
 pub mod device_regs;
+pub mod events;
 pub mod hdm;
 pub mod mailbox;
 pub mod memdev;
@@ -35,6 +37,8 @@ pub enum ReturnCode {
     Unsupported = 3,
     /// The device failed internally (the host's storage failed).
     InternalError = 4,
+    /// An event record handle that is not the log's oldest in order.
+    InvalidHandle = 0xe,
     /// A device physical address outside the device, or misaligned.
     InvalidPhysicalAddress = 0xf,
     /// No more poison can be injected.
@@ -52,6 +56,12 @@ pub trait CommandSet {
     /// Runs `opcode` on `input`, writing at most `output.len()` bytes of
     /// output (the payload area).
     fn execute(&mut self, opcode: u16, input: &[u8], output: &mut [u8]) -> CommandResult;
+
+    /// The event status register (the device status capability's first
+    /// register): bit n set while event log n holds records. None by default.
+    fn event_status(&self) -> u32 {
+        0
+    }
 }
 
 /// Byte `i` of a guest access at `offset` as an index into a register block

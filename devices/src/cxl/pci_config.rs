@@ -5,14 +5,16 @@
 //! | offset | what |
 //! |---|---|
 //! | 0x000 | type-0 header: QEMU's `cxl-type3` ids (8086:0d93), class 0x050210, BAR0 64-bit memory of [`BAR0_SIZE`], capabilities list, no interrupt pin |
-//! | 0x040 | PCI Express capability, version 2, endpoint |
+//! | 0x040 | PCI Express capability, version 2, endpoint; next: MSI |
+//! | 0x080 | MSI capability: one vector, 64-bit address, no per-vector masking ([`ConfigSpace::msi`]) |
 //! | 0x100 | Device Serial Number (the DIMM-like serial `cxl list` shows) |
 //! | 0x110 | DVSEC 0, PCIe DVSEC for CXL Devices: Mem_Capable, one HDM range of the capacity, valid and active; Mem_Enable 0 at reset and writable |
 //! | 0x148 | DVSEC 8, Register Locator: component registers at BAR0 + 0, memory device registers at BAR0 + 0x10000 |
 //!
 //! Each byte has a write mask: the command register's memory, bus-master
-//! and INTx-disable bits, the BAR's address bits, DVSEC 0's control and
-//! range base; everything else is read-only. Any offset and width is taken;
+//! and INTx-disable bits, the BAR's address bits, MSI's enable bit, address
+//! and data, DVSEC 0's control and range base; everything else is read-only.
+//! The device raises no INTx (Linux's `cxl_pci` takes MSI or MSI-X only). Any offset and width is taken;
 //! bytes past 4 KiB read 0.
 
 /// Bytes of one function's configuration space.
@@ -33,9 +35,19 @@ pub const CXL_DVSEC_VENDOR: u16 = 0x1e98;
 
 const COMMAND: usize = 0x04;
 const COMMAND_MEMORY: u16 = 1 << 1;
-const COMMAND_WRITABLE: u16 = COMMAND_MEMORY | 1 << 2 | 1 << 10;
+const COMMAND_BUS_MASTER: u16 = 1 << 2;
+const COMMAND_WRITABLE: u16 = COMMAND_MEMORY | COMMAND_BUS_MASTER | 1 << 10;
 const BAR0: usize = 0x10;
 const PCIE_CAP: usize = 0x40;
+/// Where the MSI capability starts.
+pub const MSI_CAPABILITY: usize = 0x80;
+/// MSI's Message Control: bit 0 enable (writable), bit 7 64-bit address
+/// capable; Multiple Message Capable and Enable (one vector) read 0.
+const MSI_CONTROL: usize = MSI_CAPABILITY + 2;
+const MSI_ENABLE: u16 = 1 << 0;
+const MSI_64BIT: u16 = 1 << 7;
+const MSI_ADDRESS: usize = MSI_CAPABILITY + 4;
+const MSI_DATA: usize = MSI_CAPABILITY + 0x0c;
 const DSN: usize = 0x100;
 const DVSEC_DEVICE: usize = 0x110;
 const DVSEC_DEVICE_LEN: usize = 0x38;
@@ -44,6 +56,15 @@ const DVSEC_LOCATOR_LEN: usize = 0x0c + 8 * 2;
 /// DVSEC 0's control register: bit 2 Mem_Enable (bit 1 IO_Enable).
 const DVSEC_CONTROL: usize = DVSEC_DEVICE + 0x0c;
 const MEM_ENABLE: u16 = 1 << 2;
+
+/// An MSI message the device sends: `data` written to `address`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MsiMessage {
+    /// The message address (the guest's, 64-bit).
+    pub address: u64,
+    /// The message data.
+    pub data: u32,
+}
 
 /// A configuration space: values and which bits the guest may change.
 #[derive(Debug, Clone)]
@@ -112,6 +133,19 @@ impl ConfigSpace {
         Some(u64::from(self.u32_at(BAR0 + 4)) << 32 | low)
     }
 
+    /// The message of the device's one MSI vector while the guest has
+    /// enabled MSI and bus mastering (a function that may not master sends
+    /// no message); None otherwise.
+    pub fn msi(&self) -> Option<MsiMessage> {
+        let enabled = self.u16_at(MSI_CONTROL) & MSI_ENABLE != 0
+            && self.u16_at(COMMAND) & COMMAND_BUS_MASTER != 0;
+        enabled.then(|| MsiMessage {
+            address: u64::from(self.u32_at(MSI_ADDRESS + 4)) << 32
+                | u64::from(self.u32_at(MSI_ADDRESS)),
+            data: u32::from(self.u16_at(MSI_DATA)),
+        })
+    }
+
     /// Whether the guest set DVSEC 0's Mem_Enable (the device's memory is
     /// in use through its HDM decoders).
     pub fn mem_enabled(&self) -> bool {
@@ -137,18 +171,36 @@ pub fn type3_endpoint(serial: u64, capacity: u64) -> ConfigSpace {
     c.put16(0x2c, VENDOR_ID);
     c.put16(0x2e, DEVICE_ID);
     c.value[0x34] = u8::try_from(PCIE_CAP).unwrap_or(0);
-    // PCI Express capability: ID 0x10, last in the list, version 2, endpoint.
-    c.put16(PCIE_CAP, 0x0010);
+    // PCI Express capability: ID 0x10, MSI next, version 2, endpoint.
+    c.put16(
+        PCIE_CAP,
+        0x0010 | u16::try_from(MSI_CAPABILITY << 8).unwrap_or(0),
+    );
     c.put16(PCIE_CAP + 2, 0x0002);
     // Device Capabilities: Role-Based Error Reporting (every PCIe 1.1 and
     // later device has it; Linux disables ASPM on one without).
     c.put32(PCIE_CAP + 4, 1 << 15);
+    msi_capability(&mut c);
     ext_header(&mut c, DSN, 0x0003, DVSEC_DEVICE);
     c.put32(DSN + 4, u32::try_from(serial & 0xffff_ffff).unwrap_or(0));
     c.put32(DSN + 8, u32::try_from(serial >> 32).unwrap_or(0));
     device_dvsec(&mut c, capacity);
     register_locator(&mut c);
     c
+}
+
+/// MSI: ID 0x05, last in the list; one vector, a 64-bit address (its low
+/// two bits read 0) and 16 bits of data, all the guest's.
+fn msi_capability(c: &mut ConfigSpace) {
+    c.put16(MSI_CAPABILITY, 0x0005);
+    c.put(
+        MSI_CONTROL,
+        &MSI_64BIT.to_le_bytes(),
+        &MSI_ENABLE.to_le_bytes(),
+    );
+    c.put(MSI_ADDRESS, &[0; 4], &0xffff_fffcu32.to_le_bytes());
+    c.put(MSI_ADDRESS + 4, &[0; 4], &[0xff; 4]);
+    c.put(MSI_DATA, &[0; 2], &[0xff; 2]);
 }
 
 /// An extended capability header: `id`, version 1, next at `next`.

@@ -169,3 +169,57 @@ fn hostile_offsets_and_widths_are_harmless() {
     c.read(CONFIG_LEN as u64 - 4, &mut b);
     assert_eq!(&b[4..], &[0; 4]);
 }
+
+/// The standard capability list from 0x34, as (id, offset).
+fn caps(c: &ConfigSpace) -> Vec<(u32, usize)> {
+    let mut out = Vec::new();
+    let mut at = (r32(c, 0x34) & 0xfc) as usize;
+    while at != 0 && out.len() < 48 {
+        let h = r32(c, at);
+        out.push((h & 0xff, at));
+        at = (h >> 8 & 0xfc) as usize;
+    }
+    out
+}
+
+#[test]
+fn msi_follows_the_pcie_capability_with_one_vector_and_a_64bit_address() {
+    let c = type3_endpoint(1, GIB);
+    assert_eq!(caps(&c), [(0x10, 0x40), (0x05, 0x80)]);
+    let control = r32(&c, 0x80) >> 16;
+    assert_eq!(
+        control,
+        1 << 7,
+        "64-bit, one vector capable, disabled, no masking"
+    );
+    assert_eq!(c.msi(), None);
+}
+
+#[test]
+fn msi_takes_enable_address_and_data_and_gives_the_message_only_when_enabled() {
+    let mut c = type3_endpoint(1, GIB);
+    // As Linux's pci_msi_setup: address and data first, then enable.
+    w32(&mut c, 0x84, 0xfee0_100f);
+    w32(&mut c, 0x88, 0x0000_0001);
+    w32(&mut c, 0x8c, 0xffff_4021);
+    assert_eq!(r32(&c, 0x84), 0xfee0_100c, "address bits 1:0 read 0");
+    assert_eq!(r32(&c, 0x8c), 0x4021, "16-bit data; the rest reserved");
+    // Every control bit but enable is read-only (MME 0: one vector).
+    c.write(0x82, &[0xff, 0xff]);
+    assert_eq!(r32(&c, 0x80) >> 16, 1 << 7 | 1);
+    assert_eq!(c.msi(), None, "no bus mastering yet");
+    c.write(0x04, &[0x04, 0x04]); // bus master, INTx disable
+    assert_eq!(
+        c.msi(),
+        Some(MsiMessage {
+            address: 0x1_fee0_100c,
+            data: 0x4021
+        })
+    );
+    c.write(0x82, &[0, 0]);
+    assert_eq!(c.msi(), None, "MSI disabled");
+    // The header and next pointer are read-only.
+    w32(&mut c, 0x80, 0xffff_ffff);
+    assert_eq!(r32(&c, 0x80) & 0xffff, 0x0005);
+    assert_eq!(caps(&c), [(0x10, 0x40), (0x05, 0x80)]);
+}

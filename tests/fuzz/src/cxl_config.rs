@@ -16,7 +16,9 @@
 //!
 //! Checked after every access: the configuration space's read-only bits are
 //! as built (ids, class, capability chain, DVSEC contents but for the
-//! control and range base); BAR0 still sizes to 128 KiB; every commit
+//! control and range base, MSI but for its enable bit, address and data);
+//! BAR0 still sizes to 128 KiB; an enabled MSI message has a dword-aligned
+//! address and 16-bit data; every commit
 //! reported lies inside the address space, within the device's capacity in
 //! DPA, and no two committed ranges overlap; a reset names a decoder
 //! committed before.
@@ -113,7 +115,9 @@ pub fn run_on(dev: &mut Device, data: &[u8]) {
         let offset = match (control & 0x20 != 0, component) {
             (true, _) => raw,
             (false, true) => HDM + raw % 0xa0,
-            (false, false) => [0x04, 0x10, 0x110, 0x130][usize::from(pick(1) % 4)] + raw % 0x40,
+            (false, false) => {
+                [0x04, 0x10, 0x80, 0x110, 0x130][usize::from(pick(1) % 5)] + raw % 0x40
+            }
         };
         if component && control & 0x40 != 0 {
             commit(dev, usize::from(pick(11)) % DECODERS, pick(10));
@@ -196,14 +200,27 @@ fn read_prefix(c: &ConfigSpace) -> Vec<u8> {
 fn check(dev: &mut Device) {
     let config = dev.config.lock().unwrap_or_else(|e| e.into_inner());
     let now = read_prefix(&config);
-    // Writable places: command, BAR0/1, DVSEC 0 control, range 1 base.
-    let writable =
-        |at: usize| matches!(at, 0x04..=0x05 | 0x10..=0x17 | 0x11c..=0x11d | 0x130..=0x137);
+    // Writable places: command, BAR0/1, MSI control, address and data,
+    // DVSEC 0 control, range 1 base.
+    let writable = |at: usize| {
+        matches!(
+            at,
+            0x04..=0x05 | 0x10..=0x17 | 0x82 | 0x84..=0x8d | 0x11c..=0x11d | 0x130..=0x137
+        )
+    };
+    assert_eq!(
+        now[0x82] & !1,
+        dev.built[0x82] & !1,
+        "MSI control: only enable"
+    );
     for at in (0..CHECKED).filter(|&a| !writable(a)) {
         assert_eq!(
             now[at], dev.built[at],
             "read-only config byte {at:#x} changed"
         );
+    }
+    if let Some(msi) = config.msi() {
+        assert!(msi.address & 3 == 0 && msi.data <= 0xffff, "{msi:x?}");
     }
     let mut end = [0u8; 4];
     config.read(CONFIG_LEN as u64 - 4, &mut end);

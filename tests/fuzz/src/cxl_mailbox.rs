@@ -8,20 +8,27 @@
 //! 0-1 pick the kind — a payload write (offset byte, length byte, bytes), a
 //! command (opcode selector, input length: when bit 2 is set the opcode is one
 //! of the device's own and the length is plausible for it; half of Inject
-//! Poison's put a plausible address in the payload first), a raw write
+//! Poison's put a plausible address in the payload first, and half of those
+//! also have the host record a media error there, which adds a Failure event
+//! record; half of Clear Event Records' first run Get Event Records on a log
+//! and ask to clear the handles it returned, as Linux does), a raw write
 //! (offset u16, width, 8 value bytes) or a read (offset u16, width).
 //!
 //! Checked after every operation: the doorbell reads clear, the return code
 //! is one Linux can index (≤ 0x16), a failed command has no output, an output
 //! length fits the payload, the label storage is touched only inside its area
 //! (the in-memory store panics otherwise), Clear Poison's writes stay inside
-//! the capacity, and every poisoned unit is aligned and inside the capacity.
+//! the capacity, every poisoned unit is aligned and inside the capacity, no
+//! event log holds more than its capacity, and the event status bits are
+//! those of the non-empty logs.
 
 use std::io;
 use std::sync::{Arc, Mutex};
 
+use devices::cxl::events::{LOG_CAPACITY, RECORD_LEN};
 use devices::cxl::mailbox::{Mailbox, MAILBOX_LEN, PAYLOAD_OFFSET, PAYLOAD_SIZE};
 use devices::cxl::memdev::{MediaWrite, Memdev, POISON_UNIT};
+use devices::cxl::CommandSet;
 use devices::nvdimm_labels::LabelStorage;
 
 /// Capacity of the device.
@@ -31,8 +38,10 @@ pub const LSA: usize = 128 << 10;
 
 /// The device's opcodes and the input lengths they take.
 const INJECT_POISON: u16 = 0x4301;
+const GET_EVENT_RECORDS: u16 = 0x0100;
+const CLEAR_EVENT_RECORDS: u16 = 0x0101;
 
-const OPCODES: [(u16, usize); 16] = [
+const OPCODES: [(u16, usize); 19] = [
     (0x0200, 0),
     (0x0300, 0),
     (0x0301, 8),
@@ -48,7 +57,10 @@ const OPCODES: [(u16, usize); 16] = [
     (0x4300, 0x10),
     (INJECT_POISON, 8),
     (0x4302, 0x48),
-    (0x0100, 1),
+    (GET_EVENT_RECORDS, 1),
+    (CLEAR_EVENT_RECORDS, 6 + 2),
+    (0x0102, 0),
+    (0x0103, 4),
 ];
 
 /// Label storage in memory that panics on an access outside the area.
@@ -144,12 +156,20 @@ fn command<'a>(mb: &mut Mailbox<Memdev>, control: u8, mut rest: &'a [u8]) -> &'a
     let head = take(&mut rest, 3);
     let pick = |i: usize| head.get(i).copied().unwrap_or(0);
     let (opcode, length) = if control & 4 != 0 {
-        let (op, len) = OPCODES[usize::from(pick(0)) % OPCODES.len()];
+        let (op, mut len) = OPCODES[usize::from(pick(0)) % OPCODES.len()];
         if op == INJECT_POISON && pick(1) & 8 != 0 {
             // Half the injections at a plausible address (4 KiB steps in
-            // the first MiB), so poison is there often enough to matter.
+            // the first MiB), so poison is there often enough to matter;
+            // half of those found by the host too, with an event record.
             let dpa = u64::from(pick(2)) << 12;
             mb.write(PAYLOAD_OFFSET as u64, &dpa.to_le_bytes());
+            if pick(1) & 0x10 != 0 {
+                // A refusal (poison limit) is the device's answer, not a bug.
+                let _ = mb.commands_mut().record_media_error(dpa);
+            }
+        }
+        if op == CLEAR_EVENT_RECORDS && pick(1) & 8 != 0 {
+            len = handles_just_read(mb, pick(2) % 4);
         }
         // Now and then the right length but for one byte.
         let len = match pick(1) % 8 {
@@ -167,6 +187,34 @@ fn command<'a>(mb: &mut Mailbox<Memdev>, control: u8, mut rest: &'a [u8]) -> &'a
     mb.write(0x08, &command.to_le_bytes());
     mb.write(0x04, &[1]);
     rest
+}
+
+/// Linux's `cxl_mem_get_records_log` step: Get Event Records of `log`, then
+/// the Clear Event Records input of the handles it returned, in the
+/// payload; its length.
+fn handles_just_read(mb: &mut Mailbox<Memdev>, log: u8) -> usize {
+    mb.write(PAYLOAD_OFFSET as u64, &[log]);
+    mb.write(
+        0x08,
+        &(u64::from(GET_EVENT_RECORDS) | 1 << 16).to_le_bytes(),
+    );
+    mb.write(0x04, &[1]);
+    let mut count = [0u8; 2];
+    mb.read(PAYLOAD_OFFSET as u64 + 20, &mut count);
+    let count = if (reg64(mb, 0x10) >> 32) & 0xffff == 0 {
+        u16::from_le_bytes(count)
+    } else {
+        0
+    };
+    let mut input = vec![log, 0, u8::try_from(count).unwrap_or(u8::MAX), 0, 0, 0];
+    for i in 0..usize::from(count.min(u16::from(u8::MAX))) {
+        let mut handle = [0u8; 2];
+        let at = PAYLOAD_OFFSET + 0x20 + RECORD_LEN * i + 0x14;
+        mb.read(at as u64, &mut handle);
+        input.extend_from_slice(&handle);
+    }
+    mb.write(PAYLOAD_OFFSET as u64, &input);
+    input.len()
 }
 
 fn raw_write<'a>(mb: &mut Mailbox<Memdev>, mut rest: &'a [u8]) -> &'a [u8] {
@@ -210,6 +258,19 @@ fn check(mb: &Mailbox<Memdev>, rang: bool) {
             assert_eq!(out_len, 0, "a failed command has no output");
         }
     }
+    let counts = mb.commands().events().counts();
+    let mut status = 0;
+    for (i, &n) in counts.iter().enumerate() {
+        assert!(n <= usize::from(LOG_CAPACITY), "log {i} holds {n} records");
+        if n > 0 {
+            status |= 1 << i;
+        }
+    }
+    assert_eq!(
+        mb.commands().event_status(),
+        status,
+        "event status of {counts:?}"
+    );
     for (dpa, _) in mb.commands().poisoned() {
         assert!(
             dpa % POISON_UNIT == 0 && dpa < CAPACITY,

@@ -85,26 +85,43 @@ pub enum NvdimmRequest {
 pub enum MediaRequest {
     /// RANGE joins DIMM's error list (saved in its backing file) and the
     /// guest is notified (0x81 on the NVDIMM root device): Linux scrubs and
-    /// adds it to the namespace's badblocks.
+    /// adds it to the namespace's badblocks. With --cxl, RANGE's 64-byte
+    /// units join CXL device DIMM's poison list and a General Media event
+    /// record goes into its Failure log, with the device's event interrupt.
     Inject {
-        /// The DIMM: its place among the --nvdimm options, from 0.
+        /// The DIMM: its place among the --nvdimm options, from 0 (with
+        /// --cxl, the device's among the --cxl-pmem options).
         dimm: u32,
-        /// OFFSET+LEN[:OFFSET+LEN...] in bytes from the region's start,
-        /// multiples of 512 (K, M, G suffixes), e.g. 1M+4K.
+        /// OFFSET+LEN[:OFFSET+LEN...] in bytes from the region's start (a
+        /// CXL device's: its device physical address), multiples of 512 (K,
+        /// M, G suffixes), e.g. 1M+4K.
         range: String,
+        /// DIMM names a --cxl-pmem device.
+        #[cfg_attr(feature = "clap", arg(long))]
+        cxl: bool,
     },
     /// RANGE leaves DIMM's error list (the guest's badblocks stay until it
-    /// rewrites the range, as on hardware).
+    /// rewrites the range, as on hardware); with --cxl, the CXL device's
+    /// poison list.
     Clear {
-        /// The DIMM: its place among the --nvdimm options, from 0.
+        /// The DIMM: its place among the --nvdimm options, from 0 (with
+        /// --cxl, the device's among the --cxl-pmem options).
         dimm: u32,
         /// OFFSET+LEN[:OFFSET+LEN...], as for inject.
         range: String,
+        /// DIMM names a --cxl-pmem device.
+        #[cfg_attr(feature = "clap", arg(long))]
+        cxl: bool,
     },
-    /// The error list of DIMM (of every DIMM without one), as JSON.
+    /// The error list of DIMM (of every DIMM and CXL device without one), as
+    /// JSON.
     List {
-        /// The DIMM: its place among the --nvdimm options, from 0.
+        /// The DIMM: its place among the --nvdimm options, from 0 (with
+        /// --cxl, the device's among the --cxl-pmem options).
         dimm: Option<u32>,
+        /// DIMM names a --cxl-pmem device.
+        #[cfg_attr(feature = "clap", arg(long, requires = "dimm"))]
+        cxl: bool,
     },
 }
 
@@ -208,18 +225,7 @@ fn request_line(command: &Request) -> Result<Value, ClientError> {
                 false => json!({"command": "dump", "file": abs}),
             }
         }
-        Request::Media(action) => match action {
-            MediaRequest::Inject { dimm, range } => {
-                json!({"command": "media", "action": "inject", "dimm": dimm, "range": range})
-            }
-            MediaRequest::Clear { dimm, range } => {
-                json!({"command": "media", "action": "clear", "dimm": dimm, "range": range})
-            }
-            MediaRequest::List { dimm: Some(d) } => {
-                json!({"command": "media", "action": "list", "dimm": d})
-            }
-            MediaRequest::List { dimm: None } => json!({"command": "media", "action": "list"}),
-        },
+        Request::Media(action) => media_line(action),
         Request::Health(action) => match action {
             HealthRequest::Set { dimm, settings } => {
                 json!({"command": "health", "action": "set", "dimm": dimm, "set": settings.join(",")})
@@ -314,40 +320,72 @@ fn answer(command: &Request, result: &Value) -> String {
     }
 }
 
+/// A `media` request's line: the device under `"dimm"` or, with `--cxl`,
+/// under `"cxl"`.
+fn media_line(action: &MediaRequest) -> Value {
+    let key = |cxl: bool| if cxl { "cxl" } else { "dimm" };
+    let (verb, device, range) = match action {
+        MediaRequest::Inject { dimm, range, cxl } => ("inject", Some((*dimm, *cxl)), Some(range)),
+        MediaRequest::Clear { dimm, range, cxl } => ("clear", Some((*dimm, *cxl)), Some(range)),
+        MediaRequest::List { dimm, cxl } => ("list", dimm.map(|d| (d, *cxl)), None),
+    };
+    let mut line = json!({"command": "media", "action": verb});
+    if let Some((index, cxl)) = device {
+        line[key(cxl)] = json!(index);
+    }
+    if let Some(range) = range {
+        line["range"] = json!(range);
+    }
+    line
+}
+
 /// What to print for a done `media` command.
 fn media_answer(action: &MediaRequest, result: &Value) -> String {
-    let ranges = || {
-        let list: Vec<String> = result["bad_ranges"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|r| format!("{}+{}", r["offset"], r["length"]))
-                    .collect()
-            })
-            .unwrap_or_default();
-        match list.is_empty() {
-            true => "none".to_owned(),
-            false => list.join(":"),
-        }
+    if matches!(action, MediaRequest::List { .. }) {
+        return serde_json::to_string_pretty(result).unwrap_or_else(|_| result.to_string());
+    }
+    let cxl = result.get("cxl").is_some();
+    let (device, list_key, start, what) = match cxl {
+        true => (
+            format!("CXL device {}", result["cxl"]),
+            "poison",
+            "dpa",
+            "poison",
+        ),
+        false => (
+            format!("DIMM {}", result["dimm"]),
+            "bad_ranges",
+            "offset",
+            "bad ranges",
+        ),
     };
-    let dimm = &result["dimm"];
+    let list: Vec<String> = result[list_key]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| format!("{}+{}", r[start], r["length"]))
+                .collect()
+        })
+        .unwrap_or_default();
+    let ranges = match list.is_empty() {
+        true => "none".to_owned(),
+        false => list.join(":"),
+    };
+    let notified = result["notified"].as_bool() == Some(true);
     match action {
         MediaRequest::Inject { .. } => format!(
-            "DIMM {dimm}: bad ranges now {}; {}",
-            ranges(),
-            match result["notified"].as_bool() {
-                Some(true) => "the guest was notified (0x81 on the NVDIMM root device: it scrubs and adds them to badblocks)",
-                _ => "the guest was NOT notified (see pmemvm's log); it sees them at its next scrub",
+            "{device}: {what} now {ranges}; {}",
+            match (cxl, notified) {
+                (false, true) => "the guest was notified (0x81 on the NVDIMM root device: it scrubs and adds them to badblocks)",
+                (false, false) => "the guest was NOT notified (see pmemvm's log); it sees them at its next scrub",
+                (true, true) => "the guest was interrupted (a General Media event in the device's Failure log)",
+                (true, false) => "the event record waits in the device's Failure log (the guest has not enabled its event interrupt)",
             }
         ),
-        MediaRequest::Clear { .. } => format!(
-            "DIMM {dimm}: {} bytes cleared; bad ranges now {}",
-            result["cleared_bytes"],
-            ranges()
+        _ => format!(
+            "{device}: {} bytes cleared; {what} now {ranges}",
+            result["cleared_bytes"]
         ),
-        MediaRequest::List { .. } => {
-            serde_json::to_string_pretty(result).unwrap_or_else(|_| result.to_string())
-        }
     }
 }
 
@@ -428,154 +466,5 @@ pub fn call(socket: &Path, command: &Request) -> Result<String, ClientError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::exit_status::Classified;
-
-    #[test]
-    fn a_new_dimms_file_is_sent_absolute_and_a_bad_spec_is_refused_here() {
-        let r = request_line(&Request::Nvdimm(NvdimmRequest::Add {
-            spec: "256M,file=new dimm.img,label-size=0".into(),
-        }))
-        .unwrap();
-        let spec: crate::config::NvdimmSpec = r["spec"].as_str().unwrap().parse().unwrap();
-        let file = spec.file.unwrap();
-        assert!(
-            file.is_absolute() && file.ends_with("new dimm.img"),
-            "{}",
-            file.display()
-        );
-        assert_eq!((spec.size, spec.label_size), (256 << 20, 0));
-        let e =
-            request_line(&Request::Nvdimm(NvdimmRequest::Add { spec: "3M".into() })).unwrap_err();
-        assert!(e.is_usage() && e.to_string().contains("16 MiB"), "{e}");
-    }
-
-    #[test]
-    fn a_relative_dump_path_is_sent_absolute_and_requests_parse_on_the_other_side() {
-        let r = request_line(&Request::Dump {
-            file: "guest.core".into(),
-            nvdimms: false,
-        })
-        .unwrap();
-        assert!(r.get("nvdimms").is_none(), "{r}");
-        let r = request_line(&Request::Dump {
-            file: "guest.core".into(),
-            nvdimms: true,
-        })
-        .unwrap();
-        assert_eq!(r["nvdimms"], true);
-        let file = r["file"].as_str().unwrap();
-        assert!(
-            file.starts_with('/') && file.ends_with("/guest.core"),
-            "{file}"
-        );
-        for c in [
-            Request::Version,
-            Request::Stats,
-            Request::Pause,
-            Request::Resume,
-            Request::Dump {
-                file: "/x".into(),
-                nvdimms: false,
-            },
-            Request::Media(MediaRequest::Inject {
-                dimm: 1,
-                range: "1M+4K".into(),
-            }),
-            Request::Media(MediaRequest::Clear {
-                dimm: 0,
-                range: "0+512".into(),
-            }),
-            Request::Media(MediaRequest::List { dimm: None }),
-            Request::Media(MediaRequest::List { dimm: Some(2) }),
-            Request::Health(HealthRequest::Set {
-                dimm: 0,
-                settings: vec!["health=fatal".into(), "temperature=90".into()],
-            }),
-            Request::Health(HealthRequest::Get { dimm: 0 }),
-            Request::Nvdimm(NvdimmRequest::Add {
-                spec: "1G,file=/tmp/new.img".into(),
-            }),
-            Request::Nvdimm(NvdimmRequest::Remove { dimm: 1 }),
-        ] {
-            let line = request_line(&c).unwrap().to_string();
-            crate::api::protocol::parse(line.as_bytes()).unwrap();
-        }
-    }
-
-    #[test]
-    fn media_answers_say_the_list_and_the_notification() {
-        let inject = MediaRequest::Inject {
-            dimm: 0,
-            range: "1M+4K".into(),
-        };
-        let r = json!({"dimm": 0, "bad_ranges": [{"offset": 1048576, "length": 4096}], "notified": true});
-        let a = media_answer(&inject, &r);
-        assert!(
-            a.starts_with("DIMM 0: bad ranges now 1048576+4096; the guest was notified"),
-            "{a}"
-        );
-        let r = json!({"dimm": 1, "bad_ranges": [], "cleared_bytes": 4096});
-        let clear = MediaRequest::Clear {
-            dimm: 1,
-            range: "1M+4K".into(),
-        };
-        assert_eq!(
-            media_answer(&clear, &r),
-            "DIMM 1: 4096 bytes cleared; bad ranges now none"
-        );
-    }
-
-    #[test]
-    fn a_path_that_is_no_socket_is_the_users_mistake() {
-        let e = call(Path::new("/nonexistent/api.sock"), &Request::Stats).unwrap_err();
-        assert!(e.is_usage(), "{e}");
-        assert!(
-            e.to_string()
-                .starts_with("/nonexistent/api.sock is not a control socket"),
-            "{e}"
-        );
-    }
-
-    /// A listener at a new socket that answers one connection with `reply`.
-    fn answering(name: &str, reply: Vec<u8>) -> (PathBuf, std::thread::JoinHandle<()>) {
-        let dir = std::env::temp_dir().join(format!("pmemvm-client-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let sock = dir.join("api.sock");
-        let l = crate::owner_socket::bind(&sock).unwrap();
-        let t = std::thread::spawn(move || {
-            let (mut s, _) = l.accept().unwrap();
-            let mut line = String::new();
-            BufReader::new(&s).read_line(&mut line).unwrap();
-            let _ = s.write_all(&reply);
-        });
-        (sock, t)
-    }
-
-    #[test]
-    fn a_reply_is_read_up_to_its_bound_only() {
-        let (sock, t) = answering(
-            "long",
-            vec![b'x'; usize::try_from(MAX_REPLY).unwrap() + 100],
-        );
-        let e = call(&sock, &Request::Version).unwrap_err();
-        assert!(!e.is_usage(), "{e}");
-        assert!(
-            e.to_string().contains("the reply is longer than 4 MiB"),
-            "{e}"
-        );
-        t.join().unwrap();
-        let (sock2, t) = answering(
-            "ok",
-            b"{\"ok\":true,\"result\":{\"protocol\":1}}\n".to_vec(),
-        );
-        let a = call(&sock2, &Request::Version).unwrap();
-        assert!(a.contains("\"protocol\": 1"), "{a}");
-        t.join().unwrap();
-        for s in [sock, sock2] {
-            std::fs::remove_dir_all(s.parent().unwrap()).unwrap();
-        }
-    }
-}
+#[path = "client_tests.rs"]
+mod tests;

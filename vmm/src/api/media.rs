@@ -16,7 +16,8 @@ use devices::nvdimm_media::DimmMedia;
 use devices::platform_events::{dimm_health, PlatformEvents, MEDIA_ERRORS};
 use serde_json::{json, Value};
 
-use super::protocol::{HealthAction, MediaAction};
+use super::cxl_media::CxlMedia;
+use super::protocol::{HealthAction, MediaAction, MediaRefusal, MediaTarget};
 use crate::config::badblocks::parse_badblocks;
 use crate::config::ConfigError;
 
@@ -46,11 +47,9 @@ pub struct MediaControl {
     pub events: Option<Arc<PlatformEvents>>,
     /// DIMMs hot-added while the guest runs follow the boot DIMMs.
     pub hotplug: Option<Arc<crate::nvdimm::hotplug::NvdimmHotplug>>,
+    /// The CXL memory devices (`"cxl": N`).
+    pub cxl: CxlMedia,
 }
-
-/// A refused or failed `media` request: the reply's sentence, and whether
-/// the request was wrong (true) or pmemvm failed (false).
-pub type MediaRefusal = (String, bool);
 
 impl MediaControl {
     /// Every DIMM's media, boot DIMMs first, then the hot-added ones.
@@ -142,13 +141,18 @@ impl MediaControl {
         Ok(out)
     }
 
-    /// Runs `media ACTION [dimm] [range]`.
+    /// Runs `media ACTION [dimm|cxl] [range]`.
     pub fn run(
         &self,
         action: MediaAction,
-        dimm: Option<u32>,
+        target: Option<MediaTarget>,
         range: Option<&str>,
     ) -> Result<Value, MediaRefusal> {
+        let dimm = match target {
+            Some(MediaTarget::Cxl(index)) => return self.cxl.run(action, index, range),
+            Some(MediaTarget::Dimm(index)) => Some(index),
+            None => None,
+        };
         if action == MediaAction::List {
             return Ok(match dimm {
                 Some(i) => {
@@ -162,7 +166,7 @@ impl MediaControl {
                         .enumerate()
                         .map(|(i, d)| Self::list(d, i))
                         .collect();
-                    json!({"dimms": all})
+                    json!({"dimms": all, "cxl_devices": self.cxl.list_all()})
                 }
             });
         }
@@ -226,6 +230,7 @@ mod tests {
     fn control() -> MediaControl {
         MediaControl {
             hotplug: None,
+            cxl: CxlMedia::default(),
             dimms: vec![
                 Arc::new(DimmMedia::new(1, GIB, GIB, MediaState::default(), None)),
                 Arc::new(DimmMedia::new(2, 2 * GIB, GIB, MediaState::default(), None)),
@@ -240,7 +245,11 @@ mod tests {
     fn inject_records_notifies_and_clear_takes_it_off() {
         let c = control();
         let r = c
-            .run(MediaAction::Inject, Some(1), Some("1M+4K:8M+512"))
+            .run(
+                MediaAction::Inject,
+                Some(MediaTarget::Dimm(1)),
+                Some("1M+4K:8M+512"),
+            )
             .unwrap();
         assert_eq!(r["notified"], json!(true));
         assert_eq!(
@@ -249,7 +258,13 @@ mod tests {
         );
         let ev = c.events.as_ref().unwrap();
         assert_eq!(ev.take(), MEDIA_ERRORS, "the guest's _EVT finds the event");
-        let r = c.run(MediaAction::Clear, Some(1), Some("1M+4K")).unwrap();
+        let r = c
+            .run(
+                MediaAction::Clear,
+                Some(MediaTarget::Dimm(1)),
+                Some("1M+4K"),
+            )
+            .unwrap();
         assert_eq!(r["cleared_bytes"], json!(4096));
         assert_eq!(ev.take(), 0, "a clear sends no notification");
         let all = c.run(MediaAction::List, None, None).unwrap();
@@ -282,24 +297,38 @@ mod tests {
     fn bad_requests_name_the_value_and_change_nothing() {
         let c = control();
         let (e, usage) = c
-            .run(MediaAction::Inject, Some(2), Some("0+512"))
+            .run(
+                MediaAction::Inject,
+                Some(MediaTarget::Dimm(2)),
+                Some("0+512"),
+            )
             .unwrap_err();
         assert!(usage);
         assert_eq!(e, "DIMM 2 does not exist: this VM has 2 NVDIMMs, 0 to 1");
         let (e, _) = c
-            .run(MediaAction::Inject, Some(0), Some("1023M+2M"))
+            .run(
+                MediaAction::Inject,
+                Some(MediaTarget::Dimm(0)),
+                Some("1023M+2M"),
+            )
             .unwrap_err();
         assert!(
             e.starts_with("media range '1023M+2M' is not valid for DIMM 0: '1023M+2M' ends beyond"),
             "{e}"
         );
-        let (e, _) = c.run(MediaAction::Clear, Some(0), Some("7+1")).unwrap_err();
+        let (e, _) = c
+            .run(MediaAction::Clear, Some(MediaTarget::Dimm(0)), Some("7+1"))
+            .unwrap_err();
         assert!(e.contains("not a multiple of 512"), "{e}");
-        assert!(c.run(MediaAction::Inject, Some(0), Some("x")).is_err());
+        assert!(c
+            .run(MediaAction::Inject, Some(MediaTarget::Dimm(0)), Some("x"))
+            .is_err());
         assert!(c.dimms.iter().all(|d| d.state().bad_ranges.is_empty()));
         assert_eq!(c.events.as_ref().unwrap().take(), 0, "no notification");
         let none = MediaControl::default();
-        let (e, _) = none.run(MediaAction::List, Some(0), None).unwrap_err();
+        let (e, _) = none
+            .run(MediaAction::List, Some(MediaTarget::Dimm(0)), None)
+            .unwrap_err();
         assert_eq!(e, "DIMM 0 does not exist: this VM has no NVDIMM");
     }
 }

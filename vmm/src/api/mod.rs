@@ -12,6 +12,7 @@
 //! carries the socket through a serial port of its L1.
 
 pub mod client;
+pub mod cxl_media;
 pub mod media;
 pub mod protocol;
 pub mod server;

@@ -156,9 +156,9 @@ impl Control {
             }
             Command::Media {
                 action,
-                dimm,
+                target,
                 range,
-            } => match self.media.run(action, dimm, range.as_deref()) {
+            } => match self.media.run(action, target, range.as_deref()) {
                 Ok(v) => Reply::ok(None, v),
                 Err((e, usage)) => Reply::error(None, e, usage),
             },
@@ -509,11 +509,7 @@ mod tests {
             pvpanic: Arc::new(crate::pvpanic::PvPanic::new(exit.clone())),
             started: Instant::now(),
             paused: Mutex::new(false),
-            media: super::super::media::MediaControl {
-                dimms: Vec::new(),
-                events: None,
-                hotplug: None,
-            },
+            media: super::super::media::MediaControl::default(),
             hotplug: None,
         })
     }

@@ -82,6 +82,13 @@ impl CxlMachine {
             .pci_functions()
     }
 
+    /// The Type-3 devices, in `--cxl-pmem` order (the control socket's
+    /// `media --cxl`).
+    pub fn devices(&self) -> Vec<devices::cxl::bus::SharedType3> {
+        let mmio = self.mmio.lock().unwrap_or_else(|e| e.into_inner());
+        mmio.devices()
+    }
+
     /// Keeps the backing files this VM created (setup succeeded).
     pub fn keep(&mut self) {
         self.backings.iter_mut().for_each(NvdimmBacking::keep);

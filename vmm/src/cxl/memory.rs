@@ -103,6 +103,15 @@ impl<S: Memslots> CxlMmio<S> {
         self.bus.pci_functions()
     }
 
+    /// The bus's Type-3 devices, in bus order.
+    pub fn devices(&self) -> Vec<devices::cxl::bus::SharedType3> {
+        self.bus
+            .devices()
+            .iter()
+            .map(|d| d.device.clone())
+            .collect()
+    }
+
     /// What each device's decoders map now: (device, decoder, guest address, bytes).
     pub fn mapped(&self) -> Vec<(usize, usize, u64, u64)> {
         let mut out = Vec::new();

@@ -123,6 +123,10 @@ impl Vm {
                     dimms: self.nvdimms.iter().map(|n| n.media.clone()).collect(),
                     events: self.events.clone(),
                     hotplug: self.hotplug.clone(),
+                    cxl: crate::api::cxl_media::CxlMedia {
+                        devices: self.cxl.as_ref().map(|c| c.devices()).unwrap_or_default(),
+                        msi: Some(self.vm_fd.clone()),
+                    },
                 },
                 hotplug: self.hotplug.clone(),
             });
