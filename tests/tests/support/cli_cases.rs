@@ -709,8 +709,12 @@ pub(crate) fn cases() -> Vec<Case> {
             "--nfit-test needs --kernel PATH and --modules DIR",
         ),
         case(
-            &["suite", "ndctl", "--src", "{D}", "--kernel", "{D}/bzImage"],
-            "--kernel, --modules and --kernel-tree go with --nfit-test",
+            &["suite", "ndctl", "--src", "{D}", "--kernel", "{D}/no-such-bzImage", "--plan"],
+            "--kernel {D}/no-such-bzImage: No such file or directory",
+        ),
+        case(
+            &["suite", "ndctl", "--src", "{D}", "--modules", "{D}"],
+            "--modules and --kernel-tree go with --nfit-test",
         ),
         case(
             &[

@@ -52,7 +52,10 @@ pub struct NdctlArgs {
     /// boots that kernel with the test modules, as ndctl's maintainers run the suite.
     #[arg(long)]
     pub nfit_test: bool,
-    /// The modular kernel (bzImage or vmlinux) for --nfit-test.
+    /// The guest kernel of every boot (bzImage or vmlinux; default: the project's guest
+    /// image), e.g. the Linux 6.12 variant for ndctl's CXL tests (`guest-images/build.sh
+    /// --linux 6.12`); with --nfit-test, the modular kernel the nfit_test modules are built
+    /// for.
     #[arg(long, value_name = "PATH")]
     pub kernel: Option<PathBuf>,
     /// Its modules for --nfit-test: what `make modules_install INSTALL_MOD_PATH=X` wrote
@@ -70,7 +73,7 @@ pub struct NdctlArgs {
 }
 
 impl NdctlArgs {
-    /// The lab's request; `--kernel`, `--modules` and `--kernel-tree` go with `--nfit-test`.
+    /// The lab's request; `--modules` and `--kernel-tree` go with `--nfit-test`.
     pub fn request(&self) -> Result<NdctlRequest, SuiteError> {
         let nfit_test = match (self.nfit_test, &self.kernel, &self.modules) {
             (true, Some(kernel), Some(modules)) => Some(suite::nfit_test::NfitTestKernel {
@@ -81,10 +84,14 @@ impl NdctlArgs {
             (true, _, _) => return Err(SuiteError::NfitTestArgs(
                 "--nfit-test needs --kernel PATH and --modules DIR: the modular kernel the nfit_test modules are built for, and what its make modules_install wrote",
             )),
-            (false, None, None) if self.kernel_tree.is_none() => None,
+            (false, _, None) if self.kernel_tree.is_none() => None,
             (false, _, _) => return Err(SuiteError::NfitTestArgs(
-                "--kernel, --modules and --kernel-tree go with --nfit-test (the suite's other tests run on the guest image's kernel); add --nfit-test or leave them out",
+                "--modules and --kernel-tree go with --nfit-test (the suite's other tests boot --kernel, or the guest image's kernel, with its drivers built in); add --nfit-test or leave them out",
             )),
+        };
+        let kernel = match nfit_test {
+            Some(_) => None,
+            None => self.kernel.clone(),
         };
         Ok(NdctlRequest {
             src: self.src.clone(),
@@ -96,6 +103,7 @@ impl NdctlArgs {
             timeout: std::time::Duration::from_secs(self.timeout),
             stream_console: self.console,
             nfit_test,
+            kernel,
         })
     }
 }

@@ -41,6 +41,15 @@ pub enum SuiteError {
     /// `--nfit-test`'s kernel, modules, tree or build.
     #[error(transparent)]
     NfitTest(#[from] nfit_test::NfitTestError),
+    /// `--kernel` is not a file that can be read.
+    #[error("--kernel {}: {source}; give a bzImage or vmlinux file", path.display())]
+    Kernel {
+        /// The path given.
+        path: PathBuf,
+        /// Why it cannot be read.
+        #[source]
+        source: std::io::Error,
+    },
     /// Two engines that are one here.
     #[error(
         "--engine names {0} twice (auto is pmemvm or qemu on this host); name each engine once"
@@ -95,6 +104,7 @@ impl vmm::exit_status::Classified for SuiteError {
             | Self::Plan(_)
             | Self::OutNotEmpty(_)
             | Self::EngineTwice(_)
+            | Self::Kernel { .. }
             | Self::NfitTestArgs(_) => Usage,
             Self::Run(e) => e.kind(),
             Self::NfitTest(e) => e.kind(),
@@ -128,6 +138,9 @@ pub struct NdctlRequest {
     /// `--nfit-test`: ndctl's default set on the kernel's nfit_test emulation, built
     /// against this kernel (the plan is [`nfit_test::TESTS`] instead of [`ndctl::KNOWN`]).
     pub nfit_test: Option<nfit_test::NfitTestKernel>,
+    /// `--kernel` without `--nfit-test`: the guest kernel of every boot (the guest
+    /// image's when `None`).
+    pub kernel: Option<PathBuf>,
 }
 
 /// One boot's outcome.
@@ -211,8 +224,18 @@ pub fn engines(req: &NdctlRequest) -> Result<Vec<Engine>, SuiteError> {
     Ok(out)
 }
 
-/// The boots of `req`'s tests: [`nfit_test::plan`] with `--nfit-test`, else [`ndctl::plan`].
+/// The boots of `req`'s tests (a `--kernel` that cannot be read refused first): [`nfit_test::plan`] with `--nfit-test`, else [`ndctl::plan`].
 pub fn plan(req: &NdctlRequest) -> Result<Vec<ndctl::Boot>, SuiteError> {
+    if let Some(path) = &req.kernel {
+        let readable = std::fs::File::open(path).and_then(|f| match f.metadata()?.is_file() {
+            true => Ok(()),
+            false => Err(std::io::Error::other("not a regular file")),
+        });
+        readable.map_err(|source| SuiteError::Kernel {
+            path: path.clone(),
+            source,
+        })?;
+    }
     Ok(match req.nfit_test {
         Some(_) => nfit_test::plan(&req.tests)?,
         None => ndctl::plan(&req.tests)?,
@@ -364,7 +387,11 @@ fn boot_spec(
     Ok(RunSpec {
         engine,
         boot: vmm::config::BootFiles {
-            kernel: req.nfit_test.as_ref().map(|k| k.kernel.clone()),
+            kernel: req
+                .nfit_test
+                .as_ref()
+                .map(|k| k.kernel.clone())
+                .or_else(|| req.kernel.clone()),
             initrd: None,
             modules: modules.map(Path::to_path_buf),
             cmdline: None,

@@ -14,6 +14,7 @@ fn request(src: &Path, out: &Path, tests: &[&str]) -> NdctlRequest {
         timeout: Duration::from_secs(60),
         stream_console: false,
         nfit_test: None,
+        kernel: None,
     }
 }
 
