@@ -7,6 +7,7 @@
 #
 #   guest-images/build.sh [--out DIR] [--jobs N] [--force]
 #   guest-images/build.sh --modular [--out DIR] [--jobs N] [--force]
+#   guest-images/build.sh --linux 6.12 [--out DIR] [--jobs N] [--force]
 #   guest-images/build.sh --check-space   # only the free-space check of a cold build
 #
 # Outputs (default DIR: guest-images/out/): vmlinux, bzImage,
@@ -14,8 +15,13 @@
 # of the kernel (NVDIMM drivers as modules, config/modular.config; default
 # DIR: guest-images/out/modular/): bzImage, vmlinux, config, kernelrelease
 # and modules/ (what `make modules_install INSTALL_MOD_PATH=modules` writes),
-# for `pmemvm --modules`.  Everything is cached by a hash of all inputs; an
-# unchanged rebuild prints "cached" and takes seconds.
+# for `pmemvm --modules`.  With --linux 6.12, only a Linux 6.12 kernel for CXL
+# region, poison and event work (Debian's linux-source-6.12, no patches,
+# config/linux-6.12.config after pmemvm.config; default DIR:
+# guest-images/out/linux-6.12/): vmlinux, bzImage, config, kernelrelease,
+# modules.builtin* and modules/ (those, indexed, for `pmemvm --modules`); it
+# boots with the image's initramfs.  Everything is cached by a hash of all
+# inputs; an unchanged rebuild prints "cached" and takes seconds.
 # See docs/guest-image.md and docs/own-kernel.md.
 set -eu -o pipefail
 
@@ -29,6 +35,8 @@ JOBS=$(nproc)
 FORCE=0
 MODULAR=0
 CHECK_SPACE=0
+# --linux: the kernel's Debian source package version; 6.1 is the image's.
+LINUX=6.1
 
 log() { printf '[guest-image %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[guest-image] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -40,12 +48,21 @@ while [ $# -gt 0 ]; do
         --jobs) JOBS="${2:?--jobs needs a number}"; shift 2 ;;
         --force) FORCE=1; shift ;;
         --modular) MODULAR=1; shift ;;
+        --linux) LINUX="${2:?--linux needs a version (6.1 or 6.12)}"; shift 2 ;;
+        --linux=*) LINUX="${1#--linux=}"; shift ;;
         --check-space) CHECK_SPACE=1; shift ;;
-        -h|--help) sed -n '3,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '3,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
 done
+usage() { printf 'guest-images/build.sh: %s\n' "$*" >&2; exit 2; }
+case "$LINUX" in
+    6.1|6.12) ;;
+    *) usage "unknown --linux version '$LINUX': this script builds Debian's linux-source-6.1 (the image's kernel, the default) or linux-source-6.12 (--linux 6.12)" ;;
+esac
+[ "$LINUX" = 6.1 ] || [ "$MODULAR" -eq 0 ] || usage "--modular builds Linux 6.1 only; drop --linux $LINUX or --modular"
 [ "$MODULAR" -eq 0 ] || [ "$OUT" != "$GI_DIR/out" ] || OUT="$GI_DIR/out/modular"
+[ "$LINUX" = 6.1 ] || [ "$OUT" != "$GI_DIR/out" ] || OUT="$GI_DIR/out/linux-$LINUX"
 
 # A cold build peaks at about 2 GiB in $WORK (kernel tree and objects 1.6 GiB,
 # fio); refuse before the long step rather than fail in the middle of it.
@@ -86,13 +103,26 @@ compgen -G 'patches/*.patch' >/dev/null || die "no kernel patches in $GI_DIR/pat
 # shellcheck source=lib/kernel-modular.sh
 . "$GI_DIR/lib/kernel-modular.sh"
 
+# The kernel lib/kernel.sh builds: Debian source version, patches, fragments.
+KERNEL_VERSION=$LINUX
+if [ "$LINUX" = 6.1 ]; then
+    KERNEL_PATCHES=$(echo patches/*.patch)
+    KERNEL_FRAGMENTS="config/pmemvm.config"
+else
+    # Stock Debian 6.12: patches 0001 (nd_pmem.nowait) and 0002 (bcache.bch_nowait)
+    # are 6.1's and do not apply (6.12 sets queue flags as queue_limits features;
+    # 0002's request.c hunks fail too); 6.12's pmem.c sets no BLK_FEAT_NOWAIT either.
+    KERNEL_PATCHES=""
+    KERNEL_FRAGMENTS="config/pmemvm.config config/linux-$LINUX.config"
+fi
+
 # ---- host packages --------------------------------------------------------
 # Kernel build, initramfs contents and fio's (static) build dependencies.
-HOST_PACKAGES="linux-source-6.1 build-essential flex bison bc libelf-dev libssl-dev
+HOST_PACKAGES="linux-source-$LINUX build-essential flex bison bc libelf-dev libssl-dev
     busybox-static ndctl daxctl xfsprogs e2fsprogs bcache-tools kmod cpio zstd xz-utils patch
     dpkg-dev libaio-dev zlib1g-dev pkg-config python3 file"
 # Packages whose exact versions feed the cache key.
-KERNEL_KEY_PACKAGES="linux-source-6.1 gcc-12 binutils flex bison libelf-dev libssl-dev"
+KERNEL_KEY_PACKAGES="linux-source-$LINUX gcc-12 binutils flex bison libelf-dev libssl-dev"
 INITRAMFS_KEY_PACKAGES="busybox-static ndctl daxctl xfsprogs e2fsprogs bcache-tools kmod libaio-dev zlib1g-dev gcc-12 libc6-dev libc6"
 
 ensure_deb_src() {
@@ -112,6 +142,28 @@ EOF
         || die "apt-get source fio is not available even with deb-src"
 }
 
+# linux-source-6.12 comes from bookworm-security (6.12.118-1~deb12u1 on 2026-12-07)
+# or bookworm-backports (6.12.95-1~bpo12+1): a plain `apt-get install` takes the newer.
+# (`-t bookworm-backports` would take the older one and move linux-libc-dev and
+# linux-perf to backports too.)  Where no source offers it, bookworm-backports is added,
+# as guest-images/lib/qemu-install.sh adds it.
+ensure_backports() {
+    if apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+        return 0
+    fi
+    log "adding a bookworm-backports entry (needed for $1)"
+    cat > /etc/apt/sources.list.d/pmemvm-backports.sources <<'EOF'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    apt-get update -qq
+    apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]' \
+        || die "no apt source offers $1, even with bookworm-backports"
+}
+
 ensure_packages() {
     local missing="" p
     for p in $HOST_PACKAGES; do
@@ -122,6 +174,7 @@ ensure_packages() {
         [ "$(id -u)" -eq 0 ] || die "missing packages:$missing (run as root or apt-get install them)"
         log "apt-get install:$missing"
         apt-get update -qq
+        ensure_backports "linux-source-$LINUX"
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
     fi
     ensure_deb_src
@@ -152,7 +205,7 @@ ensure_packages
 FIO_VERSION=$(fio_src_version)
 kernel_inputs() {
     local f
-    for f in lib/kernel.sh config/pmemvm.config patches/*.patch; do
+    for f in lib/kernel.sh $KERNEL_FRAGMENTS $KERNEL_PATCHES; do
         echo "file $f $(sha "$GI_DIR/$f")"
     done
     pkg_versions $KERNEL_KEY_PACKAGES
@@ -209,6 +262,37 @@ if [ "$MODULAR" -eq 1 ]; then
         echo "$MODULAR_KEY" > "$OUT/key"
     fi
     log "modular kernel: $OUT ($(cat "$OUT/kernelrelease"), built in $(cat "$OUT/build-seconds") s)"
+    exit 0
+fi
+
+# --linux 6.12: that kernel only, cached by its own key. It boots with the image's
+# initramfs, whose /lib/modules is 6.1's: modules/ gives the guest its own
+# modules.builtin through `pmemvm --modules` (lib/kernel.sh, kernel_builtin_tree).
+if [ "$LINUX" != 6.1 ]; then
+    KERNEL_KEY=$(kernel_inputs | sha256sum | cut -c1-16)
+    KDIR="$CACHE/linux-$LINUX-$KERNEL_KEY"
+    if [ "$FORCE" -eq 0 ] && [ -f "$KDIR/build-seconds" ]; then
+        log "kernel $LINUX: cached ($KDIR)"
+    else
+        check_space
+        rm -rf "$KDIR"
+        tmp=$(mktemp -d "$CACHE/.linux-$LINUX-$KERNEL_KEY.XXXXXX")
+        kernel_build "$tmp"
+        kernel_builtin_tree "$tmp/modules" "$(cat "$tmp/kernelrelease")" "$tmp"
+        kernel_inputs > "$tmp/inputs"
+        publish "$tmp" "$KDIR"
+    fi
+    kernel_check_pvh "$KDIR/vmlinux"
+    if [ "$FORCE" -eq 1 ] || [ "$(cat "$OUT/key" 2>/dev/null)" != "$KERNEL_KEY" ] || [ ! -f "$OUT/vmlinux" ]; then
+        log "writing $OUT"
+        rm -rf "$OUT/modules" "$OUT/key"
+        cp -a "$KDIR"/{vmlinux,bzImage,config,kernelrelease,build-seconds,inputs,modules.builtin,modules.builtin.modinfo,modules} "$OUT/"
+        echo "$KERNEL_KEY" > "$OUT/key"
+    fi
+    [ -f "$GI_DIR/out/initramfs.cpio.gz" ] \
+        || log "no guest-images/out/initramfs.cpio.gz yet: guest-images/build.sh (no --linux) builds the initramfs this kernel boots with"
+    log "kernel $LINUX: $OUT ($(cat "$OUT/kernelrelease"), $(sed -n "s/^linux-source-$LINUX=//p" "$OUT/inputs"), built in $(cat "$OUT/build-seconds") s)"
+    log "boot it with: pmemvm run --kernel $OUT/bzImage --modules $OUT/modules ..."
     exit 0
 fi
 

@@ -160,6 +160,11 @@ log "drgn: $("$PMEMVM_DRGN" --version 2>&1 | first_lines 1)"
 
 log "guest image"
 bounded guest-images/build.sh
+if [ -n "$FULL" ]; then
+    # The Linux 6.12 kernel of the CXL poison and event tests (full tier only).
+    log "guest kernel: Linux 6.12 (guest-images/build.sh --linux 6.12)"
+    bounded guest-images/build.sh --linux 6.12
+fi
 
 # The modular kernel (the user's own kernel of the --modules tests) is needed by
 # two test binaries late in the run: it builds in the background at normal

@@ -90,6 +90,35 @@ pub fn modular_kernel() -> Result<ModularKernel, Skip> {
     Ok(k)
 }
 
+/// The Linux 6.12 guest kernel (`guest-images/build.sh --linux 6.12`, beside the
+/// guest image: `linux-6.12/` of its directory): its bzImage and the module tree that
+/// gives the image's initramfs its modules.builtin (`--modules`).
+#[derive(Debug, Clone)]
+pub struct Linux612 {
+    /// The kernel.
+    pub bz_image: PathBuf,
+    /// `--modules` for it.
+    pub modules: PathBuf,
+}
+
+/// The built Linux 6.12 kernel, or a skip saying how to build it (`tests/run.sh
+/// --full` does before the tests).
+pub fn linux_612() -> Result<Linux612, Skip> {
+    let image = crate::image::image_dir()?;
+    let dir = image.dir.join("linux-6.12");
+    let k = Linux612 {
+        bz_image: dir.join("bzImage"),
+        modules: dir.join("modules"),
+    };
+    if !k.bz_image.is_file() || !k.modules.is_dir() {
+        return Err(Skip::new(format!(
+            "the Linux 6.12 guest kernel is not built in {} (run guest-images/build.sh --linux 6.12; tests/run.sh --full does)",
+            dir.display()
+        )));
+    }
+    Ok(k)
+}
+
 /// Every file under `dir`, as (path relative to `dir`, path): to copy a tree into a share.
 pub fn files_under(dir: &Path) -> Vec<(String, PathBuf)> {
     fn walk(dir: &Path, rel: &str, out: &mut Vec<(String, PathBuf)>) {
