@@ -7,7 +7,9 @@
 //! virtual machine with these alone; from 6.2 on, `cxl_region` also refuses a
 //! region on a CPU that cannot invalidate caches by memory region unless
 //! `CONFIG_CXL_REGION_INVALIDATION_TEST` is set (named here when the kernel
-//! has that option at all).
+//! has that option at all). Those kernels also read the device's poison list
+//! and event records (6.3 on: `ctl media inject --cxl`), given what
+//! [`EVENT_NEEDS`] names.
 
 use super::{Kconfig, Requirement};
 
@@ -59,6 +61,36 @@ pub const CXL_NEEDS: &[Requirement] = &[
 /// instruction invalidates the caches of a memory range there.
 const INVALIDATION_TEST: &str = "CONFIG_CXL_REGION_INVALIDATION_TEST";
 
+/// What a kernel that reads CXL poison and events (6.3 on) needs for them:
+/// `cxl_pci` reads event records only through an MSI and with CXL error
+/// control granted by `_OSC`, which Linux asks for only with PCIe port
+/// services, ASPM, MSI support and memory-failure handling.
+pub const EVENT_NEEDS: &[Requirement] = &[
+    need(
+        "CONFIG_PCI_MSI",
+        "no MSI: cxl_pci disables event processing (\"No interrupt support\"), so \
+         `media inject --cxl` records are never read",
+    ),
+    need(
+        "CONFIG_PCIEPORTBUS",
+        "Linux requests no _OSC control: the firmware keeps CXL error control and \
+         cxl_pci leaves the event records to it",
+    ),
+    need(
+        "CONFIG_PCIEASPM",
+        "Linux requests no _OSC control (it wants ASPM support first): no event records",
+    ),
+    need(
+        "CONFIG_MEMORY_FAILURE",
+        "Linux does not ask for CXL memory error reporting control: no event records",
+    ),
+    need(
+        "CONFIG_DEBUG_FS",
+        "no /sys/kernel/debug/cxl/memN/inject_poison or clear_poison (the guest's own \
+         poison commands)",
+    ),
+];
+
 /// One line per option `--cxl-pmem` misses in `config`; empty when nothing.
 pub fn notes(config: &Kconfig) -> Vec<String> {
     let mut notes: Vec<String> = CXL_NEEDS
@@ -80,6 +112,15 @@ pub fn notes(config: &Kconfig) -> Vec<String> {
             "{INVALIDATION_TEST} (not =y): this kernel refuses to commit a region in a \
              virtual machine (no cache invalidation by memory range)"
         ));
+    }
+    // A kernel new enough to have the invalidation option reads poison and events.
+    if config.has_option(INVALIDATION_TEST) {
+        notes.extend(
+            EVENT_NEEDS
+                .iter()
+                .filter(|r| config.get(r.option) != Some("y"))
+                .map(|r| format!("{} (not =y): {}", r.option, r.breaks)),
+        );
     }
     notes
 }
@@ -121,13 +162,37 @@ mod tests {
     fn the_invalidation_test_option_is_named_only_where_the_kernel_has_it() {
         let unset = format!("{}# {INVALIDATION_TEST} is not set\n", fragment());
         let named = notes(&Kconfig::parse(&unset));
-        assert_eq!(named.len(), 1, "{named:?}");
+        assert_eq!(named.len(), 1 + EVENT_NEEDS.len(), "{named:?}");
         assert!(named[0].contains("refuses to commit a region"));
-        let set = format!("{}{INVALIDATION_TEST}=y\n", fragment());
+        let events: String = EVENT_NEEDS
+            .iter()
+            .map(|r| format!("{}=y\n", r.option))
+            .collect();
+        let set = format!("{}{INVALIDATION_TEST}=y\n{events}", fragment());
         assert!(notes(&Kconfig::parse(&set)).is_empty());
         assert!(
             notes(&Kconfig::parse(&fragment())).is_empty(),
             "a kernel without the option (6.1) needs nothing more"
+        );
+    }
+
+    #[test]
+    fn a_newer_kernel_is_told_what_poison_and_events_need() {
+        let newer = format!("{}{INVALIDATION_TEST}=y\nCONFIG_PCI_MSI=y\n", fragment());
+        let named = notes(&Kconfig::parse(&newer));
+        let options: Vec<&str> = named
+            .iter()
+            .map(|n| n.split(' ').next().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            options,
+            [
+                "CONFIG_PCIEPORTBUS",
+                "CONFIG_PCIEASPM",
+                "CONFIG_MEMORY_FAILURE",
+                "CONFIG_DEBUG_FS"
+            ],
+            "{named:?}"
         );
     }
 }
