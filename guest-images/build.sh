@@ -148,7 +148,7 @@ EOF
 # linux-perf to backports too.)  Where no source offers it, bookworm-backports is added,
 # as guest-images/lib/qemu-install.sh adds it.
 ensure_backports() {
-    if apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    if apt-cache policy "$1" 2>/dev/null | grep 'Candidate: [0-9]' >/dev/null; then
         return 0
     fi
     log "adding a bookworm-backports entry (needed for $1)"
@@ -160,7 +160,7 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
     apt-get update -qq
-    apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]' \
+    apt-cache policy "$1" 2>/dev/null | grep 'Candidate: [0-9]' >/dev/null \
         || die "no apt source offers $1, even with bookworm-backports"
 }
 

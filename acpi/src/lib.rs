@@ -148,6 +148,29 @@ impl GuestPlatform {
     }
 }
 
+impl CxlDescription {
+    /// One CXL host bridge for examples and tests: `_UID` 12, its component registers at
+    /// 0xFE80_0000, buses 0x0C to 0x0F, a 1 MiB BAR window at 0xFE00_0000, and the ECAM at
+    /// 0xE000_0000 over buses 0 to 0x0F; no fixed memory window.
+    pub fn example() -> Self {
+        Self {
+            host_bridges: vec![cedt::HostBridge {
+                uid: 12,
+                registers: 0xfe80_0000,
+                buses: (0x0c, 0x0f),
+                mmio32: (0xfe00_0000, 0x10_0000),
+            }],
+            windows: Vec::new(),
+            ecam: mcfg::EcamWindow {
+                base: 0xe000_0000,
+                segment: 0,
+                first_bus: 0,
+                last_bus: 0x0f,
+            },
+        }
+    }
+}
+
 impl DsmTransport {
     /// The transport of [`GuestPlatform::example`]'s machines when they have
     /// NVDIMMs: the page at 0xF_F000, the doorbell at 0x510, the event

@@ -314,24 +314,9 @@ fn the_geds_evt_sends_the_notifications_its_register_names() {
     assert!(notifies("0x10").is_empty());
 }
 
-/// An SSDT with the CXL root and one CXL host bridge (`\_SB.CH00`).
+/// An SSDT with the CXL root and [`acpi::CxlDescription::example`]'s host bridge (`\_SB.CH00`).
 fn cxl_ssdt_file() -> PathBuf {
-    let bridge = acpi::cedt::HostBridge {
-        uid: 0,
-        registers: 0xfe80_0000,
-        buses: (0x10, 0x13),
-        mmio32: (0xfe00_0000, 0x10_0000),
-    };
-    let cxl = acpi::CxlDescription {
-        host_bridges: vec![bridge],
-        windows: Vec::new(),
-        ecam: acpi::mcfg::EcamWindow {
-            base: 0xe000_0000,
-            segment: 0,
-            first_bus: 0x10,
-            last_bus: 0x13,
-        },
-    };
+    let cxl = acpi::CxlDescription::example();
     let mut t = acpi::sdt::Sdt::new(*b"SSDT", 2, *b"PMEMVMCX");
     t.append(&acpi::aml::scope("\\_SB", &acpi::cxl_dsdt::devices(&cxl)));
     let dir = std::env::temp_dir().join(format!("pmemvm-acpiexec-{}-osc", std::process::id()));

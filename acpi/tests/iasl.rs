@@ -444,22 +444,7 @@ fn cxl_root_and_host_bridges_disassemble_as_linux_matches_them() {
     if !iasl_available() {
         pmemvm_skip::skip!("iasl not found (install acpica-tools)");
     }
-    let bridge = acpi::cedt::HostBridge {
-        uid: 12,
-        registers: 0xfe80_0000,
-        buses: (0x0c, 0x0f),
-        mmio32: (0xfe00_0000, 0x10_0000),
-    };
-    let cxl = acpi::CxlDescription {
-        host_bridges: vec![bridge],
-        windows: Vec::new(),
-        ecam: acpi::mcfg::EcamWindow {
-            base: 0xe000_0000,
-            segment: 0,
-            first_bus: 0,
-            last_bus: 0x0f,
-        },
-    };
+    let cxl = acpi::CxlDescription::example();
     let mut t = acpi::sdt::Sdt::new(*b"SSDT", 2, *b"PMEMVMCX");
     t.append(&acpi::aml::scope("\\_SB", &acpi::cxl_dsdt::devices(&cxl)));
     let dir = tmpdir("cxl-dsdt");

@@ -117,6 +117,70 @@ pub fn run_cmd_with_stdin(cmd: &mut Command, deadline: Duration) -> Output {
     }
 }
 
+/// A command run in the background with its output in files, for a test that acts on it
+/// while it runs (its control socket); killed and reaped if the test fails first.
+#[derive(Debug)]
+pub struct Background {
+    child: std::process::Child,
+    out: PathBuf,
+    err: PathBuf,
+    started: Instant,
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Background {
+    /// Starts `cmd` with stdin closed, stdout in `dir/run.out` and stderr in `dir/run.err`.
+    pub fn start(cmd: &mut Command, dir: &std::path::Path) -> Self {
+        let (out, err) = (dir.join("run.out"), dir.join("run.err"));
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).expect("run.out"))
+            .stderr(std::fs::File::create(&err).expect("run.err"))
+            .spawn()
+            .expect("start pmemvm");
+        Self {
+            child,
+            out,
+            err,
+            started: Instant::now(),
+        }
+    }
+
+    /// Every half second until the command ends (or `deadline` from its start, when it is
+    /// killed), `each` with its standard error so far; then its output.
+    pub fn watch(mut self, deadline: Duration, mut each: impl FnMut(&str)) -> Output {
+        let mut status = None;
+        while self.started.elapsed() < deadline {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                status = Some(s);
+                break;
+            }
+            each(&std::fs::read_to_string(&self.err).unwrap_or_default());
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let timed_out = status.is_none();
+        if timed_out {
+            let _ = self.child.kill();
+            status = self.child.wait().ok();
+        }
+        Output {
+            status: status.and_then(|s| s.code()),
+            stdout: std::fs::read_to_string(&self.out).unwrap_or_default(),
+            stderr: std::fs::read_to_string(&self.err).unwrap_or_default(),
+            elapsed: self.started.elapsed(),
+            timed_out,
+        }
+    }
+}
+
 /// A fresh temporary directory for one test, removed on drop.
 #[derive(Debug)]
 pub struct TempDir(pub PathBuf);

@@ -19,10 +19,10 @@
 //! missing. Holds the machine's TCG lock while its L1 runs.
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use pmemvm_tests::pmemvm::{pmemvm_bin, run, Output, TempDir};
+use pmemvm_tests::pmemvm::{pmemvm_bin, run, Background, Output, TempDir};
 use pmemvm_tests::require;
 use pmemvm_tests::skip::Skip;
 use pmemvm_tests::tcg::TcgGuard;
@@ -33,18 +33,6 @@ const CMDLINE: &str = "console=ttyS0 reboot=acpi panic=-1 quiet";
 
 fn ready() -> Result<TcgGuard, Skip> {
     pmemvm_tests::nested::engine_ready()
-}
-
-/// pmemvm running in the background; killed and reaped if the test fails.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
 }
 
 /// The guest waits (up to 300 s) for the injected range to reach its badblocks.
@@ -62,30 +50,18 @@ fn one_run(dir: &std::path::Path, args: &[&str], ctls: &[&[&str]]) -> (Output, V
     let sock = dir.join("api.sock");
     let _ = std::fs::remove_file(&sock);
     let _ = std::fs::remove_dir_all(dir.join("report"));
-    let (out_path, err_path) = (dir.join("run.out"), dir.join("run.err"));
-    let started = Instant::now();
-    let mut child = Running(
+    let child = Background::start(
         Command::new(pmemvm_bin())
             .arg(args[0])
             .arg("--api")
             .arg(&sock)
             .args(&args[1..])
-            .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir())
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out_path).expect("run.out"))
-            .stderr(std::fs::File::create(&err_path).expect("run.err"))
-            .spawn()
-            .expect("start pmemvm"),
+            .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir()),
+        dir,
     );
     let announced = format!("control socket at {} (through the L1)", sock.display());
     let mut ctl: Vec<Output> = Vec::new();
-    let mut status = None;
-    while started.elapsed() < DEADLINE {
-        if let Some(s) = child.0.try_wait().expect("wait") {
-            status = Some(s);
-            break;
-        }
-        let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let out = child.watch(DEADLINE, |err| {
         if ctl.is_empty() && err.contains(&announced) {
             let meta = std::fs::symlink_metadata(&sock).expect("the socket exists");
             assert!(meta.file_type().is_socket(), "{}", sock.display());
@@ -100,20 +76,7 @@ fn one_run(dir: &std::path::Path, args: &[&str], ctls: &[&[&str]]) -> (Output, V
                 ctl.push(run(&all, Duration::from_secs(60)));
             }
         }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let timed_out = status.is_none();
-    if timed_out {
-        let _ = child.0.kill();
-        status = child.0.wait().ok();
-    }
-    let out = Output {
-        status: status.and_then(|s| s.code()),
-        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
-        stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
-        elapsed: started.elapsed(),
-        timed_out,
-    };
+    });
     eprintln!(
         "{} --engine nested --api: status {:?} in {:.1} s",
         args[0],

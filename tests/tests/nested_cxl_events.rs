@@ -29,10 +29,10 @@
 //! cxl_core, on an AMD (SVM) L1 with a two-vCPU guest. Skips when QEMU, the
 //! guest image or the 6.12 kernel is missing.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use pmemvm_tests::pmemvm::{pmemvm_bin, run, Output, TempDir};
+use pmemvm_tests::pmemvm::{pmemvm_bin, run, Background, Output, TempDir};
 use pmemvm_tests::require;
 
 const DEADLINE: Duration = Duration::from_secs(1500);
@@ -53,18 +53,6 @@ echo "== dmesg"; dmesg | grep -i -E 'cxl|_OSC'
 echo EVENTS-DONE
 "#;
 
-/// pmemvm running in the background; killed and reaped if the test fails.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 /// How often, and at most how many times, the host injects (8 units each: the
 /// device keeps 256).
 const INJECT_EVERY: Duration = Duration::from_secs(15);
@@ -77,9 +65,7 @@ fn one_run(dir: &std::path::Path) -> (Output, Vec<Output>) {
     let k = pmemvm_tests::own_kernel::linux_612().expect("checked by the test");
     let sock = dir.join("api.sock");
     let _ = std::fs::remove_file(&sock);
-    let (out_path, err_path) = (dir.join("run.out"), dir.join("run.err"));
-    let started = Instant::now();
-    let mut child = Running(
+    let child = Background::start(
         Command::new(pmemvm_bin())
             .args(["run", "--engine", "nested", "--api"])
             .arg(&sock)
@@ -89,23 +75,13 @@ fn one_run(dir: &std::path::Path) -> (Output, Vec<Output>) {
             .arg(&k.modules)
             .args(["--cpus", "2", "--memory", "1G", "--cxl-pmem", "512M"])
             .args(["--timeout", "1200", "--", "sh", "-c", GUEST])
-            .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir())
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out_path).expect("run.out"))
-            .stderr(std::fs::File::create(&err_path).expect("run.err"))
-            .spawn()
-            .expect("start pmemvm"),
+            .env("PMEMVM_L1_CACHE", pmemvm_tests::nested::cache_dir()),
+        dir,
     );
     let announced = format!("control socket at {} (through the L1)", sock.display());
     let mut ctl: Vec<Output> = Vec::new();
     let mut last: Option<Instant> = None;
-    let mut status = None;
-    while started.elapsed() < DEADLINE {
-        if let Some(s) = child.0.try_wait().expect("wait") {
-            status = Some(s);
-            break;
-        }
-        let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let out = child.watch(DEADLINE, |err| {
         let due = last.is_none_or(|t| t.elapsed() >= INJECT_EVERY);
         if err.contains(&announced) && due && (ctl.len() as u64) < INJECTS {
             let range = format!("{}+512", (1 << 20) + ctl.len() as u64 * 4096);
@@ -114,20 +90,7 @@ fn one_run(dir: &std::path::Path) -> (Output, Vec<Output>) {
             ctl.push(run(&args, Duration::from_secs(60)));
             last = Some(Instant::now());
         }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let timed_out = status.is_none();
-    if timed_out {
-        let _ = child.0.kill();
-        status = child.0.wait().ok();
-    }
-    let out = Output {
-        status: status.and_then(|s| s.code()),
-        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
-        stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
-        elapsed: started.elapsed(),
-        timed_out,
-    };
+    });
     (out, ctl)
 }
 

@@ -124,15 +124,24 @@ const BOOT_TIMEOUT_SECS: u64 = 1800;
 /// system.
 const DEADLINE: Duration = Duration::from_secs(2 * (BOOT_TIMEOUT_SECS + 300) + 600);
 
-#[test]
-fn ndctl_cxl_tests_pass_or_fail_at_their_named_cxl_test_line_on_pmemvm_and_qemu() {
-    let src = require!(pmemvm_tests::ndctl::source());
-    let _tcg = require!(pmemvm_tests::nested::engine_ready());
-    let dir = TempDir::new("nested-ndctl-cxl");
-    let args: Vec<std::ffi::OsString> = PMEMVM.iter().map(|(t, _)| t.into()).collect();
+/// `pmemvm suite ndctl --engine nested,qemu [KERNEL] TESTS` in `dir/out` (the tests of
+/// `pmemvm`, after `kernel`'s `--kernel` when given), each engine's column checked against
+/// `pmemvm` and `qemu`: every mismatch at once, each with its test's own log.
+fn run_and_check(
+    src: &std::path::Path,
+    dir: &TempDir,
+    kernel: Option<&std::path::Path>,
+    pmemvm: &[(&str, Want)],
+    qemu: &[(&str, Want)],
+) {
+    let mut args: Vec<std::ffi::OsString> = Vec::new();
+    if let Some(k) = kernel {
+        args.extend(["--kernel".into(), k.into()]);
+    }
+    args.extend(pmemvm.iter().map(|(t, _)| t.into()));
     let (out, summary) = pmemvm_tests::ndctl::run_engines(
         "nested,qemu",
-        &src,
+        src,
         BOOT_TIMEOUT_SECS,
         &args,
         &dir.join("out"),
@@ -143,10 +152,29 @@ fn ndctl_cxl_tests_pass_or_fail_at_their_named_cxl_test_line_on_pmemvm_and_qemu(
         logs.contains("the test runs on ACPI.CXL"),
         "the cxl_test scripts were pointed at pmemvm's bus (their modprobe cxl_test answered):\n{logs}"
     );
+    if kernel.is_some() {
+        for engine in ["nested", "qemu"] {
+            let console = dir.join(&format!("out/{engine}/boot-1-cxl.console.log"));
+            let console = std::fs::read_to_string(&console).unwrap_or_default();
+            assert!(
+                console.contains("pmemvm-init: kernel 6.12."),
+                "{engine}'s boot ran Linux 6.12:\n{}",
+                out.dump()
+            );
+        }
+    }
     let qemu_logs = pmemvm_tests::ndctl::engine_logs(&summary, "qemu");
-    let mut wrong = check_column(&summary, "nested", &PMEMVM, &logs, &out);
-    wrong.extend(check_column(&summary, "qemu", &QEMU, &qemu_logs, &out));
+    let mut wrong = check_column(&summary, "nested", pmemvm, &logs, &out);
+    wrong.extend(check_column(&summary, "qemu", qemu, &qemu_logs, &out));
     assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
+
+#[test]
+fn ndctl_cxl_tests_pass_or_fail_at_their_named_cxl_test_line_on_pmemvm_and_qemu() {
+    let src = require!(pmemvm_tests::ndctl::source());
+    let _tcg = require!(pmemvm_tests::nested::engine_ready());
+    let dir = TempDir::new("nested-ndctl-cxl");
+    run_and_check(&src, &dir, None, &PMEMVM, &QEMU);
 }
 
 #[test]
@@ -156,30 +184,7 @@ fn on_linux_6_12_poison_and_events_reach_their_own_cxl_test_lines_on_pmemvm_and_
     let _tcg = require!(pmemvm_tests::nested::engine_ready());
     let kernel = require!(pmemvm_tests::own_kernel::linux_612());
     let dir = TempDir::new("nested-ndctl-cxl-612");
-    let mut args: Vec<std::ffi::OsString> = vec!["--kernel".into(), kernel.bz_image.into()];
-    args.extend(PMEMVM_612.iter().map(|(t, _)| t.into()));
-    let (out, summary) = pmemvm_tests::ndctl::run_engines(
-        "nested,qemu",
-        &src,
-        BOOT_TIMEOUT_SECS,
-        &args,
-        &dir.join("out"),
-        DEADLINE,
-    );
-    let logs = pmemvm_tests::ndctl::engine_logs(&summary, "nested");
-    for engine in ["nested", "qemu"] {
-        let console = dir.join(&format!("out/{engine}/boot-1-cxl.console.log"));
-        let console = std::fs::read_to_string(&console).unwrap_or_default();
-        assert!(
-            console.contains("pmemvm-init: kernel 6.12."),
-            "{engine}'s boot ran Linux 6.12:\n{}",
-            out.dump()
-        );
-    }
-    let qemu_logs = pmemvm_tests::ndctl::engine_logs(&summary, "qemu");
-    let mut wrong = check_column(&summary, "nested", &PMEMVM_612, &logs, &out);
-    wrong.extend(check_column(&summary, "qemu", &QEMU_612, &qemu_logs, &out));
-    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+    run_and_check(&src, &dir, Some(&kernel.bz_image), &PMEMVM_612, &QEMU_612);
 }
 
 /// How `engine`'s rows differ from `want` (one row per test, each as written), each
