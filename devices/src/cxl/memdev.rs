@@ -191,6 +191,12 @@ impl Memdev {
         self.poison.iter().map(|(&dpa, &s)| (dpa, s))
     }
 
+    /// The whole poison list as Get Poison List reports it: runs of consecutive
+    /// units of one source, as (DPA, units, source).
+    pub fn poison_runs(&self) -> Vec<(u64, u64, PoisonSource)> {
+        poison_runs(&self.poison, 0, u64::MAX, usize::MAX)
+    }
+
     /// Poisons the unit at `dpa` from the host side (a media error pmemvm
     /// was asked to inject): as Inject Poison, with source "external".
     pub fn poison_from_host(&mut self, dpa: u64) -> Result<(), ReturnCode> {

@@ -70,22 +70,17 @@ fn lock(d: &Mutex<Type3Device>) -> MutexGuard<'_, Type3Device> {
     d.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The poison list as runs of consecutive units of one source.
+/// The poison list as Get Poison List's runs, in bytes.
 fn poison_json(d: &Type3Device) -> Vec<Value> {
-    let mut runs: Vec<(u64, u64, PoisonSource)> = Vec::new();
-    for (dpa, source) in d.memdev().poisoned() {
-        match runs.last_mut() {
-            Some((start, len, s)) if *start + *len == dpa && *s == source => *len += POISON_UNIT,
-            _ => runs.push((dpa, POISON_UNIT, source)),
-        }
-    }
-    runs.iter()
-        .map(|(dpa, len, source)| {
+    d.memdev()
+        .poison_runs()
+        .iter()
+        .map(|(dpa, units, source)| {
             let source = match source {
                 PoisonSource::Injected => "injected",
                 _ => "external",
             };
-            json!({"dpa": dpa, "length": len, "source": source})
+            json!({"dpa": dpa, "length": units * POISON_UNIT, "source": source})
         })
         .collect()
 }
